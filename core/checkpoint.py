@@ -1,0 +1,136 @@
+"""Checkpoint folders: model.safetensors + config.json + tokenizer.model + card.md.
+
+Loading never unpickles anything. Every problem names the file and what is wrong with it.
+Writes go to a temporary folder that is renamed into place, so a crash never leaves half a checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .config import ModelConfig
+from .errors import CheckpointError
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+WEIGHTS, CONFIG, TOKENIZER, CARD = "model.safetensors", "config.json", "tokenizer.model", "card.md"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """What config.json says besides the model shape."""
+
+    name: str
+    source_language: str = "en"
+    target_language: str = "de"
+    dtype: str = "float32"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def save_checkpoint(model: Transformer, tokenizer_model: str | Path, directory: str | Path, *, card: str,
+                    meta: CheckpointMeta, dtype: torch.dtype = torch.float32) -> Path:
+    """Write a checkpoint folder atomically. Tied weights are stored once. Returns the folder."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    aliases = model.tied_aliases()
+    state = {k: v.detach().to("cpu", dtype=dtype if v.is_floating_point() else v.dtype).contiguous()
+             for k, v in model.state_dict().items() if k not in aliases}
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt", "core_format": str(FORMAT_VERSION)})
+        config = {"format_version": FORMAT_VERSION, "model": model.config.to_dict(), "name": meta.name,
+                  "source_language": meta.source_language, "target_language": meta.target_language,
+                  "dtype": str(dtype).replace("torch.", ""), "tokenizer": TOKENIZER, **meta.extra}
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        shutil.copyfile(tokenizer_model, tmp / TOKENIZER)
+        (tmp / CARD).write_text(card)
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(directory, old)
+            os.replace(tmp, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def read_config(directory: str | Path) -> dict[str, Any]:
+    """Parse and check config.json of a checkpoint folder."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint folder {directory} does not exist")
+    path = directory / CONFIG
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing — a checkpoint folder needs {CONFIG}, {WEIGHTS}, {TOKENIZER} and {CARD}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc}); the file is truncated or corrupt") from None
+    if not isinstance(data, dict) or "model" not in data:
+        raise CheckpointError(f"{path}: has no 'model' section")
+    try:
+        ModelConfig.from_dict(data["model"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: invalid model config: {exc}") from None
+    return data
+
+
+def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict[str, Any]]:
+    """Load (model in eval mode, tokenizer, config dict). Raises CheckpointError naming the bad file."""
+    directory = Path(directory)
+    data = read_config(directory)
+    config = ModelConfig.from_dict(data["model"])
+    tok_path = directory / data.get("tokenizer", TOKENIZER)
+    if not tok_path.is_file():
+        raise CheckpointError(f"{tok_path}: missing — the SentencePiece model must sit in the checkpoint folder")
+    try:
+        tokenizer = Tokenizer(tok_path)
+    except Exception as exc:  # sentencepiece raises RuntimeError/OSError with C++ text
+        raise CheckpointError(f"{tok_path}: not a readable SentencePiece model ({exc})") from None
+    if tokenizer.vocab_size > config.src_vocab_size:
+        raise CheckpointError(f"{tok_path}: has {tokenizer.vocab_size} pieces but {CONFIG} says the model has "
+                              f"{config.src_vocab_size}; the tokenizer does not belong to these weights")
+    weights = directory / WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing")
+    try:
+        state = load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{weights}: cannot be read ({exc}); the file is truncated or corrupt") from None
+    model = Transformer(config)
+    expected = model.state_dict()
+    aliases = model.tied_aliases()
+    wanted = set(expected) - set(aliases)
+    missing, unexpected = sorted(wanted - set(state)), sorted(set(state) - wanted)
+    if missing or unexpected:
+        raise CheckpointError(f"{weights}: does not match {CONFIG}: missing tensors {missing[:5]}"
+                              f"{'...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}")
+    for name in wanted:
+        if tuple(state[name].shape) != tuple(expected[name].shape):
+            raise CheckpointError(f"{weights}: tensor {name} has shape {tuple(state[name].shape)}, "
+                                  f"{CONFIG} implies {tuple(expected[name].shape)}")
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    model.load_state_dict(state, strict=False)
+    model.to(device).eval()
+    return model, tokenizer, data
+
+
+def list_checkpoints(root: str | Path = "checkpoints") -> list[Path]:
+    """Checkpoint folders directly under ``root`` (those with a config.json), sorted by name."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file())

@@ -1,0 +1,91 @@
+"""Command line: ``python -m core {translate,info,train,eval,import-bergamot} ...``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Sequence
+
+from .errors import LabError
+
+# Sub-commands that live in their own modules register here: name -> module with add_arguments(p) and run(args).
+EXTERNAL = {
+    "train": "core.train",
+    "eval": "core.evaluate",
+    "import-bergamot": "core.importers.bergamot",
+    "distill": "core.distill",
+}
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from .bundle import load
+    from .config import InferenceOptions
+
+    bundle = load(args.checkpoint, device=args.device)
+    options = InferenceOptions(positional_encoding=not args.no_pe, causal_mask=not args.no_causal_mask,
+                               padding_mask=not args.no_padding_mask)
+    out = bundle.translate(" ".join(args.text), options, beam_size=args.beam, truncate=True)
+    if args.json:
+        data = out.to_dict()
+        data["attention"] = {f"{kind}.{layer}": out.trace.attention(kind, layer).round(5).tolist()
+                             for kind in out.trace.kinds for layer in range(out.trace.n_layers[kind])}
+        print(json.dumps(data, ensure_ascii=False))
+    else:
+        for notice in out.notices:
+            print(f"note: {notice}", file=sys.stderr)
+        print(out.text)
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .bundle import load
+
+    bundle = load(args.checkpoint, device="cpu")
+    cfg = bundle.config
+    src, tgt = bundle.languages
+    print(f"name:        {bundle.name}")
+    print(f"languages:   {src} -> {tgt}")
+    print(f"parameters:  {bundle.model.n_parameters():,}")
+    print(f"vocabulary:  {bundle.tokenizer.vocab_size} pieces")
+    for key, value in cfg.to_dict().items():
+        print(f"  {key}: {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m core", description="Transformer Attention Lab engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("translate", help="translate a sentence (optionally print every attention array as JSON)")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder")
+    p.add_argument("--json", action="store_true", help="print text, tokens and every attention array as JSON")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--no-pe", action="store_true", help="switch positional encoding off")
+    p.add_argument("--no-causal-mask", action="store_true", help="switch the decoder's causal mask off")
+    p.add_argument("--no-padding-mask", action="store_true", help="switch padding masks off")
+    p.add_argument("text", nargs="+", help="the sentence")
+    p.set_defaults(func=_translate)
+    p = sub.add_parser("info", help="describe a checkpoint")
+    p.add_argument("checkpoint")
+    p.set_defaults(func=_info)
+    for name, module_name in EXTERNAL.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if not exc.name or not module_name.startswith(exc.name):
+                raise
+            continue
+        p = sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else None)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,156 @@
+"""Frozen, self-validating configuration: the model's shape and the per-call inference options."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Iterable, Literal
+
+ATTENTION_KINDS = ("encoder", "decoder", "cross")
+AttentionKind = Literal["encoder", "decoder", "cross"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and variant of an encoder-decoder Transformer.
+
+    The defaults are the paper's base architecture scaled down; the variant fields
+    (``pe_layout``, ``decoder_self``, ``output_bias``, ``start``) let imported
+    production models (Marian/Bergamot) run on the same code.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 256
+    n_heads: int = 8
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    activation: Literal["relu", "gelu"] = "relu"
+    norm: Literal["post", "pre"] = "post"
+    norm_eps: float = 1e-5
+    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    pe_layout: Literal["interleaved", "concatenated"] = "interleaved"
+    max_positions: int = 1024
+    share_embeddings: bool = True  # source and target embeddings are one matrix
+    tie_output: bool = True  # output projection = target embedding (transposed)
+    output_bias: bool = False
+    decoder_self: Literal["attention", "ssru"] = "attention"
+    start: Literal["bos", "zeros"] = "bos"  # first decoder input: <s> embedding, or a zero vector
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"ModelConfig: {msg}")
+
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) > 0, f"{name} must be a positive int, got {getattr(self, name)!r}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)!r}")
+        need(self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        need(self.d_model % 2 == 0, f"d_model ({self.d_model}) must be even for sinusoidal positions")
+        need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
+        need(self.norm_eps > 0, f"norm_eps must be > 0, got {self.norm_eps}")
+        choices = {
+            "activation": ("relu", "gelu"), "norm": ("post", "pre"), "positional": ("sinusoidal", "learned"),
+            "pe_layout": ("interleaved", "concatenated"), "decoder_self": ("attention", "ssru"), "start": ("bos", "zeros"),
+        }
+        for name, allowed in choices.items():
+            need(getattr(self, name) in allowed, f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        need(not self.share_embeddings or self.src_vocab_size == self.tgt_vocab_size,
+             "share_embeddings needs src_vocab_size == tgt_vocab_size")
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
+            value = getattr(self, name)
+            need(0 <= value < min(self.src_vocab_size, self.tgt_vocab_size), f"{name}={value} is outside the vocabulary")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"ModelConfig: unknown keys {unknown}")
+        return cls(**data)
+
+
+Head = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class InferenceOptions:
+    """Switches applied to one call; the model object is never changed by them.
+
+    ``ablate`` holds ``(kind, layer, head)`` triples; an ablated head's output is zeroed
+    before the output projection (its attention weights are still recorded).
+    Defaults reproduce training.
+    """
+
+    positional_encoding: bool = True
+    causal_mask: bool = True
+    padding_mask: bool = True
+    ablate: frozenset[Head] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        triples = []
+        for item in self.ablate:
+            if not (isinstance(item, (tuple, list)) and len(item) == 3):
+                raise ValueError(f"InferenceOptions.ablate: {item!r} is not a (kind, layer, head) triple")
+            kind, layer, head = item
+            if kind not in ATTENTION_KINDS:
+                raise ValueError(f"InferenceOptions.ablate: kind {kind!r} is not one of {ATTENTION_KINDS}")
+            if int(layer) < 0 or int(head) < 0:
+                raise ValueError(f"InferenceOptions.ablate: layer and head must be >= 0 in {item!r}")
+            triples.append((str(kind), int(layer), int(head)))
+        object.__setattr__(self, "ablate", frozenset(triples))
+
+    def ablated_heads(self, kind: str, layer: int) -> tuple[int, ...]:
+        return tuple(sorted(h for k, l, h in self.ablate if k == kind and l == layer))
+
+    def with_changes(self, **changes: Any) -> "InferenceOptions":
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(changes)
+        return InferenceOptions(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "positional_encoding": self.positional_encoding,
+            "causal_mask": self.causal_mask,
+            "padding_mask": self.padding_mask,
+            "ablate": sorted([list(t) for t in self.ablate]),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "InferenceOptions":
+        return cls(
+            positional_encoding=bool(data.get("positional_encoding", True)),
+            causal_mask=bool(data.get("causal_mask", True)),
+            padding_mask=bool(data.get("padding_mask", True)),
+            ablate=frozenset(tuple(t) for t in data.get("ablate", ())),
+        )
+
+    def describe(self) -> str:
+        """A short human label, e.g. 'PE off, causal mask off, 2 heads ablated'."""
+        parts = []
+        if not self.positional_encoding:
+            parts.append("positional encoding off")
+        if not self.causal_mask:
+            parts.append("causal mask off")
+        if not self.padding_mask:
+            parts.append("padding mask off")
+        if self.ablate:
+            parts.append(f"{len(self.ablate)} head{'s' if len(self.ablate) != 1 else ''} ablated")
+        return ", ".join(parts) if parts else "as trained"
+
+
+def heads(kind: str, layers: Iterable[int], head_ids: Iterable[int]) -> frozenset[Head]:
+    """Every (kind, layer, head) triple of the given layers and heads — a helper for ``ablate``."""
+    return frozenset((kind, l, h) for l in layers for h in head_ids)

@@ -1,0 +1,144 @@
+"""Greedy and beam-search decoding with an incremental key/value cache.
+
+``iter_greedy`` yields one ``StepOutput`` per generated position, so callers (the app, a CLI)
+can show the translation being built. With the causal mask switched off the cache is not
+valid (earlier positions would see later ones), so each step recomputes the whole prefix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+from .config import InferenceOptions
+from .layers import DecoderState
+from .model import Transformer
+from .trace import Recorder
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One decoding step for a batch: chosen ids (B,), their probabilities (B,), top-k ids/probs (B, k)."""
+
+    index: int
+    token_ids: Tensor
+    probs: Tensor
+    top_ids: Tensor
+    top_probs: Tensor
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Decoder inputs and outputs of a finished decode.
+
+    ``tokens`` (B, 1 + n_steps): the start token then the generated ids (eos, then padding with eos).
+    ``lengths``: per item, generated tokens up to and including eos.
+    """
+
+    tokens: Tensor
+    lengths: list[int]
+    steps: list[StepOutput]
+
+
+def default_max_len(src_len: int, cap: int = 256) -> int:
+    return min(cap, 2 * src_len + 10)
+
+
+@torch.no_grad()
+def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: InferenceOptions, max_len: int,
+                *, recorder: Recorder | None = None, top_k: int = 10, use_cache: bool | None = None
+                ) -> Iterator[StepOutput]:
+    """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos."""
+    cfg = model.config
+    use_cache = options.causal_mask if use_cache is None else use_cache
+    B = src.shape[0]
+    memory = model.encode(src, src_keep, options, recorder)  # (B, Ts, D)
+    tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
+    k = min(top_k, cfg.tgt_vocab_size)
+    for step in range(max_len):
+        if use_cache:
+            logits = model.decode(tokens[:, -1:], memory, src_keep, options, recorder, state)[:, -1]  # (B, V)
+        else:
+            if recorder is not None:
+                recorder.reset_decoder()  # keep only the last full pass
+            logits = model.decode(tokens, memory, src_keep, options, recorder)[:, -1]  # (B, V)
+        probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
+        top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
+        next_ids = top_ids[:, 0].masked_fill(finished, cfg.eos_id)  # (B,)
+        yield StepOutput(step, next_ids, top_probs[:, 0], top_ids, top_probs)
+        tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (B, t + 1)
+        finished |= next_ids == cfg.eos_id
+        if bool(finished.all()):
+            break
+    # Without the cache the recorder keeps the last full pass, i.e. the final sequence's decoder inputs.
+
+
+def greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: InferenceOptions, max_len: int,
+           *, recorder: Recorder | None = None, top_k: int = 10, use_cache: bool | None = None) -> DecodeResult:
+    """Run ``iter_greedy`` to the end."""
+    steps = list(iter_greedy(model, src, src_keep, options, max_len, recorder=recorder, top_k=top_k, use_cache=use_cache))
+    B = src.shape[0]
+    start = torch.full((B, 1), model.config.bos_id, dtype=torch.long, device=src.device)
+    generated = torch.stack([s.token_ids for s in steps], dim=1) if steps else start[:, :0]  # (B, n)
+    return DecodeResult(torch.cat([start, generated], dim=1), _lengths(generated, model.config.eos_id), steps)
+
+
+def _lengths(generated: Tensor, eos_id: int) -> list[int]:
+    out = []
+    for row in generated.tolist():
+        out.append(row.index(eos_id) + 1 if eos_id in row else len(row))
+    return out
+
+
+@torch.no_grad()
+def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, options: InferenceOptions, max_len: int,
+                *, beam_size: int = 4, alpha: float = 1.0) -> list[int]:
+    """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
+
+    At each step the ``beam_size`` best extensions of the live beams are kept; those ending in eos
+    are finished. Finished hypotheses are ranked by log-prob / length**alpha. With beam_size=1 this
+    is exactly greedy decoding.
+    """
+    if src.shape[0] != 1:
+        raise ValueError("beam_search decodes one sentence at a time (src batch of 1)")
+    cfg = model.config
+    use_cache = options.causal_mask
+    memory = model.encode(src, src_keep, options)  # (1, Ts, D)
+    state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
+    tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
+    scores = torch.zeros(1, device=src.device)  # (beams,)
+    finished: list[tuple[float, list[int]]] = []
+    for _ in range(max_len):
+        n = tokens.shape[0]
+        mem, keep = memory.expand(n, -1, -1), src_keep.expand(n, -1)
+        if use_cache:
+            logits = model.decode(tokens[:, -1:], mem, keep, options, None, state)[:, -1]  # (beams, V)
+        else:
+            logits = model.decode(tokens, mem, keep, options)[:, -1]
+        logp = torch.log_softmax(logits.float(), dim=-1) + scores[:, None]  # (beams, V)
+        V = logp.shape[-1]
+        top_scores, flat = logp.view(-1).topk(beam_size)  # (k,)
+        origin, ids = flat // V, flat % V
+        alive: list[int] = []
+        for j in range(beam_size):
+            if int(ids[j]) == cfg.eos_id:
+                seq = tokens[origin[j], 1:].tolist() + [cfg.eos_id]
+                finished.append((float(top_scores[j]) / (len(seq) ** alpha), seq))
+            else:
+                alive.append(j)
+        if len(finished) >= beam_size or not alive:
+            break
+        index = origin[alive]
+        tokens = torch.cat([tokens[index], ids[alive][:, None]], dim=1)
+        scores = top_scores[alive]
+        if state is not None:
+            state.reorder(index)
+    if not finished:  # max_len reached: rank the live beams
+        for j in range(tokens.shape[0]):
+            seq = tokens[j, 1:].tolist()
+            finished.append((float(scores[j]) / (max(len(seq), 1) ** alpha), seq))
+    return max(finished, key=lambda item: item[0])[1]

@@ -1,0 +1,17 @@
+"""The exceptions of the public API.
+
+Every error a person can cause (bad text, a broken checkpoint folder) is a
+``LabError``; its message says what is wrong and what to do.
+"""
+
+
+class LabError(Exception):
+    """Base class of every error the library raises on purpose."""
+
+
+class InputError(LabError, ValueError):
+    """The text to translate cannot be used as it is (empty, too long, ...)."""
+
+
+class CheckpointError(LabError):
+    """A checkpoint folder is missing a file, or a file is truncated or does not match."""

@@ -1,0 +1,165 @@
+"""Feed-forward, SSRU, encoder layer and decoder layer, with post-norm (paper) or pre-norm."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import KV, MultiHeadAttention
+from .config import ModelConfig
+
+if TYPE_CHECKING:
+    from .trace import Recorder
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = act(x W1 + b1) W2 + b2."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation: Callable[[Tensor], Tensor] = F.relu if activation == "relu" else F.gelu
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, T, D)
+
+
+class SSRU(nn.Module):
+    """Simpler Simple Recurrent Unit (Marian's decoder cell, used instead of self-attention).
+
+    f_t = sigmoid(x_t W_f + b_f);  c_t = f_t * c_{t-1} + (1 - f_t) * (x_t W);  h_t = ReLU(c_t)
+    """
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.W = nn.Linear(d_model, d_model, bias=False)
+        self.W_f = nn.Linear(d_model, d_model)
+
+    def forward(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, D), state (B, D) or None -> h (B, T, D), last cell (B, D), forget gates (B, T, D)."""
+        xw = self.W(x)  # (B, T, D)
+        f = torch.sigmoid(self.W_f(x))  # (B, T, D)
+        c = torch.zeros_like(xw[:, 0]) if state is None else state  # (B, D)
+        cells = []
+        for t in range(x.shape[1]):
+            c = f[:, t] * c + (1.0 - f[:, t]) * xw[:, t]
+            cells.append(c)
+        return F.relu(torch.stack(cells, dim=1)), c, f
+
+
+def _residual(x: Tensor, norm: nn.LayerNorm, fn: Callable[[Tensor], Tensor], drop: nn.Dropout, pre: bool) -> Tensor:
+    if pre:
+        return x + drop(fn(norm(x)))
+    return norm(x + drop(fn(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None, layer: int, head_keep: Tensor | None,
+                recorder: "Recorder | None") -> Tensor:
+        def attend(h: Tensor) -> Tensor:
+            return self.self_attn(h, self.self_attn.project_kv(h), mask, head_keep=head_keep,
+                                  recorder=recorder, site=("encoder", layer))
+
+        x = _residual(x, self.self_attn_norm, attend, self.dropout, self.pre)
+        return _residual(x, self.ffn_norm, self.ffn, self.dropout, self.pre)  # (B, Ts, D)
+
+
+@dataclass
+class LayerState:
+    """One decoder layer's incremental state for one call (never stored on a module)."""
+
+    self_kv: KV | None = None  # (B, H, t, dh) each
+    ssru_cell: Tensor | None = None  # (B, D)
+    cross_kv: KV | None = None  # (B, H, Ts, dh) each
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search)."""
+        if self.self_kv is not None:
+            self.self_kv = (self.self_kv[0][index], self.self_kv[1][index])
+        if self.ssru_cell is not None:
+            self.ssru_cell = self.ssru_cell[index]
+        if self.cross_kv is not None:
+            self.cross_kv = (self.cross_kv[0][index], self.cross_kv[1][index])
+
+
+@dataclass
+class DecoderState:
+    """Incremental decoding state: one LayerState per decoder layer plus the number of positions seen."""
+
+    layers: list[LayerState] = field(default_factory=list)
+    length: int = 0
+
+    @classmethod
+    def empty(cls, n_layers: int) -> "DecoderState":
+        return cls([LayerState() for _ in range(n_layers)], 0)
+
+    def reorder(self, index: Tensor) -> None:
+        for layer in self.layers:
+            layer.reorder(index)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention (or SSRU) -> cross-attention -> FFN, each with residual + LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        if cfg.decoder_self == "attention":
+            self.self_attn: MultiHeadAttention | None = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+            self.ssru: SSRU | None = None
+        else:
+            self.self_attn, self.ssru = None, SSRU(cfg.d_model)
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.cross_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None, cross_mask: Tensor | None,
+                layer: int, head_keep: tuple[Tensor | None, Tensor | None], recorder: "Recorder | None",
+                state: LayerState | None) -> Tensor:
+        """x (B, T, D) new target positions; memory (B, Ts, D). With ``state`` keys/values are cached."""
+
+        def self_block(h: Tensor) -> Tensor:
+            if self.ssru is not None:
+                out, cell, gates = self.ssru(h, state.ssru_cell if state is not None else None)
+                if state is not None:
+                    state.ssru_cell = cell
+                if recorder is not None:
+                    recorder.gate(layer, gates)
+                return out
+            assert self.self_attn is not None
+            kv = self.self_attn.project_kv(h)  # (B, H, T, dh) each
+            if state is not None:
+                if state.self_kv is not None:
+                    kv = (torch.cat([state.self_kv[0], kv[0]], dim=2), torch.cat([state.self_kv[1], kv[1]], dim=2))
+                state.self_kv = kv  # (B, H, t + T, dh)
+            return self.self_attn(h, kv, self_mask, head_keep=head_keep[0], recorder=recorder, site=("decoder", layer))
+
+        def cross_block(h: Tensor) -> Tensor:
+            if state is not None and state.cross_kv is not None:
+                kv = state.cross_kv
+            else:
+                kv = self.cross_attn.project_kv(memory)  # (B, H, Ts, dh) each
+                if state is not None:
+                    state.cross_kv = kv
+            return self.cross_attn(h, kv, cross_mask, head_keep=head_keep[1], recorder=recorder, site=("cross", layer))
+
+        x = _residual(x, self.self_attn_norm, self_block, self.dropout, self.pre)
+        x = _residual(x, self.cross_attn_norm, cross_block, self.dropout, self.pre)
+        return _residual(x, self.ffn_norm, self.ffn, self.dropout, self.pre)  # (B, T, D)

@@ -1,0 +1,191 @@
+"""Model-level invariants: masks, positional encodings, tracing, ablation, configs."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_config
+from core import InferenceOptions, ModelConfig, Recorder, Transformer
+from core.positional import sinusoidal_table
+
+ALL = {"encoder": 2, "decoder": 2, "cross": 2}
+
+
+def run(model, src, tgt, options=InferenceOptions(), qkv=False):
+    rec = Recorder(qkv=qkv)
+    logits = model(src, tgt, options, rec)
+    B = src.shape[0]
+    trace = rec.freeze(options, [["x"] * src.shape[1]] * B, [["y"] * tgt.shape[1]] * B, model.config.n_heads, ALL)
+    return logits, trace
+
+
+def batch(seed=0, B=2, Ts=7, Tt=5, vocab=64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, vocab, (B, Ts), generator=g), torch.randint(4, vocab, (B, Tt), generator=g)
+
+
+def test_config_validates_itself():
+    with pytest.raises(ValueError, match="divisible"):
+        tiny_config(d_model=18, n_heads=4)
+    with pytest.raises(ValueError, match="norm"):
+        tiny_config(norm="sandwich")
+    with pytest.raises(ValueError, match="unknown keys"):
+        ModelConfig.from_dict({**tiny_config().to_dict(), "flux": 1})
+    with pytest.raises(ValueError, match="share_embeddings"):
+        tiny_config(tgt_vocab_size=70)
+    with pytest.raises(Exception):
+        tiny_config().d_model = 32  # frozen
+
+
+def test_inference_options_validate_and_are_hashable():
+    opts = InferenceOptions(ablate=frozenset({("cross", 1, 0)}))
+    assert hash(opts) == hash(InferenceOptions(ablate=frozenset({("cross", 1, 0)})))
+    assert InferenceOptions.from_dict(opts.to_dict()) == opts
+    with pytest.raises(ValueError, match="kind"):
+        InferenceOptions(ablate=frozenset({("self", 0, 0)}))
+    assert opts.describe() == "1 head ablated"
+
+
+def test_tracing_does_not_change_logits_and_is_detached_cpu(model):
+    src, tgt = batch()
+    plain = model(src, tgt)
+    traced, trace = run(model, src, tgt)
+    torch.testing.assert_close(plain, traced, atol=1e-5, rtol=1e-5)
+    for kind in ("encoder", "decoder", "cross"):
+        a = trace.attention(kind, 1)
+        assert isinstance(a, np.ndarray) and a.dtype == np.float32
+    model.train()  # dropout on: recording still gives detached tensors, and nothing is kept on the module
+    rec = Recorder()
+    model(src, tgt, recorder=rec).sum().backward()
+    assert all(not w.requires_grad and w.device.type == "cpu" for ws in rec._weights.values() for w in ws)
+    assert not any(isinstance(v, torch.Tensor) and v.dim() == 4 for m in model.modules() for v in vars(m).values())
+
+
+def test_rows_sum_to_one_and_masked_entries_are_zero(model):
+    src, tgt = batch()
+    src[1, 5:] = model.config.pad_id
+    keep = src != model.config.pad_id
+    _, trace = run(model, src, tgt)
+    for b in range(2):
+        t = trace.select(b)
+        for kind in ("encoder", "decoder", "cross"):
+            for layer in range(2):
+                w = t.attention(kind, layer)
+                np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+                mask = t.mask(kind)
+                assert np.all(w[:, ~mask] == 0.0)
+                assert np.all(np.isneginf(t.scores(kind, layer)[:, ~mask]))
+        if b == 1:
+            assert not t.mask("cross")[:, 5:].any() and t.mask("cross")[:, :5].all()
+            assert np.all(t.attention("encoder", 0)[:, :, 5:] == 0)
+    assert keep[1, 4] and not keep[1, 5]
+
+
+def test_causal_mask_makes_decoder_attention_lower_triangular(model):
+    src, tgt = batch(1)
+    _, on = run(model, src, tgt)
+    _, off = run(model, src, tgt, InferenceOptions(causal_mask=False))
+    upper = np.triu(np.ones((5, 5), dtype=bool), k=1)
+    for layer in range(2):
+        assert np.all(on.attention("decoder", layer)[:, upper] == 0)
+        assert np.all(off.attention("decoder", layer)[:, upper] > 0)
+    assert on.mask("decoder")[upper].sum() == 0 and off.mask("decoder").all()
+
+
+def test_padding_mask_off_lets_queries_see_padding(model):
+    src, tgt = batch(2)
+    src[0, 4:] = model.config.pad_id
+    _, off = run(model, src, tgt, InferenceOptions(padding_mask=False))
+    assert np.all(off.attention("encoder", 0)[:, :, 4:] > 0)
+    assert off.mask("encoder").all()
+
+
+def test_positional_encoding_matches_the_formula():
+    d = 16
+    table = sinusoidal_table(50, d).numpy()
+    for pos in (0, 1, 7, 49):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert table[pos, 2 * i] == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-6)
+    concat = sinusoidal_table(10, d, "concatenated").numpy()
+    inc = math.log(10000) / (d // 2 - 1)
+    assert concat[3, 2] == pytest.approx(math.sin(3 * math.exp(-2 * inc)), abs=1e-6)
+    assert concat[3, d // 2 + 2] == pytest.approx(math.cos(3 * math.exp(-2 * inc)), abs=1e-6)
+
+
+def test_trace_records_the_pe_added_and_zeros_when_off(model):
+    src, tgt = batch(3)
+    _, on = run(model, src, tgt)
+    _, off = run(model, src, tgt, InferenceOptions(positional_encoding=False))
+    np.testing.assert_allclose(on.positional_encoding("src"), sinusoidal_table(7, 16).numpy(), atol=1e-6)
+    np.testing.assert_allclose(on.positional_encoding("tgt"), sinusoidal_table(5, 16).numpy(), atol=1e-6)
+    assert not off.positional_encoding("src").any()
+
+
+def test_without_pe_the_encoder_is_permutation_equivariant(model):
+    src, _ = batch(4, B=1)
+    perm = torch.randperm(src.shape[1], generator=torch.Generator().manual_seed(0))
+    opts = InferenceOptions(positional_encoding=False)
+    keep = torch.ones_like(src, dtype=torch.bool)
+    a = model.encode(src, keep, opts)
+    b = model.encode(src[:, perm], keep, opts)
+    torch.testing.assert_close(a[:, perm], b, atol=1e-5, rtol=1e-5)
+    with_pe = model.encode(src[:, perm], keep)
+    assert not torch.allclose(model.encode(src, keep)[:, perm], with_pe, atol=1e-4)
+
+
+def test_an_ablated_head_contributes_nothing(model):
+    src, tgt = batch(5)
+    opts = InferenceOptions(ablate=frozenset({("cross", 1, 1), ("encoder", 0, 0), ("decoder", 1, 0)}))
+    base = model(src, tgt, opts)
+    tweaked = Transformer(model.config).eval()
+    tweaked.load_state_dict(model.state_dict())
+    d_head = model.config.d_head
+    with torch.no_grad():  # move only the value rows of the ablated heads
+        tweaked.decoder_layers[1].cross_attn.v_proj.weight[d_head:] += 3.0
+        tweaked.encoder_layers[0].self_attn.v_proj.weight[:d_head] += 3.0
+        tweaked.decoder_layers[1].self_attn.v_proj.weight[:d_head] += 3.0
+    torch.testing.assert_close(tweaked(src, tgt, opts), base, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(tweaked(src, tgt), model(src, tgt), atol=1e-3)
+    assert not torch.allclose(model(src, tgt), base, atol=1e-4)  # the ablation itself changes the output
+
+
+def test_toggles_never_mutate_the_model(model):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    attrs = {n: dict(vars(m)) for n, m in model.named_modules()}
+    src, tgt = batch(6)
+    run(model, src, tgt, InferenceOptions(False, False, False, frozenset({("encoder", 0, 1)})))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert {n: dict(vars(m)) for n, m in model.named_modules()}.keys() == attrs.keys()
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(norm="pre"), dict(positional="learned"), dict(share_embeddings=False, tie_output=False),
+    dict(activation="gelu", output_bias=True), dict(pe_layout="concatenated", start="zeros"),
+])
+def test_variants_run_and_trace(overrides):
+    torch.manual_seed(0)
+    m = Transformer(tiny_config(**overrides)).eval()
+    src, tgt = batch(7)
+    plain = m(src, tgt)
+    traced, trace = run(m, src, tgt)
+    torch.testing.assert_close(plain, traced, atol=1e-5, rtol=1e-5)
+    assert plain.shape == (2, 5, 64)
+
+
+def test_ssru_decoder_records_gates_and_no_self_attention():
+    torch.manual_seed(0)
+    m = Transformer(tiny_config(decoder_self="ssru")).eval()
+    src, tgt = batch(8)
+    rec = Recorder()
+    logits = m(src, tgt, recorder=rec)
+    trace = rec.freeze(InferenceOptions(), [["x"] * 7] * 2, [["y"] * 5] * 2, 2, {"encoder": 2, "cross": 2})
+    assert trace.kinds == ("encoder", "cross") and trace.has_gates
+    g = trace.gates(1)
+    assert g.shape == (5, 16) and np.all((g > 0) & (g < 1))
+    torch.testing.assert_close(logits, m(src, tgt), atol=1e-5, rtol=1e-5)
+    # the SSRU is causal: changing a later target token leaves earlier logits alone
+    tgt2 = tgt.clone(); tgt2[:, 3] = 5
+    torch.testing.assert_close(m(src, tgt2)[:, :3], logits[:, :3], atol=1e-5, rtol=1e-5)
