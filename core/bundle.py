@@ -208,7 +208,7 @@ class Bundle:
 
     @torch.inference_mode()
     def translate_batch(self, texts: list[str], options: InferenceOptions | None = None, max_len: int | None = None,
-                        *, truncate: bool = False) -> tuple[list[str], Trace]:
+                        *, truncate: bool = False, record_qkv: bool = False) -> tuple[list[str], Trace]:
         """Greedy-translate several texts as ONE padded batch (so padding masks are real).
 
         Returns the translations and the batched Trace (``trace.select(i)`` views item i; its
@@ -222,7 +222,7 @@ class Bundle:
         pad = self.config.pad_id
         src = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], dtype=torch.long, device=self.device)
         keep = torch.tensor([[True] * len(e) + [False] * (width - len(e)) for e in encoded], device=self.device)
-        recorder = Recorder()
+        recorder = Recorder(qkv=record_qkv)
         result = greedy(self.model, src, keep, options, max_len or default_max_len(width), recorder=recorder)
         outs = []
         for b, n in enumerate(result.lengths):

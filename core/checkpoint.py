@@ -46,6 +46,7 @@ def save_checkpoint(model: Transformer, tokenizer_model: str | Path, directory: 
     state = {k: v.detach().to("cpu", dtype=dtype if v.is_floating_point() else v.dtype).contiguous()
              for k, v in model.state_dict().items() if k not in aliases}
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes 0700 folders; a checkpoint is meant to be shared
     try:
         save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt", "core_format": str(FORMAT_VERSION)})
         config = {"format_version": FORMAT_VERSION, "model": model.config.to_dict(), "name": meta.name,
@@ -54,6 +55,8 @@ def save_checkpoint(model: Transformer, tokenizer_model: str | Path, directory: 
         (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
         shutil.copyfile(tokenizer_model, tmp / TOKENIZER)
         (tmp / CARD).write_text(card)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
         if directory.exists():
             old = directory.with_name(f".{directory.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -14,6 +14,7 @@ EXTERNAL = {
     "train": "core.train",
     "eval": "core.evaluate",
     "import-bergamot": "core.importers.bergamot",
+    "publish": "core.publish",
     "distill": "core.distill",
 }
 

