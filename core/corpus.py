@@ -26,6 +26,7 @@ The Ding file (GPL-2.0-or-later, by Frank Richter, TU Chemnitz) has one entry pe
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -117,6 +118,11 @@ def fetch_ding(cache_dir: Path = Path("data/ding")) -> Path:
     if not debs:
         proc = subprocess.run(["apt-get", "download", DING_PACKAGE], cwd=cache_dir,
                               capture_output=True, text=True)
+        if proc.returncode != 0 and hasattr(os, "geteuid") and os.geteuid() == 0:
+            # a new machine has empty package lists: refresh them once (root only) and retry
+            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
+            proc = subprocess.run(["apt-get", "download", DING_PACKAGE], cwd=cache_dir,
+                                  capture_output=True, text=True)
         debs = sorted(cache_dir.glob(f"{DING_PACKAGE}_*.deb"))
         if proc.returncode != 0 or not debs:
             raise RuntimeError(f"fetch_ding: `apt-get download {DING_PACKAGE}` failed (exit "

@@ -1,0 +1,343 @@
+"""Every page of the Streamlit app, driven headlessly with streamlit.testing.v1.AppTest.
+
+A session-scoped root holds two tiny random checkpoints (a self-attention decoder and an SSRU
+decoder); the app finds them through $LAB_CHECKPOINT_ROOT. Figures are checked through the
+Plotly spec each chart element carries (titles, shapes), everything else through the widgets.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+import core
+from conftest import build_tiny_checkpoint
+from viz_app.common import md
+
+APP = Path(__file__).resolve().parents[1] / "viz_app" / "app.py"
+TIMEOUT = 90
+SENTENCE = "Is there any tea left?"
+LONGER = "The cat sleeps on the warm chair and the dog sleeps on the floor."
+
+
+@pytest.fixture(scope="session")
+def app_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("app_checkpoints")
+    build_tiny_checkpoint(root / "tiny", seed=3)
+    build_tiny_checkpoint(root / "tiny-ssru", seed=0, decoder_self="ssru", pe_layout="concatenated", start="zeros")
+    (root / "not-a-checkpoint").mkdir()
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _env(app_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(app_root))
+    monkeypatch.setenv("LAB_CHECKPOINT", "tiny")
+    torch.set_num_threads(1)
+
+
+def run(query: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update(query or {})
+    return at.run(timeout=TIMEOUT)
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def specs(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def titles(at: AppTest) -> list[str]:
+    return [s["layout"]["title"]["text"] for s in specs(at)]
+
+
+def array(value) -> np.ndarray:
+    """A Plotly JSON array: a plain list or the typed {dtype, bdata, shape} form."""
+    if isinstance(value, dict):
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
+    return np.asarray(value, dtype=float)
+
+
+def texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [w.value for w in at.warning] + [i.value for i in at.info] + [s.value for s in at.success]
+    return "\n".join(parts)
+
+
+def expected(app_root: Path, text: str = SENTENCE, **options) -> core.Translation:
+    return core.load(app_root / "tiny").translate(text, options=core.InferenceOptions(**options), truncate=True)
+
+
+# ----------------------------------------------------------------------------- 1 · translate & overview
+def test_overview_shows_translation_tokens_grids_and_exports(app_root: Path) -> None:
+    at = ok(run())
+    out = expected(app_root)
+    assert at.text_input(key="text").value == SENTENCE  # the first example of the source language
+    assert f"#### {md(out.text)}" in texts(at)
+    assert "`␣Is`" in texts(at) and "`</s>`" in texts(at)
+    names = titles(at)
+    assert names[0] == "Encoder self-attention: every layer × head — as trained"  # only the open tab is drawn
+    assert any(t.startswith("Cross-attention · layer 1 · head 1") for t in names)
+    grid = specs(at)[0]
+    assert [t["name"] for t in grid["data"]] == ["L1", "L2"] and all(t["type"] == "heatmap" for t in grid["data"])
+    for kind in ("Decoder masked self-attention", "Cross-attention"):
+        at.session_state["overview_tab"] = kind
+        assert titles(ok(at.run(timeout=TIMEOUT)))[0] == f"{kind}: every layer × head — as trained"
+    assert [b.label for b in at.get("download_button")] == ["⬇ Trace as JSON", "⬇ Trace as NPZ"]
+    assert "Options in effect: **as trained**" in [m.value for m in at.sidebar.markdown]
+
+
+def test_overview_example_picker_and_enter(app_root: Path) -> None:
+    at = run()
+    at.selectbox(key="example").set_value("The cat sleeps on the warm chair.").run(timeout=TIMEOUT)
+    ok(at)
+    assert at.text_input(key="text").value == "The cat sleeps on the warm chair."
+    at.text_input(key="text").input(LONGER).run(timeout=TIMEOUT)
+    ok(at)
+    assert f"#### {md(expected(app_root, LONGER).text)}" in texts(at)
+    assert at.query_params["text"] == LONGER
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty"), ("   \t  ", "empty"), ("\x00\x01\x02", "empty"), ("x" * 5001, "limit is 5,000"),
+    ("😀 🎉 👍", "unknown to this model"), ("日本語のテキスト", "unknown to this model"),
+    ("word " * 300, "Truncated"),
+])
+def test_bad_input_gives_a_message_not_a_traceback(text: str, message: str) -> None:
+    at = run()
+    at.text_input(key="text").input(text).run(timeout=TIMEOUT)
+    assert not at.exception, [e.message for e in at.exception]
+    assert message in "\n".join(w.value for w in at.warning)
+
+
+def test_markdown_and_html_in_the_text_stay_literal() -> None:
+    at = run()
+    at.text_input(key="text").input("Price: $5 *now* <b>bold</b> [link](x) # 1").run(timeout=TIMEOUT)
+    ok(at)
+    assert any(m.value.startswith("#### ") for m in at.markdown)
+    assert "`␣\\*now\\*`" not in texts(at)  # pieces are shown as code, not re-escaped
+    assert md("*a* $b$ <i>") == "\\*a\\* \\$b\\$ \\<i\\>"
+
+
+def test_toggles_change_the_options_shown_and_the_link() -> None:
+    at = run()
+    at.toggle(key="pe").set_value(False).run(timeout=TIMEOUT)
+    ok(at)
+    assert "Options in effect: **PE off**" in [m.value for m in at.sidebar.markdown]
+    assert all(t.endswith("— PE off") for t in titles(at))
+    assert at.query_params["pe"] == "0"
+    at.session_state["overview_tab"] = "Cross-attention"
+    at.multiselect(key="ablate").set_value(["cross L1 H2"]).run(timeout=TIMEOUT)
+    ok(at)
+    assert "Options in effect: **PE off, 1 head ablated**" in [m.value for m in at.sidebar.markdown]
+    assert at.button(key="reset").disabled is False
+    cross = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Cross-attention: every"))
+    assert [a["name"] for a in cross["layout"]["annotations"] if a["text"] == "off"] == ["off L1 H2"]
+    assert at.query_params["ablate"] == "cross.1.2"
+    at.button(key="reset").click().run(timeout=TIMEOUT)
+    ok(at)
+    assert "Options in effect: **as trained**" in [m.value for m in at.sidebar.markdown]
+    assert "pe" not in at.query_params and "ablate" not in at.query_params
+
+
+def test_query_params_restore_the_view() -> None:
+    at = ok(run({"page": "head", "text": LONGER, "pe": "0", "causal": "0", "kind": "encoder", "layer": "2",
+                 "head": "2", "values": "scores"}))
+    assert at.title[0].value == "Head detail"
+    assert at.text_input(key="text").value == LONGER
+    assert (at.session_state["layer"], at.session_state["head"], at.session_state["kind"]) == (1, 1, "encoder")
+    assert titles(at) == ["Encoder self-attention · layer 2 · head 2 · scaled scores QKᵀ/√d_k (grey = masked, −∞)"
+                          " — PE off, causal mask off"]
+    assert at.query_params["page"] == "head" and at.query_params["layer"] == "2"
+
+
+def test_bad_query_params_fall_back_to_defaults() -> None:
+    at = ok(run({"layer": "zero", "head": "-4", "beam": "many", "pe": "maybe", "ablate": "bogus", "ckpt": "../etc",
+                 "kind": "nonsense"}))
+    assert at.session_state["layer"] == 0 and at.session_state["pe"] is True
+    assert at.selectbox(key="ckpt").value == "tiny"
+
+
+def test_checkpoint_picker_lists_only_checkpoint_folders() -> None:
+    at = ok(run())
+    assert at.selectbox(key="ckpt").options == ["tiny", "tiny-ssru"]
+    assert "Running on **CPU**" in at.sidebar.caption[-1].value
+
+
+def test_ssru_decoder_shows_gates_instead_of_self_attention() -> None:
+    at = run()
+    at.selectbox(key="ckpt").set_value("tiny-ssru").run(timeout=TIMEOUT)
+    ok(at)
+    at.session_state["overview_tab"] = "Decoder (SSRU, no self-attention)"
+    ok(at.run(timeout=TIMEOUT))
+    assert "This model's decoder has **no self-attention**" in texts(at)
+    assert any(t.startswith("SSRU forget gates · decoder layer 1") for t in titles(at))
+    assert at.radio(key="kind").options == ["encoder self-attention", "cross-attention"]
+
+
+def test_default_checkpoint_env_then_default_file_then_first(app_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from viz_app import state
+    names = state.checkpoint_names()
+    assert names == ["tiny", "tiny-ssru"]
+    monkeypatch.setenv("LAB_CHECKPOINT", "tiny-ssru")
+    assert state.default_checkpoint(names) == "tiny-ssru"
+    monkeypatch.setenv("LAB_CHECKPOINT", str(app_root / "tiny-ssru"))  # a path works too
+    assert state.default_checkpoint(names) == "tiny-ssru"
+    monkeypatch.delenv("LAB_CHECKPOINT")
+    assert state.default_checkpoint(names) == "tiny"  # no DEFAULT file: the first folder
+    other = app_root.parent / "with_default_file"
+    for name in ("a", "b"):
+        (other / name).mkdir(parents=True, exist_ok=True)
+        (other / name / "config.json").write_text("{}")
+    (other / "DEFAULT").write_text("b\n")
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(other))
+    assert state.default_checkpoint(state.checkpoint_names()) == "b"
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", "checkpoints")
+    assert state.checkpoint_root().name == "checkpoints"
+
+
+def test_no_checkpoint_explains_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(tmp_path))
+    at = run()
+    assert not at.exception
+    assert "make run" in at.info[0].value and "make train" in at.info[0].value
+
+
+def test_a_broken_checkpoint_is_reported_not_raised(app_root: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((app_root / "tiny" / "config.json").read_text())  # weights missing
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(tmp_path))
+    monkeypatch.setenv("LAB_CHECKPOINT", "broken")
+    at = run()
+    assert not at.exception
+    assert any("The checkpoint cannot be loaded" in e.value for e in at.error)
+
+
+# ----------------------------------------------------------------------------- 2 · head detail
+def test_head_detail_pickers_aggregation_and_scores() -> None:
+    at = run()
+    at.switch_page("views/head.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert titles(at) == ["Cross-attention · layer 1 · head 1 · weights — as trained"]
+    at.radio(key="kind").set_value("decoder masked self-attention")
+    at.selectbox(key="layer").set_value(1)
+    at.radio(key="agg").set_value("mean")
+    at.run(timeout=TIMEOUT)
+    ok(at)
+    assert titles(at) == ["Decoder masked self-attention · layer 2 · mean over 2 heads · weights — as trained"]
+    at.radio(key="values").set_value("scores").run(timeout=TIMEOUT)
+    spec = specs(ok(at))[0]
+    assert "scaled scores" in spec["layout"]["title"]["text"]
+    z = array(spec["data"][0]["z"])
+    assert np.isnan(z[0, 1]) and np.isfinite(z[1, 0])  # causal: the future is −∞ (a gap)
+    at.radio(key="values").set_value("weights").run(timeout=TIMEOUT)
+    at.checkbox(key="fixed").check().run(timeout=TIMEOUT)
+    heat = specs(ok(at))[0]["data"][0]
+    assert (heat["zmin"], heat["zmax"]) == (0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- 3 · masks
+def test_masks_page_with_a_padded_batch_and_live_toggles(app_root: Path) -> None:
+    at = run()
+    at.switch_page("views/masks.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert "has no `<pad>` tokens" in texts(at)
+    at.text_input(key="text2").input(LONGER).run(timeout=TIMEOUT)
+    ok(at)
+    batch_texts, _ = core.load(app_root / "tiny").translate_batch([SENTENCE, LONGER])
+    assert f"**Translation 2:** {md(batch_texts[1])}" in texts(at)
+    panels = specs(at)[0]
+    assert panels["layout"]["title"]["text"] == "Masks of the cross-attention — as trained, batch of 2 (greedy)"
+    padding = array(panels["data"][0]["z"])
+    assert padding[0, -1] == 0 and padding[0, 0] == 1  # sentence 1 is the shorter one: its tail is <pad>
+    stages = specs(at)[1]
+    assert any(t.get("name") == "−∞ (masked)" for t in stages["data"])
+
+    at.toggle(key="masks_padding").set_value(False).run(timeout=TIMEOUT)
+    ok(at)
+    assert at.session_state["padding"] is False and at.toggle(key="padding").value is False
+    assert "padding mask off" in [m.value for m in at.sidebar.markdown][-1]
+    applied = array(specs(at)[0]["data"][2]["z"])
+    assert applied.all()  # nothing blocked any more
+
+    at.radio(key="kind").set_value("decoder masked self-attention")
+    at.toggle(key="masks_causal").set_value(False).run(timeout=TIMEOUT)
+    ok(at)
+    assert array(specs(at)[0]["data"][2]["z"]).all()
+    assert at.query_params["causal"] == "0"
+
+
+# ----------------------------------------------------------------------------- 4 · positional encoding
+def test_positional_page_table_run_and_comparison() -> None:
+    at = run()
+    at.switch_page("views/positional.py").run(timeout=TIMEOUT)
+    ok(at)
+    names = titles(at)
+    assert "Positional-encoding table: 64 positions × 16 dimensions" in names
+    at.session_state["pe_tab"] = "Added in this run"
+    names = titles(ok(at.run(timeout=TIMEOUT)))
+    assert names == ["PE values added to the source tokens — as trained",
+                     "PE values added to the decoder input tokens — as trained"]
+    at.session_state["pe_tab"] = "Switch it off"
+    at.run(timeout=TIMEOUT)
+    at.toggle(key="compare").set_value(True).run(timeout=TIMEOUT)
+    ok(at)
+    assert "**With PE:**" in texts(at) and "**Without PE:**" in texts(at)
+    names = titles(at)
+    assert "Without PE — PE off" in names
+    diff = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Difference (without PE − with PE)"))
+    axis = diff["layout"]["coloraxis"]
+    assert axis["cmin"] == pytest.approx(-axis["cmax"])
+
+
+# ----------------------------------------------------------------------------- 5 · step by step
+def test_steps_page_slider_buttons_and_beam() -> None:
+    at = run()
+    at.switch_page("views/steps.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert "**Step 1 of" in texts(at)
+    assert "Top 10 candidates at step 1 — as trained" in titles(at)
+    at.button(key="next").click().run(timeout=TIMEOUT)
+    ok(at)
+    assert at.session_state["step"] == 1 and "**Step 2 of" in texts(at)
+    assert any(t.startswith("Decoder self-attention at step 2") for t in titles(at))
+    at.select_slider(key="step").set_value(4).run(timeout=TIMEOUT)
+    assert "**Step 5 of" in texts(ok(at))
+    n = len(at.select_slider(key="step").options)
+    at.select_slider(key="step").set_value(n - 2).run(timeout=TIMEOUT)
+    at.toggle(key="playing").set_value(True).run(timeout=TIMEOUT)  # plays the last step, then stops by itself
+    ok(at)
+    assert at.session_state["step"] == n - 1 and at.session_state["playing"] is False
+    assert at.query_params["step"] == str(n)  # 1-based in links
+    at.radio(key="beam").set_value(4).run(timeout=TIMEOUT)
+    ok(at)
+    assert "Beam search kept several" in texts(at)
+    assert any(t.endswith("— beam 4") for t in titles(at))
+
+
+# ----------------------------------------------------------------------------- 6 · learn
+def test_learn_page_recomputes_the_recorded_weights() -> None:
+    at = run()
+    at.switch_page("views/learn.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert "recomputed softmax equals the weights the model recorded" in at.success[0].value
+    at.radio(key="kind").set_value("decoder masked self-attention")
+    at.select_slider(key="query").set_value(2).run(timeout=TIMEOUT)
+    ok(at)
+    assert "recomputed softmax equals" in at.success[0].value
+    table = at.dataframe[3].value
+    assert list(table["mask M"])[:4] == ["0", "0", "0", "−∞"]  # query 2 may see keys 0..2
+    assert any("query 2" in t for t in titles(at))

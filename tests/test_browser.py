@@ -1,0 +1,165 @@
+"""End-to-end in a real browser: `streamlit run viz_app/app.py` + Debian's Chromium driven by Playwright.
+
+Runs against a tiny random checkpoint, and also against the real checkpoints under checkpoints/
+when there are any. Screenshots go to test-artifacts/ (gitignored).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+
+import core
+from conftest import build_tiny_checkpoint
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-quic"]
+SENTENCE = "The cat sleeps on the warm chair."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("browser_checkpoints")
+    build_tiny_checkpoint(root / "tiny", seed=3)
+    return root
+
+
+def _server(root: Path, checkpoint: str) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "LAB_CHECKPOINT_ROOT": str(root), "LAB_CHECKPOINT": checkpoint, "LAB_TORCH_THREADS": "1"}
+    log = (ARTIFACTS / f"server-{checkpoint}.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "viz_app" / "app.py"),
+                             "--server.port", str(port), "--server.headless", "true",
+                             "--browser.gatherUsageStats", "false"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://localhost:{port}"
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"streamlit did not become healthy; see {log.name}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log.close()
+
+
+def _figure_titles(page) -> list[str]:
+    return page.eval_on_selector_all(".js-plotly-plot .gtitle", "els => els.map(e => e.textContent)")
+
+
+def _real_checkpoint() -> str | None:
+    names = [p.name for p in core.list_checkpoints(REPO / "checkpoints")]
+    return "ding-en-de" if "ding-en-de" in names else (names[0] if names else None)
+
+
+@pytest.fixture(params=["tiny", "real"])
+def served(request: pytest.FixtureRequest, tiny_root: Path) -> Iterator[tuple[str, Path, str]]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser test")
+    ARTIFACTS.mkdir(exist_ok=True)
+    if request.param == "tiny":
+        root, name = tiny_root, "tiny"
+    else:
+        name = _real_checkpoint()
+        if name is None:
+            pytest.skip("no real checkpoint under checkpoints/ yet (make run / make train)")
+        root = REPO / "checkpoints"
+    yield from ((url, root, name) for url in _server(root, name))
+
+
+def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, str]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, root, name = served
+    torch.set_num_threads(1)  # the app's setting on this machine: identical arithmetic, identical greedy choices
+    bundle = core.load(root / name, device="cpu")
+    sentence = SENTENCE if bundle.languages[0] == "en" else "O gato dorme na cadeira quente."
+    expected = bundle.translate(sentence).text
+    expected_no_pe = bundle.translate(sentence, options=core.InferenceOptions(positional_encoding=False)).text
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2200})
+            page.goto(url, timeout=120_000)
+            page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=120_000)
+            box = page.locator(".st-key-text input")
+            box.fill(sentence)
+            start = time.time()
+            box.press("Enter")
+            page.wait_for_function(
+                """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
+                arg=[expected or "∅ (the model produced no words)"], timeout=60_000)
+            page.wait_for_function(
+                """() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
+                           return plots.length >= 2 && plots.every(p => p.querySelector('.heatmaplayer image'))
+                                  && document.querySelector('[data-testid="stApp"]')
+                                             .getAttribute('data-test-script-state') === 'notRunning'; }""",
+                timeout=60_000)
+            elapsed = time.time() - start
+            print(f"\n[{name}] Enter -> translation and heatmaps drawn in {elapsed:.2f} s")
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-overview.png"))
+            assert any("as trained" in t for t in _figure_titles(page)), _figure_titles(page)
+
+            page.locator(".st-key-pe label").click()
+            page.wait_for_function(
+                """() => document.querySelector('section[data-testid="stSidebar"]').innerText.includes('PE off')""",
+                timeout=60_000)
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                         .some(t => t.textContent.includes('PE off'))""",
+                timeout=60_000)
+            if expected_no_pe != expected:
+                page.wait_for_function(
+                    """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
+                    arg=[expected_no_pe or "∅ (the model produced no words)"], timeout=60_000)
+            assert "pe=0" in page.url
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-pe-off.png"))
+
+            with page.expect_download(timeout=60_000) as download:  # the trace export, made on click
+                page.locator(".st-key-dl_json button").click()
+            exported = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+            assert exported["options"]["positional_encoding"] is False
+            assert "attention.cross.0" in exported["arrays"] and download.value.suggested_filename == "trace.json"
+
+            page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
+            page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60_000)
+            page.wait_for_timeout(500)
+            assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
+            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-head.png"))
+        finally:
+            browser.close()

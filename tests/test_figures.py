@@ -1,0 +1,209 @@
+"""Unit tests of the pure Plotly builders in viz_app/figures.py (no Streamlit involved)."""
+from __future__ import annotations
+
+import ast
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from viz_app import figures, figures_pe
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = ["▁Is", "▁the", "re", "▁the", "?", "</s>"]  # a repeated piece on purpose
+TGT = ["<s>", "▁Ist", "▁noch", "▁noch"]
+
+
+def _weights(h: int, q: int, k: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(h, q, k))
+    e = np.exp(x)
+    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def _heatmaps(fig: go.Figure) -> list[go.Heatmap]:
+    return [t for t in fig.data if isinstance(t, go.Heatmap)]
+
+
+# ----------------------------------------------------------------------------- purity
+@pytest.mark.parametrize("module", ["figures", "figures_pe"])
+def test_figure_modules_never_import_streamlit(module: str) -> None:
+    tree = ast.parse((REPO / "viz_app" / f"{module}.py").read_text(encoding="utf-8"))
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not [n for n in names if n.split(".")[0] == "streamlit"]
+    code = f"import sys; import viz_app.{module}; print('streamlit' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------------------- labels
+def test_token_labels_mark_word_starts_and_escape_html() -> None:
+    assert figures.token_label("▁the") == "␣the"
+    assert figures.token_label("<s>") == "&lt;s&gt;"  # Plotly would read '<s>' as strike-through markup
+    assert figures.token_text("<s>") == "<s>"
+    assert figures.token_text("a\x07") == "a\\u0007"
+    assert figures.token_text("") == "∅"
+
+
+def test_unique_labels_keep_duplicate_pieces_apart() -> None:
+    labels = figures.unique_labels(SRC)
+    assert len(set(labels)) == len(SRC)
+    assert labels[1] == "1 ␣the" and labels[3] == "3 ␣the"
+
+
+def test_plot_config_exports_png() -> None:
+    config = figures.plot_config("cross L1/H2")
+    assert config["toImageButtonOptions"]["format"] == "png"
+    assert config["toImageButtonOptions"]["filename"] == "cross_L1_H2"
+    assert config["displaylogo"] is False
+
+
+# ----------------------------------------------------------------------------- head heatmap
+def test_head_heatmap_uses_tokens_as_tick_labels_and_rounds() -> None:
+    w = _weights(1, len(TGT), len(SRC))[0]
+    fig = figures.head_heatmap(w, TGT, SRC, title="Cross · layer 1 · head 1 — PE off")
+    (hm,) = _heatmaps(fig)
+    assert list(fig.layout.xaxis.ticktext) == figures.token_labels(SRC)
+    assert list(fig.layout.yaxis.ticktext) == figures.token_labels(TGT)
+    assert list(fig.layout.xaxis.tickvals) == list(range(len(SRC)))  # positional: duplicates stay separate
+    z = np.asarray(hm.z, dtype=np.float64)
+    np.testing.assert_allclose(z, np.round(w, figures.DECIMALS), atol=1e-6)
+    assert hm.zmin == 0 and hm.zmax == pytest.approx(float(z.max()), abs=1e-6)
+    assert fig.layout.title.text.endswith("— PE off")
+    assert fig.layout.yaxis.autorange == "reversed"  # first query at the top, like a matrix
+    assert "query 0 &lt;s&gt;" in hm.text[0][0] and "key 3 ␣the" in hm.text[0][3]
+
+
+def test_head_heatmap_fixed_scale_is_zero_to_one() -> None:
+    fig = figures.head_heatmap(_weights(1, 3, 3)[0] * 0.5, TGT[:3], SRC[:3], title="t", fixed_scale=True)
+    hm = _heatmaps(fig)[0]
+    assert (hm.zmin, hm.zmax) == (0.0, 1.0)
+
+
+def test_head_heatmap_scores_show_masked_cells_as_gaps_with_a_grey_layer() -> None:
+    scores = np.array([[0.5, -np.inf, -np.inf], [1.5, -2.0, -np.inf], [0.1, 0.2, 0.3]], dtype=np.float32)
+    fig = figures.head_heatmap(scores, TGT[:3], TGT[:3], title="scores", values="scores")
+    main, grey = _heatmaps(fig)
+    z = np.asarray(main.z, dtype=np.float64)
+    assert np.isnan(z[0, 1]) and np.isnan(z[1, 2]) and z[1, 1] == pytest.approx(-2.0)
+    assert main.zmid == 0 and main.zmin == -main.zmax == pytest.approx(-2.0)  # symmetric around 0
+    assert "−∞ (masked)" in main.text[0][1]
+    g = np.asarray(grey.z, dtype=np.float64)
+    assert g[0, 1] == 1 and np.isnan(g[0, 0]) and grey.showscale is False
+
+
+def test_aggregate_mean_and_max() -> None:
+    a = np.stack([np.eye(2), np.ones((2, 2)) * 0.5]).astype(np.float32)
+    np.testing.assert_allclose(figures.aggregate(a, "mean"), [[0.75, 0.25], [0.25, 0.75]])
+    np.testing.assert_allclose(figures.aggregate(a, "max"), [[1.0, 0.5], [0.5, 1.0]])
+    with pytest.raises(ValueError):
+        figures.aggregate(a, "median")
+
+
+# ----------------------------------------------------------------------------- grids
+def test_attention_grid_shows_every_layer_and_head() -> None:
+    maps = [_weights(3, len(TGT), len(SRC), seed=s) for s in range(2)]
+    fig = figures.attention_grid(maps, TGT, SRC, title="Cross — as trained", ablated=[(1, 2)], selected=(0, 1))
+    hms = _heatmaps(fig)
+    assert len(hms) == 2 and [t.name for t in hms] == ["L1", "L2"]  # one subplot row per layer
+    assert (hms[0].xaxis, hms[1].xaxis) == ("x", "x2")
+    n_k = len(SRC)
+    z = np.asarray(hms[1].z, dtype=np.float64)
+    assert z.shape == (len(TGT), 3 * (n_k + 1) - 1)  # three heads side by side, one blank column between
+    np.testing.assert_allclose(z[:, n_k + 1: 2 * n_k + 1], np.round(maps[1][1], 4), atol=1e-6)  # L2 H2
+    assert np.isnan(z[:, n_k]).all()
+    assert list(hms[0].y) == figures.unique_labels(TGT)
+    assert hms[0].x[0] == "H1 · key 0 ␣Is" and hms[0].x[n_k + 1 + 3] == "H2 · key 3 ␣the"
+    assert len(set(hms[0].x)) == len(hms[0].x)  # categorical labels must be unique
+    labels = [a.text for a in fig.layout.annotations]
+    assert labels[:3] == ["H1", "H2", "H3"] and "L1" in labels and "L2" in labels
+    off = [a for a in fig.layout.annotations if a.text == "off"]
+    assert len(off) == 1 and off[0].yref == "y2" and off[0].x == pytest.approx(2 * (n_k + 1) + (n_k - 1) / 2)
+    (box,) = fig.layout.shapes  # the selected head, L1 H2
+    assert (box.xref, box.x0, box.x1) == ("x", n_k + 1 - 0.5, 2 * n_k + 1 - 0.5)
+    assert fig.layout.coloraxis.cmin == 0
+
+
+def test_difference_grid_uses_a_symmetric_scale() -> None:
+    a = [_weights(2, 3, 3, seed=0)]
+    b = [_weights(2, 3, 3, seed=1)]
+    diff = [b[0] - a[0]]
+    fig = figures.attention_grid(diff, TGT[:3], TGT[:3], title="Δ", diverging=True)
+    ca = fig.layout.coloraxis
+    assert ca.cmin == pytest.approx(-ca.cmax) and ca.cmid == 0
+    assert ca.cmax == pytest.approx(float(np.abs(np.round(diff[0], 4)).max()), abs=1e-6)
+    assert ca.colorscale[0][1] != ca.colorscale[-1][1]  # diverging: two different ends
+
+
+# ----------------------------------------------------------------------------- masks
+def test_mask_panels_show_each_mask() -> None:
+    causal = np.tril(np.ones((4, 4), dtype=bool))
+    fig = figures.mask_panels({"padding": np.ones((4, 4), bool), "causal": causal, "applied": causal}, TGT, TGT,
+                              title="Masks — causal mask off")
+    hms = _heatmaps(fig)
+    assert len(hms) == 3
+    np.testing.assert_array_equal(np.asarray(hms[1].z), causal.astype(int))
+    assert [a.text for a in fig.layout.annotations] == ["padding", "causal", "applied"]
+    assert sum(bool(h.showscale) for h in hms) == 1
+    assert list(hms[2].colorbar.ticktext) == ["blocked", "may attend"]
+
+
+def test_mask_stages_handles_minus_infinity() -> None:
+    raw = np.array([0.2, -1.0, 0.7, 1.3])
+    mask = np.array([True, True, False, False])
+    e = np.exp(raw[:2] - raw[:2].max())
+    weights = np.array([*(e / e.sum()), 0.0, 0.0])
+    fig = figures.mask_stages(raw, mask, weights, ["<s>", "▁a", "▁b", "▁c"], title="stages — as trained")
+    scores, masked, minus_inf, soft = fig.data
+    np.testing.assert_allclose(np.asarray(scores.y, float), raw)
+    y = np.asarray(masked.y, float)
+    assert np.isnan(y[2]) and np.isnan(y[3]) and y[0] == pytest.approx(0.2)
+    assert list(minus_inf.x) == [2, 3] and list(minus_inf.text) == ["−∞", "−∞"]
+    np.testing.assert_allclose(np.asarray(soft.y, float), np.round(weights, 4))
+    assert not np.isnan(np.asarray(soft.y, float)).any()
+
+
+# ----------------------------------------------------------------------------- decoding, SSRU, PE
+def test_step_attention_rows_and_topk_bars() -> None:
+    rows = [_weights(2, 1, 3)[:, 0], _weights(2, 1, 3, seed=1)[:, 0]]  # per layer (H, n_key)
+    fig = figures.step_attention(rows, TGT[:3], title="step 3")
+    hm = _heatmaps(fig)[0]
+    assert list(hm.y) == ["L1 H1", "L1 H2", "L2 H1", "L2 H2"] and np.asarray(hm.z).shape == (4, 3)
+    bars = figures.topk_bars([("▁noch", 0.61234567), ("▁Tee", 0.2)], "▁noch", title="top-k — beam 4")
+    bar = bars.data[0]
+    assert list(bar.y) == ["1. ␣noch", "2. ␣Tee"] and bar.x[0] == pytest.approx(0.6123)
+    assert bar.marker.color[0] != bar.marker.color[1]
+
+
+def test_ssru_gates_shape_and_mean() -> None:
+    gates = np.random.default_rng(0).uniform(size=(4, 16)).astype(np.float32)
+    fig = figures.ssru_gates(gates, TGT, title="SSRU gates")
+    hm, mean = fig.data
+    assert np.asarray(hm.z).shape == (16, 4)  # dimensions × positions
+    assert (hm.zmin, hm.zmax) == (0.0, 1.0)
+    np.testing.assert_allclose(np.asarray(mean.y, float), np.round(gates.mean(1), 4), atol=1e-6)
+    assert list(fig.layout.xaxis2.ticktext) == figures.token_labels(TGT)
+
+
+def test_positional_encoding_figures() -> None:
+    from core.positional import sinusoidal_table
+    table = sinusoidal_table(20, 16).numpy()
+    matrix = figures_pe.pe_matrix(table, title="PE")
+    assert np.asarray(matrix.data[0].z).shape == (20, 16) and matrix.data[0].zmid == 0
+    added = figures_pe.pe_matrix(table[:4], tokens=TGT, title="added — PE off")
+    assert list(added.layout.yaxis.ticktext) == figures.token_labels(TGT)
+    curves = figures_pe.pe_curves(table, [0, 5], title="curves")
+    assert [t.name for t in curves.data] == ["dim 0", "dim 5"]
+    sim = np.asarray(figures_pe.pe_similarity(table, title="sim").data[0].z, float)
+    assert sim.shape == (20, 20) and sim[0, 0] == pytest.approx(8.0, abs=1e-3)  # d/2 sin²+cos² pairs
+    assert np.allclose(sim, sim.T)
+
+
+def test_rounded_turns_infinities_into_gaps() -> None:
+    r = figures.rounded(np.array([1.234567, -math.inf, math.inf]))
+    assert r[0] == pytest.approx(1.2346) and np.isnan(r[1]) and np.isnan(r[2]) and r.dtype == np.float32

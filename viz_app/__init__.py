@@ -1,0 +1,1 @@
+"""Transformer Attention Lab — the Streamlit app (entry: viz_app/app.py)."""

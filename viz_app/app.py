@@ -1,0 +1,47 @@
+"""Transformer Attention Lab — the Streamlit entry point: page config, sidebar, navigation.
+
+Run with ``streamlit run viz_app/app.py`` (``make run``). The pages live in ``viz_app/views``;
+figures in ``viz_app/figures.py``; cached loaders and the link state in ``viz_app/state.py``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `streamlit run viz_app/app.py` puts only viz_app/ on the path
+    sys.path.insert(0, str(REPO))
+
+import streamlit as st  # noqa: E402
+
+from viz_app import common, state  # noqa: E402
+
+st.set_page_config(page_title="Transformer Attention Lab", page_icon=":material/visibility:", layout="wide")
+
+PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
+    key: st.Page(f"views/{key}.py", title=title, icon=f":material/{icon}:", url_path=key, default=key == "overview")
+    for key, title, icon in [
+        ("overview", "Translate & overview", "translate"), ("head", "Head detail", "zoom_in"),
+        ("masks", "Masks", "grid_on"), ("positional", "Positional encoding", "waves"),
+        ("steps", "Step-by-step decoding", "play_circle"), ("learn", "Learn: attention by hand", "calculate"),
+    ]
+}
+
+state.init()
+page = st.navigation(list(PAGES.values()), position="sidebar")
+first = st.session_state.pop("_first_page", "")
+if first in PAGES and page.url_path in ("", "overview") and first != "overview":
+    st.switch_page(PAGES[first], query_params=st.query_params.to_dict())  # a link naming ?page=…
+
+if common.sidebar() is None:
+    if not state.checkpoint_names():
+        common.no_checkpoint()
+        st.stop()
+state.sync_url(page.url_path or "overview")
+try:
+    page.run()
+except Exception as exc:  # noqa: BLE001 — a generic box instead of a traceback (script control is BaseException)
+    st.error(f"**This view failed** ({type(exc).__name__}): {exc}. Try another sentence or reset the switches.",
+             icon=":material/bug_report:")
+else:
+    state.sync_url(page.url_path or "overview")

@@ -1,0 +1,166 @@
+"""Widgets shared by the pages: the sidebar, the sentence bar, head pickers, token pills, export."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+import streamlit as st
+import torch
+
+import core
+from viz_app import state
+from viz_app.figures import plot_config, token_text
+
+HOW_TO_GET_ONE = (
+    "No checkpoint found under `{root}`. Get one with **`make run`** (imports the pretrained "
+    "Bergamot en↔pt models) or **`make train`** (trains `ding-en-de`), or point the app at another "
+    "folder with the environment variable `LAB_CHECKPOINT_ROOT`.")
+
+
+def md(text: str) -> str:
+    """User or model text made literal for st.markdown (no accidental bold, links, HTML or LaTeX)."""
+    return "".join("\\" + ch if ch in "\\`*_[]<>#$~|" else ch for ch in text)
+
+
+def _example_picked() -> None:
+    choice = st.session_state.get("example")
+    if choice:
+        st.session_state["text"] = choice
+
+
+def _checkpoint_changed() -> None:
+    """Switching to a model with another source language: swap an example sentence for one it can read."""
+    ss = st.session_state
+    b = state.guarded(lambda: state.load_bundle(state.ckpt_path()))
+    if b is None:
+        return
+    src = b.languages[0]
+    if src in state.EXAMPLES and any(ss.get("text") in ex for lang, ex in state.EXAMPLES.items() if lang != src):
+        ss["text"] = state.EXAMPLES[src][0]
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.1f} M" if n >= 100_000 else f"{n / 1e3:.1f} k"
+
+
+def _reset() -> None:
+    st.session_state.update(pe=True, causal=True, padding=True, ablate=[])
+
+
+def sidebar() -> core.Bundle | None:
+    """Checkpoint picker, model info, device, toggles and ablations. Returns the loaded bundle (or None)."""
+    ss = st.session_state
+    names = state.checkpoint_names()
+    with st.sidebar:
+        if not names:
+            return None
+        if ss.get("ckpt") not in names:
+            ss["ckpt"] = state.default_checkpoint(names)
+        st.selectbox("Checkpoint", names, key="ckpt", on_change=_checkpoint_changed,
+                     help=f"Model folders under `{state.checkpoint_root()}`")
+        bundle = state.bundle()
+        if bundle is None:
+            return None
+        if not ss.get("text") and not ss.get("_text_defaulted"):
+            ss["text"] = state.EXAMPLES.get(bundle.languages[0], state.EXAMPLES["en"])[0]
+        ss["_text_defaulted"] = True
+        cfg = bundle.config
+        device = bundle.device
+        device_label = f"CUDA ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "CPU"
+        decoder = "SSRU (no self-attention)" if cfg.decoder_self == "ssru" else "self-attention"
+        st.caption(f"**{bundle.languages[0]} → {bundle.languages[1]}** · {cfg.n_encoder_layers}+{cfg.n_decoder_layers} "
+                   f"layers · {cfg.n_heads} heads · {_count(bundle.model.n_parameters())} parameters")
+        with st.expander("Model details", expanded=False):
+            st.markdown(f"- **{cfg.n_encoder_layers}** encoder / **{cfg.n_decoder_layers}** decoder layers\n"
+                        f"- **{cfg.n_heads}** heads, d_model **{cfg.d_model}**, d_k **{cfg.d_head}**\n"
+                        f"- decoder: {decoder}\n- **{_count(bundle.model.n_parameters())}** parameters\n"
+                        f"- positions: {cfg.positional} ({cfg.pe_layout})")
+        st.caption(f"Running on **{device_label}** · {bundle.name}")
+        st.subheader("Switches", divider="gray")
+        st.toggle("Positional encoding", key="pe", help="Add the position signal to the token embeddings.")
+        st.toggle("Causal mask (decoder)", key="causal", help="Stop the decoder from looking at later target tokens.")
+        st.toggle("Padding mask", key="padding", help="Stop attention to <pad> tokens of a padded batch.")
+        kinds = [k for k in core.ATTENTION_KINDS if k != "decoder" or cfg.decoder_self == "attention"]
+        labels = [state.head_label(k, l, h) for k in kinds
+                  for l in range(cfg.n_encoder_layers if k == "encoder" else cfg.n_decoder_layers)
+                  for h in range(cfg.n_heads)]
+        ss["ablate"] = [a for a in ss.get("ablate", []) if a in labels]
+        st.multiselect("Switch off heads", labels, key="ablate", placeholder="none",
+                       help="An ablated head's output is zeroed (its weights are still shown).")
+        note = state.options_note(state.options(), int(ss.get("beam", 1)))
+        st.markdown(f"Options in effect: **{note}**", help="Every figure title ends with these options.")
+        st.button("Reset switches", on_click=_reset, key="reset", icon=":material/restart_alt:",
+                  disabled=state.options() == core.InferenceOptions())
+    return bundle
+
+
+def no_checkpoint() -> None:
+    """The page shown when there is nothing to load."""
+    st.title("Transformer Attention Lab")
+    st.info(HOW_TO_GET_ONE.format(root=state.checkpoint_root()), icon=":material/inventory_2:")
+
+
+def sentence_bar(label: str = "Sentence to translate") -> core.Translation | None:
+    """Text input (Enter translates) with example sentences; returns the cached translation or None."""
+    bundle = state.bundle()
+    if bundle is None:
+        return None
+    src = bundle.languages[0]
+    examples = state.EXAMPLES.get(src, state.EXAMPLES["en"])
+    left, right = st.columns([3, 1])
+    left.text_input(f"{label} ({src} → {bundle.languages[1]}) — press Enter", key="text",
+                    placeholder="Type a sentence and press Enter")
+    right.selectbox("…or pick an example", examples, index=None, key="example", on_change=_example_picked,
+                    placeholder="Examples")
+    out = state.current()
+    if out is not None:
+        state.show_notices(out)
+    return out
+
+
+def translation_header(out: core.Translation) -> None:
+    """The translation in large type plus the options it was made with."""
+    note = state.options_note(out.options, out.beam_size)
+    st.markdown(f"#### {md(out.text) or '∅ (the model produced no words)'}")
+    st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
+
+
+def token_pills(tokens: Sequence[str], highlight: int | None = None) -> None:
+    """Pieces as inline code spans ('␣' = word start); ``highlight`` is bold."""
+    spans = []
+    for i, t in enumerate(tokens):
+        text = token_text(t).replace("`", "ˋ")
+        spans.append(f"**`{text}`**" if i == highlight else f"`{text}`")
+    st.markdown(" ".join(spans) if spans else "∅")
+
+
+def kind_picker(kinds: Sequence[str], key: str = "kind") -> str:
+    """Radio of the attention kinds this model has."""
+    state.clamp(key, list(kinds))
+    return st.radio("Attention", list(kinds), key=key, horizontal=True, format_func=lambda k: state.KINDS[k])
+
+
+def layer_head_pickers(n_layers: int, n_heads: int, with_head: bool = True) -> tuple[int, int]:
+    """Layer and head selects (1-based labels, 0-based values)."""
+    state.clamp("layer", list(range(n_layers)))
+    state.clamp("head", list(range(n_heads)))
+    cols = st.columns(2)
+    layer = cols[0].selectbox("Layer", list(range(n_layers)), key="layer", format_func=lambda i: f"Layer {i + 1}")
+    head = cols[1].selectbox("Head", list(range(n_heads)), key="head", format_func=lambda i: f"Head {i + 1}",
+                             disabled=not with_head)
+    return int(layer), int(head)
+
+
+def chart(fig: go.Figure, name: str, **kwargs: Any) -> Any:
+    """``st.plotly_chart`` with PNG export in the toolbar and full width."""
+    return st.plotly_chart(fig, config=plot_config(name), width="stretch", **kwargs)
+
+
+def export(out: core.Translation) -> None:
+    """Download the whole trace as JSON or NPZ (generated only when clicked)."""
+    st.caption("Export this run (every layer and head, masks, positional encodings)")
+    c1, c2 = st.columns(2)
+    c1.download_button("⬇ Trace as JSON", data=out.trace.to_json, file_name="trace.json", mime="application/json",
+                       on_click="ignore", key="dl_json")
+    c2.download_button("⬇ Trace as NPZ", data=out.trace.to_npz, file_name="trace.npz",
+                       mime="application/octet-stream", on_click="ignore", key="dl_npz")

@@ -1,0 +1,271 @@
+"""App state: cached model loaders and translations, the query-parameter state, defaults.
+
+The model is loaded once per process (``st.cache_resource`` keyed on the checkpoint path) and
+never mutated: every toggle travels as a frozen ``core.InferenceOptions``. Translations are
+cached on (checkpoint, text, options, beam). Everything a link should restore lives in
+``st.session_state`` under the keys of ``PARAMS`` and is mirrored into ``st.query_params``.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import streamlit as st
+import torch
+
+import core
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES: dict[str, list[str]] = {
+    "en": ["Is there any tea left?", "The cat sleeps on the warm chair.", "I would like a cup of coffee, please.",
+           "The old man who lives next door bought a new car yesterday.",
+           "She did not know that the last train had already left the station."],
+    "pt": ["Ainda há chá?", "O gato dorme na cadeira quente.", "Eu gostaria de um café, por favor.",
+           "O velho que mora ao lado comprou um carro novo ontem."],
+    "de": ["Ist noch Tee übrig?", "Die Katze schläft auf dem warmen Stuhl.", "Ich hätte gern eine Tasse Kaffee."],
+}
+KINDS = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
+OptionsKey = tuple[bool, bool, bool, tuple[tuple[str, int, int], ...]]
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def checkpoint_root() -> Path:
+    """$LAB_CHECKPOINT_ROOT (default 'checkpoints'); a relative path is tried in the cwd, then the repo."""
+    root = Path(os.environ.get("LAB_CHECKPOINT_ROOT", "checkpoints")).expanduser()
+    if not root.is_absolute() and not root.is_dir() and (REPO / root).is_dir():
+        root = REPO / root
+    return root
+
+
+def checkpoint_names() -> list[str]:
+    """Checkpoint folders (with a config.json) directly under the root."""
+    return [p.name for p in core.list_checkpoints(checkpoint_root())]
+
+
+def default_checkpoint(names: list[str]) -> str | None:
+    """$LAB_CHECKPOINT if it names one of ``names``, else the folder in checkpoints/DEFAULT, else the first."""
+    wanted = os.environ.get("LAB_CHECKPOINT", "").strip()
+    if not wanted:
+        marker = checkpoint_root() / "DEFAULT"
+        wanted = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ""
+    wanted = Path(wanted).name if wanted else ""
+    return wanted if wanted in names else (names[0] if names else None)
+
+
+def _threads() -> int:
+    env = os.environ.get("LAB_TORCH_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cpus = os.cpu_count() or 1
+    return 1 if cpus <= 2 else min(4, cpus // 2)  # one sentence at a time: more threads mostly contend
+
+
+@st.cache_resource(show_spinner="Loading the model …", max_entries=4)
+def load_bundle(path: str) -> core.Bundle:
+    """The checkpoint at ``path``, loaded once per process and shared by every session (read only)."""
+    torch.set_num_threads(_threads())
+    return core.load(path)
+
+
+def options_key(options: core.InferenceOptions) -> OptionsKey:
+    """A small hashable key for the cache (never hash the model or the options object)."""
+    return (options.positional_encoding, options.causal_mask, options.padding_mask, tuple(sorted(options.ablate)))
+
+
+def _options(key: OptionsKey) -> core.InferenceOptions:
+    pe, causal, padding, ablate = key
+    return core.InferenceOptions(positional_encoding=pe, causal_mask=causal, padding_mask=padding,
+                                 ablate=frozenset(ablate))
+
+
+@st.cache_resource(show_spinner="Translating …", max_entries=64)
+def translate(path: str, text: str, key: OptionsKey, beam: int) -> core.Translation:
+    """Cached ``Bundle.translate`` (long inputs truncated with a notice)."""
+    return load_bundle(path).translate(text, options=_options(key), beam_size=beam, truncate=True)
+
+
+@st.cache_resource(show_spinner="Re-running on the same output …", max_entries=32)
+def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.Translation:
+    """Cached teacher-forced pass: same decoder inputs, other options (for like-for-like comparisons)."""
+    return load_bundle(path).trace(text, target, options=_options(key), truncate=True)
+
+
+@st.cache_resource(show_spinner="Translating the batch …", max_entries=16)
+def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> tuple[list[str], core.Trace]:
+    """Cached padded batch (``Bundle.translate_batch``), with q/k/v recorded."""
+    return load_bundle(path).translate_batch(list(texts), options=_options(key), truncate=True, record_qkv=True)
+
+
+# ----------------------------------------------------------------------------- query-parameter state
+@dataclass(frozen=True)
+class Param:
+    """One piece of view state: its default and how it is written into / read from the URL."""
+
+    default: Any
+    parse: Callable[[str], Any] = str
+    dump: Callable[[Any], str] = str
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "on", "yes"):
+        return True
+    if text.lower() in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(text)
+
+
+def _one_based(text: str) -> int:
+    value = int(text) - 1
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _ablate_parse(text: str) -> list[str]:
+    out = []
+    for item in filter(None, text.split(",")):
+        kind, layer, head = item.split(".")
+        if kind not in KINDS:
+            raise ValueError(item)
+        out.append(head_label(kind, int(layer) - 1, int(head) - 1))
+    return out
+
+
+def _ablate_dump(labels: list[str]) -> str:
+    return ",".join(f"{k}.{l + 1}.{h + 1}" for k, l, h in map(parse_head_label, labels))
+
+
+_BOOL = dict(parse=_bool, dump=lambda v: "1" if v else "0")
+_INDEX = dict(parse=_one_based, dump=lambda v: str(int(v) + 1))  # layers, heads, positions: 1-based in links
+PARAMS: dict[str, Param] = {
+    "ckpt": Param(""), "text": Param(""), "text2": Param(""),
+    "pe": Param(True, **_BOOL), "causal": Param(True, **_BOOL), "padding": Param(True, **_BOOL),
+    "ablate": Param([], _ablate_parse, _ablate_dump), "beam": Param(1, lambda t: max(1, min(8, int(t)))),
+    "kind": Param("cross"), "layer": Param(0, **_INDEX), "head": Param(0, **_INDEX),
+    "agg": Param("single head"), "values": Param("weights"), "fixed": Param(False, **_BOOL),
+    "query": Param(0, **_INDEX), "step": Param(0, **_INDEX), "compare": Param(False, **_BOOL),
+}
+
+
+def head_label(kind: str, layer: int, head: int) -> str:
+    """'cross L2 H3' for 0-based (layer 1, head 2)."""
+    return f"{kind} L{layer + 1} H{head + 1}"
+
+
+def parse_head_label(label: str) -> tuple[str, int, int]:
+    """Inverse of ``head_label``: 'cross L2 H3' -> ('cross', 1, 2)."""
+    kind, layer, head = label.split()
+    return kind, int(layer[1:]) - 1, int(head[1:]) - 1
+
+
+def init() -> None:
+    """First run of a session: read the query parameters; later runs: keep every value alive across pages."""
+    ss = st.session_state
+    if "_initialised" not in ss:
+        for name, param in PARAMS.items():
+            value = param.default
+            if name in st.query_params:
+                try:
+                    value = param.parse(st.query_params[name])
+                except (ValueError, TypeError):
+                    pass  # a hand-edited link with a bad value: fall back to the default
+            ss[name] = value
+        ss["_initialised"] = True
+        ss["_first_page"] = st.query_params.get("page", "")
+    else:
+        for name in PARAMS:
+            if name in ss:
+                ss[name] = ss[name]  # widgets of other pages would otherwise forget their value
+
+
+def url_params(page: str) -> dict[str, str]:
+    """The current state as query parameters (defaults left out, checkpoint and text always in)."""
+    ss = st.session_state
+    out = {"page": page}
+    for name, param in PARAMS.items():
+        value = ss.get(name, param.default)
+        if name in ("ckpt", "text") or value != param.default:
+            out[name] = param.dump(value)
+    return out
+
+
+def sync_url(page: str) -> None:
+    """Mirror the state into the address bar so a copied link restores this view."""
+    wanted = url_params(page)
+    if st.query_params.to_dict() != wanted:
+        st.query_params.from_dict(wanted)
+
+
+def clamp(name: str, choices: list[Any]) -> None:
+    """Before a widget is drawn: make sure its state is one of ``choices`` (e.g. after a checkpoint change)."""
+    if choices and st.session_state.get(name) not in choices:
+        st.session_state[name] = choices[0]
+
+
+def options() -> core.InferenceOptions:
+    """The InferenceOptions chosen in the sidebar."""
+    ss = st.session_state
+    ablate = frozenset(parse_head_label(label) for label in ss.get("ablate", []))
+    return core.InferenceOptions(positional_encoding=bool(ss.get("pe", True)), causal_mask=bool(ss.get("causal", True)),
+                                 padding_mask=bool(ss.get("padding", True)), ablate=ablate)
+
+
+def options_note(opts: core.InferenceOptions, beam: int = 1) -> str:
+    """Short label of the options in effect, for figure titles: 'as trained', 'PE off, 2 heads ablated'."""
+    parts = [name for flag, name in ((opts.positional_encoding, "PE off"), (opts.causal_mask, "causal mask off"),
+                                     (opts.padding_mask, "padding mask off")) if not flag]
+    if opts.ablate:
+        parts.append(f"{len(opts.ablate)} head{'s' if len(opts.ablate) > 1 else ''} ablated")
+    if beam > 1:
+        parts.append(f"beam {beam}")
+    return ", ".join(parts) if parts else "as trained"
+
+
+def bundle() -> core.Bundle | None:
+    """The bundle of the selected checkpoint, or None after showing why it cannot be loaded."""
+    name = st.session_state.get("ckpt")
+    if not name:
+        return None
+    return guarded(lambda: load_bundle(str(checkpoint_root() / name)))
+
+
+def guarded(call: Callable[[], Any]) -> Any:
+    """Run ``call``; show a friendly message instead of a traceback and return None if it fails."""
+    try:
+        return call()
+    except core.InputError as exc:
+        st.warning(f"**Cannot translate this text.** {exc}", icon=":material/edit_note:")
+    except core.CheckpointError as exc:
+        st.error(f"**The checkpoint cannot be loaded.** {exc}", icon=":material/inventory_2:")
+    except core.LabError as exc:
+        st.error(f"**Something is wrong with the request.** {exc}", icon=":material/warning:")
+    except Exception as exc:  # noqa: BLE001 — last resort: never show a bare traceback
+        st.error(f"**Unexpected error** ({type(exc).__name__}): {exc}", icon=":material/bug_report:")
+        with st.expander("Technical details"):
+            st.code(traceback.format_exc())
+    return None
+
+
+def current(beam: int | None = None, opts: core.InferenceOptions | None = None) -> core.Translation | None:
+    """The translation of the current sentence with the sidebar options (cached), or None after a message."""
+    name = st.session_state.get("ckpt")
+    if not name or bundle() is None:
+        return None
+    text = st.session_state.get("text", "")
+    beam = int(st.session_state.get("beam", 1)) if beam is None else beam
+    key = options_key(opts or options())
+    return guarded(lambda: translate(str(checkpoint_root() / name), text, key, beam))
+
+
+def show_notices(out: core.Translation) -> None:
+    """Truncation and unknown-piece notices, visibly."""
+    for notice in out.notices:
+        st.warning(notice, icon=":material/info:")
+
+
+def ckpt_path() -> str:
+    """Path (as str) of the selected checkpoint folder."""
+    return str(checkpoint_root() / st.session_state.get("ckpt", ""))

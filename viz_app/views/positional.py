@@ -1,0 +1,135 @@
+"""Positional encoding: the PE table, its curves and similarities, the values added in this run, and a
+live comparison of the model with and without it."""
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+import core
+from viz_app import common, figures, figures_pe, state
+
+st.title("Positional encoding")
+st.caption("Attention itself ignores word order: a sentence is a *set* of vectors to it. The Transformer adds a "
+           "position signal to every token embedding so that order can matter. Switch it off to see what breaks.")
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _table(path: str, n: int) -> np.ndarray:
+    """(n, d_model) PE table of the checkpoint: sinusoids, or the learned rows (read-only copy)."""
+    from core.positional import sinusoidal_table
+    cfg = state.load_bundle(path).config
+    if cfg.positional == "sinusoidal":
+        return sinusoidal_table(n, cfg.d_model, cfg.pe_layout).numpy()
+    weight = state.load_bundle(path).model.positions.embedding.weight
+    return weight[: min(n, weight.shape[0])].detach().cpu().numpy().copy()
+
+
+def _table_tab(path: str) -> None:
+    """The PE table itself: matrix, curves per dimension, similarity between positions."""
+    n = st.slider("Positions shown", 8, 256, 64, step=8, key="pe_n")
+    table = _table(path, n)
+    common.chart(figures_pe.pe_matrix(table, title=f"Positional-encoding table: {table.shape[0]} positions × "
+                                                f"{table.shape[1]} dimensions"), "pe_table", key="pe_table")
+    d = table.shape[1]
+    dims = st.multiselect("Dimensions to plot", list(range(d)), default=sorted({0, 1, d // 8, d // 4}), key="pe_dims")
+    c1, c2 = st.columns(2)
+    with c1:
+        common.chart(figures_pe.pe_curves(table, dims, title="PE value by position, per dimension"), "pe_curves",
+                     key="pe_curves")
+        st.caption("Low dimensions oscillate fast, high ones slowly: together they give every position a "
+                   "unique pattern, like the hands of a clock.")
+    with c2:
+        common.chart(figures_pe.pe_similarity(table, title="PE·PE similarity between positions"), "pe_similarity",
+                     key="pe_similarity")
+        st.caption("The dot product depends mostly on the distance between two positions, which makes "
+                   "relative positions easy to pick up.")
+
+
+def _run_tab(out: core.Translation, note: str) -> None:
+    """The PE rows actually added to this sentence's tokens (zeros when switched off)."""
+    for side, tokens, label in (("src", out.src_tokens, "source"), ("tgt", out.tgt_tokens, "decoder input")):
+        fig = figures_pe.pe_matrix(out.trace.positional_encoding(side), tokens=tokens,
+                                title=figures.titled(f"PE values added to the {label} tokens", note))
+        common.chart(fig, f"pe_added_{side}", key=f"pe_added_{side}")
+    if not out.options.positional_encoding:
+        st.info("Positional encoding is switched off in the sidebar: zeros were added.", icon=":material/info:")
+
+
+def _compare_grids(a: core.Translation, b: core.Translation, with_pe: core.InferenceOptions,
+                   without: core.InferenceOptions) -> None:
+    """Every attention map with and without PE (same decoder inputs), and their difference."""
+    labels = [state.KINDS[k].capitalize() for k in a.trace.kinds]
+    state.clamp("pe_cmp_tab", labels)
+    for kind, tab in zip(a.trace.kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun")):
+        if not tab.open:
+            continue
+        with tab:
+            q_tok = a.src_tokens if kind == "encoder" else a.tgt_tokens
+            k_tok = a.tgt_tokens if kind == "decoder" else a.src_tokens
+            n_layers = a.trace.n_layers[kind]
+            maps_a = [a.trace.attention(kind, l) for l in range(n_layers)]
+            maps_b = [b.trace.attention(kind, l) for l in range(n_layers)]
+            off = [(l, h) for k, l, h in with_pe.ablate if k == kind]
+            l1, l2 = st.columns(2)
+            with l1:
+                common.chart(figures.attention_grid(maps_a, q_tok, k_tok, cell=80, ablated=off, title=figures.titled(
+                    "With PE", state.options_note(with_pe))), f"{kind}_with_pe", key=f"cmp_a_{kind}")
+            with l2:
+                common.chart(figures.attention_grid(maps_b, q_tok, k_tok, cell=80, ablated=off, title=figures.titled(
+                    "Without PE", state.options_note(without))), f"{kind}_without_pe", key=f"cmp_b_{kind}")
+            diff = [mb - ma for ma, mb in zip(maps_a, maps_b)]
+            common.chart(figures.attention_grid(diff, q_tok, k_tok, diverging=True, title=(
+                f"Difference (without PE − with PE), {state.KINDS[kind]} — red: more attention without PE, "
+                "blue: less")), f"{kind}_pe_difference", key=f"cmp_d_{kind}")
+
+
+def _compare_tab(out: core.Translation) -> None:
+    """A live toggle: run again without PE; translations and every attention map side by side."""
+    st.toggle("Run the model again without positional encoding and compare", key="compare")
+    if not st.session_state.get("compare"):
+        st.caption("Turn the switch on to translate the sentence a second time with the position signal removed, "
+                   "and see every attention map side by side with the difference.")
+        return
+    with_pe = out.options.with_changes(positional_encoding=True)
+    without = out.options.with_changes(positional_encoding=False)
+    base, free = state.current(opts=with_pe), state.current(opts=without)
+    if base is None or free is None:
+        return
+    c1, c2 = st.columns(2)
+    c1.markdown(f"**With PE:** {common.md(base.text) or '∅'}")
+    c2.markdown(f"**Without PE:** {common.md(free.text) or '∅'}")
+    if not base.text:
+        st.info("The model produced no words, so there is no output to compare attention on.")
+        return
+    path, text = state.ckpt_path(), st.session_state["text"]
+    a = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(with_pe)))
+    b = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(without)))
+    if a is not None and b is not None:
+        st.caption("Both runs are fed the same decoder inputs (the translation with PE), so every map has the "
+                   "same shape and can be subtracted.")
+        _compare_grids(a, b, with_pe, without)
+
+
+out = common.sentence_bar()
+bundle = state.bundle()
+if out is not None and bundle is not None:
+    cfg = bundle.config
+    if cfg.positional == "sinusoidal":
+        st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
+                 r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)")
+        if cfg.pe_layout == "concatenated":
+            st.caption("This model stores the sines in the first half of the dimensions and the cosines in the "
+                       "second half (the tensor2tensor / Marian layout) instead of interleaving them.")
+    else:
+        st.caption("This model learned one position vector per position instead of using sinusoids.")
+    tabs = st.tabs(["The PE table", "Added in this run", "Switch it off"], key="pe_tab", on_change="rerun",
+                   default="Switch it off" if st.session_state.get("compare") else None)  # lazy: only the open tab runs
+    if tabs[0].open:
+        with tabs[0]:
+            _table_tab(state.ckpt_path())
+    if tabs[1].open:
+        with tabs[1]:
+            _run_tab(out, state.options_note(out.options, out.beam_size))
+    if tabs[2].open:
+        with tabs[2]:
+            _compare_tab(out)
