@@ -38,7 +38,24 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, x: Tensor) -> KV:
         """Keys and values of ``x`` (B, Tk, D): two (B, H, Tk, dh) tensors. Cacheable."""
-        return self._split(self.k_proj(x)), self._split(self.v_proj(x))
+        return (self._split(F.linear(x, self.k_proj.weight, self.k_proj.bias)),
+                self._split(F.linear(x, self.v_proj.weight, self.v_proj.bias)))
+
+    def fused_qkv(self) -> tuple[Tensor, Tensor | None]:
+        """The Q, K and V projections as ONE (3D, D) matrix and (3D,) bias: a copy, made once per decoding call.
+
+        Column-major like the decoder's other matrices (see ``Transformer._decoding_layout``): a decoding
+        step then streams all three in one matmul instead of three.
+        """
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight.t() for p in projections], dim=1).t()  # (3D, D), strides (1, 3D)
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        return weight, bias
+
+    def project_qkv(self, x: Tensor, fused: tuple[Tensor, Tensor | None]) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values of ``x`` (B, T, D) with ``fused_qkv()``: three (B, H, T, dh) tensors."""
+        q, k, v = F.linear(x, *fused).split(self.d_model, dim=-1)  # (B, T, D) each
+        return self._split(q), self._split(k), self._split(v)
 
     def forward(
         self,
@@ -49,15 +66,18 @@ class MultiHeadAttention(nn.Module):
         head_keep: Tensor | None = None,
         recorder: "Recorder | None" = None,
         site: tuple[str, int] = ("encoder", 0),
+        q: Tensor | None = None,
     ) -> Tensor:
         """Attend from queries ``x`` (B, Tq, D) to ``kv``.
 
         mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = no mask.
         head_keep: (H,) 0/1 multipliers on each head's output (ablation); None = all heads.
+        q: the queries (B, H, Tq, dh) when already projected (``project_qkv``); None = project ``x``.
         Returns (B, Tq, D).
         """
         B, Tq, _ = x.shape
-        q = self._split(self.q_proj(x))  # (B, H, Tq, dh)
+        if q is None:
+            q = self._split(F.linear(x, self.q_proj.weight, self.q_proj.bias))  # (B, H, Tq, dh)
         k, v = kv  # (B, H, Tk, dh) each
         mask4 = None if mask is None else mask[:, None]  # (B, 1, Tq|1, Tk)
         drop = self.dropout if self.training else 0.0
@@ -66,13 +86,14 @@ class MultiHeadAttention(nn.Module):
         else:
             scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, Tq, Tk)
             if mask4 is not None:
-                scores = scores.masked_fill(~mask4, float("-inf"))
+                blocked = ~mask4
+                scores = scores.masked_fill(blocked, float("-inf"))
             weights = torch.softmax(scores, dim=-1)  # (B, H, Tq, Tk)
             if mask4 is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
-                weights = weights.masked_fill(~mask4, 0.0)
+                weights = weights.masked_fill(blocked, 0.0)
             recorder.attention(site[0], site[1], weights, scores, q, k, v)
-            ctx = torch.matmul(F.dropout(weights, drop, self.training), v)  # (B, H, Tq, dh)
+            ctx = torch.matmul(F.dropout(weights, drop, self.training) if drop else weights, v)  # (B, H, Tq, dh)
         if head_keep is not None:
             ctx = ctx * head_keep[None, :, None, None]
         ctx = ctx.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, H, Tq, dh) -> (B, Tq, D)
-        return self.out_proj(ctx)
+        return F.linear(ctx, self.out_proj.weight, self.out_proj.bias)

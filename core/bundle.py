@@ -32,9 +32,15 @@ class Step:
     prob: float
     top_k: list[tuple[str, float]]
     trace: Trace = field(repr=False)
+    rows: dict[tuple[str, int], np.ndarray] | None = field(default=None, repr=False)
 
     def attention(self, kind: str, layer: int) -> np.ndarray:
-        """This step's attention rows: (heads, n_key) over the keys visible at this step."""
+        """This step's attention rows: (heads, n_key) over the keys visible at this step.
+
+        With the causal mask on these are rows of the trace; with it off (each step recomputed the
+        prefix) they are the rows this step itself computed."""
+        if self.rows is not None and (kind, layer) in self.rows:
+            return self.rows[(kind, layer)]
         rows = self.trace.attention(kind, layer)[:, self.index]
         return rows[:, : self.index + 1] if kind == "decoder" else rows
 
@@ -69,7 +75,8 @@ def clean_text(text: Any) -> str:
     if not isinstance(text, str):
         raise InputError(f"Expected text (a str), got {type(text).__name__}.")
     if len(text) > MAX_CHARS:
-        raise InputError(f"The text is {len(text):,} characters long; the limit is {MAX_CHARS:,}. Shorten it.")
+        raise InputError(f"The text is {len(text):,} characters long; the limit is {MAX_CHARS:,}. "
+                         "Shorten it (or pass truncate=True to cut it).")
     text = unicodedata.normalize("NFC", text)
     text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs", "Co") else ch for ch in text)
     text = " ".join(text.split())
@@ -111,9 +118,12 @@ class Bundle:
 
     def encode_source(self, text: str, *, truncate: bool = False) -> tuple[list[int], list[str]]:
         """Source ids (eos appended) and notices for the person. Raises InputError on unusable text."""
+        notices = []
+        if truncate and isinstance(text, str) and len(text) > MAX_CHARS:
+            notices.append(f"Truncated: the text was {len(text):,} characters long; only the first {MAX_CHARS:,} were read.")
+            text = text[:MAX_CHARS]
         text = clean_text(text)
         ids = self.tokenizer.encode(text)
-        notices = []
         limit = self.max_source_tokens - 1
         if len(ids) > limit:
             if not truncate:
@@ -143,9 +153,11 @@ class Bundle:
         tgt_tokens = [[self._piece(i, p) for p, i in enumerate(row)] for row in tgt_ids]
         return recorder.freeze(options, src_tokens, tgt_tokens, cfg.n_heads, n_layers)
 
-    def _steps(self, trace: Trace, ids: list[int], probs: list[float], tops: list[list[tuple[int, float]]]) -> list[Step]:
-        return [Step(t, self._piece(i), int(i), float(p), [(self._piece(j), float(q)) for j, q in top], trace)
-                for t, (i, p, top) in enumerate(zip(ids, probs, tops))]
+    def _steps(self, trace: Trace, ids: list[int], probs: list[float], tops: list[list[tuple[int, float]]],
+               rows: list[dict | None] | None = None) -> list[Step]:
+        rows = rows or [None] * len(ids)
+        return [Step(t, self._piece(i), int(i), float(p), [(self._piece(j), float(q)) for j, q in top], trace, r)
+                for t, (i, p, top, r) in enumerate(zip(ids, probs, tops, rows))]
 
     # ----------------------------------------------------------------- API
     @torch.inference_mode()
@@ -172,9 +184,11 @@ class Bundle:
         trace = self._freeze(recorder, options, [src_ids], [result.tokens[0, : len(result.steps)].tolist()])
         tops = [list(zip(s.top_ids[0].tolist(), s.top_probs[0].tolist())) for s in result.steps[:n]]
         probs = [float(s.probs[0]) for s in result.steps[:n]]
+        rows = [None if s.rows is None else {k: v[0].to("cpu").numpy() for k, v in s.rows.items()}
+                for s in result.steps[:n]]
         text_out = self.tokenizer.decode([i for i in out_ids if i != self.config.eos_id])
         return Translation(text_out, [self._piece(i) for i in src_ids], [self._piece(i, p) for p, i in enumerate(dec_inputs)],
-                           [self._piece(i) for i in out_ids], trace, self._steps(trace, out_ids, probs, tops), options,
+                           [self._piece(i) for i in out_ids], trace, self._steps(trace, out_ids, probs, tops, rows), options,
                            1, tuple(notices))
 
     @torch.inference_mode()

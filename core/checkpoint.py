@@ -103,9 +103,16 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -
         tokenizer = Tokenizer(tok_path)
     except Exception as exc:  # sentencepiece raises RuntimeError/OSError with C++ text
         raise CheckpointError(f"{tok_path}: not a readable SentencePiece model ({exc})") from None
-    if tokenizer.vocab_size > config.src_vocab_size:
+    vocab = min(config.src_vocab_size, config.tgt_vocab_size)
+    if tokenizer.vocab_size > vocab:
         raise CheckpointError(f"{tok_path}: has {tokenizer.vocab_size} pieces but {CONFIG} says the model has "
-                              f"{config.src_vocab_size}; the tokenizer does not belong to these weights")
+                              f"{vocab}; the tokenizer does not belong to these weights")
+    for name, value in tokenizer.special_ids().items():
+        if value >= 0 and name in ("eos_id", "unk_id") and value != getattr(config, name):
+            raise CheckpointError(f"{tok_path}: its {name} is {value} but {CONFIG} says {getattr(config, name)}; "
+                                  "the tokenizer does not belong to these weights")
+    if not (directory / CARD).is_file():
+        raise CheckpointError(f"{directory / CARD}: missing — every checkpoint carries a card (data, licence, scores)")
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"{weights}: missing")

@@ -27,6 +27,9 @@ class StepOutput:
     probs: Tensor
     top_ids: Tensor
     top_probs: Tensor
+    # Without the KV cache (causal mask off) every step recomputes the prefix, so the final trace's rows
+    # are not what earlier steps saw: each step's own last query rows, (kind, layer) -> (B, H, Tk).
+    rows: dict[tuple[str, int], Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,21 +58,25 @@ def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
     use_cache = options.causal_mask if use_cache is None else use_cache
     B = src.shape[0]
     memory = model.encode(src, src_keep, options, recorder)  # (B, Ts, D)
+    cross_keep = _padded_or_none(src_keep)
     tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
     k = min(top_k, cfg.tgt_vocab_size)
     for step in range(max_len):
         if use_cache:
-            logits = model.decode(tokens[:, -1:], memory, src_keep, options, recorder, state)[:, -1]  # (B, V)
+            logits = model.decode(tokens[:, -1:], memory, cross_keep, options, recorder, state)[:, -1]  # (B, V)
         else:
             if recorder is not None:
                 recorder.reset_decoder()  # keep only the last full pass
-            logits = model.decode(tokens, memory, src_keep, options, recorder)[:, -1]  # (B, V)
+            logits = model.decode(tokens, memory, cross_keep, options, recorder)[:, -1]  # (B, V)
         probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         next_ids = top_ids[:, 0].masked_fill(finished, cfg.eos_id)  # (B,)
-        yield StepOutput(step, next_ids, top_probs[:, 0], top_ids, top_probs)
+        rows = None
+        if not use_cache and recorder is not None:
+            rows = {key: chunks[-1][:, :, -1] for key, chunks in recorder._weights.items() if key[0] != "encoder"}
+        yield StepOutput(step, next_ids, top_probs[:, 0], top_ids, top_probs, rows)
         tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (B, t + 1)
         finished |= next_ids == cfg.eos_id
         if bool(finished.all()):
@@ -85,6 +92,11 @@ def greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: Inference
     start = torch.full((B, 1), model.config.bos_id, dtype=torch.long, device=src.device)
     generated = torch.stack([s.token_ids for s in steps], dim=1) if steps else start[:, :0]  # (B, n)
     return DecodeResult(torch.cat([start, generated], dim=1), _lengths(generated, model.config.eos_id), steps)
+
+
+def _padded_or_none(keep: Tensor) -> Tensor | None:
+    """``keep`` if some source position is padding, else None: checked once per call, not once per step."""
+    return None if bool(keep.all()) else keep
 
 
 def _lengths(generated: Tensor, eos_id: int) -> list[int]:
@@ -108,13 +120,14 @@ def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
     cfg = model.config
     use_cache = options.causal_mask
     memory = model.encode(src, src_keep, options)  # (1, Ts, D)
+    cross_keep = _padded_or_none(src_keep)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
     scores = torch.zeros(1, device=src.device)  # (beams,)
     finished: list[tuple[float, list[int]]] = []
     for _ in range(max_len):
         n = tokens.shape[0]
-        mem, keep = memory.expand(n, -1, -1), src_keep.expand(n, -1)
+        mem, keep = memory.expand(n, -1, -1), None if cross_keep is None else cross_keep.expand(n, -1)
         if use_cache:
             logits = model.decode(tokens[:, -1:], mem, keep, options, None, state)[:, -1]  # (beams, V)
         else:

@@ -26,7 +26,10 @@ class FeedForward(nn.Module):
         self.activation: Callable[[Tensor], Tensor] = F.relu if activation == "relu" else F.gelu
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, T, D)
+        h = self.activation(F.linear(x, self.linear1.weight, self.linear1.bias))  # (B, T, d_ff)
+        if self.training:
+            h = self.dropout(h)
+        return F.linear(h, self.linear2.weight, self.linear2.bias)  # (B, T, D)
 
 
 class SSRU(nn.Module):
@@ -52,10 +55,19 @@ class SSRU(nn.Module):
         return F.relu(torch.stack(cells, dim=1)), c, f
 
 
+def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
 def _residual(x: Tensor, norm: nn.LayerNorm, fn: Callable[[Tensor], Tensor], drop: nn.Dropout, pre: bool) -> Tensor:
-    if pre:
-        return x + drop(fn(norm(x)))
-    return norm(x + drop(fn(x)))
+    """Post-norm: norm(x + drop(fn(x))); pre-norm: x + drop(fn(norm(x))).
+
+    Calls F.layer_norm directly and skips dropout outside training: this runs three times per layer at
+    every decoding step, where nn.Module call overhead costs as much as the one-token matmuls."""
+    y = fn(_layer_norm(norm, x) if pre else x)
+    if drop.training:
+        y = drop(y)
+    return x + y if pre else _layer_norm(norm, x + y)
 
 
 class EncoderLayer(nn.Module):
@@ -85,6 +97,7 @@ class LayerState:
     self_kv: KV | None = None  # (B, H, t, dh) each
     ssru_cell: Tensor | None = None  # (B, D)
     cross_kv: KV | None = None  # (B, H, Ts, dh) each
+    qkv_weights: tuple[Tensor, Tensor | None] | None = None  # self-attention's fused Q/K/V projection, this call only
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search)."""
@@ -143,13 +156,18 @@ class DecoderLayer(nn.Module):
                 if recorder is not None:
                     recorder.gate(layer, gates)
                 return out
-            assert self.self_attn is not None
-            kv = self.self_attn.project_kv(h)  # (B, H, T, dh) each
-            if state is not None:
+            attn = self.self_attn
+            assert attn is not None
+            if state is None:
+                q, kv = None, attn.project_kv(h)  # (B, H, T, dh) each; queries projected by attn
+            else:  # decoding: one matmul for Q, K and V at every step (the fused matrix is made once per call)
+                if state.qkv_weights is None:
+                    state.qkv_weights = attn.fused_qkv()
+                q, *kv = attn.project_qkv(h, state.qkv_weights)
                 if state.self_kv is not None:
-                    kv = (torch.cat([state.self_kv[0], kv[0]], dim=2), torch.cat([state.self_kv[1], kv[1]], dim=2))
-                state.self_kv = kv  # (B, H, t + T, dh)
-            return self.self_attn(h, kv, self_mask, head_keep=head_keep[0], recorder=recorder, site=("decoder", layer))
+                    kv = [torch.cat([state.self_kv[0], kv[0]], dim=2), torch.cat([state.self_kv[1], kv[1]], dim=2)]
+                state.self_kv = kv = (kv[0], kv[1])  # (B, H, t + T, dh)
+            return attn(h, kv, self_mask, head_keep=head_keep[0], recorder=recorder, site=("decoder", layer), q=q)
 
         def cross_block(h: Tensor) -> Tensor:
             if state is not None and state.cross_kv is not None:

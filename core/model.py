@@ -44,6 +44,7 @@ class Transformer(nn.Module):
         self._init_weights()
         if cfg.tie_output:
             self.output.weight = self.tgt_embed.weight
+        self._decoding_layout()
 
     def _init_weights(self) -> None:
         for name, p in self.named_parameters():
@@ -56,6 +57,21 @@ class Transformer(nn.Module):
         for layer in self.decoder_layers:
             if layer.ssru is not None:
                 nn.init.zeros_(layer.ssru.W_f.bias)
+
+    def _decoding_layout(self) -> None:
+        """Store the matrices read at every decoding step column-major: same values, shapes and state_dict.
+
+        A decoding step multiplies ONE vector by each decoder matrix and the output projection, so it
+        streams every one of them from memory (23 MB per token at the benchmark's sizes). MKL streams an
+        (in, out)-contiguous matrix faster than nn.Linear's (out, in) one: ~30% on the decoder's matrices
+        alone, ~15% on a whole translation on our machines (benchmarks/RESULTS.md). load_state_dict copies
+        into the existing tensors, so the layout survives loading; checkpoints are written contiguous;
+        a training step showed no measurable change.
+        """
+        matrices = [m.weight for layer in self.decoder_layers for m in layer.modules() if isinstance(m, nn.Linear)]
+        matrices.append(self.output.weight)  # may be the (tied) embedding: a row look-up is then strided, still cheap
+        for weight in {id(w): w for w in matrices}.values():
+            weight.data = weight.data.t().contiguous().t()  # (out, in) with strides (1, out)
 
     # ------------------------------------------------------------------ pieces
     def tied_aliases(self) -> dict[str, str]:
@@ -71,6 +87,8 @@ class Transformer(nn.Module):
         return aliases
 
     def _head_keep(self, options: InferenceOptions, kind: str, layer: int, device: torch.device) -> Tensor | None:
+        if not options.ablate:
+            return None
         ablated = options.ablated_heads(kind, layer)
         if not ablated:
             return None
@@ -92,7 +110,8 @@ class Transformer(nn.Module):
             pe = x.new_zeros(T, self.config.d_model)
         if recorder is not None:
             recorder.positional(side, pe)
-        return self.dropout(x + pe)
+        x = x + pe
+        return self.dropout(x) if self.training else x
 
     # ------------------------------------------------------------------ encoder
     def encode(self, src: Tensor, src_keep: Tensor | None = None, options: InferenceOptions = DEFAULT_OPTIONS,
@@ -104,30 +123,35 @@ class Transformer(nn.Module):
         if recorder is not None:
             B, Ts = src.shape
             recorder.mask("encoder", full_mask(mask, B, Ts, Ts))
+        if mask is not None and bool(mask.all()):
+            mask = None  # nothing is padded: attention without a mask is faster and gives the same result
         x = self.embed(src, "src", options, 0, recorder)
         for i, layer in enumerate(self.encoder_layers):
             x = layer(x, mask, i, self._head_keep(options, "encoder", i, x.device), recorder)
         return self.encoder_norm(x)
 
     # ------------------------------------------------------------------ decoder
-    def decode(self, tgt: Tensor, memory: Tensor, src_keep: Tensor, options: InferenceOptions = DEFAULT_OPTIONS,
+    def decode(self, tgt: Tensor, memory: Tensor, src_keep: Tensor | None, options: InferenceOptions = DEFAULT_OPTIONS,
                recorder: "Recorder | None" = None, state: DecoderState | None = None,
                tgt_keep: Tensor | None = None) -> Tensor:
         """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V).
 
         tgt_keep (B, offset + T): True = real target token (padding mask on decoder keys); None = all real.
+        src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
         """
         B, T = tgt.shape
         offset = state.length if state is not None else 0
         n_key = offset + T
-        self_mask = causal_mask(T, n_key, offset=offset, device=tgt.device)[None] if options.causal_mask else None  # (1, T, Tk)
+        # One new position sees every key so far: its causal mask is all True, so none is built (decoding steps).
+        causal = options.causal_mask and T > 1
+        self_mask = causal_mask(T, n_key, offset=offset, device=tgt.device)[None] if causal else None  # (1, T, Tk)
         if options.padding_mask and tgt_keep is not None:
             self_mask = combine(self_mask, padding_mask(tgt_keep))  # (B, T, Tk)
-        cross_mask = padding_mask(src_keep) if options.padding_mask else None  # (B, 1, Ts)
+        cross_mask = padding_mask(src_keep) if options.padding_mask and src_keep is not None else None  # (B, 1, Ts)
         if recorder is not None:
             if self.config.decoder_self == "attention":
-                recorder.mask("decoder", full_mask(self_mask, B, T, n_key))
-            recorder.mask("cross", full_mask(cross_mask, B, T, memory.shape[1]))
+                recorder.mask("decoder", full_mask(self_mask, B, T, n_key).to(tgt.device))
+            recorder.mask("cross", full_mask(cross_mask, B, T, memory.shape[1]).to(tgt.device))
         x = self.embed(tgt, "tgt", options, offset, recorder)
         for i, layer in enumerate(self.decoder_layers):
             keep = (self._head_keep(options, "decoder", i, x.device), self._head_keep(options, "cross", i, x.device))

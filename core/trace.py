@@ -22,14 +22,35 @@ from .config import ATTENTION_KINDS, InferenceOptions
 SIDES = ("src", "tgt")
 
 
-def _stitch(chunks: list[Tensor], fill: float | bool) -> Tensor:
-    """Concatenate (B, [H,] Tq_i, Tk_i) chunks along the query axis, right-padding keys with ``fill``."""
-    if len(chunks) == 1:
-        return chunks[0]
+def _cpu(t: Tensor, dtype: Any = np.float32) -> np.ndarray:
+    return t.to("cpu").numpy().astype(dtype, copy=False)
+
+
+def _stitch(chunks: list[Tensor], fill: float | bool, dtype: Any = np.float32) -> np.ndarray:
+    """Concatenate (B, [H,] Tq_i, Tk_i) chunks along the query axis, right-padding keys with ``fill``.
+
+    Returns a CPU array. Chunks of one width are concatenated in one op; ragged CPU chunks (one
+    query row per decoding step, one more key each time) are copied into a filled numpy array,
+    which costs a microsecond per chunk instead of a torch op's ten; ragged device chunks are
+    stitched on the device and moved once.
+    """
     n_key = max(c.shape[-1] for c in chunks)
-    padded = [torch.nn.functional.pad(c, (0, n_key - c.shape[-1]), value=fill) if c.shape[-1] < n_key else c
-              for c in chunks]
-    return torch.cat(padded, dim=-2)
+    if all(c.shape[-1] == n_key for c in chunks):
+        return _cpu(chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=-2), dtype)
+    lead, n_query = chunks[0].shape[:-2], sum(c.shape[-2] for c in chunks)
+    if chunks[0].device.type != "cpu":
+        padded = [torch.nn.functional.pad(c, (0, n_key - c.shape[-1]), value=fill) for c in chunks]
+        return _cpu(torch.cat(padded, dim=-2), dtype)
+    out = np.full((*lead, n_query, n_key), fill, dtype=dtype)
+    row = 0
+    for c in chunks:
+        out[..., row: row + c.shape[-2], : c.shape[-1]] = c.numpy()
+        row += c.shape[-2]
+    return out
+
+
+def _detached(t: Tensor) -> Tensor:
+    return t.detach() if t.requires_grad else t  # no op to dispatch in the usual no-grad case
 
 
 class Recorder:
@@ -49,23 +70,23 @@ class Recorder:
                   q: Tensor | None = None, k: Tensor | None = None, v: Tensor | None = None) -> None:
         """weights, scores: (B, H, Tq, Tk); q (B, H, Tq, dh); k, v (B, H, Tk, dh)."""
         key = (kind, layer)
-        self._weights.setdefault(key, []).append(weights.detach())
-        self._scores.setdefault(key, []).append(scores.detach())
+        self._weights.setdefault(key, []).append(_detached(weights))
+        self._scores.setdefault(key, []).append(_detached(scores))
         if self.record_qkv and q is not None and k is not None and v is not None:
-            self._q.setdefault(key, []).append(q.detach())
-            self._kv[key] = (k.detach(), v.detach())  # the latest keys cover every earlier step
+            self._q.setdefault(key, []).append(_detached(q))
+            self._kv[key] = (_detached(k), _detached(v))  # the latest keys cover every earlier step
 
     def mask(self, kind: str, mask: Tensor) -> None:
         """The mask applied for ``kind``: (B, Tq, Tk) bool, True = may attend."""
-        self._masks.setdefault(kind, []).append(mask.detach())
+        self._masks.setdefault(kind, []).append(mask)
 
     def positional(self, side: str, values: Tensor) -> None:
         """Positional-encoding rows added on ``side``: (T, D)."""
-        self._pe.setdefault(side, []).append(values.detach())
+        self._pe.setdefault(side, []).append(_detached(values))
 
     def gate(self, layer: int, gates: Tensor) -> None:
         """SSRU forget gates of decoder ``layer``: (B, T, D)."""
-        self._gates.setdefault(layer, []).append(gates.detach())
+        self._gates.setdefault(layer, []).append(_detached(gates))
 
     def reset_decoder(self) -> None:
         """Forget what the decoder recorded (used when a prefix is recomputed)."""
@@ -80,15 +101,18 @@ class Recorder:
     def freeze(self, options: InferenceOptions, src_tokens: list[list[str]], tgt_tokens: list[list[str]],
                n_heads: int, n_layers: dict[str, int]) -> "Trace":
         """Stitch, move to CPU once, and return the immutable Trace."""
-        def cpu(t: Tensor, dtype: Any = np.float32) -> np.ndarray:
-            return t.to("cpu").numpy().astype(dtype, copy=False)
-
-        attn = {k: cpu(_stitch(v, 0.0)) for k, v in self._weights.items()}
-        scores = {k: cpu(_stitch(v, float("-inf"))) for k, v in self._scores.items()}
-        masks = {k: cpu(_stitch(v, False), np.bool_) for k, v in self._masks.items()}
-        pe = {k: cpu(torch.cat(v, dim=0)) for k, v in self._pe.items()}
-        gates = {k: cpu(torch.cat(v, dim=1)) for k, v in self._gates.items()}
-        qkv = {k: (cpu(torch.cat(self._q[k], dim=2)), cpu(self._kv[k][0]), cpu(self._kv[k][1])) for k in self._q}
+        attn = {k: _stitch(v, 0.0) for k, v in self._weights.items()}
+        scores = {k: _stitch(v, float("-inf")) for k, v in self._scores.items()}
+        masks = {k: _stitch(v, False, np.bool_) for k, v in self._masks.items()}
+        pe = {k: _cpu(torch.cat(v, dim=0)) for k, v in self._pe.items()}
+        gates = {k: _cpu(torch.cat(v, dim=1)) for k, v in self._gates.items()}
+        qkv = {k: (_cpu(torch.cat(self._q[k], dim=2)), _cpu(self._kv[k][0]), _cpu(self._kv[k][1])) for k in self._q}
+        for store in (attn, scores, masks, pe, gates):
+            for a in store.values():
+                a.flags.writeable = False  # traces are shared (e.g. cached by the app): read-only
+        for triple in qkv.values():
+            for a in triple:
+                a.flags.writeable = False
         return Trace(options=options, src_tokens=src_tokens, tgt_tokens=tgt_tokens, n_heads=n_heads,
                      n_layers=dict(n_layers), _attn=attn, _scores=scores, _masks=masks, _pe=pe, _gates=gates, _qkv=qkv)
 
@@ -202,9 +226,10 @@ class Trace:
                 arrays[name] = a.tolist()
             else:
                 r = np.round(a.astype(np.float64), decimals)
-                arrays[name] = np.where(np.isfinite(r), r, np.nan).tolist()
+                finite = np.isfinite(r)
+                arrays[name] = r.tolist() if finite.all() else np.where(finite, r, None).tolist()  # -inf -> null
         data["arrays"] = arrays
-        return json.dumps(data, allow_nan=True).replace("NaN", "null")
+        return json.dumps(data, allow_nan=False, ensure_ascii=False)
 
     def to_npz(self) -> bytes:
         """An .npz archive: every array, plus 'metadata' as a JSON string."""

@@ -98,7 +98,7 @@ class Trainer:
         self.module.train()
         batch = batch.to(self.device)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr()
+            group["lr"] = self.lr() * group.get("lr_scale", 1.0)  # optional per-group scale
         loss = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -110,7 +110,7 @@ def test_overview_example_picker_and_enter(app_root: Path) -> None:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("", "empty"), ("   \t  ", "empty"), ("\x00\x01\x02", "empty"), ("x" * 5001, "limit is 5,000"),
+    ("", "empty"), ("   \t  ", "empty"), ("\x00\x01\x02", "empty"), ("x" * 5001, "only the first 5,000 were read"),
     ("😀 🎉 👍", "unknown to this model"), ("日本語のテキスト", "unknown to this model"),
     ("word " * 300, "Truncated"),
 ])

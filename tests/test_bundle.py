@@ -47,8 +47,8 @@ def test_teacher_forced_trace_of_the_output_equals_translation(bundle):
 def test_beam_translation_is_traced(bundle):
     out = bundle.translate("Where is the railway station?", beam_size=3, max_len=8)
     assert out.beam_size == 3 and out.trace.attention("cross", 0).shape[1] == len(out.tgt_tokens)
-    assert bundle.translate("Where is the railway station?", beam_size=1, max_len=8).text == \
-        bundle.translate("Where is the railway station?", max_len=8).text
+    np.testing.assert_allclose(out.trace.attention("decoder", 1).sum(-1), 1.0, atol=1e-5)
+    assert [s.token for s in out.steps] == out.output_tokens
 
 
 def test_trace_teacher_forced_on_given_text(bundle):
@@ -165,3 +165,68 @@ def test_cli_translate_json_and_info(tiny_checkpoint, capsys):
     assert "parameters" in capsys.readouterr().out
     assert main(["translate", "--checkpoint", str(tiny_checkpoint), " "]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+def test_json_export_keeps_tokens_that_look_like_nan(bundle):
+    import torch
+
+    src_ids, _ = bundle.encode_source("How are you today?")
+    src = torch.tensor([src_ids])
+    rec = core.Recorder()
+    bundle.model(src, torch.tensor([[bundle.config.bos_id, 5]]), recorder=rec)
+    tokens = ["\u2581NaN", "NaN", "Infinity"] + ["x"] * (len(src_ids) - 3)
+    trace = rec.freeze(InferenceOptions(), [tokens], [["<s>", "NaN"]], 2, {"encoder": 2, "decoder": 2, "cross": 2})
+    data = json.loads(trace.to_json())
+    assert data["src_tokens"][0] == tokens and data["tgt_tokens"][0] == ["<s>", "NaN"]
+    assert data["arrays"]["scores.decoder.0"][0][0][0][1] is None
+
+
+def test_trace_arrays_are_read_only(bundle):
+    out = bundle.translate("Is there any tea left?", max_len=3)
+    with pytest.raises(ValueError):
+        out.trace.attention("encoder", 0)[0, 0, 0] = 1.0
+
+
+def test_causal_mask_off_steps_show_what_each_step_computed(bundle):
+    out = bundle.translate("Where is the railway station?", InferenceOptions(causal_mask=False), max_len=6)
+    assert len(out.steps) >= 2
+    for step in out.steps:
+        rows = step.attention("decoder", 0)
+        assert rows.shape == (2, step.index + 1)  # this step saw the prefix so far, no more
+        np.testing.assert_allclose(rows.sum(-1), 1.0, atol=1e-5)
+
+
+def test_truncate_cuts_overlong_character_input_with_a_notice(bundle):
+    out = bundle.translate("Hello there. " * 600, truncate=True, max_len=3)
+    assert out.truncated and any("characters" in n for n in out.notices)
+
+
+def test_checkpoint_without_card_is_refused(tmp_path, tiny_checkpoint):
+    broken = tmp_path / "nocard"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "card.md").unlink()
+    with pytest.raises(CheckpointError, match="card.md: missing"):
+        core.load(broken, device="cpu")
+
+
+def test_corrupt_tokenizer_names_the_file(tmp_path, tiny_checkpoint):
+    broken = tmp_path / "badtok"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "tokenizer.model").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(CheckpointError, match="tokenizer.model: not a readable SentencePiece model"):
+        core.load(broken, device="cpu")
+
+
+def test_loading_never_unpickles(monkeypatch, tiny_checkpoint):
+    import pickle
+
+    import torch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a checkpoint load tried to unpickle")
+
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    assert core.load(tiny_checkpoint, device="cpu").translate("Hi.", max_len=2).text is not None

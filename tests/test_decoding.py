@@ -71,20 +71,21 @@ def test_beam_size_one_equals_greedy(peaked):
         assert b == g.tokens[0, 1: 1 + g.lengths[0]].tolist()
 
 
-def test_beam_search_score_is_at_least_greedy(peaked):
-    src, keep = src_batch(seed=5)
+@pytest.mark.parametrize("seed", [0, 1, 4])
+def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy(peaked, seed):
+    src, keep = src_batch(seed=seed)
     opts = InferenceOptions()
 
     def logprob(seq):
         tgt = torch.tensor([[peaked.config.bos_id] + seq[:-1]])
         lp = torch.log_softmax(peaked(src, tgt, opts, None, keep)[0], -1)
-        return sum(float(lp[t, i]) for t, i in enumerate(seq)) / len(seq)
+        return sum(float(lp[t, i]) for t, i in enumerate(seq))
 
     g = greedy(peaked, src, keep, opts, 12)
     greedy_seq = g.tokens[0, 1: 1 + g.lengths[0]].tolist()
     beam_seq = beam_search(peaked, src, keep, opts, 12, beam_size=4)
-    if greedy_seq[-1] == peaked.config.eos_id and beam_seq[-1] == peaked.config.eos_id:
-        assert logprob(beam_seq) >= logprob(greedy_seq) - 1e-5
+    assert len(beam_seq) == len(greedy_seq) == 12  # random weights never emit eos: equal lengths
+    assert logprob(beam_seq) >= logprob(greedy_seq) - 1e-4
 
 
 def test_iter_greedy_yields_one_step_at_a_time_with_topk(peaked):
@@ -105,5 +106,5 @@ def test_causal_mask_off_decodes_by_recomputation():
     t = rec.freeze(InferenceOptions(causal_mask=False), [["x"] * 6], [["y"] * len(r.steps)], 2, ALL)
     n = len(r.steps)
     assert t.attention("decoder", 0).shape == (2, n, n)
-    if n > 1:
-        assert np.all(t.attention("decoder", 0)[:, 0, 1:] > 0)  # the first position sees later ones
+    assert n > 1
+    assert np.all(t.attention("decoder", 0)[:, 0, 1:] > 0)  # the first position sees later ones

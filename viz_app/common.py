@@ -78,7 +78,11 @@ def sidebar() -> core.Bundle | None:
         st.caption(f"Running on **{device_label}** · {bundle.name}")
         st.subheader("Switches", divider="gray")
         st.toggle("Positional encoding", key="pe", help="Add the position signal to the token embeddings.")
-        st.toggle("Causal mask (decoder)", key="causal", help="Stop the decoder from looking at later target tokens.")
+        ssru = cfg.decoder_self == "ssru"
+        st.toggle("Causal mask (decoder)", key="causal", disabled=ssru,
+                  help=("This model's decoder has no self-attention (an SSRU reads the target left to right), "
+                        "so there is no causal mask to switch off." if ssru else
+                        "Stop the decoder from looking at later target tokens."))
         st.toggle("Padding mask", key="padding", help="Stop attention to <pad> tokens of a padded batch.")
         kinds = [k for k in core.ATTENTION_KINDS if k != "decoder" or cfg.decoder_self == "attention"]
         labels = [state.head_label(k, l, h) for k in kinds

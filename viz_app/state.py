@@ -8,7 +8,7 @@ cached on (checkpoint, text, options, beam). Everything a link should restore li
 from __future__ import annotations
 
 import os
-import traceback
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -243,9 +243,9 @@ def guarded(call: Callable[[], Any]) -> Any:
     except core.LabError as exc:
         st.error(f"**Something is wrong with the request.** {exc}", icon=":material/warning:")
     except Exception as exc:  # noqa: BLE001 — last resort: never show a bare traceback
-        st.error(f"**Unexpected error** ({type(exc).__name__}): {exc}", icon=":material/bug_report:")
-        with st.expander("Technical details"):
-            st.code(traceback.format_exc())
+        logging.getLogger("viz_app").exception("unexpected error while serving a page")  # details go to the server log
+        st.error(f"**Unexpected error** ({type(exc).__name__}): {exc}. The details are in the server's log.",
+                 icon=":material/bug_report:")
     return None
 
 
