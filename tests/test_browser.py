@@ -101,7 +101,7 @@ def served(request: pytest.FixtureRequest, tiny_root: Path) -> Iterator[tuple[st
 
 
 def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, str]) -> None:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
 
     url, root, name = served
     torch.set_num_threads(1)  # the app's setting on this machine: identical arithmetic, identical greedy choices
@@ -150,8 +150,17 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             page.wait_for_timeout(500)
             page.screenshot(path=str(ARTIFACTS / f"browser-{name}-pe-off.png"))
 
-            with page.expect_download(timeout=60_000) as download:  # the trace export, made on click
-                page.locator(".st-key-dl_json button").click()
+            idle = """() => document.querySelector('[data-testid="stApp"]')
+                                .getAttribute('data-test-script-state') === 'notRunning'"""
+            for attempt in range(3):  # the export is made on click; a click during a rerun can be dropped
+                page.wait_for_function(idle, timeout=60_000)
+                try:
+                    with page.expect_download(timeout=30_000) as download:
+                        page.locator(".st-key-dl_json button").click()
+                    break
+                except PlaywrightTimeout:
+                    if attempt == 2:
+                        raise
             exported = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
             assert exported["options"]["positional_encoding"] is False
             assert "attention.cross.0" in exported["arrays"] and download.value.suggested_filename == "trace.json"
