@@ -1,5 +1,6 @@
 """The public API on a real checkpoint folder: load, translate, trace, bad input, corrupt files, CLI."""
 import json
+from pathlib import Path
 import shutil
 
 import numpy as np
@@ -230,3 +231,14 @@ def test_loading_never_unpickles(monkeypatch, tiny_checkpoint):
     monkeypatch.setattr(pickle, "Unpickler", refuse)
     monkeypatch.setattr(torch, "load", refuse)
     assert core.load(tiny_checkpoint, device="cpu").translate("Hi.", max_len=2).text is not None
+
+
+def test_cli_eval_prints_bleu_and_chrf(tiny_checkpoint, tmp_path, capsys):
+    lines = (Path(__file__).parent / "fixtures" / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "test.en").write_text("\n".join(lines[0::2]) + "\n", encoding="utf-8")
+    (tmp_path / "test.de").write_text("\n".join(lines[1::2]) + "\n", encoding="utf-8")
+    assert main(["eval", "--checkpoint", str(tiny_checkpoint), "--split", str(tmp_path), "--beams", "1,2",
+                 "--limit", "4", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert set(scores) == {"greedy", "beam2"} and scores["greedy"]["n"] == 4
+    assert 0.0 <= scores["greedy"]["chrf"] <= 100.0
