@@ -1,0 +1,53 @@
+"""The floor: what one translation must compute (FLOPs) and read (weight bytes), counted analytically.
+
+Only the matrix products are counted (2 FLOPs per multiply-add); layer norms, softmax, ReLU and
+embedding look-ups are O(T·D) and below 1% here. The decoder uses the KV cache: each new position
+projects only itself, and attends to every earlier position and to the whole source.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from contenders import Sizes
+
+
+def translation_flops(s: Sizes, src_len: int, new_tokens: int) -> dict[str, float]:
+    """FLOPs of a greedy translation of ``src_len`` tokens into ``new_tokens`` tokens, by part."""
+    d, f, L, V = s.d_model, s.ffn, s.layers, s.vocab
+    mm = 2.0  # FLOPs per multiply-add
+    encoder_proj = src_len * L * mm * (4 * d * d + 2 * d * f)  # Q, K, V, O + FFN, per source token
+    encoder_attn = L * mm * 2 * src_len * src_len * d  # Q·K^T and weights·V, all heads
+    cross_kv = L * mm * src_len * 2 * d * d  # K, V of the memory, once per translation
+    decoder_proj = new_tokens * L * mm * (4 * d * d + 2 * d * d + 2 * d * f)  # self Q,K,V,O; cross Q,O; FFN
+    keys_seen = sum(range(1, new_tokens + 1))  # step t attends to t target positions
+    decoder_attn = L * mm * 2 * d * (keys_seen + new_tokens * src_len)  # self + cross, scores and mixing
+    output = new_tokens * mm * d * V
+    parts = {"encoder projections + FFN": encoder_proj, "encoder attention": encoder_attn,
+             "cross-attention K/V (once)": cross_kv, "decoder projections + FFN": decoder_proj,
+             "decoder attention (self + cross)": decoder_attn, "output projection": output}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def weight_bytes_per_translation(s: Sizes, new_tokens: int, bytes_per_value: int = 4) -> float:
+    """float32 weights that must be read: the encoder and cross K/V once, the rest of the decoder and
+    the output projection at every step (15 MB + 8 MB here: far more than a core's L2 cache)."""
+    d, f, L, V = s.d_model, s.ffn, s.layers, s.vocab
+    encoder = L * (4 * d * d + 2 * d * f)
+    cross_kv = L * 2 * d * d
+    per_step = L * (6 * d * d + 2 * d * f) + d * V
+    return bytes_per_value * (encoder + cross_kv + new_tokens * per_step)
+
+
+def matmul_work(n: int = 1024) -> tuple[Callable[[], object], float]:
+    """A large float32 ``torch.matmul`` (n×n by n×n) and its FLOPs: timing it gives this machine's matmul rate."""
+    a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+    return (lambda: torch.matmul(a, b, out=out)), 2.0 * n ** 3
+
+
+def stream_work(n_bytes: int = 256 << 20) -> tuple[Callable[[], object], float]:
+    """``torch.sum`` over a buffer far larger than the caches (read-bound) and its bytes: the streaming rate."""
+    x = torch.ones(n_bytes // 4)
+    return (lambda: x.sum()), float(n_bytes)
