@@ -7,17 +7,14 @@ positional-encoding toggle -> the updated page. Each returns a reason string ins
 """
 from __future__ import annotations
 
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import core
+from viz_app.serve import streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -71,12 +68,6 @@ def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[st
 
 
 # ----------------------------------------------------------------------------- browser
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def pick_checkpoint(root: Path) -> str | None:
     names = [p.name for p in core.list_checkpoints(root)] if root.is_dir() else []
     english = [n for n in names if n.startswith("ding-en") or "-en-" in n]
@@ -96,72 +87,51 @@ def browser_timings(root: Path, name: str, repeats: int = 2) -> dict[str, list[f
     bundle = core.load(root / name, device="cpu")
     no_pe = core.InferenceOptions(positional_encoding=False)
     (REPO / "test-artifacts").mkdir(exist_ok=True)
-    port, log = _free_port(), (REPO / "test-artifacts" / "streamlit-bench.log").open("w")
-    env = {**os.environ, "LAB_CHECKPOINT_ROOT": str(root), "LAB_CHECKPOINT": name}
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "viz_app" / "app.py"), "--server.port",
-                             str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     results: dict[str, list[float]] = {}
     for label in ("10 words", "60 words"):  # 'of which': the server's share, timed in this process outside the windows
         for event in ("Enter → heatmaps", "of which Bundle.translate (traced)", "of which overview figures built + to_json"):
             results[f"{event}, {label}"] = []
     results["PE toggle → updated page, 10 words"] = []
     try:
-        url = f"http://localhost:{port}"
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                return "skipped: streamlit did not become healthy (see test-artifacts/streamlit-bench.log)"
-            time.sleep(0.5)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 2200})
-                page.goto(url, timeout=180_000)
-                page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=180_000)  # first load: not timed
-                for r in range(repeats):
-                    for label, sentence in (("10 words", SHORT[r % len(SHORT)]), ("60 words", LONG[r % len(LONG)])):
-                        t0 = time.perf_counter()
-                        translation = bundle.translate(sentence)
-                        results[f"of which Bundle.translate (traced), {label}"].append(time.perf_counter() - t0)
-                        payload = figure_payload(translation.trace, translation.src_tokens, translation.tgt_tokens)
-                        if not isinstance(payload, str):
-                            results[f"of which overview figures built + to_json, {label}"].append(
-                                payload["overview build + to_json seconds"])
-                        want = translation.text or "∅ (the model produced no words)"
-                        box = page.locator(".st-key-text input")
-                        box.fill(sentence)
-                        t0 = time.perf_counter()
-                        box.press("Enter")
-                        page.wait_for_function(HEATMAPS_DONE, arg=[want, "as trained"], timeout=120_000, polling=50)
-                        results[f"Enter → heatmaps, {label}"].append(time.perf_counter() - t0)
-                        if label == "10 words":
-                            want_off = bundle.translate(sentence, options=no_pe).text or "∅ (the model produced no words)"
-                            for want_now, note in ((want_off, "PE off"), (want, "as trained")):
-                                t0 = time.perf_counter()
-                                page.locator(".st-key-pe label").click()
-                                page.wait_for_function(HEATMAPS_DONE, arg=[want_now, note], timeout=120_000, polling=50)
-                                if note == "PE off":  # switching back is served from the app's cache: not timed
-                                    results["PE toggle → updated page, 10 words"].append(time.perf_counter() - t0)
-            except Exception as exc:  # noqa: BLE001 — report why (with a screenshot) instead of losing the other sections
-                shot = REPO / "test-artifacts" / "bench-browser-failure.png"
-                page.screenshot(path=str(shot))
-                return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]} (screenshot: {shot.relative_to(REPO)})"
-            finally:
-                browser.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        with streamlit_server(root, name, REPO / "test-artifacts" / "streamlit-bench.log", timeout=120) as url:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+                    page.goto(url, timeout=180_000)
+                    page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=180_000)  # first load: not timed
+                    for r in range(repeats):
+                        for label, sentence in (("10 words", SHORT[r % len(SHORT)]), ("60 words", LONG[r % len(LONG)])):
+                            t0 = time.perf_counter()
+                            translation = bundle.translate(sentence)
+                            results[f"of which Bundle.translate (traced), {label}"].append(time.perf_counter() - t0)
+                            payload = figure_payload(translation.trace, translation.src_tokens, translation.tgt_tokens)
+                            if not isinstance(payload, str):
+                                results[f"of which overview figures built + to_json, {label}"].append(
+                                    payload["overview build + to_json seconds"])
+                            want = translation.text or "∅ (the model produced no words)"
+                            box = page.locator(".st-key-text input")
+                            box.fill(sentence)
+                            t0 = time.perf_counter()
+                            box.press("Enter")
+                            page.wait_for_function(HEATMAPS_DONE, arg=[want, "as trained"], timeout=120_000, polling=50)
+                            results[f"Enter → heatmaps, {label}"].append(time.perf_counter() - t0)
+                            if label == "10 words":
+                                want_off = bundle.translate(sentence, options=no_pe).text or "∅ (the model produced no words)"
+                                for want_now, note in ((want_off, "PE off"), (want, "as trained")):
+                                    t0 = time.perf_counter()
+                                    page.locator(".st-key-pe label").click()
+                                    page.wait_for_function(HEATMAPS_DONE, arg=[want_now, note], timeout=120_000, polling=50)
+                                    if note == "PE off":  # switching back is served from the app's cache: not timed
+                                        results["PE toggle → updated page, 10 words"].append(time.perf_counter() - t0)
+                except Exception as exc:  # noqa: BLE001 — report why (with a screenshot) instead of losing the other sections
+                    shot = REPO / "test-artifacts" / "bench-browser-failure.png"
+                    page.screenshot(path=str(shot))
+                    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]} (screenshot: {shot.relative_to(REPO)})"
+                finally:
+                    browser.close()
+    except RuntimeError as exc:
+        return f"skipped: {exc}"
     return results
 
 

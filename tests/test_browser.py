@@ -6,12 +6,7 @@ when there are any. Screenshots go to test-artifacts/ (gitignored).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -19,6 +14,7 @@ import pytest
 import torch
 
 import core
+from viz_app.serve import streamlit_server
 from conftest import build_tiny_checkpoint
 
 pytestmark = pytest.mark.browser
@@ -31,12 +27,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 SENTENCE = "The cat sleeps on the warm chair."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("browser_checkpoints")
@@ -45,34 +35,12 @@ def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _server(root: Path, checkpoint: str) -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "LAB_CHECKPOINT_ROOT": str(root), "LAB_CHECKPOINT": checkpoint, "LAB_TORCH_THREADS": "1"}
-    log = (ARTIFACTS / f"server-{checkpoint}.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "viz_app" / "app.py"),
-                             "--server.port", str(port), "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        url = f"http://localhost:{port}"
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not become healthy; see {log.name}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        with streamlit_server(root, checkpoint, ARTIFACTS / f"server-{checkpoint}.log",
+                              extra_env={"LAB_TORCH_THREADS": "1"}) as url:
+            yield url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
         log.close()
 
 

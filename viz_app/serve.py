@@ -1,0 +1,60 @@
+"""Start the app with `streamlit run` on a free localhost port and wait until it is healthy.
+
+Shared by the end-to-end browser test and the app benchmark; never imported by the app itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+APP = Path(__file__).resolve().parent / "app.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_server(root: Path, checkpoint: str, log_path: Path, *, timeout: float = 90.0,
+                     extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Yield the base URL of a running app on ``root``/``checkpoint``; stop the server on exit.
+
+    Raises RuntimeError (naming the log file) if the server does not become healthy in ``timeout`` seconds.
+    """
+    port = free_port()
+    env = {**os.environ, "LAB_CHECKPOINT_ROOT": str(root), "LAB_CHECKPOINT": checkpoint, **(extra_env or {})}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
+                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                                cwd=APP.parents[1], env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://localhost:{port}"
+            deadline = time.time() + timeout
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                        if r.read().strip() == b"ok":
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"streamlit did not become healthy; see {log_path}")
+                time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
