@@ -123,8 +123,9 @@ class Trainer:
     # ------------------------------------------------------------ resume (no pickle: safetensors + JSON)
     def save_state(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        aliases = self.model.tied_aliases()  # once, not once per tensor
         tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()
-                   if k not in self.model.tied_aliases()}
+                   if k not in aliases}
         params = list(self.model.parameters())
         for i, p in enumerate(params):
             st = self.optimizer.state.get(p)
