@@ -92,17 +92,47 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class LayerState:
-    """One decoder layer's incremental state for one call (never stored on a module)."""
+    """One decoder layer's incremental state for one call (never stored on a module).
 
-    self_kv: KV | None = None  # (B, H, t, dh) each
+    Self-attention keys/values live in buffers that grow by doubling, so a decoding step writes its
+    one new position instead of copying the whole cache (``torch.cat`` per step is quadratic in the length).
+    """
+
+    self_k: Tensor | None = None  # (B, H, capacity, dh); positions [0, self_len) are filled
+    self_v: Tensor | None = None
+    self_len: int = 0
     ssru_cell: Tensor | None = None  # (B, D)
     cross_kv: KV | None = None  # (B, H, Ts, dh) each
     qkv_weights: tuple[Tensor, Tensor | None] | None = None  # self-attention's fused Q/K/V projection, this call only
 
+    @property
+    def self_kv(self) -> KV | None:
+        """The cached keys and values so far: two (B, H, self_len, dh) views, or None before the first step."""
+        if self.self_k is None or self.self_v is None:
+            return None
+        return self.self_k[:, :, : self.self_len], self.self_v[:, :, : self.self_len]
+
+    def append_kv(self, k: Tensor, v: Tensor) -> KV:
+        """Append new positions' keys and values (B, H, T, dh); returns every cached position's."""
+        end = self.self_len + k.shape[2]
+        if self.self_k is None or self.self_v is None or end > self.self_k.shape[2]:
+            B, H, _, dh = k.shape
+            grown_k, grown_v = k.new_empty(B, H, max(16, 2 * end), dh), v.new_empty(B, H, max(16, 2 * end), dh)
+            if self.self_k is not None and self.self_v is not None:
+                grown_k[:, :, : self.self_len] = self.self_k[:, :, : self.self_len]
+                grown_v[:, :, : self.self_len] = self.self_v[:, :, : self.self_len]
+            self.self_k, self.self_v = grown_k, grown_v
+        self.self_k[:, :, self.self_len:end] = k
+        self.self_v[:, :, self.self_len:end] = v
+        self.self_len = end
+        kv = self.self_kv
+        assert kv is not None
+        return kv
+
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search)."""
-        if self.self_kv is not None:
-            self.self_kv = (self.self_kv[0][index], self.self_kv[1][index])
+        if self.self_k is not None and self.self_v is not None:
+            self.self_k, self.self_v = self.self_k[index], self.self_v[index]
         if self.ssru_cell is not None:
             self.ssru_cell = self.ssru_cell[index]
         if self.cross_kv is not None:
@@ -163,10 +193,8 @@ class DecoderLayer(nn.Module):
             else:  # decoding: one matmul for Q, K and V at every step (the fused matrix is made once per call)
                 if state.qkv_weights is None:
                     state.qkv_weights = attn.fused_qkv()
-                q, *kv = attn.project_qkv(h, state.qkv_weights)
-                if state.self_kv is not None:
-                    kv = [torch.cat([state.self_kv[0], kv[0]], dim=2), torch.cat([state.self_kv[1], kv[1]], dim=2)]
-                state.self_kv = kv = (kv[0], kv[1])  # (B, H, t + T, dh)
+                q, k, v = attn.project_qkv(h, state.qkv_weights)
+                kv = state.append_kv(k, v)  # (B, H, t + T, dh) each
             return attn(h, kv, self_mask, head_keep=head_keep[0], recorder=recorder, site=("decoder", layer), q=q)
 
         def cross_block(h: Tensor) -> Tensor:

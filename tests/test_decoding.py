@@ -6,6 +6,7 @@ import torch
 from conftest import tiny_config
 from core import InferenceOptions, Recorder, Transformer
 from core.decoding import beam_search, greedy, iter_greedy
+from core.layers import LayerState
 
 ALL = {"encoder": 2, "decoder": 2, "cross": 2}
 
@@ -29,11 +30,31 @@ def src_batch(B=1, T=6, seed=0):
 def test_kv_cache_equals_full_recomputation(peaked):
     src, keep = src_batch(B=3)
     opts = InferenceOptions()
-    cached = greedy(peaked, src, keep, opts, 12)
-    recomputed = greedy(peaked, src, keep, opts, 12, use_cache=False)
+    cached = greedy(peaked, src, keep, opts, 40)  # longer than the cache's first capacity (16)
+    recomputed = greedy(peaked, src, keep, opts, 40, use_cache=False)
     assert torch.equal(cached.tokens, recomputed.tokens)
     for a, b in zip(cached.steps, recomputed.steps):
         torch.testing.assert_close(a.top_probs, b.top_probs, atol=1e-5, rtol=1e-4)
+
+
+def test_kv_cache_buffers_grow_and_keep_earlier_views():
+    """append_kv writes in place into doubling buffers: the result always equals concatenation, and a view
+    handed out earlier (the recorder keeps one) never changes."""
+    state, chunks, views = LayerState(), [], []
+    g = torch.Generator().manual_seed(0)
+    for T in [1, 1, 3, 1, 20, 1, 1, 30]:
+        k, v = torch.randn(2, 4, T, 8, generator=g), torch.randn(2, 4, T, 8, generator=g)
+        chunks.append((k, v))
+        all_k, all_v = state.append_kv(k, v)
+        torch.testing.assert_close(all_k, torch.cat([c[0] for c in chunks], dim=2), rtol=0, atol=0)
+        torch.testing.assert_close(all_v, torch.cat([c[1] for c in chunks], dim=2), rtol=0, atol=0)
+        views.append((all_k, all_k.clone()))
+    assert state.self_len == 58
+    for view, copy in views:
+        assert torch.equal(view, copy)
+    state.reorder(torch.tensor([1, 1]))
+    kv = state.self_kv
+    assert kv is not None and torch.equal(kv[0][0], kv[0][1]) and torch.equal(kv[0][0], views[-1][1][1])
 
 
 def test_incremental_trace_equals_teacher_forced_trace(peaked):
