@@ -74,6 +74,16 @@ def build_student(teacher: Transformer, seed: int = 0) -> Transformer:
     return student
 
 
+def init_student(student: Transformer, checkpoint: Path) -> None:
+    """Copy every weight of an earlier student checkpoint (same config) into ``student``."""
+    from .errors import CheckpointError
+
+    earlier, _, _ = load_checkpoint(checkpoint)
+    if earlier.config != student.config:
+        raise CheckpointError(f"{checkpoint}: --init-from needs a student with the same config as this teacher's student")
+    student.load_state_dict(earlier.state_dict())
+
+
 def trainable_names(model: Transformer, scope: str) -> list[str]:
     """Parameter names left trainable: ``self_attn`` = decoder self-attention only, ``self_attn+norm`` adds its
     LayerNorm, ``decoder`` = the whole decoder stack (embeddings/output and encoder stay frozen), ``all``."""
@@ -296,6 +306,8 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
     seed_everything(config.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     student = build_student(teacher, seed=config.seed)
+    if args.init_from:  # a second phase: start from an earlier student (a resumed run's state still wins)
+        init_student(student, Path(args.init_from))
     n_trainable = freeze_except(student, trainable_names(student, args.scope))
     trainer = Trainer(student, config, run_dir, torch.device("cpu"))
     trainer.optimizer = make_optimizer(student, args.reused_lr_scale)
@@ -652,6 +664,8 @@ def canonical_command(args: argparse.Namespace) -> str:
         value = getattr(args, name)
         if value is not None and name != "max_minutes":
             parts.append(f"--{name.replace('_', '-')} {value:g}" if isinstance(value, float) else f"--{name.replace('_', '-')} {value}")
+    if args.init_from:
+        parts.append(f"--init-from {args.init_from}")
     if args.compare:
         parts.append(f"--compare {args.compare}")
     if args.notes:
@@ -674,6 +688,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which parameters train (the rest stay frozen)")
     p.add_argument("--reused-lr-scale", type=float, default=1.0,
                    help="learning-rate factor for trainable parameters copied from the teacher (e.g. 0.1)")
+    p.add_argument("--init-from", default=None,
+                   help="start the student from this earlier student checkpoint (e.g. a first phase's best) instead of the teacher")
     p.add_argument("--sentence-weight", type=int, default=3, help="copies of each sentence pair per epoch (phrases: 1)")
     p.add_argument("--max-pieces", type=int, default=64, help="drop training pairs longer than this")
     p.add_argument("--max-ratio", type=float, default=2.0, help="drop teacher outputs longer than RATIO * source + 8 pieces")

@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from conftest import FIXTURES, build_tiny_checkpoint, tiny_config
-from core import InferenceOptions, Transformer, load_checkpoint
+from core import CheckpointMeta, InferenceOptions, Transformer, load_checkpoint, save_checkpoint
 from core.batching import collate
 from core.config import heads
 from core.corpus import Pair, Split, write_split
 from core.decoding import greedy
 from core.distill import (add_arguments, build_student, english_sources, fortune_sentences, freeze_except,
-                          make_optimizer, run, trainable_names)
+                          init_student, make_optimizer, run, trainable_names)
+from core.errors import CheckpointError
 from core.train import Trainer, TrainConfig
 
 MARIAN = dict(decoder_self="ssru", start="zeros", pad_id=0, bos_id=0, eos_id=0, unk_id=1, norm="post",
@@ -167,3 +168,24 @@ def test_tiny_end_to_end_distill(tmp_path: Path) -> None:
     # stages skip what exists: a second run translates nothing and does not train further
     assert run(parser.parse_args(argv)) == 0
     assert json.loads((tmp_path / "run" / "state.json").read_text())["step"] == 3
+
+
+def test_init_from_copies_an_earlier_student_and_rejects_another_config(tmp_path: Path) -> None:
+    ids = {**MARIAN, "pad_id": 2, "bos_id": 2, "eos_id": 2, "unk_id": 3}
+    teacher, tok, _ = load_checkpoint(build_tiny_checkpoint(tmp_path / "teacher", seed=1, **ids))
+    earlier = build_student(teacher, seed=5)
+    with torch.no_grad():
+        for p in earlier.parameters():
+            p.add_(0.125)  # no longer the teacher's or a fresh student's values
+    save_checkpoint(earlier, tok.path, tmp_path / "phase1", card="phase 1\n", dtype=torch.float16,
+                    meta=CheckpointMeta(name="phase1", source_language="en", target_language="pt"))
+    saved, _, _ = load_checkpoint(tmp_path / "phase1")
+    student = build_student(teacher, seed=0)
+    init_student(student, tmp_path / "phase1")
+    assert not torch.equal(student.decoder_layers[0].self_attn.out_proj.weight, torch.zeros_like(
+        student.decoder_layers[0].self_attn.out_proj.weight))
+    for (name, mine), theirs in zip(student.state_dict().items(), saved.state_dict().values()):
+        assert torch.equal(mine, theirs), name
+    other = build_tiny_checkpoint(tmp_path / "other", seed=1, **{**ids, "decoder_self": "attention", "d_ff": 48})
+    with pytest.raises(CheckpointError, match="same config"):
+        init_student(build_student(teacher), other)
