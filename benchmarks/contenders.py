@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 import core
@@ -123,6 +124,37 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool,
         if cached:  # src_keep=None: nothing is padded, as iter_greedy passes it
             return model.decode(prefix[:, -1:], memory, None, opts, rec, snapshot())
         return model.decode(prefix, memory, None, opts, rec)
+    return run
+
+
+def ours_matmuls_only(model: core.Transformer, src_len: int = SIZES.src_len, n: int = SIZES.new_tokens) -> Work:
+    """ONLY the weight-matrix products of one greedy translation, in order, on the model's own tensors:
+    the encoder's (src_len rows each), the cross-attention K/V (once), then per step the decoder's
+    (fused Q/K/V, output, cross Q and output, FFN) and the output projection, one row each. Nothing else
+    (no attention, norms, softmax, Python control): a floor for any float32 implementation that calls
+    the BLAS once per matrix, as ours and every peer here does."""
+    linears = lambda *mods: [(m.weight, m.bias) for m in mods]  # noqa: E731
+    encoder = [wb for layer in model.encoder_layers for wb in linears(
+        layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
+        layer.ffn.linear1, layer.ffn.linear2)]
+    cross = [wb for layer in model.decoder_layers for wb in linears(layer.cross_attn.k_proj, layer.cross_attn.v_proj)]
+    step: list[tuple[Tensor, Tensor | None]] = []
+    for layer in model.decoder_layers:
+        assert layer.self_attn is not None
+        step += [layer.self_attn.fused_qkv(), *linears(layer.self_attn.out_proj, layer.cross_attn.q_proj,
+                                                       layer.cross_attn.out_proj, layer.ffn.linear1, layer.ffn.linear2)]
+    step += linears(model.output)
+    g = torch.Generator().manual_seed(0)
+    rows = {(T, d): torch.randn(1, T, d, generator=g) for T in (1, src_len) for d in (model.config.d_model, model.config.d_ff)}
+
+    @torch.inference_mode()
+    def run() -> object:
+        for w, b in encoder + cross:
+            F.linear(rows[src_len, w.shape[1]], w, b)
+        for _ in range(n):
+            for w, b in step:
+                y = F.linear(rows[1, w.shape[1]], w, b)
+        return y
     return run
 
 
