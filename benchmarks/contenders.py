@@ -53,6 +53,8 @@ def our_model(s: Sizes = SIZES, seed: int = 0) -> core.Transformer:
     model = core.Transformer(cfg).eval()
     with torch.no_grad():
         model.output.bias[EOS] = NO_EOS
+        for p in model.parameters():  # float16 values, as every committed checkpoint stores them (still float32 tensors)
+            p.copy_(p.half().float())
     return model
 
 

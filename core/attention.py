@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import fastlinear
+from .fastlinear import linear
+
 if TYPE_CHECKING:
     from .trace import Recorder
 
@@ -38,23 +41,27 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, x: Tensor) -> KV:
         """Keys and values of ``x`` (B, Tk, D): two (B, H, Tk, dh) tensors. Cacheable."""
-        return (self._split(F.linear(x, self.k_proj.weight, self.k_proj.bias)),
-                self._split(F.linear(x, self.v_proj.weight, self.v_proj.bias)))
+        return (self._split(linear(x, self.k_proj.weight, self.k_proj.bias)),
+                self._split(linear(x, self.v_proj.weight, self.v_proj.bias)))
 
     def fused_qkv(self) -> tuple[Tensor, Tensor | None]:
-        """The Q, K and V projections as ONE (3D, D) matrix and (3D,) bias: a copy, made once per decoding call.
+        """The Q, K and V projections as ONE (3D, D) matrix and (3D,) bias: a copy, kept until a weight changes.
 
         Column-major like the decoder's other matrices (see ``Transformer._decoding_layout``): a decoding
-        step then streams all three in one matmul instead of three.
+        step then streams all three in one matmul instead of three (and ``fastlinear`` packs it once).
         """
         projections = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([p.weight.t() for p in projections], dim=1).t()  # (3D, D), strides (1, 3D)
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
-        return weight, bias
+
+        def make() -> tuple[Tensor, Tensor | None]:
+            weight = torch.cat([p.weight.t() for p in projections], dim=1).t()  # (3D, D), strides (1, 3D)
+            bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+            return weight, bias
+        sources = [p.weight for p in projections] + [p.bias for p in projections if p.bias is not None]
+        return fastlinear.derived(self.q_proj.weight, sources, make)
 
     def project_qkv(self, x: Tensor, fused: tuple[Tensor, Tensor | None]) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values of ``x`` (B, T, D) with ``fused_qkv()``: three (B, H, T, dh) tensors."""
-        q, k, v = F.linear(x, *fused).split(self.d_model, dim=-1)  # (B, T, D) each
+        q, k, v = linear(x, *fused).split(self.d_model, dim=-1)  # (B, T, D) each
         return self._split(q), self._split(k), self._split(v)
 
     def forward(
@@ -77,7 +84,7 @@ class MultiHeadAttention(nn.Module):
         """
         B, Tq, _ = x.shape
         if q is None:
-            q = self._split(F.linear(x, self.q_proj.weight, self.q_proj.bias))  # (B, H, Tq, dh)
+            q = self._split(linear(x, self.q_proj.weight, self.q_proj.bias))  # (B, H, Tq, dh)
         k, v = kv  # (B, H, Tk, dh) each
         mask4 = None if mask is None else mask[:, None]  # (B, 1, Tq|1, Tk)
         drop = self.dropout if self.training else 0.0
@@ -96,4 +103,4 @@ class MultiHeadAttention(nn.Module):
         if head_keep is not None:
             ctx = ctx * head_keep[None, :, None, None]
         ctx = ctx.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, H, Tq, dh) -> (B, Tq, D)
-        return F.linear(ctx, self.out_proj.weight, self.out_proj.bias)
+        return linear(ctx, self.out_proj.weight, self.out_proj.bias)

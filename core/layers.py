@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from .attention import KV, MultiHeadAttention
 from .config import ModelConfig
+from .fastlinear import linear
 
 if TYPE_CHECKING:
     from .trace import Recorder
@@ -26,10 +27,10 @@ class FeedForward(nn.Module):
         self.activation: Callable[[Tensor], Tensor] = F.relu if activation == "relu" else F.gelu
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.activation(F.linear(x, self.linear1.weight, self.linear1.bias))  # (B, T, d_ff)
+        h = self.activation(linear(x, self.linear1.weight, self.linear1.bias))  # (B, T, d_ff)
         if self.training:
             h = self.dropout(h)
-        return F.linear(h, self.linear2.weight, self.linear2.bias)  # (B, T, D)
+        return linear(h, self.linear2.weight, self.linear2.bias)  # (B, T, D)
 
 
 class SSRU(nn.Module):

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from .config import InferenceOptions, ModelConfig
+from .fastlinear import linear
 from .layers import DecoderLayer, DecoderState, EncoderLayer
 from .masks import causal_mask, combine, full_mask, padding_mask
 from .positional import LearnedPositions, SinusoidalPositions
@@ -73,10 +74,14 @@ class Transformer(nn.Module):
         (in, out)-contiguous matrix faster than nn.Linear's (out, in) one: ~30% on the decoder's matrices
         alone, ~15% on a whole translation on our machines (benchmarks/RESULTS.md). load_state_dict copies
         into the existing tensors, so the layout survives loading; checkpoints are written contiguous;
-        a training step showed no measurable change.
+        a training step showed no measurable change. A tied output projection stays row-major: it is also
+        the embedding table, and a row look-up in a column-major table cost more (~0.2 ms per step) than
+        the layout saved; float16-valued weights go through ``fastlinear``'s packed copy anyway.
         """
         matrices = [m.weight for layer in self.decoder_layers for m in layer.modules() if isinstance(m, nn.Linear)]
-        matrices.append(self.output.weight)  # may be the (tied) embedding: a row look-up is then strided, still cheap
+        embeddings = {id(self.src_embed.weight), id(self.tgt_embed.weight)}
+        if id(self.output.weight) not in embeddings:
+            matrices.append(self.output.weight)
         for weight in {id(w): w for w in matrices}.values():
             weight.data = weight.data.t().contiguous().t()  # (out, in) with strides (1, out)
 
@@ -166,7 +171,7 @@ class Transformer(nn.Module):
                       state.layers[i] if state is not None else None)
         if state is not None:
             state.length = n_key
-        return self.output(self.decoder_norm(x))  # (B, T, V)
+        return linear(self.decoder_norm(x), self.output.weight, self.output.bias)  # (B, T, V)
 
     def forward(self, src: Tensor, tgt: Tensor, options: InferenceOptions = DEFAULT_OPTIONS,
                 recorder: "Recorder | None" = None, src_keep: Tensor | None = None,

@@ -5,7 +5,6 @@ import argparse
 import hashlib
 import json
 import random
-import shutil
 import time
 from pathlib import Path
 

@@ -18,17 +18,20 @@ def model():
 
 
 def test_decoding_weights_are_column_major_with_the_same_values_and_state_dict(model, tmp_path):
-    out = model.output.weight
+    out = model.decoder_layers[0].ffn.linear1.weight
     assert out.stride() == (1, out.shape[0])  # (out, in) stored in-major: what a one-token step streams fastest
-    assert model.decoder_layers[0].ffn.linear1.weight.stride()[0] == 1
     assert model.encoder_layers[0].ffn.linear1.weight.is_contiguous()  # encoder: untouched
+    assert model.output.weight is model.tgt_embed.weight and model.output.weight.is_contiguous()  # tied: row look-ups
+    untied = Transformer(tiny_config(tie_output=False))
+    assert untied.output.weight.stride() == (1, untied.output.weight.shape[0])
     torch.manual_seed(5)
     again = Transformer(tiny_config())
     for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), name
     fresh = Transformer(tiny_config())
     fresh.load_state_dict({k: v.contiguous() for k, v in model.state_dict().items()})  # as a checkpoint loads
-    assert fresh.output.weight.stride() == (1, out.shape[0]) and torch.equal(fresh.output.weight, out)
+    w = fresh.decoder_layers[0].ffn.linear1.weight
+    assert w.stride() == (1, out.shape[0]) and torch.equal(w, out)
 
 
 def test_column_major_linear_gives_the_row_major_result(model):

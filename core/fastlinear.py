@@ -1,0 +1,126 @@
+"""``linear``: F.linear that streams half the bytes when that changes nothing.
+
+A decoding step multiplies ONE row per sentence by every decoder matrix and the output projection,
+so its cost is reading the weights, not arithmetic. Every committed checkpoint stores float16
+weights (they load as float32 values that are exactly float16 numbers), so those matrices can be
+read as float16 with no loss: fbgemm's ``fbgemm_linear_fp16_weight`` keeps a packed float16 copy,
+multiplies in float32 and accumulates in float32. The result equals ``F.linear`` up to the order of
+float32 additions (tests/test_fastlinear.py).
+
+It is used only when all of these hold, else ``F.linear`` runs:
+  * the CPU build has the fbgemm kernel and ``set_enabled(False)`` was not called;
+  * no autograd is needed (grad mode off, or nothing requires grad);
+  * few rows (<= ``ROWS_MAX``: decoding steps, beams) or a large matrix (the vocabulary projection),
+    where the kernel measured faster; many rows of a small matrix stay with MKL;
+  * the weight is a float32 CPU matrix whose every value is a float16 number (checked once per version).
+
+The packed copies are memoised per weight tensor, keyed by its version counter and storage, so an
+optimizer step or ``load_state_dict`` (both write in place) invalidates them; the memo holds weak
+references and never keeps a model alive.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from typing import Callable, Sequence, TypeVar
+
+from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
+
+T = TypeVar("T")
+
+ROWS_MAX = 8
+LARGE = 1 << 20  # weight elements from which the kernel wins at any row count measured (8000 x 256 here)
+
+_KERNEL = hasattr(torch.ops.aten, "fbgemm_linear_fp16_weight") and "fbgemm" in torch.backends.quantized.supported_engines
+_fp16_linear = torch.ops.aten.fbgemm_linear_fp16_weight if _KERNEL else None  # (x, packed, bias) -> x W^T + b
+_enabled = _KERNEL
+
+
+def _use_once_quietly() -> None:
+    """torch 2.13 prints a one-line C++ deprecation note the first time each of the two fbgemm ops runs (they
+    are still there in the pinned version; if a later torch drops them, ``available()`` is False and F.linear
+    runs). Run both once on a 1x1 matrix with file descriptor 2 pointed at /dev/null, so users never see it."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            pack = torch.ops.aten.fbgemm_pack_gemm_matrix_fp16(torch.zeros(1, 1))
+            torch.ops.aten.fbgemm_linear_fp16_weight(torch.zeros(1, 1), pack, torch.zeros(1))
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+if _KERNEL:
+    _use_once_quietly()
+_packed: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (key, (packed, zero bias) | None)
+_derived: WeakIdKeyDictionary = WeakIdKeyDictionary()  # anchor tensor -> (keys of its sources, value)
+
+
+def available() -> bool:
+    """True when this build of torch has the fbgemm float16-weight kernel."""
+    return _KERNEL
+
+
+def set_enabled(flag: bool) -> bool:
+    """Switch the fast path on or off (for comparisons and tests); returns the previous setting."""
+    global _enabled
+    previous, _enabled = _enabled, bool(flag) and _KERNEL
+    return previous
+
+
+def is_enabled() -> bool:
+    return _enabled
+
+
+def _key(weight: Tensor) -> tuple:
+    version = -1 if weight.is_inference() else weight._version  # inference tensors keep no version counter
+    return version, weight.data_ptr(), tuple(weight.shape), weight.stride()
+
+
+def derived(anchor: Tensor, sources: Sequence[Tensor], make: Callable[[], T]) -> T:
+    """``make()`` memoised on ``anchor`` until any of ``sources`` (which include it) is written or replaced:
+    e.g. the fused Q/K/V matrix of an attention layer, so its packed copy is made once, not per call."""
+    keys = tuple(_key(t) for t in sources)
+    entry = _derived.get(anchor)
+    if entry is not None and entry[0] == keys:
+        return entry[1]
+    with torch.inference_mode(False), torch.no_grad():  # an ordinary tensor, whose writes are tracked
+        value = make()
+    _derived[anchor] = (keys, value)
+    return value
+
+
+def packed(weight: Tensor) -> tuple[Tensor, Tensor] | None:
+    """(packed float16 copy, zero bias) of ``weight`` (out, in) if it is losslessly float16, else None."""
+    entry = _packed.get(weight)
+    key = _key(weight)
+    if entry is not None and entry[0] == key:
+        return entry[1]
+    result = None
+    if weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.dim() == 2:
+        with torch.no_grad():
+            w = weight.detach()
+            if bool((w.half().float() == w).all()):
+                result = (torch.ops.aten.fbgemm_pack_gemm_matrix_fp16(w.contiguous()), w.new_zeros(w.shape[0]))
+    _packed[weight] = (key, result)
+    return result
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``: x (..., in), weight (out, in), bias (out,) -> (..., out)."""
+    if not _enabled or x.dtype != torch.float32 or x.device.type != "cpu":
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad or (bias is not None and bias.requires_grad)):
+        return F.linear(x, weight, bias)
+    if x.numel() > ROWS_MAX * x.shape[-1] and weight.numel() < LARGE:
+        return F.linear(x, weight, bias)
+    pack = packed(weight)
+    if pack is None:
+        return F.linear(x, weight, bias)
+    return _fp16_linear(x.contiguous(), pack[0], pack[1] if bias is None else bias)
