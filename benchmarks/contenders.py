@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import core
+from core import fastlinear
 from core.decoding import beam_search, greedy
 from core.layers import DecoderState
 
@@ -129,12 +130,13 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool,
     return run
 
 
-def ours_matmuls_only(model: core.Transformer, src_len: int = SIZES.src_len, n: int = SIZES.new_tokens) -> Work:
+def ours_matmuls_only(model: core.Transformer, fast: bool, src_len: int = SIZES.src_len, n: int = SIZES.new_tokens) -> Work:
     """ONLY the weight-matrix products of one greedy translation, in order, on the model's own tensors:
     the encoder's (src_len rows each), the cross-attention K/V (once), then per step the decoder's
     (fused Q/K/V, output, cross Q and output, FFN) and the output projection, one row each. Nothing else
-    (no attention, norms, softmax, Python control): a floor for any float32 implementation that calls
-    the BLAS once per matrix, as ours and every peer here does."""
+    (no attention, norms, softmax, Python control). fast=False: ``F.linear`` on float32, what every peer
+    here runs; fast=True: ``core.fastlinear.linear``, what ours runs (float16 weights where lossless)."""
+    mm = fastlinear.linear if fast else F.linear
     linears = lambda *mods: [(m.weight, m.bias) for m in mods]  # noqa: E731
     encoder = [wb for layer in model.encoder_layers for wb in linears(
         layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
@@ -152,10 +154,10 @@ def ours_matmuls_only(model: core.Transformer, src_len: int = SIZES.src_len, n: 
     @torch.inference_mode()
     def run() -> object:
         for w, b in encoder + cross:
-            F.linear(rows[src_len, w.shape[1]], w, b)
+            mm(rows[src_len, w.shape[1]], w, b)
         for _ in range(n):
             for w, b in step:
-                y = F.linear(rows[1, w.shape[1]], w, b)
+                y = mm(rows[1, w.shape[1]], w, b)
         return y
     return run
 
