@@ -297,7 +297,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for name, typ, default in [("max_tokens", int, 3000), ("warmup", int, 400), ("lr_factor", float, 1.0),
                                ("label_smoothing", float, 0.0), ("clip", float, None), ("seed", int, None),
                                ("eval_every", int, 300), ("log_every", int, 20), ("max_steps", int, None),
-                               ("max_minutes", float, 0.0), ("epochs", int, None)]:
+                               ("max_minutes", float, 0.0), ("epochs", int, None), ("anneal_start", int, None),
+                               ("anneal_steps", int, None)]:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=default)
 
 

@@ -209,7 +209,8 @@ def canonical_command(args: argparse.Namespace) -> str:
              f"--run-dir {args.run_dir}", f"--scope {args.scope}", f"--reused-lr-scale {args.reused_lr_scale:g}", f"--translate-minutes {args.translate_minutes:g}",
              f"--max-minutes {args.max_minutes:g}" if args.max_minutes else "", f"--threads {args.threads}"]
     parts.append(f"--head-sweep {args.head_sweep}")
-    for name in ("warmup", "lr_factor", "max_tokens", "label_smoothing", "eval_every", "max_steps"):
+    for name in ("warmup", "lr_factor", "max_tokens", "label_smoothing", "eval_every", "max_steps", "anneal_start",
+                 "anneal_steps"):
         value = getattr(args, name)
         if value is not None and name != "max_minutes":
             parts.append(f"--{name.replace('_', '-')} {value:g}" if isinstance(value, float) else f"--{name.replace('_', '-')} {value}")

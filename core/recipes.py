@@ -49,7 +49,7 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     for name, typ in [("max_tokens", int), ("warmup", int), ("lr_factor", float), ("label_smoothing", float),
                       ("clip", float), ("seed", int), ("eval_every", int), ("log_every", int), ("max_steps", int),
-                      ("max_minutes", float), ("epochs", int)]:
+                      ("max_minutes", float), ("epochs", int), ("anneal_start", int), ("anneal_steps", int)]:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None)
 
 

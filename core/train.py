@@ -41,10 +41,14 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # 0 = no limit
     epochs: int = 100
+    anneal_start: int = 0  # from this step on (0 = never) the schedule's rate is scaled down linearly ...
+    anneal_steps: int = 0  # ... reaching 0 after this many steps (a cool-down at the end of a time-boxed run)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 16 or self.warmup < 1 or self.lr_factor <= 0 or not 0 <= self.label_smoothing < 1:
             raise ValueError(f"TrainConfig: invalid values {self}")
+        if self.anneal_start < 0 or self.anneal_steps < 0 or (self.anneal_start > 0) != (self.anneal_steps > 0):
+            raise ValueError(f"TrainConfig: anneal_start and anneal_steps go together (both > 0), got {self}")
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -86,7 +90,12 @@ class Trainer:
         self.elapsed = 0.0
 
     def lr(self) -> float:
-        return noam_lr(self.step + 1, self.model.config.d_model, self.config.warmup, self.config.lr_factor)
+        """The rate for the next step: the paper's schedule, times the linear cool-down if one is set."""
+        cfg = self.config
+        rate = noam_lr(self.step + 1, self.model.config.d_model, cfg.warmup, cfg.lr_factor)
+        if cfg.anneal_steps and self.step >= cfg.anneal_start:
+            rate *= max(0.0, 1.0 - (self.step - cfg.anneal_start) / cfg.anneal_steps)
+        return rate
 
     def loss(self, batch: Batch, label_smoothing: float | None = None) -> torch.Tensor:
         logits = self.module(batch.src, batch.tgt_in, src_keep=batch.src_keep, tgt_keep=None)  # (B, Tt, V)

@@ -18,6 +18,18 @@ from core.train import Trainer, TrainConfig, fit, noam_lr
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_anneal_scales_the_schedule_down_linearly_to_zero(tmp_path):
+    torch.manual_seed(0)
+    model = Transformer(tiny_config())
+    plain = Trainer(model, TrainConfig(warmup=10), tmp_path, torch.device("cpu"))
+    cool = Trainer(model, TrainConfig(warmup=10, anneal_start=50, anneal_steps=20), tmp_path, torch.device("cpu"))
+    for step, factor in [(0, 1.0), (49, 1.0), (50, 1.0), (55, 0.75), (60, 0.5), (70, 0.0), (90, 0.0)]:
+        plain.step = cool.step = step
+        assert cool.lr() == pytest.approx(plain.lr() * factor)
+    with pytest.raises(ValueError, match="anneal"):
+        TrainConfig(anneal_start=50)
+
+
 def test_noam_schedule_warms_up_then_decays():
     lrs = [noam_lr(s, 256, 100) for s in range(1, 400)]
     peak = max(range(len(lrs)), key=lrs.__getitem__) + 1
