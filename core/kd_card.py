@@ -137,7 +137,9 @@ over {train_stats['sentences']:,} lines in {train_stats['seconds'] / 60:.1f} min
 
 {summary.get('steps')} steps, {summary.get('minutes')} min wall time ({summary.get('threads')} threads, CPU),
 {summary.get('tokens_seen', 0):,} target tokens, {summary.get('target_tokens_per_s')} target tokens/s overall
-(median logging window {summary.get('median_window_tokens_per_s')} tokens/s); {summary.get('epochs_completed')} full epochs.{trial_text}
+(median logging window {summary.get('median_window_tokens_per_s')} tokens/s); {summary.get('epochs_completed')} full epochs.{
+f" The rate followed the warm-up schedule, then fell linearly to 0 from step {tc['anneal_start']} over {tc['anneal_steps']} steps (cool-down)."
+if tc.get('anneal_steps') else ""}{trial_text}
 
 ![training curves](curves.png)
 
@@ -154,9 +156,9 @@ sentences were used neither for training nor for choosing the checkpoint.
 {_md_table(["student run", "chrF", "BLEU", "identical to teacher", "seconds"], score_rows)}
 {sweep_text}
 Goal chrF ≥ 90 against the teacher: **{'met' if sw['as trained']['chrf'] >= 90 else 'not met'}**
-({sw['as trained']['chrf']} after {summary.get('steps')} steps / {summary.get('minutes')} min; the dev chrF was still
-rising at the last evaluation: {summary.get('best_dev_chrf')}). Training longer is the next step: raise
-`--max-minutes` and run the same command, the trainer resumes.
+({sw['as trained']['chrf']} after {summary.get('steps')} steps / {summary.get('minutes')} min; best Ding-dev chrF
+during training {summary.get('best_dev_chrf')}, on the first {args.dev_chrf_sentences} dev sentences).{"" if sw['as trained']['chrf'] >= 90 else
+" Training longer is the next step: raise `--max-minutes` (and move the cool-down) and run the same command; the trainer resumes."}
 
 How to read the switches: *causal mask off* decodes without the key/value cache, recomputing the whole
 prefix at each step with every decoder position attending to every other. The newest position — the one
@@ -195,9 +197,8 @@ the teacher's Portuguese; this card is not legal advice.
 ```
 
 `--notes` is the hand-written comparison shown under the side-by-side (leave it out to get the card
-without it). This run itself was made in pieces on a shared 2-core machine: data with 1 thread while another
-training job ran, the first 81 training steps as the 1-thread trial above, the rest with 2 threads; the
-same command resumes each stage where it stopped.
+without it). This run itself was made in pieces on a shared 2-core machine (the pieces and their thread
+counts are in the notes above); the same command resumes each stage where it stopped.
 
 Stages skip what exists: data files are appended chunk by chunk (`{data_dir}`), training resumes from
 `{run_dir}` (state.safetensors + state.json), the evaluation is cached in `{run_dir}/eval.json`.
