@@ -118,7 +118,8 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool,
         if t > 1:
             model.decode(prefix[:, :-1], memory, None, opts, None, state)
 
-    def snapshot() -> DecoderState:  # a fresh state holding t-1 positions (decode appends to it)
+    def snapshot() -> DecoderState:  # a state holding t-1 positions; it shares the KV buffers, so every run
+        # writes the same keys/values into slot t-1 again (same values each time: timing stays honest)
         return DecoderState([dataclasses.replace(layer) for layer in state.layers], state.length)
 
     @torch.inference_mode()

@@ -170,7 +170,7 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
         print(f"train: budget already used at step {trainer.step}; skipping", flush=True)
         old = json.loads((run_dir / "summary.json").read_text())
         return _write_summary(trainer, run_dir, log_path, old.get("pairs", 0), old.get("sentence_pairs", 0),
-                              old.get("trainable", n_trainable))
+                              old.get("trainable", n_trainable), old.get("dev_chrf_sentences", args.dev_chrf_sentences))
     data_dir = Path(args.data_dir)
     pairs = load_pairs(tok, data_dir, args.max_pieces, args.max_ratio)
     if not pairs["src"]:
@@ -208,10 +208,11 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
 
     fit(trainer, make_epoch, evaluate=evaluate, on_best=on_best, higher_is_better="dev_chrf", log_path=log_path,
         progress=args.progress)
-    return _write_summary(trainer, run_dir, log_path, len(pairs["src"]), n_sent, n_trainable)
+    return _write_summary(trainer, run_dir, log_path, len(pairs["src"]), n_sent, n_trainable, args.dev_chrf_sentences)
 
 
-def _write_summary(trainer: "Trainer", run_dir: Path, log_path: Path, n_pairs: int, n_sent: int, n_trainable: int) -> dict:
+def _write_summary(trainer: "Trainer", run_dir: Path, log_path: Path, n_pairs: int, n_sent: int, n_trainable: int,
+                   dev_sentences: int) -> dict:
     """curves.png and summary.json (steps, wall time, throughput) from the trainer and its JSONL log."""
     from .train import plot_curves
 
@@ -221,7 +222,7 @@ def _write_summary(trainer: "Trainer", run_dir: Path, log_path: Path, n_pairs: i
     summary = {"steps": trainer.step, "minutes": round(trainer.elapsed / 60, 2), "tokens_seen": trainer.tokens_seen,
                "target_tokens_per_s": round(trainer.tokens_seen / max(trainer.elapsed, 1e-9), 1),
                "median_window_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
-               "best_dev_chrf": trainer.best, "pairs": n_pairs, "sentence_pairs": n_sent,
+               "best_dev_chrf": trainer.best, "dev_chrf_sentences": dev_sentences, "pairs": n_pairs, "sentence_pairs": n_sent,
                "trainable": n_trainable, "parameters": trainer.model.n_parameters(), "threads": torch.get_num_threads(),
                "epochs_completed": trainer.epoch, "train_config": asdict(trainer.config)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

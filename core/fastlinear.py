@@ -14,9 +14,13 @@ It is used only when all of these hold, else ``F.linear`` runs:
     where the kernel measured faster; many rows of a small matrix stay with MKL;
   * the weight is a float32 CPU matrix whose every value is a float16 number (checked once per version).
 
-The packed copies are memoised per weight tensor, keyed by its version counter and storage, so an
-optimizer step or ``load_state_dict`` (both write in place) invalidates them; the memo holds weak
-references and never keeps a model alive.
+The packed copies are memoised per weight tensor, keyed by its version counter, storage, dtype, device,
+shape and strides, so an optimizer step or ``load_state_dict`` (both write in place) and ``.to()`` / ``.data =``
+invalidate them; an entry keeps the old storage alive so its address cannot be reused behind the key.
+Not detected: writes through ``weight.data`` (``p.data.mul_(2)``), which bypass the version counter —
+call ``set_enabled(False)`` around such code. Inference tensors (a model built under
+``torch.inference_mode``) keep no version counter, so they are never memoised (and take F.linear).
+The memo holds weak references to the weights and never keeps a model alive.
 """
 from __future__ import annotations
 
@@ -58,10 +62,13 @@ def _use_once_quietly() -> None:
 
 
 if _KERNEL:
-    _use_once_quietly()
-# id(weight) -> (weak reference, key, (packed, zero bias) | None): a plain dict (looked up ~25 times per decoding
+    try:
+        _use_once_quietly()
+    except Exception:  # no usable fd 2, or the kernel refuses to run here: plain F.linear everywhere
+        _KERNEL = _enabled = False
+# id(weight) -> (weak reference, key, storage, (packed, zero bias) | None): a plain dict (looked up ~25 times per decoding
 # step, where WeakIdKeyDictionary's per-lookup reference objects cost more than the kernel saves on small matrices)
-_packed: dict[int, tuple[weakref.ref, tuple, tuple[Tensor, Tensor] | None]] = {}
+_packed: dict[int, tuple[weakref.ref, tuple, object, tuple[Tensor, Tensor] | None]] = {}
 _derived: WeakIdKeyDictionary = WeakIdKeyDictionary()  # anchor tensor -> (keys of its sources, value)
 
 
@@ -81,18 +88,20 @@ def is_enabled() -> bool:
     return _enabled
 
 
-def _key(weight: Tensor) -> tuple:
-    try:
-        version = weight._version
-    except RuntimeError:  # inference tensors keep no version counter (nor can they be written outside inference)
-        version = -1
-    return version, weight.data_ptr(), weight.shape, weight.stride()
+def _key(weight: Tensor) -> tuple | None:
+    """What identifies the values of ``weight`` for the memo, or None when nothing can (an inference tensor)."""
+    if weight.is_inference():
+        return None
+    return weight._version, weight.data_ptr(), weight.dtype, weight.device, weight.shape, weight.stride()
 
 
 def derived(anchor: Tensor, sources: Sequence[Tensor], make: Callable[[], T]) -> T:
     """``make()`` memoised on ``anchor`` until any of ``sources`` (which include it) is written or replaced:
-    e.g. the fused Q/K/V matrix of an attention layer, so its packed copy is made once, not per call."""
+    e.g. the fused Q/K/V matrix of an attention layer, so its packed copy is made once, not per call.
+    Not memoised (``make()`` runs as called) when autograd must see it or a source is an inference tensor."""
     keys = tuple(_key(t) for t in sources)
+    if None in keys or (torch.is_grad_enabled() and any(t.requires_grad for t in sources)):
+        return make()
     entry = _derived.get(anchor)
     if entry is not None and entry[0] == keys:
         return entry[1]
@@ -105,17 +114,21 @@ def derived(anchor: Tensor, sources: Sequence[Tensor], make: Callable[[], T]) ->
 def packed(weight: Tensor) -> tuple[Tensor, Tensor] | None:
     """(packed float16 copy, zero bias) of ``weight`` (out, in) if it is losslessly float16, else None."""
     key = _key(weight)
+    if key is None:
+        return None
     entry = _packed.get(id(weight))
     if entry is not None and entry[1] == key and entry[0]() is weight:
-        return entry[2]
+        return entry[3]
     result = None
     if weight.dtype == torch.float32 and weight.is_cpu and weight.dim() == 2:
         with torch.no_grad():
             w = weight.detach()
-            if bool((w.half().float() == w).all()):
-                result = (torch.ops.aten.fbgemm_pack_gemm_matrix_fp16(w.contiguous()), w.new_zeros(w.shape[0]))
+            if bool(torch.isfinite(w).all()) and bool((w.half().float() == w).all()):
+                # packing may write into its input (fbgemm clamps to the float16 range): give it a copy
+                result = (torch.ops.aten.fbgemm_pack_gemm_matrix_fp16(w.clone(memory_format=torch.contiguous_format)),
+                          w.new_zeros(w.shape[0]))
     ident = id(weight)
-    _packed[ident] = (weakref.ref(weight, lambda _: _packed.pop(ident, None)), key, result)
+    _packed[ident] = (weakref.ref(weight, lambda _: _packed.pop(ident, None)), key, weight.untyped_storage(), result)
     return result
 
 
@@ -126,7 +139,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if not _enabled or torch.is_grad_enabled() or (x.numel() > ROWS_MAX * x.shape[-1] and weight.numel() < LARGE):
         return F.linear(x, weight, bias)
     entry = _packed.get(id(weight))
-    pack = entry[2] if entry is not None and entry[1] == _key(weight) and entry[0]() is weight else packed(weight)
+    pack = entry[3] if entry is not None and entry[1] == _key(weight) and entry[0]() is weight else packed(weight)
     if pack is None:  # not float16 numbers (or not a float32 CPU matrix): nothing to gain without changing values
         return F.linear(x, weight, bias)
     return _fp16_linear(x if x.is_contiguous() else x.contiguous(), pack[0], pack[1] if bias is None else bias)

@@ -76,6 +76,8 @@ def write_card(*, args: argparse.Namespace, data_dir: Path, run_dir: Path, summa
                       + ", ".join(f"{k}: {v}" for k, v in sorted(sweep["chrf"].items())) +
                       f". Most important: {', '.join(k for k, _ in worst)}.\n")
     tc = summary.get("train_config", {})
+    init_text = (f"\n* **Started from `{args.init_from}`** (`--init-from`), an earlier student, not from the copy "
+                 "described above;\n  the steps, minutes and curves below are this second phase's only.") if args.init_from else ""
     trials = []
     for log in sorted(run_dir.glob("trial-*/log.jsonl")):
         evals = [json.loads(l) for l in log.read_text().splitlines() if '"eval"' in l]
@@ -106,14 +108,14 @@ self-attention, learned by sequence-level knowledge distillation from the origin
   self-attention sublayer's norm). New: decoder self-attention q/k/v (Xavier) and `out_proj` = **0**, so at
   step 0 the student equals the teacher with its SSRU output zeroed (post-norm: `LayerNorm(x + 0)`).
   Marian conventions kept: first decoder input is a zero vector, `</s>` = pad = start = id 0 (explicit
-  keep-flags everywhere).
+  keep-flags everywhere).{init_text}
 * **Trained** with `core.train.Trainer`/`fit`: only `{args.scope}` trainable
   ({summary.get('trainable', 0):,} values; reused teacher parameters among them at {args.reused_lr_scale:g}×
   the learning rate); everything else frozen. Cross-entropy on the teacher's output
   (label smoothing {tc.get('label_smoothing')}), Adam + warm-up schedule (warmup {tc.get('warmup')},
   factor {tc.get('lr_factor')}), ≤ {tc.get('max_tokens')} tokens per batch, Ding sentences and fortune
   cookies ×{args.sentence_weight} per epoch. Best step chosen by greedy chrF against the teacher on the
-  500 Ding-dev English sentences.
+  first {summary.get('dev_chrf_sentences', args.dev_chrf_sentences)} Ding-dev English sentences.
 
 ## Data (sequence-level KD: English → teacher Portuguese)
 
@@ -157,7 +159,7 @@ sentences were used neither for training nor for choosing the checkpoint.
 {sweep_text}
 Goal chrF ≥ 90 against the teacher: **{'met' if sw['as trained']['chrf'] >= 90 else 'not met'}**
 ({sw['as trained']['chrf']} after {summary.get('steps')} steps / {summary.get('minutes')} min; best Ding-dev chrF
-during training {summary.get('best_dev_chrf')}, on the first {args.dev_chrf_sentences} dev sentences).{"" if sw['as trained']['chrf'] >= 90 else
+during training {summary.get('best_dev_chrf')}, on the first {summary.get('dev_chrf_sentences', args.dev_chrf_sentences)} dev sentences).{"" if sw['as trained']['chrf'] >= 90 else
 " Training longer is the next step: raise `--max-minutes` (and move the cool-down) and run the same command; the trainer resumes."}
 
 How to read the switches: *causal mask off* decodes without the key/value cache, recomputing the whole

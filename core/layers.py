@@ -97,6 +97,8 @@ class LayerState:
 
     Self-attention keys/values live in buffers that grow by doubling, so a decoding step writes its
     one new position instead of copying the whole cache (``torch.cat`` per step is quadratic in the length).
+    Inference only: the in-place writes would invalidate what autograd saved for earlier steps (training
+    uses the teacher-forced path, which keeps no state).
     """
 
     self_k: Tensor | None = None  # (B, H, capacity, dh); positions [0, self_len) are filled
@@ -104,7 +106,7 @@ class LayerState:
     self_len: int = 0
     ssru_cell: Tensor | None = None  # (B, D)
     cross_kv: KV | None = None  # (B, H, Ts, dh) each
-    qkv_weights: tuple[Tensor, Tensor | None] | None = None  # self-attention's fused Q/K/V projection, this call only
+    qkv_weights: tuple[Tensor, Tensor | None] | None = None  # self-attention's fused Q/K/V projection (looked up once per call)
 
     @property
     def self_kv(self) -> KV | None:
@@ -191,7 +193,7 @@ class DecoderLayer(nn.Module):
             assert attn is not None
             if state is None:
                 q, kv = None, attn.project_kv(h)  # (B, H, T, dh) each; queries projected by attn
-            else:  # decoding: one matmul for Q, K and V at every step (the fused matrix is made once per call)
+            else:  # decoding: one matmul for Q, K and V at every step (the fused matrix is kept until a weight changes)
                 if state.qkv_weights is None:
                     state.qkv_weights = attn.fused_qkv()
                 q, k, v = attn.project_qkv(h, state.qkv_weights)

@@ -124,6 +124,7 @@ def test_greedy_decoding_and_its_trace_are_the_same_with_and_without_the_kernel(
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+@torch.no_grad()
 def test_fused_qkv_is_kept_until_a_weight_changes_and_memo_entries_die_with_the_model():
     model = _half_model()
     attn = model.decoder_layers[0].self_attn
@@ -135,9 +136,48 @@ def test_fused_qkv_is_kept_until_a_weight_changes_and_memo_entries_die_with_the_
     second = attn.fused_qkv()
     assert second[0] is not first[0]
     torch.testing.assert_close(second[0][-attn.d_model:], attn.v_proj.weight, rtol=0, atol=0)
-    with torch.no_grad():
-        fastlinear.linear(torch.randn(1, attn.d_model), second[0], second[1])
+    fastlinear.linear(torch.randn(1, attn.d_model), second[0], second[1])
     before = len(fastlinear._packed) + len(fastlinear._derived)
     del model, attn, first, second, state
     gc.collect()
     assert len(fastlinear._packed) + len(fastlinear._derived) < before
+
+
+def test_models_built_under_inference_mode_are_never_memoised(calls):
+    """Inference tensors keep no version counter: a reload in place must not leave stale packed copies."""
+    with torch.inference_mode():
+        model = _half_model()
+        src = torch.randint(4, 64, (1, 6), generator=torch.Generator().manual_seed(1))
+        keep = torch.ones_like(src, dtype=torch.bool)
+        greedy(model, src, keep, InferenceOptions(), 8)
+        state = {k: (v * 2).half().float() for k, v in model.state_dict().items()}
+        model.load_state_dict(state)
+        fast = greedy(model, src, keep, InferenceOptions(), 8)
+        previous = fastlinear.set_enabled(False)
+        try:
+            slow = greedy(model, src, keep, InferenceOptions(), 8)
+        finally:
+            fastlinear.set_enabled(previous)
+    assert torch.equal(fast.tokens, slow.tokens)
+    for a, b in zip(fast.steps, slow.steps):
+        torch.testing.assert_close(a.top_probs, b.top_probs, rtol=1e-4, atol=1e-6)
+
+
+@torch.no_grad()
+def test_packing_never_writes_into_the_weight_and_skips_non_finite_values():
+    w = half_valued(16, 8)
+    w[0, 0] = 60000.0  # a float16 number near the top of the range
+    before = w.clone()
+    assert fastlinear.packed(w) is not None and torch.equal(w, before)
+    w[1, 1] = float("inf")
+    assert fastlinear.packed(w) is None
+    x = torch.randn(1, 8)
+    assert torch.equal(fastlinear.linear(x, w), F.linear(x, w))
+
+
+def test_fused_qkv_stays_differentiable_when_autograd_needs_it():
+    model = Transformer(tiny_config()).train()
+    attn = model.decoder_layers[0].self_attn
+    weight, bias = attn.fused_qkv()
+    (weight.sum() + bias.sum()).backward()
+    assert attn.q_proj.weight.grad is not None and attn.v_proj.bias.grad is not None
