@@ -225,7 +225,8 @@ def browser_section(rep: Report, enabled: bool, repeats: int) -> None:
                  "has its image. The PE toggle is timed switching off (switching back is served from the app's cache). "
                  "'of which' rows: the same work timed in the benchmark's own process (the rest is Streamlit, the "
                  "network and Plotly drawing in Chromium)."
-                 + ("" if name == "ding-en-de" else " ding-en-de was not there yet: the lead should rerun this part.")])
+                 + (f" `{name}` is the checkpoint the app opens on (checkpoints/DEFAULT)." if (root / "DEFAULT").is_file()
+                    and (root / "DEFAULT").read_text(encoding="utf-8").strip() == name else "")])
 
 
 # ----------------------------------------------------------------------------- 7. beam search
