@@ -41,7 +41,6 @@ def _server(root: Path, checkpoint: str) -> Iterator[str]:
             yield url
     except RuntimeError as exc:
         pytest.fail(str(exc))
-        log.close()
 
 
 def _figure_titles(page) -> list[str]:
@@ -49,8 +48,11 @@ def _figure_titles(page) -> list[str]:
 
 
 def _real_checkpoint() -> str | None:
+    """The checkpoint a user meets first: the one named in checkpoints/DEFAULT, else any."""
     names = [p.name for p in core.list_checkpoints(REPO / "checkpoints")]
-    return "ding-en-de" if "ding-en-de" in names else (names[0] if names else None)
+    marker = REPO / "checkpoints" / "DEFAULT"
+    default = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ""
+    return default if default in names else (names[0] if names else None)
 
 
 @pytest.fixture(params=["tiny", "real"])
