@@ -69,12 +69,8 @@ def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[st
 
 # ----------------------------------------------------------------------------- browser
 def pick_checkpoint(root: Path) -> str | None:
-    """The checkpoint the app opens on (``root/DEFAULT``), else an English-source one, else any."""
-    names = [p.name for p in core.list_checkpoints(root)] if root.is_dir() else []
-    marker = root / "DEFAULT"
-    default = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ""
-    english = [n for n in names if n.startswith("ding-en") or "-en-" in n]
-    return default if default in names else (english or names or [None])[0]
+    """The checkpoint the app opens on (``root/DEFAULT``, else the first)."""
+    return core.default_checkpoint(root)
 
 
 def browser_timings(root: Path, name: str, repeats: int = 2) -> dict[str, list[float]] | str:

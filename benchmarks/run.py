@@ -225,8 +225,7 @@ def browser_section(rep: Report, enabled: bool, repeats: int) -> None:
                  "has its image. The PE toggle is timed switching off (switching back is served from the app's cache). "
                  "'of which' rows: the same work timed in the benchmark's own process (the rest is Streamlit, the "
                  "network and Plotly drawing in Chromium)."
-                 + (f" `{name}` is the checkpoint the app opens on (checkpoints/DEFAULT)." if (root / "DEFAULT").is_file()
-                    and (root / "DEFAULT").read_text(encoding="utf-8").strip() == name else "")])
+                 + f" `{name}` is the checkpoint the app opens on."])
 
 
 # ----------------------------------------------------------------------------- 7. beam search

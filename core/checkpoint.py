@@ -144,3 +144,15 @@ def list_checkpoints(root: str | Path = "checkpoints") -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file())
+
+
+def default_checkpoint(root: str | Path = "checkpoints", wanted: str = "") -> str | None:
+    """The checkpoint a user meets first: ``wanted`` (a folder name or path) if it is one under ``root``,
+    else the one named in ``root/DEFAULT``, else the first by name; None when there is none."""
+    root = Path(root)
+    names = [p.name for p in list_checkpoints(root)]
+    if not wanted:
+        marker = root / "DEFAULT"
+        wanted = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ""
+    wanted = Path(wanted).name if wanted else ""
+    return wanted if wanted in names else (names[0] if names else None)

@@ -191,18 +191,18 @@ def test_default_checkpoint_env_then_default_file_then_first(app_root: Path, mon
     names = state.checkpoint_names()
     assert names == ["tiny", "tiny-ssru"]
     monkeypatch.setenv("LAB_CHECKPOINT", "tiny-ssru")
-    assert state.default_checkpoint(names) == "tiny-ssru"
+    assert state.default_checkpoint() == "tiny-ssru"
     monkeypatch.setenv("LAB_CHECKPOINT", str(app_root / "tiny-ssru"))  # a path works too
-    assert state.default_checkpoint(names) == "tiny-ssru"
+    assert state.default_checkpoint() == "tiny-ssru"
     monkeypatch.delenv("LAB_CHECKPOINT")
-    assert state.default_checkpoint(names) == "tiny"  # no DEFAULT file: the first folder
+    assert state.default_checkpoint() == "tiny"  # no DEFAULT file: the first folder
     other = app_root.parent / "with_default_file"
     for name in ("a", "b"):
         (other / name).mkdir(parents=True, exist_ok=True)
         (other / name / "config.json").write_text("{}")
     (other / "DEFAULT").write_text("b\n")
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(other))
-    assert state.default_checkpoint(state.checkpoint_names()) == "b"
+    assert state.default_checkpoint() == "b"
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", "checkpoints")
     assert state.checkpoint_root().name == "checkpoints"
 

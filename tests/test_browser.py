@@ -48,11 +48,8 @@ def _figure_titles(page) -> list[str]:
 
 
 def _real_checkpoint() -> str | None:
-    """The checkpoint a user meets first: the one named in checkpoints/DEFAULT, else any."""
-    names = [p.name for p in core.list_checkpoints(REPO / "checkpoints")]
-    marker = REPO / "checkpoints" / "DEFAULT"
-    default = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ""
-    return default if default in names else (names[0] if names else None)
+    """The checkpoint a user meets first (checkpoints/DEFAULT)."""
+    return core.default_checkpoint(REPO / "checkpoints")
 
 
 @pytest.fixture(params=["tiny", "real"])

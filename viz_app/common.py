@@ -55,7 +55,7 @@ def sidebar() -> core.Bundle | None:
         if not names:
             return None
         if ss.get("ckpt") not in names:
-            ss["ckpt"] = state.default_checkpoint(names)
+            ss["ckpt"] = state.default_checkpoint()
         st.selectbox("Checkpoint", names, key="ckpt", on_change=_checkpoint_changed,
                      help=f"Model folders under `{state.checkpoint_root()}`")
         bundle = state.bundle()

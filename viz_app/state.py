@@ -45,14 +45,9 @@ def checkpoint_names() -> list[str]:
     return [p.name for p in core.list_checkpoints(checkpoint_root())]
 
 
-def default_checkpoint(names: list[str]) -> str | None:
-    """$LAB_CHECKPOINT if it names one of ``names``, else the folder in checkpoints/DEFAULT, else the first."""
-    wanted = os.environ.get("LAB_CHECKPOINT", "").strip()
-    if not wanted:
-        marker = checkpoint_root() / "DEFAULT"
-        wanted = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ""
-    wanted = Path(wanted).name if wanted else ""
-    return wanted if wanted in names else (names[0] if names else None)
+def default_checkpoint() -> str | None:
+    """$LAB_CHECKPOINT if it names a checkpoint under the root, else the folder in DEFAULT, else the first."""
+    return core.default_checkpoint(checkpoint_root(), os.environ.get("LAB_CHECKPOINT", "").strip())
 
 
 def _threads() -> int:
