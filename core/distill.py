@@ -30,7 +30,7 @@ from .checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig
 from .model import Transformer
 from .kd_card import _size_mb, side_by_side, write_card
-from .kd_data import _read_lines, make_data, translate_batched
+from .kd_data import _read_lines, make_data, translate_batched, translate_beam
 from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def _write_summary(trainer: "Trainer", run_dir: Path, log_path: Path, n_pairs: i
 
 # ----------------------------------------------------------------------------- stage: eval
 def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer, data_dir: Path,
-                     head_sweep: int = 0) -> dict:
+                     head_sweep: int = 0, beam: int = 0) -> dict:
     """chrF/BLEU of the student against the teacher on the held-out test English (never used for training or
     model selection), as trained and under switches; plus the zero-initialised student and throughput."""
     from .evaluate import score
@@ -251,6 +251,13 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
             result["student_sentences_per_s"] = round(len(test) / seconds, 1)
             result["student_output_tokens_per_s"] = round(counts["output_tokens"] / seconds, 1)
         print(f"eval {name}: {result['switches'][name]}", flush=True)
+    if beam:  # the student with beam search, still against the teacher's greedy output
+        t0 = time.perf_counter()
+        hyps = translate_beam(student, tok, test, beam)
+        result["switches"][f"as trained, beam {beam}"] = {
+            **score(hyps, ref), "seconds": round(time.perf_counter() - t0, 1),
+            "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
+        print(f"eval as trained, beam {beam}: {result['switches'][f'as trained, beam {beam}']}", flush=True)
     t0 = time.perf_counter()
     _, counts = translate_batched(teacher, tok, test)
     seconds = time.perf_counter() - t0
@@ -290,6 +297,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pieces", type=int, default=64, help="drop training pairs longer than this")
     p.add_argument("--max-ratio", type=float, default=2.0, help="drop teacher outputs longer than RATIO * source + 8 pieces")
     p.add_argument("--dev-chrf-sentences", type=int, default=300, help="dev sentences decoded at each evaluation")
+    p.add_argument("--eval-beam", type=int, default=4,
+                   help="also score the student with beam search of this size on the test sentences (0 = skip)")
     p.add_argument("--head-sweep", type=int, default=200, help="test sentences for the single-head ablation sweep (0 = skip)")
     p.add_argument("--compare", default=None, help="another checkpoint to show in the side-by-side (e.g. the en->de model)")
     p.add_argument("--notes", default=None, help="markdown file appended to the card after the side-by-side")
@@ -332,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
     student, _, _ = load_checkpoint(run_dir / "best")
     eval_path = run_dir / "eval.json"
     if "eval" in stages and not eval_path.is_file():
-        evaluation = evaluate_student(student, teacher, tok, data_dir, head_sweep=args.head_sweep)
+        evaluation = evaluate_student(student, teacher, tok, data_dir, head_sweep=args.head_sweep, beam=args.eval_beam)
         eval_path.write_text(json.dumps(evaluation, indent=1) + "\n")
     if "publish" in stages:
         evaluation = json.loads(eval_path.read_text())

@@ -76,6 +76,9 @@ def write_card(*, args: argparse.Namespace, data_dir: Path, run_dir: Path, summa
                       + ", ".join(f"{k}: {v}" for k, v in sorted(sweep["chrf"].items())) +
                       f". Most important: {', '.join(k for k, _ in worst)}.\n")
     tc = summary.get("train_config", {})
+    beam_rows = [(name, r) for name, r in sw.items() if name.startswith("as trained, beam")]
+    beam_text = "".join(f" With {name.split(', ')[1]} instead of greedy decoding the student reaches chrF {r['chrf']} "
+                        "against the teacher's greedy output." for name, r in beam_rows)
     init_text = (f"\n* **Started from `{args.init_from}`** (`--init-from`), an earlier student, not from the copy "
                  "described above;\n  the steps, minutes and curves below are this second phase's only.") if args.init_from else ""
     trials = []
@@ -159,7 +162,7 @@ sentences were used neither for training nor for choosing the checkpoint.
 {sweep_text}
 Goal chrF ≥ 90 against the teacher: **{'met' if sw['as trained']['chrf'] >= 90 else 'not met'}**
 ({sw['as trained']['chrf']} after {summary.get('steps')} steps / {summary.get('minutes')} min; best Ding-dev chrF
-during training {summary.get('best_dev_chrf')}, on the first {summary.get('dev_chrf_sentences', args.dev_chrf_sentences)} dev sentences).{"" if sw['as trained']['chrf'] >= 90 else
+during training {summary.get('best_dev_chrf')}, on the first {summary.get('dev_chrf_sentences', args.dev_chrf_sentences)} dev sentences).{beam_text}{"" if sw['as trained']['chrf'] >= 90 else
 " Training longer is the next step: raise `--max-minutes` (and move the cool-down) and run the same command; the trainer resumes."}
 
 How to read the switches: *causal mask off* decodes without the key/value cache, recomputing the whole
@@ -211,7 +214,7 @@ def canonical_command(args: argparse.Namespace) -> str:
     parts = ["python -m core distill", f"--teacher {args.teacher}", f"--out {args.out}", f"--data-dir {args.data_dir}",
              f"--run-dir {args.run_dir}", f"--scope {args.scope}", f"--reused-lr-scale {args.reused_lr_scale:g}", f"--translate-minutes {args.translate_minutes:g}",
              f"--max-minutes {args.max_minutes:g}" if args.max_minutes else "", f"--threads {args.threads}"]
-    parts.append(f"--head-sweep {args.head_sweep}")
+    parts.append(f"--head-sweep {args.head_sweep} --eval-beam {args.eval_beam}")
     for name in ("warmup", "lr_factor", "max_tokens", "label_smoothing", "eval_every", "max_steps", "anneal_start",
                  "anneal_steps"):
         value = getattr(args, name)

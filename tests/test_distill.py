@@ -161,6 +161,7 @@ def test_tiny_end_to_end_distill(tmp_path: Path) -> None:
     assert summary["steps"] == 3 and summary["pairs"] > 0
     evaluation = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert evaluation["n"] == 3 and "causal mask off" in evaluation["switches"]
+    assert "as trained, beam 4" in evaluation["switches"]
     model, _, data = load_checkpoint(tmp_path / "student")
     assert model.config.decoder_self == "attention" and data["dtype"] == "float16"
     card = (tmp_path / "student" / "card.md").read_text(encoding="utf-8")
