@@ -222,7 +222,9 @@ def _write_summary(trainer: "Trainer", run_dir: Path, log_path: Path, n_pairs: i
     summary = {"steps": trainer.step, "minutes": round(trainer.elapsed / 60, 2), "tokens_seen": trainer.tokens_seen,
                "target_tokens_per_s": round(trainer.tokens_seen / max(trainer.elapsed, 1e-9), 1),
                "median_window_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
-               "best_dev_chrf": trainer.best, "dev_chrf_sentences": dev_sentences, "pairs": n_pairs, "sentence_pairs": n_sent,
+               "best_dev_chrf": trainer.best, "dev_chrf_sentences": dev_sentences,
+               "best_step": max((r for r in rows if r["type"] == "eval" and "dev_chrf" in r),
+                                key=lambda r: r["dev_chrf"], default={}).get("step"), "pairs": n_pairs, "sentence_pairs": n_sent,
                "trainable": n_trainable, "parameters": trainer.model.n_parameters(), "threads": torch.get_num_threads(),
                "epochs_completed": trainer.epoch, "train_config": asdict(trainer.config)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -161,7 +161,8 @@ sentences were used neither for training nor for choosing the checkpoint.
 {_md_table(["student run", "chrF", "BLEU", "identical to teacher", "seconds"], score_rows)}
 {sweep_text}
 Goal chrF ≥ 90 against the teacher: **{'met' if sw['as trained']['chrf'] >= 90 else 'not met'}**
-({sw['as trained']['chrf']} after {summary.get('steps')} steps / {summary.get('minutes')} min; best Ding-dev chrF
+({sw['as trained']['chrf']}: the published weights are step {summary.get('best_step')} of {summary.get('steps')} steps /
+{summary.get('minutes')} min, the step with the best Ding-dev chrF
 during training {summary.get('best_dev_chrf')}, on the first {summary.get('dev_chrf_sentences', args.dev_chrf_sentences)} dev sentences).{beam_text}{"" if sw['as trained']['chrf'] >= 90 else
 " Training longer is the next step: raise `--max-minutes` (and move the cool-down) and run the same command; the trainer resumes."}
 
