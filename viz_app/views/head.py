@@ -50,6 +50,7 @@ if out is not None:
     if values == "scores":
         st.caption("Scores are what goes into the softmax: larger = more attention after the softmax. "
                    "Masked positions are set to −∞ so that their weight becomes exactly 0.")
-    st.caption(f"Rows: {len(q_tokens)} queries · columns: {len(k_tokens)} keys. "
+    st.caption(f"Rows: {len(q_tokens)} quer{'y' if len(q_tokens) == 1 else 'ies'} · columns: {len(k_tokens)} "
+               f"key{'' if len(k_tokens) == 1 else 's'}. "
                "Tip: switch heads off in the sidebar to see how the translation changes.")
     common.export(out)
