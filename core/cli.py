@@ -77,8 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
             if not exc.name or not module_name.startswith(exc.name):
                 raise
             continue
-        if not (hasattr(module, "add_arguments") and hasattr(module, "run")):
-            continue
         p = sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else None)
         module.add_arguments(p)
         p.set_defaults(func=module.run)

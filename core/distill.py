@@ -30,7 +30,7 @@ from .checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig
 from .model import Transformer
 from .kd_card import _size_mb, side_by_side, write_card
-from .kd_data import _read_lines, make_data, translate_batched, translate_beam
+from .kd_data import _read_lines, make_data, translate_batched
 from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
                      head_sweep: int = 0, beam: int = 0) -> dict:
     """chrF/BLEU of the student against the teacher on the held-out test English (never used for training or
     model selection), as trained and under switches; plus the zero-initialised student and throughput."""
-    from .evaluate import score
+    from .evaluate import score, translate_many
 
     held = _read_lines(data_dir / "heldout.en")
     held_pt = _read_lines(data_dir / "heldout.teacher.pt")
@@ -255,7 +255,7 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
         print(f"eval {name}: {result['switches'][name]}", flush=True)
     if beam:  # the student with beam search, still against the teacher's greedy output
         t0 = time.perf_counter()
-        hyps = translate_beam(student, tok, test, beam)
+        hyps = translate_many(student, tok, test, beam_size=beam, max_source_tokens=128)
         result["switches"][f"as trained, beam {beam}"] = {
             **score(hyps, ref), "seconds": round(time.perf_counter() - t0, 1),
             "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
@@ -364,5 +364,5 @@ def run(args: argparse.Namespace) -> int:
         tmp.write_text(card, encoding="utf-8")
         os.chmod(tmp, 0o644)
         os.replace(tmp, out / "card.md")
-        print(f"published {out} ({_size_mb(out):.1f} MB)", flush=True)
+        print(f"published {out} ({size:.1f} MB)", flush=True)
     return 0

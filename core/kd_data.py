@@ -18,7 +18,7 @@ import torch
 
 from .config import InferenceOptions
 from .corpus import _leak_key, read_split
-from .decoding import beam_search, default_max_len, greedy
+from .decoding import default_max_len, greedy
 from .model import Transformer
 from .tokenizer import Tokenizer
 
@@ -102,22 +102,6 @@ def translate_batched(model: Transformer, tok: Tokenizer, sentences: Sequence[st
             outputs[i] = tok.decode([t for t in ids if t != cfg.eos_id])
         start = end
     return outputs, counts
-
-
-@torch.inference_mode()
-def translate_beam(model: Transformer, tok: Tokenizer, sentences: Sequence[str], beam_size: int = 4, *,
-                   max_source_tokens: int = 128) -> list[str]:
-    """Beam-search translations of ``sentences``, one sentence at a time (core's beam search takes one)."""
-    cfg = model.config
-    device = next(model.parameters()).device
-    outputs = []
-    for ids in tok.encode_batch(list(sentences)):
-        ids = ids[:max_source_tokens] + [cfg.eos_id]
-        src = torch.tensor([ids], device=device)
-        out = beam_search(model, src, torch.ones_like(src, dtype=torch.bool), DEFAULT_OPTIONS, default_max_len(len(ids)),
-                          beam_size=beam_size)
-        outputs.append(tok.decode([t for t in out if t != cfg.eos_id]))
-    return outputs
 
 
 def translate_file(model: Transformer, tok: Tokenizer, sources: Sequence[str], out_path: Path, *,

@@ -46,8 +46,8 @@ class SSRU(nn.Module):
 
     def forward(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, D), state (B, D) or None -> h (B, T, D), last cell (B, D), forget gates (B, T, D)."""
-        xw = self.W(x)  # (B, T, D)
-        f = torch.sigmoid(self.W_f(x))  # (B, T, D)
+        xw = linear(x, self.W.weight)  # (B, T, D)
+        f = torch.sigmoid(linear(x, self.W_f.weight, self.W_f.bias))  # (B, T, D)
         c = torch.zeros_like(xw[:, 0]) if state is None else state  # (B, D)
         cells = []
         for t in range(x.shape[1]):
@@ -132,10 +132,16 @@ class LayerState:
         assert kv is not None
         return kv
 
+    def _take(self, buffer: Tensor, index: Tensor) -> Tensor:
+        """Rows ``index`` of a KV buffer, same capacity, copying only the filled positions."""
+        out = buffer.new_empty((index.shape[0],) + buffer.shape[1:])
+        out[:, :, : self.self_len] = buffer[index, :, : self.self_len]
+        return out
+
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search)."""
         if self.self_k is not None and self.self_v is not None:
-            self.self_k, self.self_v = self.self_k[index], self.self_v[index]
+            self.self_k, self.self_v = self._take(self.self_k, index), self._take(self.self_v, index)
         if self.ssru_cell is not None:
             self.ssru_cell = self.ssru_cell[index]
         if self.cross_kv is not None:

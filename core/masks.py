@@ -38,10 +38,10 @@ def to_pytorch_key_padding(keep: Tensor) -> Tensor:
     return ~keep
 
 
-def full_mask(mask: Tensor | None, batch: int, n_query: int, n_key: int) -> Tensor:
-    """Expand a broadcastable mask (or None) to an explicit (B, Tq, Tk) bool tensor."""
+def full_mask(mask: Tensor | None, batch: int, n_query: int, n_key: int, device: torch.device | None = None) -> Tensor:
+    """Expand a broadcastable mask (or None = nothing masked, all True on ``device``) to an explicit (B, Tq, Tk) bool tensor."""
     if mask is None:
-        return torch.ones(batch, n_query, n_key, dtype=torch.bool)
+        return torch.ones(batch, n_query, n_key, dtype=torch.bool, device=device)
     if mask.dim() == 2:
         mask = mask[None]
     return mask.expand(batch, n_query, n_key)

@@ -19,13 +19,6 @@ if TYPE_CHECKING:
 DEFAULT_OPTIONS = InferenceOptions()
 
 
-def _as_recorded(mask: Tensor | None, batch: int, n_query: int, n_key: int, device: torch.device) -> Tensor:
-    """The (B, Tq, Tk) mask a recorder keeps; None (nothing masked) becomes all True, on ``device``."""
-    if mask is None:
-        return torch.ones(batch, n_query, n_key, dtype=torch.bool, device=device)
-    return full_mask(mask, batch, n_query, n_key)
-
-
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
@@ -134,7 +127,7 @@ class Transformer(nn.Module):
         mask = padding_mask(src_keep) if options.padding_mask else None  # (B, 1, Ts)
         if recorder is not None:
             B, Ts = src.shape
-            recorder.mask("encoder", full_mask(mask, B, Ts, Ts))
+            recorder.mask("encoder", full_mask(mask, B, Ts, Ts, src.device))
         if mask is not None and bool(mask.all()):
             mask = None  # nothing is padded: attention without a mask is faster and gives the same result
         x = self.embed(src, "src", options, 0, recorder)
@@ -162,8 +155,8 @@ class Transformer(nn.Module):
         cross_mask = padding_mask(src_keep) if options.padding_mask and src_keep is not None else None  # (B, 1, Ts)
         if recorder is not None:
             if self.config.decoder_self == "attention":
-                recorder.mask("decoder", _as_recorded(self_mask, B, T, n_key, tgt.device))
-            recorder.mask("cross", _as_recorded(cross_mask, B, T, memory.shape[1], tgt.device))
+                recorder.mask("decoder", full_mask(self_mask, B, T, n_key, tgt.device))
+            recorder.mask("cross", full_mask(cross_mask, B, T, memory.shape[1], tgt.device))
         x = self.embed(tgt, "tgt", options, offset, recorder)
         for i, layer in enumerate(self.decoder_layers):
             keep = (self._head_keep(options, "decoder", i, x.device), self._head_keep(options, "cross", i, x.device))
