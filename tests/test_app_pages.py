@@ -121,11 +121,12 @@ def test_bad_input_gives_a_message_not_a_traceback(text: str, message: str) -> N
     assert message in "\n".join(w.value for w in at.warning)
 
 
-def test_markdown_and_html_in_the_text_stay_literal() -> None:
+def test_markdown_and_html_in_the_text_stay_literal(app_root: Path) -> None:
+    text = "Price: $5 *now* <b>bold</b> [link](x) # 1"
     at = run()
-    at.text_input(key="text").input("Price: $5 *now* <b>bold</b> [link](x) # 1").run(timeout=TIMEOUT)
+    at.text_input(key="text").input(text).run(timeout=TIMEOUT)
     ok(at)
-    assert any(m.value.startswith("#### ") for m in at.markdown)
+    assert f"#### {md(expected(app_root, text).text) or '∅ (the model produced no words)'}" in texts(at)
     assert "`␣\\*now\\*`" not in texts(at)  # pieces are shown as code, not re-escaped
     assert md("*a* $b$ <i>") == "\\*a\\* \\$b\\$ \\<i\\>"
 
@@ -204,7 +205,10 @@ def test_default_checkpoint_env_then_default_file_then_first(app_root: Path, mon
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(other))
     assert state.default_checkpoint() == "b"
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", "checkpoints")
-    assert state.checkpoint_root().name == "checkpoints"
+    monkeypatch.chdir(other)  # no ./checkpoints here: a relative root falls back to the repo's
+    assert state.checkpoint_root() == state.REPO / "checkpoints" or not (state.REPO / "checkpoints").is_dir()
+    (other / "checkpoints").mkdir()
+    assert state.checkpoint_root() == Path("checkpoints")  # ... unless the cwd has one
 
 
 def test_no_checkpoint_explains_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

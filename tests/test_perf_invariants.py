@@ -34,10 +34,14 @@ def test_decoding_weights_are_column_major_with_the_same_values_and_state_dict(m
     assert w.stride() == (1, out.shape[0]) and torch.equal(w, out)
 
 
+@torch.no_grad()
 def test_column_major_linear_gives_the_row_major_result(model):
     x = torch.randn(3, 5, 16)
-    w = model.decoder_layers[0].ffn.linear1.weight
-    torch.testing.assert_close(torch.nn.functional.linear(x, w), x @ w.contiguous().T)
+    ffn = model.decoder_layers[0].ffn  # the model's own path (layout + fastlinear dispatch), one row and many
+    for rows in (x, x[:1, :1]):
+        expected = torch.relu(rows @ ffn.linear1.weight.contiguous().T + ffn.linear1.bias)
+        expected = expected @ ffn.linear2.weight.contiguous().T + ffn.linear2.bias
+        torch.testing.assert_close(ffn(rows), expected)
 
 
 def test_a_cached_step_builds_no_mask_and_no_source_mask_equals_all_real(model, monkeypatch):

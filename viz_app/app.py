@@ -33,10 +33,10 @@ first = st.session_state.pop("_first_page", "")
 if first in PAGES and page.url_path in ("", "overview") and first != "overview":
     st.switch_page(PAGES[first], query_params=st.query_params.to_dict())  # a link naming ?page=…
 
-if common.sidebar() is None:
+if common.sidebar() is None:  # no checkpoint, or it failed to load (the sidebar showed why): nothing to run
     if not state.checkpoint_names():
         common.no_checkpoint()
-        st.stop()
+    st.stop()
 state.sync_url(page.url_path or "overview")
 try:
     page.run()
