@@ -140,7 +140,7 @@ over {train_stats['sentences']:,} lines in {train_stats['seconds'] / 60:.1f} min
 
 ## Training
 
-{summary.get('steps')} steps, {summary.get('minutes')} min wall time ({summary.get('threads')} threads, CPU),
+{summary.get('steps')} steps, {summary.get('minutes')} min wall time (CPU; {summary.get('threads')} threads in the last piece, see the pieces table),
 {summary.get('tokens_seen', 0):,} target tokens, {summary.get('target_tokens_per_s')} target tokens/s overall
 (median logging window {summary.get('median_window_tokens_per_s')} tokens/s); {summary.get('epochs_completed')} full epochs.{
 f" The rate followed the warm-up schedule, then fell linearly to 0 from step {tc['anneal_start']} over {tc['anneal_steps']} steps (cool-down)."
