@@ -38,7 +38,7 @@ ROWS_MAX = 8
 LARGE = 1 << 20  # weight elements from which the kernel wins at any row count measured (8000 x 256 here)
 
 _KERNEL = hasattr(torch.ops.aten, "fbgemm_linear_fp16_weight") and "fbgemm" in torch.backends.quantized.supported_engines
-_fp16_linear = torch.ops.aten.fbgemm_linear_fp16_weight if _KERNEL else None  # (x, packed, bias) -> x W^T + b
+_fp16_linear = torch.fbgemm_linear_fp16_weight if _KERNEL else None  # (x, packed, bias) -> x W^T + b (the C binding: no Python op wrapper)
 _enabled = _KERNEL
 
 
@@ -132,11 +132,26 @@ def packed(weight: Tensor) -> tuple[Tensor, Tensor] | None:
     return result
 
 
+def _kernel_wanted(rows: int, weight: Tensor) -> bool:
+    """Whether the float16 kernel may run for ``rows`` input rows (before looking at the weight's values)."""
+    return _enabled and not torch.is_grad_enabled() and (rows <= ROWS_MAX or weight.numel() >= LARGE)
+
+
+def bind(weight: Tensor, bias: Tensor | None, rows: int) -> tuple[Callable[..., Tensor], Tensor, Tensor | None]:
+    """What ``linear(x, weight, bias)`` runs for inputs of ``rows`` rows, resolved once: ``(fn, w, b)`` with
+    ``fn(x, w, b)`` equal to it — the kernel with the packed copy, or ``F.linear`` with the weight itself.
+    For a loop that calls the same matrices many times (``core.step``). x must be contiguous for the kernel."""
+    pack = packed(weight) if _kernel_wanted(rows, weight) else None
+    if pack is None or _fp16_linear is None:
+        return F.linear, weight, bias
+    return _fp16_linear, pack[0], pack[1] if bias is None else bias
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``: x (..., in), weight (out, in), bias (out,) -> (..., out).
 
     Called ~25 times per decoding step, so the checks are ordered cheapest first (about 1 µs in all)."""
-    if not _enabled or torch.is_grad_enabled() or (x.numel() > ROWS_MAX * x.shape[-1] and weight.numel() < LARGE):
+    if not _kernel_wanted(x.numel() // max(x.shape[-1], 1), weight):
         return F.linear(x, weight, bias)
     entry = _packed.get(id(weight))
     pack = entry[3] if entry is not None and entry[1] == _key(weight) and entry[0]() is weight else packed(weight)

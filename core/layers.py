@@ -12,7 +12,11 @@ from .attention import KV, MultiHeadAttention
 from .config import ModelConfig
 from .fastlinear import linear
 
+from .step import make_plan
+
 if TYPE_CHECKING:
+    from .model import Transformer
+    from .step import StepPlan
     from .trace import Recorder
 
 
@@ -154,6 +158,14 @@ class DecoderState:
 
     layers: list[LayerState] = field(default_factory=list)
     length: int = 0
+    _plan: tuple[int, "StepPlan | None"] | None = None  # (rows, plan) of ``core.step``, made at the first step
+
+    def step_plan(self, model: "Transformer", rows: int) -> "StepPlan | None":
+        """The weights a decoding step of ``rows`` sentences reads, resolved once per call (None: the module
+        path runs, e.g. for an SSRU decoder)."""
+        if self._plan is None or self._plan[0] != rows:
+            self._plan = (rows, make_plan(model, rows))
+        return self._plan[1]
 
     @classmethod
     def empty(cls, n_layers: int) -> "DecoderState":
