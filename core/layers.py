@@ -110,6 +110,7 @@ class LayerState:
     self_len: int = 0
     ssru_cell: Tensor | None = None  # (B, D)
     cross_kv: KV | None = None  # (B, H, Ts, dh) each
+    cross_flat: KV | None = None  # the same as bmm operands, keys (B*H, dh, Ts) and values (B*H, Ts, dh) (core.step)
     qkv_weights: tuple[Tensor, Tensor | None] | None = None  # self-attention's fused Q/K/V projection (looked up once per call)
 
     @property
@@ -150,6 +151,7 @@ class LayerState:
             self.ssru_cell = self.ssru_cell[index]
         if self.cross_kv is not None:
             self.cross_kv = (self.cross_kv[0][index], self.cross_kv[1][index])
+        self.cross_flat = None  # made again from the reordered keys and values
 
 
 @dataclass

@@ -97,20 +97,20 @@ def make_plan(model: "Transformer", rows: int) -> StepPlan | None:
     final = model.decoder_norm if isinstance(model.decoder_norm, nn.LayerNorm) else None
     return StepPlan(tuple(layers), fastlinear.bind(model.output.weight, model.output.bias, rows),
                     _norm(final) if final is not None else None, cfg.norm == "pre",
-                    F.relu if cfg.activation == "relu" else F.gelu, cfg.n_heads, cfg.d_model)
+                    torch.relu if cfg.activation == "relu" else F.gelu, cfg.n_heads, cfg.d_model)
 
 
 def _call(lin: Linear, x: Tensor) -> Tensor:
     return lin[0](x, lin[1], lin[2])
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, keep: Tensor | None, scale: float,
-            recorder: "Recorder | None", kind: str, layer: int) -> Tensor:
-    """One query per sentence: q (B, H, 1, dh), k/v (B, H, Tk, dh), blocked (B, 1, 1, Tk) True = may NOT
-    attend, keep (H,) head multipliers -> context (B, H*dh). Records as ``MultiHeadAttention`` does."""
+def _attend(q: Tensor, k: Tensor, v: Tensor, kt_v: tuple[Tensor, Tensor], blocked: Tensor | None,
+            keep: Tensor | None, scale: float, recorder: "Recorder | None", kind: str, layer: int) -> Tensor:
+    """One query per sentence: q (B, H, 1, dh), k/v (B, H, Tk, dh) (for the recorder), kt_v the same keys as
+    (B*H, dh, Tk) and values as (B*H, Tk, dh), blocked (B, 1, 1, Tk) True = may NOT attend, keep (H,) head
+    multipliers -> context (B, H*dh). Records as ``MultiHeadAttention`` does."""
     B, H, Tk, dh = k.shape
-    scores = torch.bmm(q.reshape(B * H, 1, dh), k.flatten(0, 1).transpose(1, 2)).mul_(scale)  # (B*H, 1, Tk)
-    scores = scores.view(B, H, 1, Tk)
+    scores = torch.bmm(q.reshape(B * H, 1, dh), kt_v[0]).mul_(scale).view(B, H, 1, Tk)  # (B, H, 1, Tk)
     if blocked is not None:
         scores = scores.masked_fill(blocked, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (B, H, 1, Tk)
@@ -118,10 +118,15 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, keep: Tenso
         weights = weights.masked_fill(blocked, 0.0)
     if recorder is not None:
         recorder.attention(kind, layer, weights, scores, q, k, v)
-    ctx = torch.bmm(weights.view(B * H, 1, Tk), v.flatten(0, 1)).view(B, H, dh)  # (B, H, dh)
+    ctx = torch.bmm(weights.view(B * H, 1, Tk), kt_v[1]).view(B, H, dh)  # (B, H, dh)
     if keep is not None:
         ctx = ctx * keep[None, :, None]
     return ctx.view(B, H * dh)
+
+
+def _flat(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, H, Tk, dh) keys and values as bmm operands: keys (B*H, dh, Tk), values (B*H, Tk, dh); views."""
+    return k.flatten(0, 1).transpose(1, 2), v.flatten(0, 1)
 
 
 def run_layers(plan: StepPlan, x: Tensor, state: "DecoderState", cross_keep: Tensor | None,
@@ -136,23 +141,28 @@ def run_layers(plan: StepPlan, x: Tensor, state: "DecoderState", cross_keep: Ten
     blocked = None if cross_keep is None else ~cross_keep[:, None]  # (B, 1, 1, Ts)
     pre, act = plan.pre, plan.activation
     h = x.reshape(B, D)  # (B, D)
+    ln = torch.layer_norm  # (the C binding: F.layer_norm's Python wrapper costs a microsecond a call)
     for i, (lp, ls) in enumerate(zip(plan.layers, state.layers)):
         # masked self-attention: one new position sees every cached one, so no mask
-        y = F.layer_norm(h, (D,), *lp.self_norm) if pre else h
+        y = ln(h, (D,), *lp.self_norm) if pre else h
         qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
         k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
-        y = _call(lp.self_out, _attend(qkv[:, 0], k, v, None, head_keep[i][0], scale, recorder, "decoder", i))
-        h = h + y if pre else F.layer_norm(h + y, (D,), *lp.self_norm)
-        # cross-attention to the source
-        y = F.layer_norm(h, (D,), *lp.cross_norm) if pre else h
+        ctx = _attend(qkv[:, 0], k, v, _flat(k, v), None, head_keep[i][0], scale, recorder, "decoder", i)
+        y = _call(lp.self_out, ctx)
+        h = h + y if pre else ln(h + y, (D,), *lp.self_norm)
+        # cross-attention to the source: its keys and values are the same at every step
+        y = ln(h, (D,), *lp.cross_norm) if pre else h
         assert ls.cross_kv is not None
+        if ls.cross_flat is None:
+            ls.cross_flat = _flat(*ls.cross_kv)
         q = _call(lp.cross_q, y).view(B, H, 1, dh)
-        y = _call(lp.cross_out, _attend(q, *ls.cross_kv, blocked, head_keep[i][1], scale, recorder, "cross", i))
-        h = h + y if pre else F.layer_norm(h + y, (D,), *lp.cross_norm)
+        ctx = _attend(q, *ls.cross_kv, ls.cross_flat, blocked, head_keep[i][1], scale, recorder, "cross", i)
+        y = _call(lp.cross_out, ctx)
+        h = h + y if pre else ln(h + y, (D,), *lp.cross_norm)
         # feed-forward
-        y = F.layer_norm(h, (D,), *lp.ffn_norm) if pre else h
+        y = ln(h, (D,), *lp.ffn_norm) if pre else h
         y = _call(lp.ffn_out, act(_call(lp.ffn_in, y)))
-        h = h + y if pre else F.layer_norm(h + y, (D,), *lp.ffn_norm)
+        h = h + y if pre else ln(h + y, (D,), *lp.ffn_norm)
     if plan.final_norm is not None:
-        h = F.layer_norm(h, (D,), *plan.final_norm)
+        h = ln(h, (D,), *plan.final_norm)
     return _call(plan.output, h)[:, None]  # (B, 1, V)
