@@ -67,6 +67,7 @@ class StepPlan:
     activation: Callable[[Tensor], Tensor]
     n_heads: int
     d_model: int
+    ignored: Tensor  # (1, 1, 1) zeros on the model's device: baddbmm's input, ignored with beta=0
 
 
 def _norm(norm: nn.LayerNorm) -> Norm:
@@ -97,7 +98,8 @@ def make_plan(model: "Transformer", rows: int) -> StepPlan | None:
     final = model.decoder_norm if isinstance(model.decoder_norm, nn.LayerNorm) else None
     return StepPlan(tuple(layers), fastlinear.bind(model.output.weight, model.output.bias, rows),
                     _norm(final) if final is not None else None, cfg.norm == "pre",
-                    torch.relu if cfg.activation == "relu" else F.gelu, cfg.n_heads, cfg.d_model)
+                    torch.relu if cfg.activation == "relu" else F.gelu, cfg.n_heads, cfg.d_model,
+                    model.output.weight.new_zeros(1, 1, 1))
 
 
 def _call(lin: Linear, x: Tensor) -> Tensor:
@@ -105,12 +107,15 @@ def _call(lin: Linear, x: Tensor) -> Tensor:
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, kt_v: tuple[Tensor, Tensor], blocked: Tensor | None,
-            keep: Tensor | None, scale: float, recorder: "Recorder | None", kind: str, layer: int) -> Tensor:
+            keep: Tensor | None, scale: float, ignored: Tensor, recorder: "Recorder | None", kind: str,
+            layer: int) -> Tensor:
     """One query per sentence: q (B, H, 1, dh), k/v (B, H, Tk, dh) (for the recorder), kt_v the same keys as
     (B*H, dh, Tk) and values as (B*H, Tk, dh), blocked (B, 1, 1, Tk) True = may NOT attend, keep (H,) head
     multipliers -> context (B, H*dh). Records as ``MultiHeadAttention`` does."""
     B, H, Tk, dh = k.shape
-    scores = torch.bmm(q.reshape(B * H, 1, dh), kt_v[0]).mul_(scale).view(B, H, 1, Tk)  # (B, H, 1, Tk)
+    # beta=0 ignores the (1, 1, 1) input; alpha scales inside the kernel (a separate ``* scale`` would wrap the
+    # Python float in a tensor and convert it at every call)
+    scores = torch.baddbmm(ignored, q.reshape(B * H, 1, dh), kt_v[0], beta=0.0, alpha=scale).view(B, H, 1, Tk)
     if blocked is not None:
         scores = scores.masked_fill(blocked, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (B, H, 1, Tk)
@@ -147,7 +152,8 @@ def run_layers(plan: StepPlan, x: Tensor, state: "DecoderState", cross_keep: Ten
         y = ln(h, (D,), *lp.self_norm) if pre else h
         qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
         k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
-        ctx = _attend(qkv[:, 0], k, v, _flat(k, v), None, head_keep[i][0], scale, recorder, "decoder", i)
+        ctx = _attend(qkv[:, 0], k, v, _flat(k, v), None, head_keep[i][0], scale, plan.ignored, recorder,
+                      "decoder", i)
         y = _call(lp.self_out, ctx)
         h = h + y if pre else ln(h + y, (D,), *lp.self_norm)
         # cross-attention to the source: its keys and values are the same at every step
@@ -156,7 +162,8 @@ def run_layers(plan: StepPlan, x: Tensor, state: "DecoderState", cross_keep: Ten
         if ls.cross_flat is None:
             ls.cross_flat = _flat(*ls.cross_kv)
         q = _call(lp.cross_q, y).view(B, H, 1, dh)
-        ctx = _attend(q, *ls.cross_kv, ls.cross_flat, blocked, head_keep[i][1], scale, recorder, "cross", i)
+        ctx = _attend(q, *ls.cross_kv, ls.cross_flat, blocked, head_keep[i][1], scale, plan.ignored, recorder,
+                      "cross", i)
         y = _call(lp.cross_out, ctx)
         h = h + y if pre else ln(h + y, (D,), *lp.cross_norm)
         # feed-forward
