@@ -115,17 +115,22 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, kt_v: tuple[Tensor, Tensor], blocke
     B, H, Tk, dh = k.shape
     # beta=0 ignores the (1, 1, 1) input; alpha scales inside the kernel (a separate ``* scale`` would wrap the
     # Python float in a tensor and convert it at every call)
-    scores = torch.baddbmm(ignored, q.reshape(B * H, 1, dh), kt_v[0], beta=0.0, alpha=scale).view(B, H, 1, Tk)
-    if blocked is not None:
-        scores = scores.masked_fill(blocked, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (B, H, 1, Tk)
-    if blocked is not None:
-        weights = weights.masked_fill(blocked, 0.0)
-    if recorder is not None:
-        recorder.attention(kind, layer, weights, scores, q, k, v)
-    ctx = torch.bmm(weights.view(B * H, 1, Tk), kt_v[1]).view(B, H, dh)  # (B, H, dh)
+    scores = torch.baddbmm(ignored, q.reshape(B * H, 1, dh), kt_v[0], beta=0.0, alpha=scale)  # (B*H, 1, Tk)
+    if blocked is None and recorder is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        scores = scores.view(B, H, 1, Tk)
+        if blocked is not None:
+            scores = scores.masked_fill(blocked, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, H, 1, Tk)
+        if blocked is not None:
+            weights = weights.masked_fill(blocked, 0.0)
+        if recorder is not None:
+            recorder.attention(kind, layer, weights, scores, q, k, v)
+        weights = weights.view(B * H, 1, Tk)
+    ctx = torch.bmm(weights, kt_v[1])  # (B*H, 1, dh)
     if keep is not None:
-        ctx = ctx * keep[None, :, None]
+        ctx = ctx.view(B, H, dh) * keep[None, :, None]
     return ctx.view(B, H * dh)
 
 
