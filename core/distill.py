@@ -30,7 +30,8 @@ from .checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig
 from .model import Transformer
 from .kd_card import _size_mb, side_by_side, write_card
-from .kd_data import _read_lines, make_data, translate_batched
+from .evaluate import score, translate_many
+from .kd_data import _read_lines, make_data
 from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -150,7 +151,6 @@ def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
 # ----------------------------------------------------------------------------- stage: train
 def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, run_dir: Path) -> dict:
     """Stage "train": build (or resume) the student and fit it to the teacher's outputs. Returns a summary."""
-    from .evaluate import score
     from .train import Trainer, fit, seed_everything, train_config_from_args
 
     config = train_config_from_args(args)
@@ -197,7 +197,7 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
 
     def evaluate() -> dict:
         loss = trainer.dev_loss(dev_batches)
-        hyps, _ = translate_batched(trainer.model.eval(), tok, held[: args.dev_chrf_sentences])
+        hyps = translate_many(trainer.model.eval(), tok, held[: args.dev_chrf_sentences], max_source_tokens=128)
         s = score(hyps, held_pt[: args.dev_chrf_sentences])
         return {"dev_loss": round(loss, 4), "dev_bleu": s["bleu"], "dev_chrf": s["chrf"]}
 
@@ -236,8 +236,6 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
                      head_sweep: int = 0, beam: int = 0) -> dict:
     """chrF/BLEU of the student against the teacher on the held-out test English (never used for training or
     model selection), as trained and under switches; plus the zero-initialised student and throughput."""
-    from .evaluate import score, translate_many
-
     held = _read_lines(data_dir / "heldout.en")
     held_pt = _read_lines(data_dir / "heldout.teacher.pt")
     n_dev = json.loads((data_dir / "sources.json").read_text()).get("dev", 500)
@@ -245,7 +243,8 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
     result: dict = {"n": len(test), "switches": {}}
     for name, options in _options_grid(student.config).items():
         t0 = time.perf_counter()
-        hyps, counts = translate_batched(student, tok, test, options=options)
+        counts: dict[str, int] = {}
+        hyps = translate_many(student, tok, test, max_source_tokens=128, options=options, counts=counts)
         seconds = time.perf_counter() - t0
         result["switches"][name] = {**score(hyps, ref), "seconds": round(seconds, 1),
                                     "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
@@ -261,18 +260,19 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
             "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
         print(f"eval as trained, beam {beam}: {result['switches'][f'as trained, beam {beam}']}", flush=True)
     t0 = time.perf_counter()
-    _, counts = translate_batched(teacher, tok, test)
+    counts = {}
+    translate_many(teacher, tok, test, max_source_tokens=128, counts=counts)
     seconds = time.perf_counter() - t0
     result["teacher_sentences_per_s"] = round(len(test) / seconds, 1)
     result["teacher_output_tokens_per_s"] = round(counts["output_tokens"] / seconds, 1)
-    hyps, _ = translate_batched(build_student(teacher), tok, test)
+    hyps = translate_many(build_student(teacher), tok, test, max_source_tokens=128)
     result["zero_init_student"] = score(hyps, ref)
     if head_sweep:
         sweep = {}
         for layer in range(student.config.n_decoder_layers):
             for head in range(student.config.n_heads):
-                hyps, _ = translate_batched(student, tok, test[:head_sweep],
-                                            options=InferenceOptions(ablate=frozenset({("decoder", layer, head)})))
+                hyps = translate_many(student, tok, test[:head_sweep], max_source_tokens=128,
+                                      options=InferenceOptions(ablate=frozenset({("decoder", layer, head)})))
                 sweep[f"{layer}.{head}"] = score(hyps, ref[:head_sweep])["chrf"]
         result["single_head_ablation_chrf"] = {"n": head_sweep, "chrf": sweep}
     return result

@@ -12,7 +12,7 @@ import torch
 
 from .config import InferenceOptions
 from .decoding import beam_search, default_max_len, greedy
-from .model import Transformer
+from .model import DEFAULT_OPTIONS, Transformer
 from .tokenizer import Tokenizer
 
 
@@ -25,30 +25,48 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, flo
 
 @torch.inference_mode()
 def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], *, beam_size: int = 1,
-                   batch_size: int = 64, max_source_tokens: int = 255) -> list[str]:
-    """Translate many sentences: batched greedy (sorted by length) or beam search one by one."""
+                   max_tokens: int = 3000, max_source_tokens: int = 255, options: InferenceOptions = DEFAULT_OPTIONS,
+                   counts: dict[str, int] | None = None) -> list[str]:
+    """Translate many sentences (texts in input order): greedy with core's KV-cached decoder in batches sorted by
+    length, each holding at most ``max_tokens`` padded source tokens, or beam search one sentence at a time.
+
+    Sources are cut to ``max_source_tokens`` pieces (plus eos). ``counts``, when given, receives
+    {"source_tokens", "output_tokens"} (output counted up to and including eos), e.g. for throughput.
+    """
     cfg = model.config
     device = next(model.parameters()).device
-    encoded = [tokenizer.encode(s)[:max_source_tokens] + [cfg.eos_id] for s in sentences]
+    encoded = [ids[:max_source_tokens] + [cfg.eos_id] for ids in tokenizer.encode_batch(list(sentences))]
     outputs: list[str] = [""] * len(sentences)
-    options = InferenceOptions()
+    n_out = 0
+
+    def finish(i: int, ids: list[int]) -> None:
+        nonlocal n_out
+        n_out += len(ids)
+        outputs[i] = tokenizer.decode([t for t in ids if t != cfg.eos_id])
+
     if beam_size > 1:
         for i, ids in enumerate(encoded):
             src = torch.tensor([ids], device=device)
-            out = beam_search(model, src, torch.ones_like(src, dtype=torch.bool), options,
-                              default_max_len(len(ids)), beam_size=beam_size)
-            outputs[i] = tokenizer.decode([t for t in out if t != cfg.eos_id])
-        return outputs
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        width = max(len(encoded[i]) for i in idx)
-        src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
-        keep = torch.tensor([[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx], device=device)
-        result = greedy(model, src, keep, options, default_max_len(width), top_k=1)
-        for row, i in enumerate(idx):
-            ids = result.tokens[row, 1: 1 + result.lengths[row]].tolist()
-            outputs[i] = tokenizer.decode([t for t in ids if t != cfg.eos_id])
+            finish(i, beam_search(model, src, torch.ones_like(src, dtype=torch.bool), options,
+                                  default_max_len(len(ids)), beam_size=beam_size))
+    else:
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and len(encoded[order[end]]) * (end - start + 1) <= max_tokens:
+                end += 1
+            idx = order[start:end]
+            width = max(len(encoded[i]) for i in idx)
+            src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
+            keep = torch.tensor([[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx],
+                                device=device)
+            result = greedy(model, src, keep, options, default_max_len(width), top_k=1)  # tokens (B, 1 + n)
+            for row, i in enumerate(idx):
+                finish(i, result.tokens[row, 1: 1 + result.lengths[row]].tolist())
+            start = end
+    if counts is not None:
+        counts.update(source_tokens=sum(map(len, encoded)), output_tokens=n_out)
     return outputs
 
 

@@ -9,7 +9,8 @@ from typing import Sequence
 import torch
 
 from .checkpoint import load_checkpoint
-from .kd_data import _read_lines, translate_batched
+from .evaluate import translate_many
+from .kd_data import _read_lines
 from .model import Transformer
 from .tokenizer import Tokenizer
 
@@ -40,11 +41,11 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
 
 def side_by_side(student: Transformer, teacher: Transformer, tok: Tokenizer, compare: Path | None) -> dict:
     """Greedy translations of ``EVERYDAY`` by teacher and student (and an optional other checkpoint)."""
-    out = {"english": EVERYDAY, "teacher": translate_batched(teacher, tok, EVERYDAY)[0],
-           "student": translate_batched(student, tok, EVERYDAY)[0]}
+    out = {"english": EVERYDAY, "teacher": translate_many(teacher, tok, EVERYDAY, max_source_tokens=128),
+           "student": translate_many(student, tok, EVERYDAY, max_source_tokens=128)}
     if compare is not None and (compare / "config.json").is_file():
         other, other_tok, data = load_checkpoint(compare)
-        out["compare"] = translate_batched(other, other_tok, EVERYDAY)[0]
+        out["compare"] = translate_many(other, other_tok, EVERYDAY, max_source_tokens=128)
         out["compare_name"] = f"{data.get('name', compare.name)} ({data.get('source_language')}→{data.get('target_language')})"
     return out
 

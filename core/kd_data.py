@@ -16,13 +16,11 @@ from typing import Sequence
 
 import torch
 
-from .config import InferenceOptions
 from .corpus import _leak_key, read_split
-from .decoding import default_max_len, greedy
+from .evaluate import translate_many
 from .model import Transformer
 from .tokenizer import Tokenizer
 
-DEFAULT_OPTIONS = InferenceOptions()
 
 
 # ----------------------------------------------------------------------------- English text
@@ -71,39 +69,6 @@ def _write_lines(path: Path, lines: Sequence[str]) -> None:
 
 
 # ----------------------------------------------------------------------------- teacher translation
-@torch.inference_mode()
-def translate_batched(model: Transformer, tok: Tokenizer, sentences: Sequence[str], *, max_tokens: int = 3000,
-                      max_source_tokens: int = 128, options: InferenceOptions = DEFAULT_OPTIONS
-                      ) -> tuple[list[str], dict[str, int]]:
-    """Greedy translations of ``sentences`` with core's KV-cached decoder, batches sorted by length.
-
-    A batch holds at most ``max_tokens`` padded source tokens. Returns the texts (input order) and counts
-    {"source_tokens", "output_tokens"} (output counted up to and including eos).
-    """
-    cfg = model.config
-    device = next(model.parameters()).device
-    encoded = [ids[:max_source_tokens] + [cfg.eos_id] for ids in tok.encode_batch(list(sentences))]
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    outputs = [""] * len(encoded)
-    counts = {"source_tokens": sum(map(len, encoded)), "output_tokens": 0}
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and len(encoded[order[end]]) * (end - start + 1) <= max_tokens:
-            end += 1
-        idx = order[start:end]
-        width = max(len(encoded[i]) for i in idx)
-        src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
-        keep = torch.tensor([[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx], device=device)
-        result = greedy(model, src, keep, options, default_max_len(width), top_k=1)  # (B, 1 + n)
-        for row, i in enumerate(idx):
-            ids = result.tokens[row, 1: 1 + result.lengths[row]].tolist()
-            counts["output_tokens"] += len(ids)
-            outputs[i] = tok.decode([t for t in ids if t != cfg.eos_id])
-        start = end
-    return outputs, counts
-
-
 def translate_file(model: Transformer, tok: Tokenizer, sources: Sequence[str], out_path: Path, *,
                    chunk: int = 2000, max_tokens: int = 3000, deadline: float | None = None,
                    stats_path: Path | None = None, log: bool = True) -> dict:
@@ -122,7 +87,8 @@ def translate_file(model: Transformer, tok: Tokenizer, sources: Sequence[str], o
                 break
             part = list(sources[done: done + chunk])
             t0 = time.perf_counter()
-            texts, counts = translate_batched(model, tok, part, max_tokens=max_tokens)
+            counts: dict[str, int] = {}
+            texts = translate_many(model, tok, part, max_tokens=max_tokens, max_source_tokens=128, counts=counts)
             seconds = time.perf_counter() - t0
             fh.write("".join(t.replace("\n", " ") + "\n" for t in texts))
             fh.flush()

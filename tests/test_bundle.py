@@ -245,3 +245,21 @@ def test_cli_eval_prints_bleu_and_chrf(tiny_checkpoint, tmp_path, capsys):
     from core.evaluate import score, translate_many
     hyps = translate_many(model, tok, lines[0::2][:4])
     assert scores["greedy"]["chrf"] == pytest.approx(score(hyps, lines[1::2][:4])["chrf"], abs=0.01)
+
+
+def test_translate_many_batches_by_token_budget_keeps_order_and_counts(tiny_checkpoint):
+    from core.evaluate import translate_many
+    model, tok, _ = core.load_checkpoint(tiny_checkpoint)
+    lines = (Path(__file__).parent / "fixtures" / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()[:9]
+    one_by_one = [translate_many(model, tok, [s])[0] for s in lines]
+    counts: dict[str, int] = {}
+    batched = translate_many(model, tok, lines, max_tokens=40, counts=counts)  # several batches, sorted by length
+    assert batched == one_by_one  # input order, and padding changes nothing
+    assert counts["source_tokens"] == sum(len(tok.encode(s)) + 1 for s in lines)
+    longest = max(len(tok.encode(s)) + 1 for s in lines)
+    assert len(lines) <= counts["output_tokens"] <= len(lines) * (2 * longest + 10)  # eos counted; at most max_len
+    cut: dict[str, int] = {}
+    translate_many(model, tok, lines, max_source_tokens=2, counts=cut)
+    assert cut["source_tokens"] == sum(min(len(tok.encode(s)), 2) + 1 for s in lines)
+    beam: dict[str, int] = {}
+    assert len(translate_many(model, tok, lines[:2], beam_size=2, counts=beam)) == 2 and beam["output_tokens"] >= 2
