@@ -99,41 +99,43 @@ def _leak_key(text: str) -> str:
     return _key(text).rstrip(" .?!…")
 
 
-def fetch_ding(cache_dir: Path = Path("data/ding")) -> Path:
-    """Return the path of the Ding ``de-en`` file, downloading and extracting the Debian
-    package into ``cache_dir`` (``apt-get download`` + ``dpkg-deb -x``) if it is absent.
+def fetch_deb(package: str, cache_dir: Path, produces: Path) -> None:
+    """Download the Debian ``package`` into ``cache_dir`` (``apt-get download``, once; on a new machine with
+    empty package lists, root refreshes them once and retries) and extract it there (``dpkg-deb -x``).
 
-    Raises ``RuntimeError`` naming the failing step if apt-get/dpkg-deb are missing or fail.
+    Raises ``RuntimeError`` naming the failing step if apt-get/dpkg-deb are missing or fail, or if the
+    extraction did not produce ``produces``.
     """
-    cache_dir = Path(cache_dir)
-    target = cache_dir / DING_RELPATH
-    if target.is_file():
-        return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise RuntimeError(f"fetch_ding: `{tool}` not found; it is needed to fetch the Debian "
-                               f"package {DING_PACKAGE}. Place the file at {target} manually.")
-    debs = sorted(cache_dir.glob(f"{DING_PACKAGE}_*.deb"))
+            raise RuntimeError(f"`{tool}` not found; it is needed to fetch the Debian package {package}. "
+                               f"Place {produces} there manually.")
+    debs = sorted(cache_dir.glob(f"{package}_*.deb"))
     if not debs:
-        proc = subprocess.run(["apt-get", "download", DING_PACKAGE], cwd=cache_dir,
-                              capture_output=True, text=True)
+        proc = subprocess.run(["apt-get", "download", package], cwd=cache_dir, capture_output=True, text=True)
         if proc.returncode != 0 and hasattr(os, "geteuid") and os.geteuid() == 0:
-            # a new machine has empty package lists: refresh them once (root only) and retry
             subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
-            proc = subprocess.run(["apt-get", "download", DING_PACKAGE], cwd=cache_dir,
-                                  capture_output=True, text=True)
-        debs = sorted(cache_dir.glob(f"{DING_PACKAGE}_*.deb"))
+            proc = subprocess.run(["apt-get", "download", package], cwd=cache_dir, capture_output=True, text=True)
+        debs = sorted(cache_dir.glob(f"{package}_*.deb"))
         if proc.returncode != 0 or not debs:
-            raise RuntimeError(f"fetch_ding: `apt-get download {DING_PACKAGE}` failed (exit "
-                               f"{proc.returncode}) in {cache_dir}; try `apt-get update` first. "
-                               f"stderr: {proc.stderr.strip()[-500:]}")
-    proc = subprocess.run(["dpkg-deb", "-x", debs[-1].name, "."], cwd=cache_dir,
-                          capture_output=True, text=True)
-    if proc.returncode != 0 or not target.is_file():
-        raise RuntimeError(f"fetch_ding: `dpkg-deb -x {debs[-1].name}` failed (exit "
-                           f"{proc.returncode}) or did not produce {target}: "
-                           f"{proc.stderr.strip()[-500:]}")
+            raise RuntimeError(f"`apt-get download {package}` failed (exit {proc.returncode}) in {cache_dir}; "
+                               f"try `apt-get update` first. stderr: {proc.stderr.strip()[-500:]}")
+    proc = subprocess.run(["dpkg-deb", "-x", debs[-1].name, "."], cwd=cache_dir, capture_output=True, text=True)
+    if proc.returncode != 0 or not produces.exists():
+        raise RuntimeError(f"`dpkg-deb -x {debs[-1].name}` failed (exit {proc.returncode}) or did not produce "
+                           f"{produces}: {proc.stderr.strip()[-500:]}")
+
+
+def fetch_ding(cache_dir: Path = Path("data/ding")) -> Path:
+    """Return the path of the Ding ``de-en`` file, fetching the Debian package into ``cache_dir`` if it is
+    absent (``fetch_deb``). Raises ``RuntimeError`` naming the failing step."""
+    target = Path(cache_dir) / DING_RELPATH
+    if not target.is_file():
+        try:
+            fetch_deb(DING_PACKAGE, Path(cache_dir), target)
+        except RuntimeError as exc:
+            raise RuntimeError(f"fetch_ding: {exc}") from None
     return target
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import random
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from .corpus import _leak_key, read_split
+from .corpus import _leak_key, fetch_deb, read_split
 from .evaluate import translate_many
 from .model import Transformer
 from .tokenizer import Tokenizer
@@ -148,18 +147,12 @@ _FORTUNE_OK = re.compile(r"^[A-Z\"'][A-Za-z0-9 ,.;:'\"!?()-]*[.!?]['\"]?$")
 
 def fetch_fortunes(cache_dir: Path) -> Path:
     """The fortune-cookie folder of the Debian packages ``fortunes-min`` and ``fortunes``
-    (``apt-get download`` + ``dpkg-deb -x`` into ``cache_dir``), fetched once."""
+    (``corpus.fetch_deb`` into ``cache_dir``), fetched once."""
     target = cache_dir / FORTUNE_RELPATH
-    if (target / "fortunes").is_file() and (target / "wisdom").is_file():
-        return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    wanted = {"fortunes-min": target / "fortunes", "fortunes": target / "wisdom"}
     for package in FORTUNE_PACKAGES:
-        if not sorted(cache_dir.glob(f"{package}_*.deb")):
-            proc = subprocess.run(["apt-get", "download", package], cwd=cache_dir, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"`apt-get download {package}` failed in {cache_dir}: {proc.stderr.strip()[-300:]}")
-        deb = sorted(cache_dir.glob(f"{package}_*.deb"))[-1]
-        subprocess.run(["dpkg-deb", "-x", deb.name, "."], cwd=cache_dir, check=True, capture_output=True)
+        if not wanted.get(package, target).exists():
+            fetch_deb(package, cache_dir, wanted.get(package, target))
     return target
 
 
