@@ -75,7 +75,7 @@ def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
         next_ids = top_ids[:, 0].masked_fill(finished, cfg.eos_id)  # (B,)
         rows = None
         if not use_cache and recorder is not None:
-            rows = {key: chunks[-1][:, :, -1] for key, chunks in recorder._weights.items() if key[0] != "encoder"}
+            rows = recorder.last_query_rows()
         yield StepOutput(step, next_ids, top_probs[:, 0], top_ids, top_probs, rows)
         tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (B, t + 1)
         finished |= next_ids == cfg.eos_id

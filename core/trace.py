@@ -88,6 +88,11 @@ class Recorder:
         """SSRU forget gates of decoder ``layer``: (B, T, D)."""
         self._gates.setdefault(layer, []).append(_detached(gates))
 
+    def last_query_rows(self) -> dict[tuple[str, int], Tensor]:
+        """The decoder's and cross-attention's weights for the last query position recorded: (kind, layer) ->
+        (B, H, Tk). Decoding without the KV cache keeps these per step, since each step recomputes the prefix."""
+        return {key: chunks[-1][:, :, -1] for key, chunks in self._weights.items() if key[0] != "encoder"}
+
     def reset_decoder(self) -> None:
         """Forget what the decoder recorded (used when a prefix is recomputed)."""
         for store in (self._weights, self._scores, self._q, self._kv):
