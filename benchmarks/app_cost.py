@@ -8,7 +8,6 @@ positional-encoding toggle -> the updated page. Each returns a reason string ins
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,29 +37,22 @@ HEATMAPS_DONE = """([want, note]) => [...document.querySelectorAll('h4')].some(h
 
 
 # ----------------------------------------------------------------------------- bytes sent
-def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[str]) -> dict[str, Any] | str:
+def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[str]) -> dict[str, Any]:
     """JSON bytes of the overview's figures (one grid per attention kind, one large head), and build time."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    try:
-        from viz_app import figures
-    except ImportError as exc:
-        return f"TODO (lead): viz_app/figures.py is not importable yet ({exc}); rerun `make bench`"
+    from viz_app import figures
+
     axes = {"encoder": (src_tokens, src_tokens), "decoder": (tgt_tokens, tgt_tokens), "cross": (tgt_tokens, src_tokens)}
     out: dict[str, Any] = {}
     seconds: dict[str, float] = {}
-    try:
-        for kind in trace.kinds:
-            t0 = time.perf_counter()
-            maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
-            out[f"{kind} grid"] = len(figures.attention_grid(maps, *axes[kind], title=f"{kind}: every layer × head").to_json())
-            seconds[kind] = time.perf_counter() - t0
+    for kind in trace.kinds:
         t0 = time.perf_counter()
-        head = figures.head_heatmap(trace.attention("encoder", 0)[0], src_tokens, src_tokens, title="encoder · L1 · H1")
-        out["one head, large"] = len(head.to_json())
-        seconds["head"] = time.perf_counter() - t0
-    except (TypeError, AttributeError) as exc:  # the builders' signatures changed: say so rather than guess
-        return f"TODO (lead): viz_app.figures builders changed ({exc}); update benchmarks/app_cost.py"
+        maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
+        out[f"{kind} grid"] = len(figures.attention_grid(maps, *axes[kind], title=f"{kind}: every layer × head").to_json())
+        seconds[kind] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    head = figures.head_heatmap(trace.attention("encoder", 0)[0], src_tokens, src_tokens, title="encoder · L1 · H1")
+    out["one head, large"] = len(head.to_json())
+    seconds["head"] = time.perf_counter() - t0
     out["build + to_json seconds"] = sum(seconds.values())
     out["overview build + to_json seconds"] = seconds["encoder"] + seconds["head"]
     out["overview render (encoder tab + one head)"] = out["encoder grid"] + out["one head, large"]
@@ -105,9 +97,8 @@ def browser_timings(root: Path, name: str, repeats: int = 2) -> dict[str, list[f
                             translation = bundle.translate(sentence)
                             results[f"of which Bundle.translate (traced), {label}"].append(time.perf_counter() - t0)
                             payload = figure_payload(translation.trace, translation.src_tokens, translation.tgt_tokens)
-                            if not isinstance(payload, str):
-                                results[f"of which overview figures built + to_json, {label}"].append(
-                                    payload["overview build + to_json seconds"])
+                            results[f"of which overview figures built + to_json, {label}"].append(
+                                payload["overview build + to_json seconds"])
                             want = translation.text or "∅ (the model produced no words)"
                             box = page.locator(".st-key-text input")
                             box.fill(sentence)
@@ -146,14 +137,6 @@ def bytes_str(n: float) -> str:
 
 def trace_for(model: core.Transformer, src: Any, n: int, qkv: bool) -> core.Trace:
     """A greedy trace of exactly ``n`` generated tokens (eos suppressed by the benchmark model)."""
-    import torch
-    from core.decoding import greedy
+    import contenders
 
-    rec = core.Recorder(qkv=qkv)
-    with torch.inference_mode():
-        out = greedy(model, src, torch.ones_like(src, dtype=torch.bool), core.InferenceOptions(), n, recorder=rec)
-    cfg = model.config
-    return rec.freeze(core.InferenceOptions(), [[f"▁s{i}" for i in src[0].tolist()]],
-                      [[f"▁t{i}" for i in out.tokens[0, :n].tolist()]], cfg.n_heads,
-                      {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers})
-
+    return contenders.ours_greedy(model, src, True, n, qkv=qkv)()

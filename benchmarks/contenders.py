@@ -66,8 +66,9 @@ def _n_layers(model: core.Transformer) -> dict[str, int]:
 
 def _freeze(rec: core.Recorder, model: core.Transformer, opts: core.InferenceOptions, src: Tensor,
             tgt: Tensor) -> core.Trace:
-    """Recorder -> Trace, as Bundle does (token strings are placeholders: no tokenizer here)."""
-    return rec.freeze(opts, [["x"] * src.shape[1]], [["y"] * tgt.shape[1]], model.config.n_heads, _n_layers(model))
+    """Recorder -> Trace, as Bundle does (token strings are placeholders named after the ids: no tokenizer here)."""
+    return rec.freeze(opts, [[f"▁s{i}" for i in row] for row in src.tolist()],
+                      [[f"▁t{i}" for i in row] for row in tgt.tolist()], model.config.n_heads, _n_layers(model))
 
 
 def ours_forward(model: core.Transformer, src: Tensor, tgt: Tensor, traced: bool, qkv: bool = False) -> Work:
@@ -85,14 +86,14 @@ def ours_forward(model: core.Transformer, src: Tensor, tgt: Tensor, traced: bool
 
 
 def ours_greedy(model: core.Transformer, src: Tensor, traced: bool, n: int = SIZES.new_tokens,
-                use_cache: bool = True, qkv: bool = False) -> Work:
+                qkv: bool = False) -> Work:
     """Greedy translation of ``src`` into exactly ``n`` tokens; traced = every head recorded + frozen Trace."""
     opts, keep = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool)
 
     @torch.inference_mode()
     def run() -> object:
         rec = core.Recorder(qkv=qkv) if traced else None
-        out = greedy(model, src, keep, opts, n, recorder=rec, use_cache=use_cache)
+        out = greedy(model, src, keep, opts, n, recorder=rec)
         return _freeze(rec, model, opts, src, out.tokens[:, :n]) if rec is not None else out
     return run
 
@@ -106,7 +107,7 @@ def ours_beam(model: core.Transformer, src: Tensor, beam: int = 4, n: int = SIZE
     return run
 
 
-def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool, traced: bool = False) -> Work:
+def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool) -> Work:
     """The step that produces target position ``t`` (1-based): with the KV cache (one new position,
     the cache already holding t-1), or recomputing the whole t-position prefix."""
     opts, keep = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool)
@@ -117,17 +118,17 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool,
         state = DecoderState.empty(model.config.n_decoder_layers)
         if t > 1:
             model.decode(prefix[:, :-1], memory, None, opts, None, state)
+        state.step_plan(model, 1)  # made once per translation, not per step: keep it out of the step's time
 
     def snapshot() -> DecoderState:  # a state holding t-1 positions; it shares the KV buffers, so every run
         # writes the same keys/values into slot t-1 again (same values each time: timing stays honest)
-        return DecoderState([dataclasses.replace(layer) for layer in state.layers], state.length)
+        return dataclasses.replace(state, layers=[dataclasses.replace(layer) for layer in state.layers])
 
     @torch.inference_mode()
     def run() -> object:
-        rec = core.Recorder() if traced else None
         if cached:  # src_keep=None: nothing is padded, as iter_greedy passes it
-            return model.decode(prefix[:, -1:], memory, None, opts, rec, snapshot())
-        return model.decode(prefix, memory, None, opts, rec)
+            return model.decode(prefix[:, -1:], memory, None, opts, None, snapshot())
+        return model.decode(prefix, memory, None, opts)
     return run
 
 

@@ -206,22 +206,19 @@ def limit_section(rep: Report, rounds: Rounds) -> None:
 
 # ----------------------------------------------------------------------------- 5. trace and payload sizes
 def size_section(rep: Report, model: core.Transformer) -> None:
-    rows, notes = [], []
+    rows = []
     for n in (20, 120):
         src = C.source(n, seed=5)
         plain, full = app_cost.trace_for(model, src, n, qkv=False), app_cost.trace_for(model, src, n, qkv=True)
         payload = app_cost.figure_payload(full, full.src_tokens[0], full.tgt_tokens[0])
-        if isinstance(payload, str):
-            notes.append(payload)
-            payload = {}
         rows.append([str(n), app_cost.bytes_str(plain.nbytes), app_cost.bytes_str(full.nbytes)]
-                    + [app_cost.bytes_str(payload[k]) if k in payload else "TODO"
-                       for k in ("overview render (encoder tab + one head)", "decoder grid", "cross grid")]
-                    + [f"{payload['build + to_json seconds']:.2f} s" if payload else "TODO"])
+                    + [app_cost.bytes_str(payload[k]) for k in ("overview render (encoder tab + one head)", "decoder grid",
+                                                                "cross grid")]
+                    + [f"{payload['build + to_json seconds']:.2f} s"])
     rep.section("5. Trace size and what the app sends to the browser",
                 ["tokens in = out", "Trace.nbytes", "Trace.nbytes with q/k/v (the app's)", "overview render (encoder grid + large head), JSON",
                  "decoder tab grid", "cross tab grid", "build + to_json, all 4 figures"], rows,
-                notes + [f"Random-weight model of section 2 ({S.layers}+{S.layers} layers × {S.heads} heads), greedy with every "
+                [f"Random-weight model of section 2 ({S.layers}+{S.layers} layers × {S.heads} heads), greedy with every "
                          "head recorded; figures from `viz_app.figures` (attention_grid, head_heatmap), bytes = len(fig.to_json())."])
 
 
