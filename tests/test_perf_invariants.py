@@ -17,17 +17,21 @@ def model():
     return Transformer(tiny_config()).eval()
 
 
-def test_decoding_weights_are_column_major_with_the_same_values_and_state_dict(model, tmp_path):
+def test_decoding_weights_are_column_major_with_the_same_values_and_state_dict(model, monkeypatch):
     out = model.decoder_layers[0].ffn.linear1.weight
     assert out.stride() == (1, out.shape[0])  # (out, in) stored in-major: what a one-token step streams fastest
     assert model.encoder_layers[0].ffn.linear1.weight.is_contiguous()  # encoder: untouched
     assert model.output.weight is model.tgt_embed.weight and model.output.weight.is_contiguous()  # tied: row look-ups
     untied = Transformer(tiny_config(tie_output=False))
     assert untied.output.weight.stride() == (1, untied.output.weight.shape[0])
-    torch.manual_seed(5)
-    again = Transformer(tiny_config())
-    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
-        assert torch.equal(a, b), name
+    with monkeypatch.context() as m:  # the same seed without the layout change: same names, same values
+        m.setattr(core.model.Transformer, "_decoding_layout", lambda self: None)
+        torch.manual_seed(5)
+        plain = Transformer(tiny_config())
+    assert plain.decoder_layers[0].ffn.linear1.weight.is_contiguous()  # the layouts really differ ...
+    assert model.state_dict().keys() == plain.state_dict().keys()
+    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
+        assert torch.equal(a, b), name  # ... and nothing a checkpoint stores does
     fresh = Transformer(tiny_config())
     fresh.load_state_dict({k: v.contiguous() for k, v in model.state_dict().items()})  # as a checkpoint loads
     w = fresh.decoder_layers[0].ffn.linear1.weight
