@@ -141,7 +141,7 @@ class InferenceOptions:
         """A short human label, e.g. 'PE off, causal mask off, 2 heads ablated'."""
         parts = []
         if not self.positional_encoding:
-            parts.append("positional encoding off")
+            parts.append("PE off")
         if not self.causal_mask:
             parts.append("causal mask off")
         if not self.padding_mask:

@@ -345,3 +345,24 @@ def test_learn_page_recomputes_the_recorded_weights() -> None:
     table = at.dataframe[3].value
     assert list(table["mask M"])[:4] == ["0", "0", "0", "−∞"]  # query 2 may see keys 0..2
     assert any("query 2" in t for t in titles(at))
+
+
+def _header_of(text: str, pe: bool) -> None:  # runs inside AppTest.from_function (its own module scope)
+    import dataclasses
+    import os
+
+    import core as c
+    from viz_app import common as cm
+    out = c.load(os.path.join(os.environ["LAB_CHECKPOINT_ROOT"], "tiny")).translate(
+        "Is there any tea left?", options=c.InferenceOptions(positional_encoding=pe))
+    cm.translation_header(dataclasses.replace(out, text=text))
+
+
+@pytest.mark.parametrize("text, pe, hint", [("", False, True), ("", True, False), ("Tee", False, False)])
+def test_an_empty_translation_under_switches_says_why_and_how_back(text: str, pe: bool, hint: bool) -> None:
+    at = ok(AppTest.from_function(_header_of, args=(text, pe), default_timeout=TIMEOUT).run(timeout=TIMEOUT))
+    shown = texts(at)
+    assert ("∅ (the model produced no words)" in shown) == (text == "")
+    assert ("**Reset switches**" in shown) == hint  # only when a switch is off and nothing came out
+    if hint:
+        assert "With these switches (PE off)" in shown

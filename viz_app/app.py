@@ -37,11 +37,10 @@ if common.sidebar() is None:  # no checkpoint, or it failed to load (the sidebar
     if not state.checkpoint_names():
         common.no_checkpoint()
     st.stop()
-state.sync_url(page.url_path or "overview")
 try:
     page.run()
 except Exception as exc:  # noqa: BLE001 — a generic box instead of a traceback (script control is BaseException)
     st.error(f"**This view failed** ({type(exc).__name__}): {exc}. Try another sentence or reset the switches.",
              icon=":material/bug_report:")
-else:
+finally:  # once per run, after the page (its widgets may change the state the URL mirrors), even after st.stop()
     state.sync_url(page.url_path or "overview")

@@ -65,15 +65,16 @@ def sidebar() -> core.Bundle | None:
             ss["text"] = state.EXAMPLES.get(bundle.languages[0], state.EXAMPLES["en"])[0]
         ss["_text_defaulted"] = True
         cfg = bundle.config
+        n_params = _count(bundle.model.n_parameters())
         device = bundle.device
         device_label = f"CUDA ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "CPU"
         decoder = "SSRU (no self-attention)" if cfg.decoder_self == "ssru" else "self-attention"
         st.caption(f"**{bundle.languages[0]} → {bundle.languages[1]}** · {cfg.n_encoder_layers}+{cfg.n_decoder_layers} "
-                   f"layers · {cfg.n_heads} heads · {_count(bundle.model.n_parameters())} parameters")
+                   f"layers · {cfg.n_heads} heads · {n_params} parameters")
         with st.expander("Model details", expanded=False):
             st.markdown(f"- **{cfg.n_encoder_layers}** encoder / **{cfg.n_decoder_layers}** decoder layers\n"
                         f"- **{cfg.n_heads}** heads, d_model **{cfg.d_model}**, d_k **{cfg.d_head}**\n"
-                        f"- decoder: {decoder}\n- **{_count(bundle.model.n_parameters())}** parameters\n"
+                        f"- decoder: {decoder}\n- **{n_params}** parameters\n"
                         f"- positions: {cfg.positional} ({cfg.pe_layout})")
         st.caption(f"Running on **{device_label}** · {bundle.name}")
         st.subheader("Switches", divider="gray")

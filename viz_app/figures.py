@@ -27,6 +27,12 @@ ALLOW, BLOCK = "#5fa8d3", "#2b2d42"  # mask colours: may attend / blocked
 
 
 # ----------------------------------------------------------------------------- helpers
+def query_key_tokens(kind: str, src: Sequence[str], tgt: Sequence[str]) -> tuple[Sequence[str], Sequence[str]]:
+    """The tokens on the query (rows) and key (columns) axes of an attention ``kind``: encoder = source × source,
+    decoder = decoder inputs × decoder inputs, cross = decoder inputs × source."""
+    return (src if kind == "encoder" else tgt), (tgt if kind == "decoder" else src)
+
+
 def token_text(piece: str) -> str:
     """A piece for display: '▁' (word start) → '␣', invisible characters escaped as \\uXXXX."""
     text = piece if piece in SPECIAL else piece.replace("▁", WORD_START)

@@ -209,14 +209,11 @@ def options() -> core.InferenceOptions:
 
 
 def options_note(opts: core.InferenceOptions, beam: int = 1) -> str:
-    """Short label of the options in effect, for figure titles: 'as trained', 'PE off, 2 heads ablated'."""
-    parts = [name for flag, name in ((opts.positional_encoding, "PE off"), (opts.causal_mask, "causal mask off"),
-                                     (opts.padding_mask, "padding mask off")) if not flag]
-    if opts.ablate:
-        parts.append(f"{len(opts.ablate)} head{'s' if len(opts.ablate) > 1 else ''} ablated")
+    """Short label of the options in effect, for figure titles: 'as trained', 'PE off, 2 heads ablated, beam 4'."""
+    note = opts.describe()
     if beam > 1:
-        parts.append(f"beam {beam}")
-    return ", ".join(parts) if parts else "as trained"
+        note = f"beam {beam}" if note == "as trained" else f"{note}, beam {beam}"
+    return note
 
 
 def bundle() -> core.Bundle | None:

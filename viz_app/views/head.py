@@ -35,8 +35,7 @@ if out is not None:
     else:
         with np.errstate(invalid="ignore"):
             matrix, which = figures.aggregate(data, agg), f"{agg} over {trace.n_heads} heads"
-    q_tokens = out.src_tokens if kind == "encoder" else out.tgt_tokens
-    k_tokens = out.tgt_tokens if kind == "decoder" else out.src_tokens
+    q_tokens, k_tokens = figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens)
     what = "weights" if values == "weights" else "scaled scores QKᵀ/√d_k (grey = masked, −∞)"
     title = figures.titled(f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · {which} · {what}",
                            state.options_note(out.options, out.beam_size))

@@ -28,8 +28,7 @@ if out is not None:
     trace = out.trace
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
-    q_tokens = out.src_tokens if kind == "encoder" else out.tgt_tokens
-    k_tokens = out.tgt_tokens if kind == "decoder" else out.src_tokens
+    q_tokens, k_tokens = figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens)
     state.clamp("query", list(range(len(q_tokens))))
     i = st.select_slider("Query token", list(range(len(q_tokens))), key="query",
                          format_func=lambda t: f"{t} {figures.token_text(q_tokens[t])}")
@@ -37,11 +36,7 @@ if out is not None:
         st.caption(f"Query {i} is the decoder input “{common.md(figures.token_text(q_tokens[i]))}”; "
                    "from this position the model "
                    f"predicted the next piece, “{common.md(figures.token_text(out.output_tokens[i]))}”.")
-    try:
-        Q, K, V = trace.qkv(kind, layer)
-    except KeyError:
-        st.warning("This run did not record queries, keys and values.")
-        st.stop()
+    Q, K, V = trace.qkv(kind, layer)  # the app records them for every run (state.translate_batch, Bundle)
     q, keys, vals = Q[head, i].astype(np.float64), K[head].astype(np.float64), V[head].astype(np.float64)
     d_k = q.shape[0]
     labels = [f"{j} {figures.token_text(t)}" for j, t in enumerate(k_tokens)]

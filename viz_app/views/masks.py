@@ -22,8 +22,7 @@ def _mirror(name: str) -> None:
 
 
 out = common.sentence_bar("First sentence")
-bundle = state.bundle()
-if out is not None and bundle is not None:
+if out is not None:
     st.text_input("Second sentence (optional) — makes a padded batch of two, so the padding mask has real "
                   "`<pad>` tokens to hide", key="text2", placeholder="e.g. a much longer sentence")
     t1, t2, _ = st.columns([1, 1, 2])
@@ -56,8 +55,7 @@ if out is not None and bundle is not None:
             st.caption(f"With both masks on the translation is: *{common.md(ref.text) or '∅'}*")
 
     kind = common.kind_picker(trace.kinds)
-    q_tokens = src if kind == "encoder" else tgt
-    k_tokens = tgt if kind == "decoder" else src
+    q_tokens, k_tokens = figures.query_key_tokens(kind, src, tgt)
     n_q, n_k = len(q_tokens), len(k_tokens)
     padding = np.broadcast_to(np.array([t != PAD for t in k_tokens]), (n_q, n_k))
     causal = np.tril(np.ones((n_q, n_k), dtype=bool)) if kind == "decoder" else np.ones((n_q, n_k), dtype=bool)
@@ -79,11 +77,8 @@ if out is not None and bundle is not None:
     query = st.select_slider("Query token", list(range(n_q)), key="query",
                              format_func=lambda i: f"{i} {figures.token_text(q_tokens[i])}")
     weights = trace.attention(kind, layer)[head, query]
-    try:
-        q, k, _ = trace.qkv(kind, layer)
-        raw = k[head] @ q[head, query] / math.sqrt(q.shape[-1])  # (Tk,)
-    except KeyError:  # q/k not recorded: the pre-mask values of blocked keys are unknown
-        raw = trace.scores(kind, layer)[head, query]
+    q, k, _ = trace.qkv(kind, layer)  # recorded for every app run: blocked keys' scores before the mask
+    raw = k[head] @ q[head, query] / math.sqrt(q.shape[-1])  # (Tk,)
     fig = figures.mask_stages(raw, trace.mask(kind)[query], weights, k_tokens, title=figures.titled(
         f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
         f"query “{figures.token_label(q_tokens[query])}”",

@@ -28,8 +28,7 @@ if out is not None:
     labels = [state.KINDS[k].capitalize() if k in trace.kinds else "Decoder (SSRU, no self-attention)" for k in kinds]
     state.clamp("overview_tab", labels)
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
-    axes = {"encoder": (out.src_tokens, out.src_tokens), "decoder": (out.tgt_tokens, out.tgt_tokens),
-            "cross": (out.tgt_tokens, out.src_tokens)}
+    axes = {kind: figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens) for kind in kinds}
 
     for kind, tab in zip(kinds, tabs):
         if not tab.open:

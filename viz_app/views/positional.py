@@ -3,7 +3,9 @@ live comparison of the model with and without it."""
 from __future__ import annotations
 
 import numpy as np
+import plotly.graph_objects as go
 import streamlit as st
+import torch
 
 import core
 from viz_app import common, figures, figures_pe, state
@@ -15,21 +17,30 @@ st.caption("Attention itself ignores word order: a sentence is a *set* of vector
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def _table(path: str, n: int) -> np.ndarray:
-    """(n, d_model) PE table of the checkpoint: sinusoids, or the learned rows (read-only copy)."""
-    from core.positional import sinusoidal_table
-    cfg = state.load_bundle(path).config
-    if cfg.positional == "sinusoidal":
-        return sinusoidal_table(n, cfg.d_model, cfg.pe_layout).numpy()
-    weight = state.load_bundle(path).model.positions.embedding.weight
-    return weight[: min(n, weight.shape[0])].detach().cpu().numpy().copy()
+    """(n, d_model) PE table of the checkpoint as the model adds it (``model.positions``): sinusoids, or the
+    learned rows (at most as many as it has). A read-only copy."""
+    model = state.load_bundle(path).model
+    if model.config.positional == "learned":
+        n = min(n, model.config.max_positions)
+    with torch.no_grad():
+        return model.positions(n).detach().cpu().numpy().copy()
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _table_figures(path: str, n: int) -> tuple[go.Figure, go.Figure]:
+    """The table's matrix and its PE·PE similarity: built once per checkpoint and length, not at every rerun."""
+    table = _table(path, n)
+    matrix = figures_pe.pe_matrix(table, title=f"Positional-encoding table: {table.shape[0]} positions × "
+                                               f"{table.shape[1]} dimensions")
+    return matrix, figures_pe.pe_similarity(table, title="PE·PE similarity between positions")
 
 
 def _table_tab(path: str) -> None:
     """The PE table itself: matrix, curves per dimension, similarity between positions."""
     n = st.slider("Positions shown", 8, 256, 64, step=8, key="pe_n")
     table = _table(path, n)
-    common.chart(figures_pe.pe_matrix(table, title=f"Positional-encoding table: {table.shape[0]} positions × "
-                                                f"{table.shape[1]} dimensions"), "pe_table", key="pe_table")
+    matrix, similarity = _table_figures(path, n)
+    common.chart(matrix, "pe_table", key="pe_table")
     d = table.shape[1]
     dims = st.multiselect("Dimensions to plot", list(range(d)), default=sorted({0, 1, d // 8, d // 4}), key="pe_dims")
     c1, c2 = st.columns(2)
@@ -39,8 +50,7 @@ def _table_tab(path: str) -> None:
         st.caption("Low dimensions oscillate fast, high ones slowly: together they give every position a "
                    "unique pattern, like the hands of a clock.")
     with c2:
-        common.chart(figures_pe.pe_similarity(table, title="PE·PE similarity between positions"), "pe_similarity",
-                     key="pe_similarity")
+        common.chart(similarity, "pe_similarity", key="pe_similarity")
         st.caption("The dot product depends mostly on the distance between two positions, which makes "
                    "relative positions easy to pick up.")
 
@@ -64,8 +74,7 @@ def _compare_grids(a: core.Translation, b: core.Translation, with_pe: core.Infer
         if not tab.open:
             continue
         with tab:
-            q_tok = a.src_tokens if kind == "encoder" else a.tgt_tokens
-            k_tok = a.tgt_tokens if kind == "decoder" else a.src_tokens
+            q_tok, k_tok = figures.query_key_tokens(kind, a.src_tokens, a.tgt_tokens)
             n_layers = a.trace.n_layers[kind]
             maps_a = [a.trace.attention(kind, l) for l in range(n_layers)]
             maps_b = [b.trace.attention(kind, l) for l in range(n_layers)]
