@@ -156,3 +156,8 @@ def default_checkpoint(root: str | Path = "checkpoints", wanted: str = "") -> st
         wanted = marker.read_text(encoding="utf-8").strip() if marker.is_file() else ""
     wanted = Path(wanted).name if wanted else ""
     return wanted if wanted in names else (names[0] if names else None)
+
+
+def folder_mb(directory: str | Path) -> float:
+    """Megabytes (10^6 bytes) of every file under ``directory``: what a checkpoint costs on disk."""
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file()) / 1e6

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from .batching import Batch, collate, token_batches
-from .checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig
 from .model import Transformer
-from .kd_card import _size_mb, side_by_side, write_card
+from .kd_card import side_by_side, write_card
 from .evaluate import score, translate_many
 from .kd_data import _read_lines, make_data
 from .tokenizer import Tokenizer
@@ -306,12 +306,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--notes", default=None, help="markdown file appended to the card after the side-by-side")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     p.add_argument("--progress", action="store_true", help="show a progress bar while training")
-    for name, typ, default in [("max_tokens", int, 3000), ("warmup", int, 400), ("lr_factor", float, 1.0),
-                               ("label_smoothing", float, 0.0), ("clip", float, None), ("seed", int, None),
-                               ("eval_every", int, 300), ("log_every", int, 20), ("max_steps", int, None),
-                               ("max_minutes", float, 0.0), ("epochs", int, None), ("anneal_start", int, None),
-                               ("anneal_steps", int, None)]:
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=default)
+    from .train import add_train_arguments
+
+    add_train_arguments(p, {"max_tokens": 3000, "warmup": 400, "lr_factor": 1.0, "label_smoothing": 0.0,
+                            "eval_every": 300, "log_every": 20, "max_minutes": 0.0})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -357,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
         save_checkpoint(student, tok.path, out, card="(being written)\n", meta=meta, dtype=torch.float16)
         if (run_dir / "curves.png").is_file():
             shutil.copyfile(run_dir / "curves.png", out / "curves.png")
-        size = _size_mb(out)
+        size = folder_mb(out)
         card = write_card(args=args, data_dir=data_dir, run_dir=run_dir, summary=summary, evaluation=evaluation,
                           sbs=sbs, size_mb=size, notes=notes)
         tmp = out / ".card.md.tmp"

@@ -29,10 +29,6 @@ EVERYDAY = [  # written for this card; not from any corpus
 ]
 
 
-def _size_mb(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 1e6
-
-
 def _md_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]

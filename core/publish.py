@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
 from .evaluate import evaluate_split, translate_many
 from .recipes import PROBE_SENTENCES
 
@@ -111,11 +111,11 @@ errors on long or unusual sentences, names and rare words.
     meta = CheckpointMeta(name=out.name, source_language="en", target_language="de",
                           extra={"scores": scores, "training": {k: v for k, v in summary.items() if k != "evals"}})
     save_checkpoint(model, tok.path, out, card=card, meta=meta, dtype=torch.float16)
-    size = sum(p.stat().st_size for p in out.iterdir()) / 1e6
+    size = folder_mb(out)
     (out / "card.md").write_text(card.replace("{size}", f"{size:.1f}"))
     if (run_dir / "curves.png").is_file():
         shutil.copyfile(run_dir / "curves.png", out / "curves.png")
-    size = sum(p.stat().st_size for p in out.iterdir()) / 1e6
+    size = folder_mb(out)
     print(json.dumps(scores, indent=1))
     print(f"wrote {out} ({size:.1f} MB) in {time.time() - t0:.0f} s")
     if size > MAX_MB:

@@ -17,7 +17,8 @@ from .decoding import greedy
 from .evaluate import score, translate_many
 from .model import Transformer
 from .tokenizer import Tokenizer
-from .train import Trainer, TrainConfig, fit, init_distributed, is_main, plot_curves, seed_everything, train_config_from_args
+from .train import (Trainer, TrainConfig, add_train_arguments, fit, init_distributed, is_main, plot_curves,
+                    seed_everything, train_config_from_args)
 
 # Sentences we wrote ourselves, to see whether outputs depend on the input (not from the corpus).
 PROBE_SENTENCES = [
@@ -47,10 +48,7 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pieces", type=int, default=64, help="drop pairs longer than this many pieces")
     p.add_argument("--dev-bleu-sentences", type=int, default=300)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
-    for name, typ in [("max_tokens", int), ("warmup", int), ("lr_factor", float), ("label_smoothing", float),
-                      ("clip", float), ("seed", int), ("eval_every", int), ("log_every", int), ("max_steps", int),
-                      ("max_minutes", float), ("epochs", int), ("anneal_start", int), ("anneal_steps", int)]:
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None)
+    add_train_arguments(p)
 
 
 def _device() -> torch.device:

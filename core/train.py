@@ -13,7 +13,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -280,10 +280,20 @@ def run(args: argparse.Namespace) -> int:
     return run_recipe(args)
 
 
+def add_train_arguments(parser: argparse.ArgumentParser, defaults: dict[str, Any] | None = None) -> None:
+    """One ``--max-tokens``-style option per TrainConfig field (typed like the field). Unset options are None
+    and ``train_config_from_args`` then keeps the dataclass default; ``defaults`` overrides it per command."""
+    defaults, base = defaults or {}, TrainConfig()
+    for f in fields(TrainConfig):
+        value = getattr(base, f.name)
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(value), default=defaults.get(f.name),
+                            help=f"TrainConfig.{f.name} (default {defaults.get(f.name, value)})")
+
+
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     names = {f.name for f in fields(TrainConfig)}
     return TrainConfig(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
-__all__ = ["TrainConfig", "Trainer", "fit", "noam_lr", "plot_curves", "seed_everything", "init_distributed",
+__all__ = ["TrainConfig", "Trainer", "add_train_arguments", "fit", "noam_lr", "plot_curves", "seed_everything", "init_distributed",
            "ModelConfig", "collate", "token_batches"]

