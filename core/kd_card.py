@@ -90,6 +90,13 @@ def write_card(*, args: argparse.Namespace, data_dir: Path, run_dir: Path, summa
                   "\n\n`trial-attn` = `--scope self_attn+norm`; `trial-decoder` = `--scope decoder --reused-lr-scale 0.1` "
                   "(cross-attention and FFN also learn, at a tenth of the rate). The lower dev loss decided: the main run "
                   "continued `trial-attn`.") if trials else ""
+    curve_note = " ".join(filter(None, [
+        "The train curve is plain cross-entropy: label smoothing was 0, despite the legend." if not tc.get("label_smoothing") else "",
+        f"The first {trials[0][1]} steps are the trial above ({trials[0][2]:g} minutes, 1 thread, side by side with "
+        "the other trial)." if trials else ""]))
+    curve_note = f"\n({curve_note})\n" if curve_note else ""
+    reproduce_note = (f"This command starts from `{args.init_from}`, the best checkpoint of an earlier run: make that "
+                      "one first (its command is in the notes above). " if args.init_from else "")
     return f"""# distilled-en-pt: Bergamot English → Portuguese with decoder self-attention
 
 A full encoder–decoder Transformer in the lab's own format: Mozilla's Firefox Translations
@@ -144,10 +151,7 @@ f" The rate followed the warm-up schedule, then fell linearly to 0 from step {tc
 if tc.get('anneal_steps') else ""}{trial_text}
 
 ![training curves](curves.png)
-
-(The train curve is plain cross-entropy: label smoothing was 0, despite the legend. The first 81 steps are
-the 4-minute trial, 1 thread, run side by side with a trial of `--scope decoder --reused-lr-scale 0.1`,
-see the trial table above.)
+{curve_note}
 
 ## Scores: student vs teacher on the 1,000 held-out Ding-test English sentences
 
@@ -199,7 +203,7 @@ the teacher's Portuguese; this card is not legal advice.
 {canonical_command(args)}
 ```
 
-`--notes` is the hand-written comparison shown under the side-by-side (leave it out to get the card
+{reproduce_note}`--notes` is the hand-written comparison shown under the side-by-side (leave it out to get the card
 without it). This run itself was made in pieces on a shared 2-core machine (the pieces and their thread
 counts are in the notes above); the same command resumes each stage where it stopped.
 
