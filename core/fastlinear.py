@@ -34,7 +34,10 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 T = TypeVar("T")
 
-ROWS_MAX = 32  # measured (1 thread, 256x256 ... 1024x256): the kernel was as fast or faster up to 32 rows, mixed at 64
+# The kernel runs on one thread. Measured on the benchmark's matrices (256x256 ... 1024x256): with torch on one
+# thread it was as fast as MKL or faster up to 32 rows (mixed at 64); with more threads MKL spreads the rows.
+ROWS_MAX = 32  # rows that take the kernel when torch runs on one thread
+ROWS_MAX_THREADED = 8  # ... and when it runs on more
 LARGE = 1 << 20  # weight elements from which the kernel wins at any row count measured (8000 x 256 here)
 
 _KERNEL = hasattr(torch.ops.aten, "fbgemm_linear_fp16_weight") and "fbgemm" in torch.backends.quantized.supported_engines
@@ -134,7 +137,9 @@ def packed(weight: Tensor) -> tuple[Tensor, Tensor] | None:
 
 def _kernel_wanted(rows: int, weight: Tensor) -> bool:
     """Whether the float16 kernel may run for ``rows`` input rows (before looking at the weight's values)."""
-    return _enabled and not torch.is_grad_enabled() and (rows <= ROWS_MAX or weight.numel() >= LARGE)
+    if not _enabled or torch.is_grad_enabled():
+        return False
+    return rows <= (ROWS_MAX if torch.get_num_threads() == 1 else ROWS_MAX_THREADED) or weight.numel() >= LARGE
 
 
 def bind(weight: Tensor, bias: Tensor | None, rows: int) -> tuple[Callable[..., Tensor], Tensor, Tensor | None]:

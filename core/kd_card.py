@@ -90,10 +90,11 @@ def write_card(*, args: argparse.Namespace, data_dir: Path, run_dir: Path, summa
                   "\n\n`trial-attn` = `--scope self_attn+norm`; `trial-decoder` = `--scope decoder --reused-lr-scale 0.1` "
                   "(cross-attention and FFN also learn, at a tenth of the rate). The lower dev loss decided: the main run "
                   "continued `trial-attn`.") if trials else ""
+    first = next((t for t in trials if t[0] == "trial-attn"), None)  # the trial this run continued (see trial_text)
     curve_note = " ".join(filter(None, [
         "The train curve is plain cross-entropy: label smoothing was 0, despite the legend." if not tc.get("label_smoothing") else "",
-        f"The first {trials[0][1]} steps are the trial above ({trials[0][2]:g} minutes, 1 thread, side by side with "
-        "the other trial)." if trials else ""]))
+        f"The first {first[1]} steps are `{first[0]}` above ({first[2]:g} minutes, 1 thread, side by side with the "
+        "other trial)." if first else ""]))
     curve_note = f"\n({curve_note})\n" if curve_note else ""
     reproduce_note = (f"This command starts from `{args.init_from}`, the best checkpoint of an earlier run: make that "
                       "one first (its command is in the notes above). " if args.init_from else "")

@@ -21,7 +21,6 @@ from .model import Transformer
 from .tokenizer import Tokenizer
 
 
-
 # ----------------------------------------------------------------------------- English text
 def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str], dict[str, int]]:
     """(held-out, training, counts) English from the Ding split.

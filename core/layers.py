@@ -11,7 +11,6 @@ from torch import Tensor, nn
 from .attention import KV, MultiHeadAttention
 from .config import ModelConfig
 from .fastlinear import linear
-
 from .step import make_plan
 
 if TYPE_CHECKING:

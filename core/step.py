@@ -135,7 +135,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, kt_v: tuple[Tensor, Tensor], blocke
 
 
 def _flat(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """(B, H, Tk, dh) keys and values as bmm operands: keys (B*H, dh, Tk), values (B*H, Tk, dh); views."""
+    """(B, H, Tk, dh) keys and values as bmm operands: keys (B*H, dh, Tk), values (B*H, Tk, dh). Views of the KV
+    buffers; a batch's cross-attention keys/values (projected as (B, Ts, H, dh)) are copied, once per call."""
     return k.flatten(0, 1).transpose(1, 2), v.flatten(0, 1)
 
 

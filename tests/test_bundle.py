@@ -5,6 +5,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 import core
 from core import CheckpointError, InferenceOptions, InputError
@@ -250,8 +251,15 @@ def test_cli_eval_prints_bleu_and_chrf(tiny_checkpoint, tmp_path, capsys):
 def test_translate_many_batches_by_token_budget_keeps_order_and_counts(tiny_checkpoint):
     from core.evaluate import translate_many
     model, tok, _ = core.load_checkpoint(tiny_checkpoint)
+    torch.manual_seed(0)  # a new, confident output layer: varied outputs that end (eos) before max_len
+    with torch.no_grad():
+        model.output = torch.nn.Linear(model.config.d_model, model.config.tgt_vocab_size)
+        model.output.weight.normal_(0, 3)
+        model.output.bias.zero_()
+        model.output.bias[model.config.eos_id] = 20.0
     lines = (Path(__file__).parent / "fixtures" / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()[:9]
     one_by_one = [translate_many(model, tok, [s])[0] for s in lines]
+    assert all(one_by_one) and len(set(one_by_one)) >= 5  # the comparison below can tell orders apart
     counts: dict[str, int] = {}
     batched = translate_many(model, tok, lines, max_tokens=40, counts=counts)  # several batches, sorted by length
     assert batched == one_by_one  # input order, and padding changes nothing

@@ -181,3 +181,17 @@ def test_fused_qkv_stays_differentiable_when_autograd_needs_it():
     weight, bias = attn.fused_qkv()
     (weight.sum() + bias.sum()).backward()
     assert attn.q_proj.weight.grad is not None and attn.v_proj.bias.grad is not None
+
+
+@torch.no_grad()
+def test_the_single_threaded_kernel_takes_more_rows_only_when_torch_runs_on_one_thread():
+    w = half_valued(64, 64)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert fastlinear.bind(w, None, 20)[0] is fastlinear._fp16_linear
+        torch.set_num_threads(2)
+        assert fastlinear.bind(w, None, 20)[0] is F.linear  # MKL spreads 20 rows over the threads
+        assert fastlinear.bind(w, None, 1)[0] is fastlinear._fp16_linear
+    finally:
+        torch.set_num_threads(previous)

@@ -3,12 +3,26 @@ import numpy as np
 import pytest
 import torch
 
+import core.model
 from conftest import tiny_config
 from core import InferenceOptions, Recorder, Transformer, fastlinear, step
 from core.decoding import beam_search, greedy
 from core.layers import DecoderState
 
 ALL = {"encoder": 2, "decoder": 2, "cross": 2}
+
+
+@pytest.fixture
+def plan_calls(monkeypatch):
+    """Counts the steps that ran on the plan (``core.step.run_layers`` as ``Transformer.decode`` calls it)."""
+    count = {"n": 0}
+    real = core.model.run_layers
+
+    def counting(*args, **kwargs):
+        count["n"] += 1
+        return real(*args, **kwargs)
+    monkeypatch.setattr(core.model, "run_layers", counting)
+    return count
 
 
 @pytest.fixture
@@ -77,11 +91,13 @@ OPTIONS = {
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("opt", OPTIONS)
-def test_plan_equals_module_path_tokens_probabilities_and_every_recorded_array(case, opt, module_path):
+def test_plan_equals_module_path_tokens_probabilities_and_every_recorded_array(case, opt, module_path, plan_calls):
     model, (src, keep), opts = peaked(**CASES[case]), padded_batch(), OPTIONS[opt]
     fast, fast_trace, _ = traced(model, src, keep, opts)
+    assert plan_calls["n"] == fast.tokens.shape[1] - 1  # every step ran on the plan ...
     with module_path:
         slow, slow_trace, _ = traced(model, src, keep, opts)
+    assert plan_calls["n"] == fast.tokens.shape[1] - 1  # ... and none of the module path's
     assert torch.equal(fast.tokens, slow.tokens)
     for a, b in zip(fast.steps, slow.steps):
         torch.testing.assert_close(a.top_probs, b.top_probs, atol=1e-5, rtol=1e-4)
@@ -89,7 +105,29 @@ def test_plan_equals_module_path_tokens_probabilities_and_every_recorded_array(c
     assert got.keys() == want.keys()
     for key in want:
         np.testing.assert_allclose(got[key][0], want[key][0], atol=1e-5, err_msg=str(key))
-        np.testing.assert_array_equal(np.isneginf(got[key][1]), np.isneginf(want[key][1]), err_msg=str(key))
+        blocked = np.isneginf(want[key][1])
+        np.testing.assert_array_equal(np.isneginf(got[key][1]), blocked, err_msg=str(key))
+        np.testing.assert_allclose(got[key][1][~blocked], want[key][1][~blocked], atol=1e-4, err_msg=str(key))
+    for side in ("src", "tgt"):
+        np.testing.assert_array_equal(fast_trace.positional_encoding(side), slow_trace.positional_encoding(side))
+    for kind in fast_trace.kinds:
+        np.testing.assert_array_equal(fast_trace.mask(kind), slow_trace.mask(kind))
+
+
+@torch.no_grad()
+def test_padded_untraced_steps_equal_module_path_and_decoder_key_masks_take_the_module_path(module_path, plan_calls):
+    model, (src, keep) = peaked(), padded_batch()
+    opts = InferenceOptions()
+    fast = greedy(model, src, keep, opts, 12)  # no recorder: the plan's explicit softmax vs the modules' SDPA
+    with module_path:
+        slow = greedy(model, src, keep, opts, 12)
+    assert plan_calls["n"] == 12 and torch.equal(fast.tokens, slow.tokens)
+    for a, b in zip(fast.steps, slow.steps):
+        torch.testing.assert_close(a.top_probs, b.top_probs, atol=1e-5, rtol=1e-4)
+    memory, state = model.encode(src, keep, opts), DecoderState.empty(2)
+    start = torch.full((3, 1), model.config.bos_id)
+    model.decode(start, memory, keep, opts, None, state, tgt_keep=torch.tensor([[True], [True], [False]]))
+    assert plan_calls["n"] == 12  # a mask on the decoder's own keys: the module path, which applies it
 
 
 def test_padded_source_positions_get_zero_cross_attention():
