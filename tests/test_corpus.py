@@ -219,3 +219,16 @@ def test_real_corpus_ballpark() -> None:
     assert kinds["sentence"] >= 15_000
     assert kinds["phrase"] >= 80_000 and kinds["word"] >= 100_000
     assert Pair("Is there any tea left?", "Ist noch Tee übrig?", "sentence") in pairs
+
+
+def test_fetch_deb_names_the_failing_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.corpus import fetch_deb
+    from core.kd_data import fetch_fortunes
+    (tmp_path / "fortunes-min_1.0_all.deb").write_bytes(b"not a Debian archive")  # already "downloaded": no network
+    with pytest.raises(RuntimeError, match=r"dpkg-deb -x fortunes-min_1\.0_all\.deb"):
+        fetch_deb("fortunes-min", tmp_path, tmp_path / "usr/share/games/fortunes/fortunes")
+    with pytest.raises(RuntimeError, match=r"dpkg-deb -x fortunes-min_1\.0_all\.deb"):
+        fetch_fortunes(tmp_path)  # the fortune cookies go through the same fetcher
+    monkeypatch.setattr("core.corpus.shutil.which", lambda name: None)
+    with pytest.raises(RuntimeError, match="`apt-get` not found.*fortunes-min"):
+        fetch_fortunes(tmp_path / "elsewhere")
