@@ -145,9 +145,9 @@ over {train_stats['sentences']:,} lines in {train_stats['seconds'] / 60:.1f} min
 
 ## Training
 
-{summary.get('steps')} steps, {summary.get('minutes')} min wall time (CPU; {summary.get('threads')} threads in the last piece, see the pieces table),
+{summary.get('steps')} steps, {summary.get('minutes')} min wall time (CPU; the threads of each piece are in the notes below),
 {summary.get('tokens_seen', 0):,} target tokens, {summary.get('target_tokens_per_s')} target tokens/s overall
-(median logging window {summary.get('median_window_tokens_per_s')} tokens/s); {summary.get('epochs_completed')} full epochs.{
+(median logging window {summary.get('median_window_tokens_per_s')} tokens/s); {summary.get('epochs_completed')} full epoch{'' if summary.get('epochs_completed') == 1 else 's'}.{
 f" The rate followed the warm-up schedule, then fell linearly to 0 from step {tc['anneal_start']} over {tc['anneal_steps']} steps (cool-down)."
 if tc.get('anneal_steps') else ""}{trial_text}
 
