@@ -34,10 +34,12 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 T = TypeVar("T")
 
-# The kernel runs on one thread. Measured on the benchmark's matrices (256x256 ... 1024x256): with torch on one
-# thread it was as fast as MKL or faster up to 32 rows (mixed at 64); with more threads MKL spreads the rows.
-ROWS_MAX = 32  # rows that take the kernel when torch runs on one thread
-ROWS_MAX_THREADED = 8  # ... and when it runs on more
+# The kernel runs on one thread. Measured on the benchmark's matrices (256x256, 1024x256, 256x1024) on this
+# 2-core machine: as fast as MKL or faster up to 32 rows (mixed at 64) with torch on 1 thread AND on 2 threads
+# (e.g. 1024x256, 16 rows: 94 vs 142 us on 1 thread, 125 vs 147 us on 2). More threads are unmeasured here and
+# let MKL spread the rows, so they keep the kernel to a few rows.
+ROWS_MAX = 32  # rows that take the kernel when torch runs on 1 or 2 threads
+ROWS_MAX_THREADED = 8  # ... and on more
 LARGE = 1 << 20  # weight elements from which the kernel wins at any row count measured (8000 x 256 here)
 
 _KERNEL = hasattr(torch.ops.aten, "fbgemm_linear_fp16_weight") and "fbgemm" in torch.backends.quantized.supported_engines
@@ -139,7 +141,7 @@ def _kernel_wanted(rows: int, weight: Tensor) -> bool:
     """Whether the float16 kernel may run for ``rows`` input rows (before looking at the weight's values)."""
     if not _enabled or torch.is_grad_enabled():
         return False
-    return rows <= (ROWS_MAX if torch.get_num_threads() == 1 else ROWS_MAX_THREADED) or weight.numel() >= LARGE
+    return rows <= (ROWS_MAX if torch.get_num_threads() <= 2 else ROWS_MAX_THREADED) or weight.numel() >= LARGE
 
 
 def bind(weight: Tensor, bias: Tensor | None, rows: int) -> tuple[Callable[..., Tensor], Tensor, Tensor | None]:
