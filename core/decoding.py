@@ -149,7 +149,7 @@ def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
         tokens = torch.cat([tokens[index], ids[alive][:, None]], dim=1)
         scores = top_scores[alive]
         if state is not None:
-            state.reorder(index)
+            state.reorder(index, same_source=True)  # the beams of one sentence
     if not finished:  # max_len reached: rank the live beams
         for j in range(tokens.shape[0]):
             seq = tokens[j, 1:].tolist()

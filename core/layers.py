@@ -142,15 +142,16 @@ class LayerState:
         out[:, :, : self.self_len] = buffer[index, :, : self.self_len]
         return out
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (beam search)."""
+    def reorder(self, index: Tensor, same_source: bool = False) -> None:
+        """Keep batch rows ``index`` (beam search). ``same_source``: every row attends to the same source (the
+        beams of one sentence), so the cross-attention keys/values only change when the number of rows does."""
         if self.self_k is not None and self.self_v is not None:
             self.self_k, self.self_v = self._take(self.self_k, index), self._take(self.self_v, index)
         if self.ssru_cell is not None:
             self.ssru_cell = self.ssru_cell[index]
-        if self.cross_kv is not None:
+        if self.cross_kv is not None and not (same_source and self.cross_kv[0].shape[0] == index.shape[0]):
             self.cross_kv = (self.cross_kv[0][index], self.cross_kv[1][index])
-        self.cross_flat = None  # made again from the reordered keys and values
+            self.cross_flat = None  # made again from the reordered keys and values
 
 
 @dataclass
@@ -172,9 +173,9 @@ class DecoderState:
     def empty(cls, n_layers: int) -> "DecoderState":
         return cls([LayerState() for _ in range(n_layers)], 0)
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, same_source: bool = False) -> None:
         for layer in self.layers:
-            layer.reorder(index)
+            layer.reorder(index, same_source)
 
 
 class DecoderLayer(nn.Module):

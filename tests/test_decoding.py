@@ -129,3 +129,18 @@ def test_causal_mask_off_decodes_by_recomputation():
     assert t.attention("decoder", 0).shape == (2, n, n)
     assert n > 1
     assert np.all(t.attention("decoder", 0)[:, 0, 1:] > 0)  # the first position sees later ones
+
+
+def test_reorder_keeps_shared_source_keys_unless_the_number_of_beams_changes():
+    state = LayerState(cross_kv=(torch.randn(4, 2, 5, 8), torch.randn(4, 2, 5, 8)))
+    state.append_kv(torch.randn(4, 2, 3, 8), torch.randn(4, 2, 3, 8))
+    keys, self_k = state.cross_kv[0], state.self_kv[0].clone()
+    state.cross_flat = (keys, keys)
+    state.reorder(torch.tensor([2, 2, 0, 1]), same_source=True)
+    assert state.cross_kv[0] is keys and state.cross_flat is not None  # same rows for every beam: untouched
+    assert torch.equal(state.self_kv[0], self_k[[2, 2, 0, 1]])  # the beams' own keys do move
+    state.reorder(torch.tensor([3, 0]), same_source=True)  # two beams finished: fewer rows
+    assert state.cross_kv[0].shape[0] == 2 and state.cross_flat is None
+    other = LayerState(cross_kv=(keys, keys))
+    other.reorder(torch.tensor([1, 0, 3, 2]))  # different sources (a batch): rows follow the index
+    assert torch.equal(other.cross_kv[0], keys[[1, 0, 3, 2]])
