@@ -196,6 +196,16 @@ class DecoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
+    def cross_kv(self, memory: Tensor, state: LayerState | None) -> KV:
+        """Cross-attention keys and values of ``memory`` (B, Ts, D): two (B, H, Ts, dh) tensors, projected once per
+        call and kept in ``state`` when decoding."""
+        if state is not None and state.cross_kv is not None:
+            return state.cross_kv
+        kv = self.cross_attn.project_kv(memory)
+        if state is not None:
+            state.cross_kv = kv
+        return kv
+
     def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None, cross_mask: Tensor | None,
                 layer: int, head_keep: tuple[Tensor | None, Tensor | None], recorder: "Recorder | None",
                 state: LayerState | None) -> Tensor:
@@ -221,12 +231,7 @@ class DecoderLayer(nn.Module):
             return attn(h, kv, self_mask, head_keep=head_keep[0], recorder=recorder, site=("decoder", layer), q=q)
 
         def cross_block(h: Tensor) -> Tensor:
-            if state is not None and state.cross_kv is not None:
-                kv = state.cross_kv
-            else:
-                kv = self.cross_attn.project_kv(memory)  # (B, H, Ts, dh) each
-                if state is not None:
-                    state.cross_kv = kv
+            kv = self.cross_kv(memory, state)
             return self.cross_attn(h, kv, cross_mask, head_keep=head_keep[1], recorder=recorder, site=("cross", layer))
 
         x = _residual(x, self.self_attn_norm, self_block, self.dropout, self.pre)

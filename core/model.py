@@ -159,19 +159,17 @@ class Transformer(nn.Module):
                 recorder.mask("decoder", full_mask(self_mask, B, T, n_key, tgt.device))
             recorder.mask("cross", full_mask(cross_mask, B, T, memory.shape[1], tgt.device))
         x = self.embed(tgt, "tgt", options, offset, recorder)
+        keeps = [(self._head_keep(options, "decoder", i, x.device), self._head_keep(options, "cross", i, x.device))
+                 for i in range(len(self.decoder_layers))]
         plan = state.step_plan(self, B) if state is not None and T == 1 and self_mask is None else None
         if plan is not None:  # an incremental decoding step: the same computation without module overhead
             assert state is not None
             for layer, layer_state in zip(self.decoder_layers, state.layers):
-                if layer_state.cross_kv is None:
-                    layer_state.cross_kv = layer.cross_attn.project_kv(memory)  # (B, H, Ts, dh) each, once
-            keeps = [(self._head_keep(options, "decoder", i, x.device), self._head_keep(options, "cross", i, x.device))
-                     for i in range(len(state.layers))]
+                layer.cross_kv(memory, layer_state)  # projected at the first step, kept in the state
             state.length = n_key
             return run_layers(plan, x, state, cross_mask, keeps, recorder)  # (B, 1, V)
         for i, layer in enumerate(self.decoder_layers):
-            keep = (self._head_keep(options, "decoder", i, x.device), self._head_keep(options, "cross", i, x.device))
-            x = layer(x, memory, self_mask, cross_mask, i, keep, recorder,
+            x = layer(x, memory, self_mask, cross_mask, i, keeps[i], recorder,
                       state.layers[i] if state is not None else None)
         if state is not None:
             state.length = n_key
