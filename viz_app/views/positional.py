@@ -3,7 +3,6 @@ live comparison of the model with and without it."""
 from __future__ import annotations
 
 import numpy as np
-import plotly.graph_objects as go
 import streamlit as st
 import torch
 
@@ -26,21 +25,13 @@ def _table(path: str, n: int) -> np.ndarray:
         return model.positions(n).detach().cpu().numpy().copy()
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _table_figures(path: str, n: int) -> tuple[go.Figure, go.Figure]:
-    """The table's matrix and its PE·PE similarity: built once per checkpoint and length, not at every rerun."""
-    table = _table(path, n)
-    matrix = figures_pe.pe_matrix(table, title=f"Positional-encoding table: {table.shape[0]} positions × "
-                                               f"{table.shape[1]} dimensions")
-    return matrix, figures_pe.pe_similarity(table, title="PE·PE similarity between positions")
-
-
 def _table_tab(path: str) -> None:
     """The PE table itself: matrix, curves per dimension, similarity between positions."""
     n = st.slider("Positions shown", 8, 256, 64, step=8, key="pe_n")
     table = _table(path, n)
-    matrix, similarity = _table_figures(path, n)
-    common.chart(matrix, "pe_table", key="pe_table")
+    # built at each rerun: st.cache_data would hand out an unpickled copy, which costs as much (about 25 ms at 256)
+    common.chart(figures_pe.pe_matrix(table, title=f"Positional-encoding table: {table.shape[0]} positions × "
+                                                f"{table.shape[1]} dimensions"), "pe_table", key="pe_table")
     d = table.shape[1]
     dims = st.multiselect("Dimensions to plot", list(range(d)), default=sorted({0, 1, d // 8, d // 4}), key="pe_dims")
     c1, c2 = st.columns(2)
@@ -50,7 +41,8 @@ def _table_tab(path: str) -> None:
         st.caption("Low dimensions oscillate fast, high ones slowly: together they give every position a "
                    "unique pattern, like the hands of a clock.")
     with c2:
-        common.chart(similarity, "pe_similarity", key="pe_similarity")
+        common.chart(figures_pe.pe_similarity(table, title="PE·PE similarity between positions"), "pe_similarity",
+                     key="pe_similarity")
         st.caption("The dot product depends mostly on the distance between two positions, which makes "
                    "relative positions easy to pick up.")
 
