@@ -60,11 +60,6 @@ def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[st
 
 
 # ----------------------------------------------------------------------------- browser
-def pick_checkpoint(root: Path) -> str | None:
-    """The checkpoint the app opens on (``root/DEFAULT``, else the first)."""
-    return core.default_checkpoint(root)
-
-
 def browser_timings(root: Path, name: str, repeats: int = 2) -> dict[str, list[float]] | str:
     """Seconds per event (medians are taken by the caller), or the reason it was skipped."""
     if not (REPO / "viz_app" / "app.py").exists():

@@ -225,7 +225,7 @@ def size_section(rep: Report, model: core.Transformer) -> None:
 # ----------------------------------------------------------------------------- 6. browser
 def browser_section(rep: Report, enabled: bool, repeats: int) -> None:
     root = HERE.parent / "checkpoints"
-    name = app_cost.pick_checkpoint(root)
+    name = core.default_checkpoint(root)  # the checkpoint the app opens on
     if not enabled:
         result: dict[str, list[float]] | str = "skipped: --no-browser"
     elif name is None:

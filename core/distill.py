@@ -241,13 +241,17 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
     n_dev = json.loads((data_dir / "sources.json").read_text()).get("dev", 500)
     test, ref = held[n_dev:], held_pt[n_dev:]
     result: dict = {"n": len(test), "switches": {}}
+
+    def row(hyps: list[str], seconds: float) -> dict:
+        return {**score(hyps, ref), "seconds": round(seconds, 1),
+                "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
+
     for name, options in _options_grid(student.config).items():
         t0 = time.perf_counter()
         counts: dict[str, int] = {}
         hyps = translate_many(student, tok, test, max_source_tokens=128, options=options, counts=counts)
         seconds = time.perf_counter() - t0
-        result["switches"][name] = {**score(hyps, ref), "seconds": round(seconds, 1),
-                                    "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
+        result["switches"][name] = row(hyps, seconds)
         if name == "as trained":
             result["student_sentences_per_s"] = round(len(test) / seconds, 1)
             result["student_output_tokens_per_s"] = round(counts["output_tokens"] / seconds, 1)
@@ -255,9 +259,7 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
     if beam:  # the student with beam search, still against the teacher's greedy output
         t0 = time.perf_counter()
         hyps = translate_many(student, tok, test, beam_size=beam, max_source_tokens=128)
-        result["switches"][f"as trained, beam {beam}"] = {
-            **score(hyps, ref), "seconds": round(time.perf_counter() - t0, 1),
-            "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
+        result["switches"][f"as trained, beam {beam}"] = row(hyps, time.perf_counter() - t0)
         print(f"eval as trained, beam {beam}: {result['switches'][f'as trained, beam {beam}']}", flush=True)
     t0 = time.perf_counter()
     counts = {}

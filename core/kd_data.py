@@ -148,10 +148,9 @@ def fetch_fortunes(cache_dir: Path) -> Path:
     """The fortune-cookie folder of the Debian packages ``fortunes-min`` and ``fortunes``
     (``corpus.fetch_deb`` into ``cache_dir``), fetched once."""
     target = cache_dir / FORTUNE_RELPATH
-    wanted = {"fortunes-min": target / "fortunes", "fortunes": target / "wisdom"}
-    for package in FORTUNE_PACKAGES:
-        if not wanted.get(package, target).exists():
-            fetch_deb(package, cache_dir, wanted.get(package, target))
+    for package, made in zip(FORTUNE_PACKAGES, ("fortunes", "wisdom")):  # a file each package brings
+        if not (target / made).exists():
+            fetch_deb(package, cache_dir, target / made)
     return target
 
 
