@@ -1,4 +1,6 @@
 """core.step: the planned decoding step computes what the decoder modules compute, and records the same."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -25,16 +27,19 @@ def plan_calls(monkeypatch):
     return count
 
 
+@contextlib.contextmanager
+def _modules_only():
+    previous = step.set_enabled(False)
+    try:
+        yield
+    finally:
+        step.set_enabled(previous)
+
+
 @pytest.fixture
 def module_path():
     """Run a block with the plan switched off (the module path), restoring the setting afterwards."""
-    class Switch:
-        def __enter__(self):
-            self.previous = step.set_enabled(False)
-
-        def __exit__(self, *exc):
-            step.set_enabled(self.previous)
-    return Switch()
+    return _modules_only()
 
 
 def peaked(seed=3, **overrides):
@@ -178,12 +183,8 @@ def test_plan_is_used_only_where_it_may_be():
         assert DecoderState.empty(2).step_plan(model, 1) is None  # dropout would be skipped
         model.eval()
     assert DecoderState.empty(2).step_plan(model, 1) is None  # grad on: autograd must see the modules
-    previous = step.set_enabled(False)
-    try:
-        with torch.no_grad():
-            assert DecoderState.empty(2).step_plan(model, 1) is None
-    finally:
-        step.set_enabled(previous)
+    with _modules_only(), torch.no_grad():
+        assert DecoderState.empty(2).step_plan(model, 1) is None
 
 
 @torch.no_grad()
