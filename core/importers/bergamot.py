@@ -28,7 +28,7 @@ import torch
 from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError, LabError
-from ..marian_format import read_marian_bin
+from .marian_format import read_marian_bin
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from .bergamot_wheel import (DIRECTIONS, DOWNLOAD_TIMEOUT, EXTRACT_DIR, MODELS_PREFIX, PACKAGE, REQUIREMENT, VERSION,
@@ -249,7 +249,7 @@ model goes to its authors; this folder only converts it so the lab can show its 
 {command}
 ```
 
-`core/importers/bergamot.py` reads `{bin_path.name}` with `core.marian_format` (int8 matrices
+`core/importers/bergamot.py` reads `{bin_path.name}` with `core.importers.marian_format` (int8 matrices
 dequantised as q / multiplier; `Wemb` untransposed, all other matrices stored transposed),
 maps every tensor onto the core Transformer (see `docs/bergamot_tensors.md`) and saves
 {str(dtype).replace('torch.', '')} weights. Bergamot's int8 activation scales (`*_QuantMultA`) and the lexical

@@ -8,11 +8,11 @@ from typing import Sequence
 
 import torch
 
-from .checkpoint import load_checkpoint
-from .evaluate import translate_many
-from .kd_data import _read_lines
-from .model import Transformer
-from .tokenizer import Tokenizer
+from ..checkpoint import load_checkpoint
+from ..model import Transformer
+from ..tokenizer import Tokenizer
+from ..training.evaluate import translate_many
+from .data import _read_lines
 
 
 # ----------------------------------------------------------------------------- stage: publish
@@ -117,7 +117,7 @@ self-attention, learned by sequence-level knowledge distillation from the origin
   step 0 the student equals the teacher with its SSRU output zeroed (post-norm: `LayerNorm(x + 0)`).
   Marian conventions kept: first decoder input is a zero vector, `</s>` = pad = start = id 0 (explicit
   keep-flags everywhere).{init_text}
-* **Trained** with `core.train.Trainer`/`fit`: only `{args.scope}` trainable
+* **Trained** with `core.training.train.Trainer`/`fit`: only `{args.scope}` trainable
   ({summary.get('trainable', 0):,} values; reused teacher parameters among them at {args.reused_lr_scale:g}×
   the learning rate); everything else frozen. Cross-entropy on the teacher's output
   (label smoothing {tc.get('label_smoothing')}), Adam + warm-up schedule (warmup {tc.get('warmup')},

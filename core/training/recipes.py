@@ -1,4 +1,7 @@
-"""Training recipes behind ``python -m core train``: the Ding English->German model and synthetic tasks."""
+"""Train a translation Transformer (English -> German on the Ding corpus) or a synthetic copy/reverse task.
+
+The recipes and the command line of ``python -m core train``; the loop itself is ``core.training.train``.
+"""
 from __future__ import annotations
 
 import argparse
@@ -11,12 +14,12 @@ from pathlib import Path
 import torch
 
 from .batching import Batch, collate, token_batches
-from .checkpoint import CheckpointMeta, save_checkpoint
-from .config import InferenceOptions, ModelConfig
-from .decoding import greedy
+from ..checkpoint import CheckpointMeta, save_checkpoint
+from ..config import InferenceOptions, ModelConfig
+from ..decoding import greedy
 from .evaluate import score, translate_many
-from .model import Transformer
-from .tokenizer import Tokenizer
+from ..model import Transformer
+from ..tokenizer import Tokenizer
 from .train import (Trainer, TrainConfig, add_train_arguments, fit, init_distributed, is_main, plot_curves,
                     seed_everything, train_config_from_args)
 
@@ -29,7 +32,7 @@ PROBE_SENTENCES = [
 ]
 
 
-def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="ding", choices=["ding", "copy", "reverse"], help="real corpus or a synthetic task")
     p.add_argument("--out", default="checkpoints/ding-en-de", help="checkpoint folder for the best model")
     p.add_argument("--run-dir", default=None, help="resumable state, JSONL log, curves (default runs/<out name>)")
@@ -67,7 +70,8 @@ def checksum(model: Transformer) -> str:
     return h.hexdigest()[:16]
 
 
-def run_recipe(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Trains English -> German on the Ding corpus (or a synthetic task) — resumes automatically."""
     if args.threads:
         torch.set_num_threads(args.threads)
     run_dir = Path(args.run_dir or Path("runs") / Path(args.out).name)

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from core.batching import collate, token_batches
 from core.model import Transformer
-from core.recipes import run_synthetic
-from core.train import Trainer, TrainConfig, fit, noam_lr
+from core.training.batching import collate, token_batches
+from core.training.recipes import run_synthetic
+from core.training.train import Trainer, TrainConfig, fit, noam_lr
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_anneal_scales_the_schedule_down_linearly_to_zero(tmp_path):

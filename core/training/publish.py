@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
+from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
 from .evaluate import evaluate_split, translate_many
 from .recipes import PROBE_SENTENCES
 
@@ -66,7 +66,7 @@ A Transformer as in "Attention Is All You Need" (pre-norm variant), trained on t
 ## Data
 - Source: Debian package `trans-de-en` (the Ding dictionary by Frank Richter, TU Chemnitz), licence **GPL-2.0-or-later**.
   Fetched by the training command (`apt-get download trans-de-en`), never committed.
-- Parsed by `core/corpus.py`; split deterministically (seed {split_info.get('seed')}): counts {json.dumps(split_info.get('counts', split_info))}.
+- Parsed by `core/training/corpus.py`; split deterministically (seed {split_info.get('seed')}): counts {json.dumps(split_info.get('counts', split_info))}.
 - Dev and test are full sentences only and share no normalised English or German text with training.
 - Training mix per epoch: every training sentence ×{4} plus a fresh random sample of phrase pairs; single-word pairs left out.
 - Shared SentencePiece unigram vocabulary of {tok.vocab_size} pieces, trained on the training split only.

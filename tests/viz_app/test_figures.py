@@ -13,7 +13,7 @@ import pytest
 
 from viz_app import figures, figures_pe
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SRC = ["▁Is", "▁the", "re", "▁the", "?", "</s>"]  # a repeated piece on purpose
 TGT = ["<s>", "▁Ist", "▁noch", "▁noch"]
 

@@ -19,7 +19,7 @@ import core
 from conftest import build_tiny_checkpoint
 from viz_app.common import md
 
-APP = Path(__file__).resolve().parents[1] / "viz_app" / "app.py"
+APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 90
 SENTENCE = "Is there any tea left?"
 LONGER = "The cat sleeps on the warm chair and the dog sleeps on the floor."

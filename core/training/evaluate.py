@@ -10,10 +10,10 @@ from typing import Sequence
 import sacrebleu
 import torch
 
-from .config import InferenceOptions
-from .decoding import beam_search, default_max_len, greedy
-from .model import DEFAULT_OPTIONS, Transformer
-from .tokenizer import Tokenizer
+from ..config import InferenceOptions
+from ..decoding import beam_search, default_max_len, greedy
+from ..model import DEFAULT_OPTIONS, Transformer
+from ..tokenizer import Tokenizer
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Scores a checkpoint on the held-out split (downloads and splits the corpus if needed)."""
-    from .checkpoint import load_checkpoint
+    from ..checkpoint import load_checkpoint
     from .corpus import prepare
 
     split_dir = Path(args.split)

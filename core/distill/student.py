@@ -8,7 +8,7 @@ self-attention's ``out_proj`` starts at zero, so the student starts as "the teac
 SSRU" and learns only what the SSRU contributed. Stages (each skips what already exists):
 
   data     teacher translations of held-out and training English -> data/distill/ (appended as it goes)
-  train    core.train.Trainer / fit on (English, teacher output) pairs -> runs/distill/ (resumes)
+  train    core.training.train.Trainer / fit on (English, teacher output) pairs -> runs/distill/ (resumes)
   eval     chrF/BLEU of the student against the teacher on held-out English, with switches
   publish  float16 checkpoint folder with card.md
 """
@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from .batching import Batch, collate, token_batches
-from .checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
-from .config import InferenceOptions, ModelConfig
-from .model import Transformer
-from .kd_card import side_by_side, write_card
-from .evaluate import score, translate_many
-from .kd_data import _read_lines, make_data
-from .tokenizer import Tokenizer
+from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
+from ..config import InferenceOptions, ModelConfig
+from ..model import Transformer
+from ..tokenizer import Tokenizer
+from ..training.batching import Batch, collate, token_batches
+from ..training.evaluate import score, translate_many
+from .card import side_by_side, write_card
+from .data import _read_lines, make_data
 
 if TYPE_CHECKING:
-    from .train import Trainer
+    from ..training.train import Trainer
 
 DEFAULT_OPTIONS = InferenceOptions()
 
@@ -74,7 +74,7 @@ def build_student(teacher: Transformer, seed: int = 0) -> Transformer:
 
 def init_student(student: Transformer, checkpoint: Path) -> None:
     """Copy every weight of an earlier student checkpoint (same config) into ``student``."""
-    from .errors import CheckpointError
+    from ..errors import CheckpointError
 
     earlier, _, _ = load_checkpoint(checkpoint)
     if earlier.config != student.config:
@@ -139,7 +139,7 @@ def load_pairs(tok: Tokenizer, data_dir: Path, max_pieces: int = 64, max_ratio: 
 
 
 def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
-    from .config import heads
+    from ..config import heads
     every = range(cfg.n_heads)
     grid = {"as trained": DEFAULT_OPTIONS, "causal mask off": InferenceOptions(causal_mask=False),
             "all decoder self-attention heads ablated": InferenceOptions(ablate=heads("decoder", range(cfg.n_decoder_layers), every))}
@@ -151,7 +151,7 @@ def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
 # ----------------------------------------------------------------------------- stage: train
 def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, run_dir: Path) -> dict:
     """Stage "train": build (or resume) the student and fit it to the teacher's outputs. Returns a summary."""
-    from .train import Trainer, fit, seed_everything, train_config_from_args
+    from ..training.train import Trainer, fit, seed_everything, train_config_from_args
 
     config = train_config_from_args(args)
     seed_everything(config.seed)
@@ -214,7 +214,7 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
 def _write_summary(trainer: "Trainer", run_dir: Path, log_path: Path, n_pairs: int, n_sent: int, n_trainable: int,
                    dev_sentences: int) -> dict:
     """curves.png and summary.json (steps, wall time, throughput) from the trainer and its JSONL log."""
-    from .train import plot_curves
+    from ..training.train import plot_curves
 
     plot_curves(log_path, run_dir / "curves.png")
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
@@ -284,7 +284,7 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teacher", default="checkpoints/bergamot-en-pt", help="SSRU teacher checkpoint folder")
     p.add_argument("--out", default="checkpoints/distilled-en-pt", help="where to publish the student")
-    p.add_argument("--split", default="data/ding-split", help="Ding split folder (core.corpus)")
+    p.add_argument("--split", default="data/ding-split", help="Ding split folder (core.training.corpus)")
     p.add_argument("--data-dir", default="data/distill", help="teacher translations (appended as they are made)")
     p.add_argument("--run-dir", default="runs/distill", help="trainer state, log, curves, evaluation")
     p.add_argument("--stages", default="data,train,eval,publish", help="comma-separated subset of the stages")
@@ -308,7 +308,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--notes", default=None, help="markdown file appended to the card after the side-by-side")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     p.add_argument("--progress", action="store_true", help="show a progress bar while training")
-    from .train import add_train_arguments
+    from ..training.train import add_train_arguments
 
     add_train_arguments(p, {"max_tokens": 3000, "warmup": 400, "lr_factor": 1.0, "label_smoothing": 0.0,
                             "eval_every": 300, "log_every": 20, "max_minutes": 0.0})
@@ -316,7 +316,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Distils the Bergamot en->pt teacher into a student with decoder self-attention (resumable stages)."""
-    from .errors import CheckpointError
+    from ..errors import CheckpointError
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from core.errors import CheckpointError
+from ..errors import CheckpointError
 
 BINARY_FILE_VERSION = 1
 TYPE_INT8 = 0x101

@@ -1,4 +1,4 @@
-"""core.distill: building the self-attention student from an SSRU teacher, freezing, data, a tiny end-to-end run."""
+"""core.distill.student (and core.distill.data): building the self-attention student from an SSRU teacher, freezing, data, a tiny end-to-end run."""
 from __future__ import annotations
 
 import argparse
@@ -10,14 +10,14 @@ import torch
 
 from conftest import FIXTURES, build_tiny_checkpoint, tiny_config
 from core import CheckpointMeta, InferenceOptions, Transformer, load_checkpoint, save_checkpoint
-from core.batching import collate
 from core.config import heads
-from core.corpus import Pair, Split, write_split
 from core.decoding import greedy
-from core.distill import add_arguments, build_student, freeze_except, init_student, make_optimizer, run, trainable_names
-from core.kd_data import english_sources, fortune_sentences
+from core.distill.data import english_sources, fortune_sentences
+from core.distill.student import add_arguments, build_student, freeze_except, init_student, make_optimizer, run, trainable_names
 from core.errors import CheckpointError
-from core.train import Trainer, TrainConfig
+from core.training.batching import collate
+from core.training.corpus import Pair, Split, write_split
+from core.training.train import Trainer, TrainConfig
 
 MARIAN = dict(decoder_self="ssru", start="zeros", pad_id=0, bos_id=0, eos_id=0, unk_id=1, norm="post",
               output_bias=True, pe_layout="concatenated", norm_eps=1e-6)

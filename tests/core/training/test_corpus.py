@@ -1,4 +1,4 @@
-"""Tests for core.corpus: Ding dictionary parsing, classification, de-duplication and splits."""
+"""Tests for core.training.corpus: Ding dictionary parsing, classification, de-duplication and splits."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from core.corpus import (Pair, Split, classify, fetch_ding, make_split, normalise, parse_line,
-                         prepare, read_ding, read_split, write_split)
+from conftest import FIXTURES
+from core.training.corpus import (Pair, Split, classify, fetch_ding, make_split, normalise, parse_line,
+                                  prepare, read_ding, read_split, write_split)
 
-FIXTURE = Path(__file__).parent / "fixtures" / "ding_sample.txt"
-REAL_DING = Path(__file__).resolve().parents[1] / "data/ding/usr/share/trans/de-en"
+FIXTURE = FIXTURES / "ding_sample.txt"
+REAL_DING = Path(__file__).resolve().parents[3] / "data/ding/usr/share/trans/de-en"
 
 
 def _key(text: str) -> str:
@@ -196,7 +197,7 @@ def test_prepare_reuses_written_split(tmp_path: Path, monkeypatch: pytest.Monkey
     (cache / "usr/share/trans/de-en").unlink()  # reuse must not need the source any more
     assert prepare(out, cache, n_dev=2, n_test=3, seed=5) == first
     # other params -> rebuild -> fetch; simulate a machine without apt-get
-    monkeypatch.setattr("core.corpus.shutil.which", lambda name: None)
+    monkeypatch.setattr("core.training.corpus.shutil.which", lambda name: None)
     with pytest.raises(RuntimeError, match="apt-get"):
         prepare(out, cache, n_dev=2, n_test=3, seed=6)
 
@@ -222,13 +223,13 @@ def test_real_corpus_ballpark() -> None:
 
 
 def test_fetch_deb_names_the_failing_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.corpus import fetch_deb
-    from core.kd_data import fetch_fortunes
+    from core.training.corpus import fetch_deb
+    from core.distill.data import fetch_fortunes
     (tmp_path / "fortunes-min_1.0_all.deb").write_bytes(b"not a Debian archive")  # already "downloaded": no network
     with pytest.raises(RuntimeError, match=r"dpkg-deb -x fortunes-min_1\.0_all\.deb"):
         fetch_deb("fortunes-min", tmp_path, tmp_path / "usr/share/games/fortunes/fortunes")
     with pytest.raises(RuntimeError, match=r"dpkg-deb -x fortunes-min_1\.0_all\.deb"):
         fetch_fortunes(tmp_path)  # the fortune cookies go through the same fetcher
-    monkeypatch.setattr("core.corpus.shutil.which", lambda name: None)
+    monkeypatch.setattr("core.training.corpus.shutil.which", lambda name: None)
     with pytest.raises(RuntimeError, match="`apt-get` not found.*fortunes-min"):
         fetch_fortunes(tmp_path / "elsewhere")

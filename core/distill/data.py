@@ -15,10 +15,10 @@ from typing import Sequence
 
 import torch
 
-from .corpus import _leak_key, fetch_deb, read_split
-from .evaluate import translate_many
-from .model import Transformer
-from .tokenizer import Tokenizer
+from ..model import Transformer
+from ..tokenizer import Tokenizer
+from ..training.corpus import _leak_key, fetch_deb, read_split
+from ..training.evaluate import translate_many
 
 
 # ----------------------------------------------------------------------------- English text
