@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import core
-from core import fastlinear
 from core.decoding import beam_search, greedy
 from core.layers import DecoderState
 
@@ -59,66 +58,59 @@ def our_model(s: Sizes = SIZES, seed: int = 0) -> core.Transformer:
     return model
 
 
-def _n_layers(model: core.Transformer) -> dict[str, int]:
-    n = model.config.n_decoder_layers
-    return {"encoder": model.config.n_encoder_layers, "decoder": n, "cross": n}
-
-
-def _freeze(rec: core.Recorder, model: core.Transformer, opts: core.InferenceOptions, src: Tensor,
-            tgt: Tensor) -> core.Trace:
-    """Recorder -> Trace, as Bundle does (token strings are placeholders named after the ids: no tokenizer here)."""
-    return rec.freeze(opts, [[f"▁s{i}" for i in row] for row in src.tolist()],
-                      [[f"▁t{i}" for i in row] for row in tgt.tolist()], model.config.n_heads, _n_layers(model))
+def _freeze(rec: core.Recorder) -> core.Trace:
+    """Recorder -> Trace, as Bundle does (token strings are the ids: no tokenizer here)."""
+    return rec.freeze()
 
 
 def ours_forward(model: core.Transformer, src: Tensor, tgt: Tensor, traced: bool, qkv: bool = False) -> Work:
     """One teacher-forced pass; traced = with a Recorder, frozen into a Trace (what the app receives)."""
-    opts, keep = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool)
+    opts, keep, fast = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool), core.FastWeights(model)
 
     @torch.inference_mode()
     def run() -> object:
         if not traced:
-            return model(src, tgt, opts, None, keep)
-        rec = core.Recorder(qkv=qkv)
-        model(src, tgt, opts, rec, keep)
-        return _freeze(rec, model, opts, src, tgt)
+            return model(src, tgt, options=opts, src_keep=keep, fast=fast)
+        rec = core.Recorder(model, qkv=qkv)
+        model(src, tgt, options=opts, recorder=rec, src_keep=keep, fast=fast)
+        return _freeze(rec)
     return run
 
 
 def ours_greedy(model: core.Transformer, src: Tensor, traced: bool, n: int = SIZES.new_tokens,
                 qkv: bool = False) -> Work:
     """Greedy translation of ``src`` into exactly ``n`` tokens; traced = every head recorded + frozen Trace."""
-    opts, keep = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool)
+    opts, keep, fast = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool), core.FastWeights(model)
 
     @torch.inference_mode()
     def run() -> object:
-        rec = core.Recorder(qkv=qkv) if traced else None
-        out = greedy(model, src, keep, opts, n, recorder=rec)
-        return _freeze(rec, model, opts, src, out.tokens[:, :n]) if rec is not None else out
+        rec = core.Recorder(model, qkv=qkv) if traced else None
+        out = greedy(model, src, keep, options=opts, max_len=n, recorder=rec, fast=fast)
+        return _freeze(rec) if rec is not None else out
     return run
 
 
 def ours_beam(model: core.Transformer, src: Tensor, beam: int = 4, n: int = SIZES.new_tokens) -> Work:
-    opts, keep = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool)
+    opts, keep, fast = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool), core.FastWeights(model)
 
     @torch.inference_mode()
     def run() -> object:
-        return beam_search(model, src, keep, opts, n, beam_size=beam)
+        return beam_search(model, src, keep, options=opts, max_len=n, beam_size=beam, fast=fast)
     return run
 
 
 def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool) -> Work:
     """The step that produces target position ``t`` (1-based): with the KV cache (one new position,
     the cache already holding t-1), or recomputing the whole t-position prefix."""
-    opts, keep = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool)
+    opts, keep, fast = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool), core.FastWeights(model)
     with torch.inference_mode():
-        memory = model.encode(src, keep, opts)
+        memory = model.encode(src, keep, options=opts, fast=fast)
         prefix = source(t, seed=t, vocab=model.config.tgt_vocab_size)  # (1, t) decoder inputs
         prefix[:, 0] = BOS
         state = DecoderState.empty(model.config.n_decoder_layers)
-        if t > 1:
-            model.decode(prefix[:, :-1], memory, None, opts, None, state)
-        state.step_plan(model, 1)  # made once per translation, not per step: keep it out of the step's time
+        for i in range(t - 1):  # one position at a time, as decoding fills the cache (and makes the call's plan
+            # once per translation, not per step: it stays out of the step's time)
+            model.decode(prefix[:, i: i + 1], memory, None, options=opts, state=state, fast=fast)
 
     def snapshot() -> DecoderState:  # a state holding t-1 positions; it shares the KV buffers, so every run
         # writes the same keys/values into slot t-1 again (same values each time: timing stays honest)
@@ -127,8 +119,8 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool)
     @torch.inference_mode()
     def run() -> object:
         if cached:  # src_keep=None: nothing is padded, as iter_greedy passes it
-            return model.decode(prefix[:, -1:], memory, None, opts, None, snapshot())
-        return model.decode(prefix, memory, None, opts)
+            return model.decode(prefix[:, -1:], memory, None, options=opts, state=snapshot(), fast=fast)
+        return model.decode(prefix, memory, None, options=opts, fast=fast)
     return run
 
 
@@ -137,17 +129,18 @@ def ours_matmuls_only(model: core.Transformer, fast: bool, src_len: int = SIZES.
     the encoder's (src_len rows each), the cross-attention K/V (once), then per step the decoder's
     (fused Q/K/V, output, cross Q and output, FFN) and the output projection, one row each. Nothing else
     (no attention, norms, softmax, Python control). fast=False: ``F.linear`` on float32, what every peer
-    here runs; fast=True: ``core.fastlinear.linear``, what ours runs (float16 weights where lossless)."""
-    mm = fastlinear.linear if fast else F.linear
+    here runs; fast=True: ``core.FastWeights.linear``, what ours runs (float16 weights where lossless)."""
+    weights = core.FastWeights(model)
+    mm = weights.linear if fast else F.linear
     linears = lambda *mods: [(m.weight, m.bias) for m in mods]  # noqa: E731
     encoder = [wb for layer in model.encoder_layers for wb in linears(
         layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
         layer.ffn.linear1, layer.ffn.linear2)]
     cross = [wb for layer in model.decoder_layers for wb in linears(layer.cross_attn.k_proj, layer.cross_attn.v_proj)]
     step: list[tuple[Tensor, Tensor | None]] = []
-    for layer in model.decoder_layers:
+    for i, layer in enumerate(model.decoder_layers):
         assert layer.self_attn is not None
-        step += [layer.self_attn.fused_qkv(), *linears(layer.self_attn.out_proj, layer.cross_attn.q_proj,
+        step += [weights.fused_qkv[i], *linears(layer.self_attn.out_proj, layer.cross_attn.q_proj,
                                                        layer.cross_attn.out_proj, layer.ffn.linear1, layer.ffn.linear2)]
     step += linears(model.output)
     g = torch.Generator().manual_seed(0)

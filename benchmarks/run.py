@@ -116,7 +116,7 @@ def peers_section(rep: Report, rounds: Rounds) -> None:
     rows = [[n, st[n].ms, x(st[n], st[names[0]])] for n in names]
     rows.append(["floor: only the weight matmuls of one translation, float32 `F.linear` (what the peers run), nothing else",
                  matmuls.ms, x(matmuls, st[names[0]])])
-    rows.append(["floor: only the weight matmuls, as ours runs them (`core.fastlinear`: float16 weights, float32 sums)",
+    rows.append(["floor: only the weight matmuls, as ours runs them (`core.fast`: float16 weights, float32 sums)",
                  matmuls_fast.ms, x(matmuls_fast, st[names[0]])])
     rows.append(["floor: only reading the float32 weights each step needs (section 4), no compute", floor.ms,
                  x(floor, st[names[0]])])
@@ -133,7 +133,7 @@ def peers_section(rep: Report, rounds: Rounds) -> None:
                  f"this machine's rate, would be {best:.2f}× faster than generate with attentions; one that did nothing but "
                  f"the float32 weight matmuls, {best_mm:.2f}×. Ours traced spends "
                  f"{paired_ratio(matmuls_fast, st[names[0]]) * 100:.0f}% of its time in its own (float16-weight) matmuls.)",
-                 "Ours reads each decoder matrix as float16 through fbgemm's kernel (`core.fastlinear`) because the weights "
+                 "Ours reads each decoder matrix as float16 through fbgemm's kernel (`core.fast`) because the weights "
                  "ARE float16 numbers — every committed checkpoint is stored in float16, and this benchmark's random weights "
                  "are rounded to float16 values for all of ours; products and sums stay float32, and a test checks "
                  "that tokens match and attention agrees to 1e-4 with the plain float32 path. The peers read their own random "

@@ -1,20 +1,29 @@
 """Transformer Attention Lab — the engine.
 
     import core
-    bundle = core.load("checkpoints/ding-en-de")
+    bundle = core.load("checkpoints/distilled-en-pt")
     out = bundle.translate("Is there any tea left?")
-    out.trace.attention("cross", 0)   # (heads, n_query, n_key)
+    out.trace["cross.0.weights"]          # (heads, n_query, n_key), the same as out.trace.attention("cross", 0)
+    out.trace.keys()                      # every recorded site
+    core.Trace.load("trace.npz")          # a saved trace, without the model
+
+Per-call recording and interventions: ``core.Recorder(model, interventions=[core.ScaleHeads(...), core.Patch(...)])``.
 """
 from .bundle import Bundle, Step, Translation, clean_text, load
 from .checkpoint import CheckpointMeta, default_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from .config import ATTENTION_KINDS, InferenceOptions, ModelConfig
+from .config import InferenceOptions, ModelConfig
 from .errors import CheckpointError, InputError, LabError
+from .fast import FastWeights
+from .interventions import Intervention, Patch, ScaleHeads
 from .model import Transformer
+from .recorder import Recorder
+from .sites import ATTENTION_KINDS, AttentionKind, attention_site
 from .tokenizer import Tokenizer
-from .trace import Recorder, Trace
+from .trace import ModelShape, Trace
 
 __all__ = [
-    "ATTENTION_KINDS", "Bundle", "CheckpointError", "CheckpointMeta", "InferenceOptions", "InputError", "LabError",
-    "ModelConfig", "Recorder", "Step", "Tokenizer", "Trace", "Transformer", "Translation", "clean_text",
+    "ATTENTION_KINDS", "AttentionKind", "Bundle", "CheckpointError", "CheckpointMeta", "FastWeights",
+    "InferenceOptions", "InputError", "Intervention", "LabError", "ModelConfig", "ModelShape", "Patch", "Recorder",
+    "ScaleHeads", "Step", "Tokenizer", "Trace", "Transformer", "Translation", "attention_site", "clean_text",
     "default_checkpoint", "list_checkpoints", "load", "load_checkpoint", "save_checkpoint",
 ]

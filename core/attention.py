@@ -1,25 +1,73 @@
-"""Multi-head scaled dot-product attention.
+"""Scaled dot-product attention: ONE function, ``attend``, that every path calls (full passes, the KV-cached
+decoding step, beam search), and the multi-head projections around it.
 
-Two paths with the same result: the fast path (``F.scaled_dot_product_attention``) when
-nothing is recorded, and an explicit softmax path when a recorder is passed, which records
-the weights after softmax and before dropout, and the scaled scores with masked entries -inf.
+    attend: scores -> mask -> softmax -> record -> weighted sum -> head interventions
+
+With no per-call ``Recorder`` the computation is ``F.scaled_dot_product_attention`` (same result, fused).
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import fastlinear
-from .fastlinear import linear
-
 if TYPE_CHECKING:
-    from .trace import Recorder
+    from .recorder import Recorder
 
 KV = tuple[Tensor, Tensor]
+LinearFn = Callable[..., Tensor]  # (x, weight, bias) -> x W^T + b: F.linear, or FastWeights.linear
+
+
+def flat_kv(k: Tensor, v: Tensor) -> KV:
+    """(B, H, Tk, dh) keys and values as ``bmm`` operands: keys (B*H, dh, Tk), values (B*H, Tk, dh)."""
+    return k.flatten(0, 1).transpose(1, 2), v.flatten(0, 1)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, site: str, recorder: "Recorder | None",
+           dropout: float = 0.0, flat: KV | None = None, offset: int = 0) -> Tensor:
+    """softmax(q k^T / sqrt(dh) + mask) v for every head.
+
+    q (B, H, Tq, dh); k, v (B, H, Tk, dh).
+    mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = nothing masked. A fully masked row
+        gives weights all 0 (not NaN) and a zero output.
+    site: where this is recorded / intervened on, e.g. 'cross.1' (``core.sites``).
+    flat: the same keys and values as ``flat_kv`` gives them, kept by the caller across decoding steps; then
+        the products run as ``bmm`` over B*H (one query row per sentence is small, and 4-D ``matmul`` reshapes
+        and copies around the same ``bmm``).
+    offset: the absolute position of the first query (for interventions during incremental decoding).
+    Returns each head's output (B, H, Tq, dh), after the recorder's head interventions.
+    """
+    B, H, Tq, dh = q.shape
+    Tk = k.shape[2]
+    scale = 1.0 / math.sqrt(dh)
+    mask4 = None if mask is None else mask[:, None]  # (B, 1, Tq|1, Tk)
+    if recorder is None and flat is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout, scale=scale)
+    if flat is not None:  # beta=0 ignores the input; alpha scales inside the kernel
+        scores = torch.baddbmm(flat[1][:1, :1, :1], q.reshape(B * H, Tq, dh), flat[0], beta=0.0, alpha=scale)
+    else:
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
+    if mask4 is None and recorder is None:
+        weights = torch.softmax(scores, dim=-1)  # (B*H, Tq, Tk): a decoding step, nothing to record
+    else:
+        raw = scores = scores.view(B, H, Tq, Tk)
+        if mask4 is not None:
+            scores = raw.masked_fill(~mask4, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, H, Tq, Tk)
+        if mask4 is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
+            weights = weights.masked_fill(~mask4, 0.0)
+        if recorder is not None:
+            recorder.attention(site, weights, scores, raw, q, k, v)
+    if dropout:
+        weights = F.dropout(weights, dropout)
+    if flat is not None:
+        ctx = torch.bmm(weights.reshape(B * H, Tq, Tk), flat[1]).view(B, H, Tq, dh)
+    else:
+        ctx = torch.matmul(weights, v)  # (B, H, Tq, dh)
+    return ctx if recorder is None else recorder.heads(site, ctx, offset)
 
 
 class MultiHeadAttention(nn.Module):
@@ -35,72 +83,32 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
 
-    def _split(self, x: Tensor) -> Tensor:
+    def split(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
         return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, T, D) -> (B, H, T, dh)
 
-    def project_kv(self, x: Tensor) -> KV:
+    def project_q(self, x: Tensor, lin: LinearFn = F.linear) -> Tensor:
+        """Queries of ``x`` (B, Tq, D): (B, H, Tq, dh)."""
+        return self.split(lin(x, self.q_proj.weight, self.q_proj.bias))
+
+    def project_kv(self, x: Tensor, lin: LinearFn = F.linear) -> KV:
         """Keys and values of ``x`` (B, Tk, D): two (B, H, Tk, dh) tensors. Cacheable."""
-        return (self._split(linear(x, self.k_proj.weight, self.k_proj.bias)),
-                self._split(linear(x, self.v_proj.weight, self.v_proj.bias)))
+        return (self.split(lin(x, self.k_proj.weight, self.k_proj.bias)),
+                self.split(lin(x, self.v_proj.weight, self.v_proj.bias)))
 
-    def fused_qkv(self) -> tuple[Tensor, Tensor | None]:
-        """The Q, K and V projections as ONE (3D, D) matrix and (3D,) bias: a copy, kept until a weight changes.
+    def output(self, ctx: Tensor, lin: LinearFn = F.linear) -> Tensor:
+        """Heads' outputs (B, H, Tq, dh) -> concatenated and projected (B, Tq, D)."""
+        B, _, Tq, _ = ctx.shape
+        return lin(ctx.transpose(1, 2).reshape(B, Tq, self.d_model), self.out_proj.weight, self.out_proj.bias)
 
-        Column-major like the decoder's other matrices (see ``Transformer._decoding_layout``): a decoding
-        step then streams all three in one matmul instead of three (and ``fastlinear`` packs it once).
-        """
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-
-        def make() -> tuple[Tensor, Tensor | None]:
-            weight = torch.cat([p.weight.t() for p in projections], dim=1).t()  # (3D, D), strides (1, 3D)
-            bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
-            return weight, bias
-        sources = [p.weight for p in projections] + [p.bias for p in projections if p.bias is not None]
-        return fastlinear.derived(self.q_proj.weight, sources, make)
-
-    def project_qkv(self, x: Tensor, fused: tuple[Tensor, Tensor | None]) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values of ``x`` (B, T, D) with ``fused_qkv()``: three (B, H, T, dh) tensors."""
-        q, k, v = linear(x, *fused).split(self.d_model, dim=-1)  # (B, T, D) each
-        return self._split(q), self._split(k), self._split(v)
-
-    def forward(
-        self,
-        x: Tensor,
-        kv: KV,
-        mask: Tensor | None,
-        *,
-        head_keep: Tensor | None = None,
-        recorder: "Recorder | None" = None,
-        site: tuple[str, int] = ("encoder", 0),
-        q: Tensor | None = None,
-    ) -> Tensor:
-        """Attend from queries ``x`` (B, Tq, D) to ``kv``.
+    def forward(self, x: Tensor, kv: KV, mask: Tensor | None, *, site: str, recorder: "Recorder | None",
+                q: Tensor | None = None, lin: LinearFn = F.linear, offset: int = 0) -> Tensor:
+        """Attend from queries ``x`` (B, Tq, D) to ``kv`` (two (B, H, Tk, dh)) -> (B, Tq, D).
 
         mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = no mask.
-        head_keep: (H,) 0/1 multipliers on each head's output (ablation); None = all heads.
-        q: the queries (B, H, Tq, dh) when already projected (``project_qkv``); None = project ``x``.
-        Returns (B, Tq, D).
+        q: the queries (B, H, Tq, dh) when already projected; None = project ``x``.
         """
-        B, Tq, _ = x.shape
-        if q is None:
-            q = self._split(linear(x, self.q_proj.weight, self.q_proj.bias))  # (B, H, Tq, dh)
-        k, v = kv  # (B, H, Tk, dh) each
-        mask4 = None if mask is None else mask[:, None]  # (B, 1, Tq|1, Tk)
+        q = self.project_q(x, lin) if q is None else q
         drop = self.dropout if self.training else 0.0
-        if recorder is None:
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=drop)  # (B, H, Tq, dh)
-        else:
-            scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, Tq, Tk)
-            if mask4 is not None:
-                blocked = ~mask4
-                scores = scores.masked_fill(blocked, float("-inf"))
-            weights = torch.softmax(scores, dim=-1)  # (B, H, Tq, Tk)
-            if mask4 is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
-                weights = weights.masked_fill(blocked, 0.0)
-            recorder.attention(site[0], site[1], weights, scores, q, k, v)
-            ctx = torch.matmul(F.dropout(weights, drop, self.training) if drop else weights, v)  # (B, H, Tq, dh)
-        if head_keep is not None:
-            ctx = ctx * head_keep[None, :, None, None]
-        ctx = ctx.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, H, Tq, dh) -> (B, Tq, D)
-        return linear(ctx, self.out_proj.weight, self.out_proj.bias)
+        ctx = attend(q, kv[0], kv[1], mask, site=site, recorder=recorder, dropout=drop, offset=offset)
+        return self.output(ctx, lin)

@@ -1,7 +1,6 @@
 """The public entry point: ``core.load(path)`` -> ``Bundle`` with ``translate`` and ``trace``."""
 from __future__ import annotations
 
-import threading
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,17 +13,19 @@ from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig
 from .decoding import beam_search, default_max_len, greedy
 from .errors import InputError
+from .fast import FastWeights
 from .model import Transformer
+from .recorder import Recorder
+from .sites import AttentionKind
 from .tokenizer import Tokenizer
-from .trace import Recorder, Trace
+from .trace import Trace
 
 MAX_CHARS = 5000
-START_PIECE, PAD_PIECE = "<s>", "<pad>"
 
 
 @dataclass(frozen=True)
 class Step:
-    """One decoding step: the token chosen at position ``index`` and what the model weighed."""
+    """One decoding step: the token chosen at position ``index`` and what the model weighed (a view on the Trace)."""
 
     index: int
     token: str
@@ -32,32 +33,70 @@ class Step:
     prob: float
     top_k: list[tuple[str, float]]
     trace: Trace = field(repr=False)
-    rows: dict[tuple[str, int], np.ndarray] | None = field(default=None, repr=False)
 
-    def attention(self, kind: str, layer: int) -> np.ndarray:
+    def attention(self, kind: AttentionKind, layer: int) -> np.ndarray:
         """This step's attention rows: (heads, n_key) over the keys visible at this step.
 
         With the causal mask on these are rows of the trace; with it off (each step recomputed the
-        prefix) they are the rows this step itself computed."""
-        if self.rows is not None and (kind, layer) in self.rows:
-            return self.rows[(kind, layer)]
-        rows = self.trace.attention(kind, layer)[:, self.index]
+        prefix) they are the rows this step itself computed (the trace's ``step_rows``)."""
+        rows = self.trace.step_rows(kind, layer)
+        if rows is None:
+            rows = self.trace.attention(kind, layer)[:, self.index]
+        else:
+            rows = rows[:, self.index]
         return rows[:, : self.index + 1] if kind == "decoder" else rows
 
 
 @dataclass(frozen=True)
 class Translation:
-    """Result of ``Bundle.translate`` / ``Bundle.trace``."""
+    """Result of ``Bundle.translate`` / ``Bundle.trace``: a view on its Trace, which holds everything
+    (``Translation(core.Trace.load(path))`` gives it back from a saved trace, without the model)."""
 
-    text: str
-    src_tokens: list[str]  # source pieces, eos included
-    tgt_tokens: list[str]  # decoder inputs: start token, then the output pieces before the last
-    output_tokens: list[str]  # what the decoder predicted at each position (eos included)
     trace: Trace
-    steps: list[Step]
-    options: InferenceOptions
-    beam_size: int = 1
-    notices: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return str(self.trace.meta.get("text", ""))
+
+    @property
+    def source_text(self) -> str:
+        return str(self.trace.meta.get("source_text", ""))
+
+    @property
+    def options(self) -> InferenceOptions:
+        return self.trace.options
+
+    @property
+    def beam_size(self) -> int:
+        return int(self.trace.meta.get("beam_size", 1))
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        return tuple(self.trace.meta.get("notices", ()))
+
+    @property
+    def src_tokens(self) -> list[str]:
+        """Source pieces, eos included."""
+        return self.trace.src_tokens
+
+    @property
+    def tgt_tokens(self) -> list[str]:
+        """Decoder inputs: start token, then the output pieces before the last."""
+        return self.trace.tgt_tokens
+
+    @property
+    def output_tokens(self) -> list[str]:
+        """What the decoder predicted at each position (eos included)."""
+        return self.trace.output_tokens
+
+    @property
+    def steps(self) -> list[Step]:
+        t = self.trace
+        if "output.ids" not in t:
+            return []
+        ids, probs, top_ids, top_probs = t["output.ids"], t["output.probs"], t["output.top_ids"], t["output.top_probs"]
+        return [Step(i, t.piece(ids[i]), int(ids[i]), float(probs[i]),
+                     [(t.piece(j), float(q)) for j, q in zip(top_ids[i], top_probs[i])], t) for i in range(len(ids))]
 
     @property
     def truncated(self) -> bool:
@@ -92,7 +131,7 @@ class Bundle:
                  max_source_tokens: int = 256) -> None:
         self.model, self.tokenizer, self.info, self.path = model, tokenizer, info, path
         self.max_source_tokens = max_source_tokens
-        self._lock = threading.Lock()  # only for lazily built caches, never around inference
+        self.fast = FastWeights(model)  # the fast path's copies of the weights, made once: the model never changes
 
     @property
     def config(self) -> ModelConfig:
@@ -111,11 +150,6 @@ class Bundle:
         return str(self.info.get("source_language", "src")), str(self.info.get("target_language", "tgt"))
 
     # ----------------------------------------------------------------- pieces
-    def _piece(self, token_id: int, position: int | None = None) -> str:
-        if position == 0:
-            return START_PIECE
-        return self.tokenizer.piece(token_id)
-
     def encode_source(self, text: str, *, truncate: bool = False) -> tuple[list[int], list[str]]:
         """Source ids (eos appended) and notices for the person. Raises InputError on unusable text."""
         notices = []
@@ -143,82 +177,70 @@ class Bundle:
         src = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, Ts)
         return src, torch.ones_like(src, dtype=torch.bool)
 
-    def _freeze(self, recorder: Recorder, options: InferenceOptions, src_ids: list[list[int]],
-                tgt_ids: list[list[int]]) -> Trace:
-        cfg = self.config
-        n_layers = {"encoder": cfg.n_encoder_layers, "cross": cfg.n_decoder_layers}
-        if cfg.decoder_self == "attention":
-            n_layers["decoder"] = cfg.n_decoder_layers
-        src_tokens = [[self._piece(i) for i in row] for row in src_ids]
-        tgt_tokens = [[self._piece(i, p) for p, i in enumerate(row)] for row in tgt_ids]
-        return recorder.freeze(options, src_tokens, tgt_tokens, cfg.n_heads, n_layers)
+    def recorder(self, *, qkv: bool = False, **kwargs: Any) -> Recorder:
+        """A per-call Recorder for this bundle's model (see ``core.Recorder``)."""
+        return Recorder(self.model, qkv=qkv, **kwargs)
 
-    def _steps(self, trace: Trace, ids: list[int], probs: list[float], tops: list[list[tuple[int, float]]],
-               rows: list[dict | None] | None = None) -> list[Step]:
-        rows = rows or [None] * len(ids)
-        return [Step(t, self._piece(i), int(i), float(p), [(self._piece(j), float(q)) for j, q in top], trace, r)
-                for t, (i, p, top, r) in enumerate(zip(ids, probs, tops, rows))]
+    def _freeze(self, recorder: Recorder, **meta: Any) -> Trace:
+        return recorder.freeze(self.tokenizer.piece, meta={"model": self.name, **meta})
 
     # ----------------------------------------------------------------- API
     @torch.inference_mode()
-    def translate(self, text: str, options: InferenceOptions | None = None, beam_size: int = 1,
-                  max_len: int | None = None, *, top_k: int = 10, truncate: bool = False,
+    def translate(self, text: str, options: InferenceOptions | None = None, *, beam_size: int = 1,
+                  max_len: int | None = None, top_k: int = 10, truncate: bool = False,
                   record_qkv: bool = True) -> Translation:
         """Translate ``text`` and record every head. Greedy with beam_size=1, else beam search
         (the beam's best output is then traced teacher-forced, which gives the same arrays)."""
         options = options or InferenceOptions()
-        if not isinstance(beam_size, int) or beam_size < 1:
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
             raise InputError(f"beam_size must be a positive integer, got {beam_size!r}")
-        src_ids, notices = self.encode_source(text, truncate=truncate)
+        src_ids, notices, cleaned = self._source(text, truncate)
         src, keep = self._tensor(src_ids)
         max_len = max_len or default_max_len(len(src_ids))
         if beam_size > 1:
-            out_ids = beam_search(self.model, src, keep, options, max_len, beam_size=beam_size)
-            result = self._teacher_forced(src_ids, out_ids, options, top_k, record_qkv)
-            return Translation(**{**result.__dict__, "beam_size": beam_size, "notices": tuple(notices)})
-        recorder = Recorder(qkv=record_qkv)
-        result = greedy(self.model, src, keep, options, max_len, recorder=recorder, top_k=top_k)
-        n = result.lengths[0]
-        out_ids = result.tokens[0, 1: 1 + n].tolist()
-        dec_inputs = result.tokens[0, : n].tolist()
-        trace = self._freeze(recorder, options, [src_ids], [result.tokens[0, : len(result.steps)].tolist()])
-        tops = [list(zip(s.top_ids[0].tolist(), s.top_probs[0].tolist())) for s in result.steps[:n]]
-        probs = [float(s.probs[0]) for s in result.steps[:n]]
-        rows = [None if s.rows is None else {k: v[0].to("cpu").numpy() for k, v in s.rows.items()}
-                for s in result.steps[:n]]
+            out_ids = beam_search(self.model, src, keep, options=options, max_len=max_len, beam_size=beam_size,
+                                  fast=self.fast)
+            return self._teacher_forced(src_ids, out_ids, options, top_k, record_qkv,
+                                        source_text=cleaned, beam_size=beam_size, notices=notices)
+        recorder = Recorder(self.model, qkv=record_qkv)
+        result = greedy(self.model, src, keep, options=options, max_len=max_len, recorder=recorder, top_k=top_k,
+                        fast=self.fast)
+        out_ids = result.tokens[0, 1: 1 + result.lengths[0]].tolist()
         text_out = self.tokenizer.decode([i for i in out_ids if i != self.config.eos_id])
-        return Translation(text_out, [self._piece(i) for i in src_ids], [self._piece(i, p) for p, i in enumerate(dec_inputs)],
-                           [self._piece(i) for i in out_ids], trace, self._steps(trace, out_ids, probs, tops, rows), options,
-                           1, tuple(notices))
+        return Translation(self._freeze(recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices))
+
+    def _source(self, text: str, truncate: bool) -> tuple[list[int], list[str], str]:
+        src_ids, notices = self.encode_source(text, truncate=truncate)
+        cleaned = clean_text(text[:MAX_CHARS] if truncate and isinstance(text, str) else text)
+        return src_ids, notices, cleaned
 
     @torch.inference_mode()
     def _teacher_forced(self, src_ids: list[int], out_ids: list[int], options: InferenceOptions, top_k: int,
-                        record_qkv: bool) -> Translation:
+                        record_qkv: bool, **meta: Any) -> Translation:
         cfg = self.config
         src, keep = self._tensor(src_ids)
         dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
         tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
-        recorder = Recorder(qkv=record_qkv)
-        logits = self.model(src, tgt, options, recorder, keep)  # (1, Tt, V)
-        probs = torch.softmax(logits[0].float(), dim=-1)  # (Tt, V)
-        top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        trace = self._freeze(recorder, options, [src_ids], [dec_inputs])
-        targets = out_ids if out_ids else [cfg.eos_id]
-        chosen = [float(probs[t, i]) for t, i in enumerate(targets)]
-        tops = [list(zip(top_i[t].tolist(), top_p[t].tolist())) for t in range(len(targets))]
+        recorder = Recorder(self.model, qkv=record_qkv)
+        logits = self.model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast)  # (1, Tt, V)
+        probs = torch.softmax(logits.float(), dim=-1)  # (1, Tt, V)
+        top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
+        targets = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
+        chosen = probs.gather(-1, targets[..., None])[..., 0]  # (1, Tt)
+        for t in range(targets.shape[1]):
+            recorder.output(targets[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
         text_out = self.tokenizer.decode([i for i in out_ids if i != cfg.eos_id])
-        return Translation(text_out, [self._piece(i) for i in src_ids], [self._piece(i, p) for p, i in enumerate(dec_inputs)],
-                           [self._piece(i) for i in targets], trace, self._steps(trace, targets, chosen, tops), options)
+        return Translation(self._freeze(recorder, text=text_out, **meta))
 
     @torch.inference_mode()
     def trace(self, src_text: str, tgt_text: str, options: InferenceOptions | None = None, *, top_k: int = 10,
               truncate: bool = False, record_qkv: bool = True) -> Translation:
         """Teacher-forced pass on a given translation ``tgt_text`` (eos appended)."""
         options = options or InferenceOptions()
-        src_ids, notices = self.encode_source(src_text, truncate=truncate)
+        src_ids, notices, cleaned = self._source(src_text, truncate)
         tgt_ids = self.tokenizer.encode(clean_text(tgt_text))[: self.max_source_tokens] + [self.config.eos_id]
-        result = self._teacher_forced(src_ids, tgt_ids, options, top_k, record_qkv)
-        return Translation(**{**result.__dict__, "notices": tuple(notices)})
+        return self._teacher_forced(src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned,
+                                    beam_size=1, notices=notices, forced=True)
 
     @torch.inference_mode()
     def translate_batch(self, texts: list[str], options: InferenceOptions | None = None, max_len: int | None = None,
@@ -236,16 +258,14 @@ class Bundle:
         pad = self.config.pad_id
         src = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], dtype=torch.long, device=self.device)
         keep = torch.tensor([[True] * len(e) + [False] * (width - len(e)) for e in encoded], device=self.device)
-        recorder = Recorder(qkv=record_qkv)
-        result = greedy(self.model, src, keep, options, max_len or default_max_len(width), recorder=recorder)
+        recorder = Recorder(self.model, qkv=record_qkv)
+        result = greedy(self.model, src, keep, options=options, max_len=max_len or default_max_len(width),
+                        recorder=recorder, fast=self.fast)
         outs = []
         for b, n in enumerate(result.lengths):
             ids = [i for i in result.tokens[b, 1: 1 + n].tolist() if i != self.config.eos_id]
             outs.append(self.tokenizer.decode(ids))
-        trace = self._freeze(recorder, options, [e + [pad] * (width - len(e)) for e in encoded],
-                             result.tokens[:, : len(result.steps)].tolist())
-        src_tokens = [[self._piece(i) for i in e] + [PAD_PIECE] * (width - len(e)) for e in encoded]
-        return outs, Trace(**{**trace.__dict__, "src_tokens": src_tokens})
+        return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs)
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:

@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable, Literal
 
-ATTENTION_KINDS = ("encoder", "decoder", "cross")
-AttentionKind = Literal["encoder", "decoder", "cross"]
+from .sites import ATTENTION_KINDS, AttentionKind
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class ModelConfig:
         return cls(**data)
 
 
-Head = tuple[str, int, int]
+Head = tuple[AttentionKind, int, int]
 
 
 @dataclass(frozen=True)
@@ -109,10 +108,10 @@ class InferenceOptions:
                 raise ValueError(f"InferenceOptions.ablate: kind {kind!r} is not one of {ATTENTION_KINDS}")
             if int(layer) < 0 or int(head) < 0:
                 raise ValueError(f"InferenceOptions.ablate: layer and head must be >= 0 in {item!r}")
-            triples.append((str(kind), int(layer), int(head)))
+            triples.append((kind, int(layer), int(head)))
         object.__setattr__(self, "ablate", frozenset(triples))
 
-    def ablated_heads(self, kind: str, layer: int) -> tuple[int, ...]:
+    def ablated_heads(self, kind: AttentionKind, layer: int) -> tuple[int, ...]:
         return tuple(sorted(h for k, l, h in self.ablate if k == kind and l == layer))
 
     def with_changes(self, **changes: Any) -> "InferenceOptions":
@@ -151,6 +150,6 @@ class InferenceOptions:
         return ", ".join(parts) if parts else "as trained"
 
 
-def heads(kind: str, layers: Iterable[int], head_ids: Iterable[int]) -> frozenset[Head]:
+def heads(kind: AttentionKind, layers: Iterable[int], head_ids: Iterable[int]) -> frozenset[Head]:
     """Every (kind, layer, head) triple of the given layers and heads — a helper for ``ablate``."""
     return frozenset((kind, l, h) for l in layers for h in head_ids)

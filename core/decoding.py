@@ -13,9 +13,10 @@ import torch
 from torch import Tensor
 
 from .config import InferenceOptions
+from .fast import FastWeights
 from .layers import DecoderState
 from .model import Transformer
-from .trace import Recorder
+from .recorder import Recorder
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,6 @@ class StepOutput:
     probs: Tensor
     top_ids: Tensor
     top_probs: Tensor
-    # Without the KV cache (causal mask off) every step recomputes the prefix, so the final trace's rows
-    # are not what earlier steps saw: each step's own last query rows, (kind, layer) -> (B, H, Tk).
-    rows: dict[tuple[str, int], Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -50,14 +48,16 @@ def default_max_len(src_len: int, cap: int = 256) -> int:
 
 
 @torch.no_grad()
-def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: InferenceOptions, max_len: int,
-                *, recorder: Recorder | None = None, top_k: int = 10, use_cache: bool | None = None
-                ) -> Iterator[StepOutput]:
-    """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos."""
+def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, *, options: InferenceOptions, max_len: int,
+                recorder: Recorder | None = None, fast: FastWeights | None = None, top_k: int = 10,
+                use_cache: bool | None = None) -> Iterator[StepOutput]:
+    """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
+
+    What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps."""
     cfg = model.config
     use_cache = options.causal_mask if use_cache is None else use_cache
     B = src.shape[0]
-    memory = model.encode(src, src_keep, options, recorder)  # (B, Ts, D)
+    memory = model.encode(src, src_keep, options=options, recorder=recorder, fast=fast)  # (B, Ts, D)
     cross_keep = _padded_or_none(src_keep)
     tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
@@ -65,18 +65,19 @@ def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
     k = min(top_k, cfg.tgt_vocab_size)
     for step in range(max_len):
         if use_cache:
-            logits = model.decode(tokens[:, -1:], memory, cross_keep, options, recorder, state)[:, -1]  # (B, V)
+            logits = model.decode(tokens[:, -1:], memory, cross_keep, options=options, recorder=recorder,
+                                  state=state, fast=fast)[:, -1]  # (B, V)
         else:
             if recorder is not None:
-                recorder.reset_decoder()  # keep only the last full pass
-            logits = model.decode(tokens, memory, cross_keep, options, recorder)[:, -1]  # (B, V)
+                recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
+            logits = model.decode(tokens, memory, cross_keep, options=options, recorder=recorder,
+                                  fast=fast)[:, -1]  # (B, V)
         probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         next_ids = top_ids[:, 0].masked_fill(finished, cfg.eos_id)  # (B,)
-        rows = None
-        if not use_cache and recorder is not None:
-            rows = recorder.last_query_rows()
-        yield StepOutput(step, next_ids, top_probs[:, 0], top_ids, top_probs, rows)
+        if recorder is not None:
+            recorder.output(next_ids, top_probs[:, 0], top_ids, top_probs)
+        yield StepOutput(step, next_ids, top_probs[:, 0], top_ids, top_probs)
         tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (B, t + 1)
         finished |= next_ids == cfg.eos_id
         if bool(finished.all()):
@@ -84,10 +85,12 @@ def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
     # Without the cache the recorder keeps the last full pass, i.e. the final sequence's decoder inputs.
 
 
-def greedy(model: Transformer, src: Tensor, src_keep: Tensor, options: InferenceOptions, max_len: int,
-           *, recorder: Recorder | None = None, top_k: int = 10, use_cache: bool | None = None) -> DecodeResult:
+def greedy(model: Transformer, src: Tensor, src_keep: Tensor, *, options: InferenceOptions, max_len: int,
+           recorder: Recorder | None = None, fast: FastWeights | None = None, top_k: int = 10,
+           use_cache: bool | None = None) -> DecodeResult:
     """Run ``iter_greedy`` to the end."""
-    steps = list(iter_greedy(model, src, src_keep, options, max_len, recorder=recorder, top_k=top_k, use_cache=use_cache))
+    steps = list(iter_greedy(model, src, src_keep, options=options, max_len=max_len, recorder=recorder, fast=fast,
+                             top_k=top_k, use_cache=use_cache))
     B = src.shape[0]
     start = torch.full((B, 1), model.config.bos_id, dtype=torch.long, device=src.device)
     generated = torch.stack([s.token_ids for s in steps], dim=1) if steps else start[:, :0]  # (B, n)
@@ -107,8 +110,8 @@ def _lengths(generated: Tensor, eos_id: int) -> list[int]:
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, options: InferenceOptions, max_len: int,
-                *, beam_size: int = 4, alpha: float = 1.0) -> list[int]:
+def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, *, options: InferenceOptions, max_len: int,
+                beam_size: int = 4, alpha: float = 1.0, fast: FastWeights | None = None) -> list[int]:
     """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
 
     At each step the ``beam_size`` best extensions of the live beams are kept; those ending in eos
@@ -119,7 +122,7 @@ def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
         raise ValueError("beam_search decodes one sentence at a time (src batch of 1)")
     cfg = model.config
     use_cache = options.causal_mask
-    memory = model.encode(src, src_keep, options)  # (1, Ts, D)
+    memory = model.encode(src, src_keep, options=options, fast=fast)  # (1, Ts, D)
     cross_keep = _padded_or_none(src_keep)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
@@ -129,9 +132,9 @@ def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, options: Infe
         n = tokens.shape[0]
         mem, keep = memory.expand(n, -1, -1), None if cross_keep is None else cross_keep.expand(n, -1)
         if use_cache:
-            logits = model.decode(tokens[:, -1:], mem, keep, options, None, state)[:, -1]  # (beams, V)
+            logits = model.decode(tokens[:, -1:], mem, keep, options=options, state=state, fast=fast)[:, -1]
         else:
-            logits = model.decode(tokens, mem, keep, options)[:, -1]
+            logits = model.decode(tokens, mem, keep, options=options, fast=fast)[:, -1]  # (beams, V)
         logp = torch.log_softmax(logits.float(), dim=-1) + scores[:, None]  # (beams, V)
         V = logp.shape[-1]
         top_scores, flat = logp.view(-1).topk(beam_size)  # (k,)

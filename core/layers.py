@@ -8,15 +8,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KV, MultiHeadAttention
+from .attention import KV, LinearFn, MultiHeadAttention
 from .config import ModelConfig
-from .fastlinear import linear
-from .step import make_plan
+from .sites import attention_site
 
 if TYPE_CHECKING:
-    from .model import Transformer
+    from .recorder import Recorder
     from .step import StepPlan
-    from .trace import Recorder
+
+Norm = tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
 
 
 class FeedForward(nn.Module):
@@ -29,11 +29,11 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.activation: Callable[[Tensor], Tensor] = F.relu if activation == "relu" else F.gelu
 
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.activation(linear(x, self.linear1.weight, self.linear1.bias))  # (B, T, d_ff)
+    def forward(self, x: Tensor, lin: LinearFn = F.linear) -> Tensor:
+        h = self.activation(lin(x, self.linear1.weight, self.linear1.bias))  # (B, T, d_ff)
         if self.training:
             h = self.dropout(h)
-        return linear(h, self.linear2.weight, self.linear2.bias)  # (B, T, D)
+        return lin(h, self.linear2.weight, self.linear2.bias)  # (B, T, D)
 
 
 class SSRU(nn.Module):
@@ -47,10 +47,10 @@ class SSRU(nn.Module):
         self.W = nn.Linear(d_model, d_model, bias=False)
         self.W_f = nn.Linear(d_model, d_model)
 
-    def forward(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, x: Tensor, state: Tensor | None, lin: LinearFn = F.linear) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, D), state (B, D) or None -> h (B, T, D), last cell (B, D), forget gates (B, T, D)."""
-        xw = linear(x, self.W.weight)  # (B, T, D)
-        f = torch.sigmoid(linear(x, self.W_f.weight, self.W_f.bias))  # (B, T, D)
+        xw = lin(x, self.W.weight, None)  # (B, T, D)
+        f = torch.sigmoid(lin(x, self.W_f.weight, self.W_f.bias))  # (B, T, D)
         c = torch.zeros_like(xw[:, 0]) if state is None else state  # (B, D)
         cells = []
         for t in range(x.shape[1]):
@@ -59,19 +59,21 @@ class SSRU(nn.Module):
         return F.relu(torch.stack(cells, dim=1)), c, f
 
 
-def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
-    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+def norm_of(norm: nn.LayerNorm) -> Norm:
+    return norm.weight, norm.bias, norm.eps
 
 
-def _residual(x: Tensor, norm: nn.LayerNorm, fn: Callable[[Tensor], Tensor], drop: nn.Dropout, pre: bool) -> Tensor:
-    """Post-norm: norm(x + drop(fn(x))); pre-norm: x + drop(fn(norm(x))).
+def residual(x: Tensor, norm: Norm, fn: Callable[[Tensor], Tensor], pre: bool,
+             dropout: nn.Dropout | None = None) -> Tensor:
+    """Post-norm: norm(x + drop(fn(x))); pre-norm: x + drop(fn(norm(x))). One sub-layer, for every path.
 
-    Calls F.layer_norm directly and skips dropout outside training: this runs three times per layer at
-    every decoding step, where nn.Module call overhead costs as much as the one-token matmuls."""
-    y = fn(_layer_norm(norm, x) if pre else x)
-    if drop.training:
-        y = drop(y)
-    return x + y if pre else _layer_norm(norm, x + y)
+    Calls torch.layer_norm directly (the C binding) and skips dropout outside training: this runs three times
+    per layer at every decoding step, where module call overhead costs as much as the one-token matmuls."""
+    D = x.shape[-1]
+    y = fn(torch.layer_norm(x, (D,), *norm) if pre else x)
+    if dropout is not None and dropout.training:
+        y = dropout(y)
+    return x + y if pre else torch.layer_norm(x + y, (D,), *norm)
 
 
 class EncoderLayer(nn.Module):
@@ -84,14 +86,16 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None, layer: int, head_keep: Tensor | None,
-                recorder: "Recorder | None") -> Tensor:
-        def attend(h: Tensor) -> Tensor:
-            return self.self_attn(h, self.self_attn.project_kv(h), mask, head_keep=head_keep,
-                                  recorder=recorder, site=("encoder", layer))
+    def forward(self, x: Tensor, mask: Tensor | None, *, layer: int, recorder: "Recorder | None",
+                lin: LinearFn = F.linear) -> Tensor:
+        """x (B, Ts, D); mask broadcastable to (B, Ts, Ts), True = may attend -> (B, Ts, D)."""
+        site = attention_site("encoder", layer)
 
-        x = _residual(x, self.self_attn_norm, attend, self.dropout, self.pre)
-        return _residual(x, self.ffn_norm, self.ffn, self.dropout, self.pre)  # (B, Ts, D)
+        def attend(h: Tensor) -> Tensor:
+            return self.self_attn(h, self.self_attn.project_kv(h, lin), mask, site=site, recorder=recorder, lin=lin)
+
+        x = residual(x, norm_of(self.self_attn_norm), attend, self.pre, self.dropout)
+        return residual(x, norm_of(self.ffn_norm), lambda h: self.ffn(h, lin), self.pre, self.dropout)
 
 
 @dataclass
@@ -110,7 +114,6 @@ class LayerState:
     ssru_cell: Tensor | None = None  # (B, D)
     cross_kv: KV | None = None  # (B, H, Ts, dh) each
     cross_flat: KV | None = None  # the same as bmm operands, keys (B*H, dh, Ts) and values (B*H, Ts, dh) (core.step)
-    qkv_weights: tuple[Tensor, Tensor | None] | None = None  # self-attention's fused Q/K/V projection (looked up once per call)
 
     @property
     def self_kv(self) -> KV | None:
@@ -156,18 +159,12 @@ class LayerState:
 
 @dataclass
 class DecoderState:
-    """Incremental decoding state: one LayerState per decoder layer plus the number of positions seen."""
+    """Incremental decoding state of one call: one LayerState per decoder layer, the positions seen so far, and
+    the per-call step plan (``core.step``) when the fast path runs."""
 
     layers: list[LayerState] = field(default_factory=list)
     length: int = 0
-    _plan: tuple[int, "StepPlan | None"] | None = None  # (rows, plan) of ``core.step``, made at the first step
-
-    def step_plan(self, model: "Transformer", rows: int) -> "StepPlan | None":
-        """The weights a decoding step of ``rows`` sentences reads, resolved once per call (None: the module
-        path runs, e.g. for an SSRU decoder)."""
-        if self._plan is None or self._plan[0] != rows:
-            self._plan = (rows, make_plan(model, rows))
-        return self._plan[1]
+    plan: tuple[int, "StepPlan | None"] | None = None  # (rows, plan): made by the model at the first fast step
 
     @classmethod
     def empty(cls, n_layers: int) -> "DecoderState":
@@ -196,24 +193,25 @@ class DecoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def cross_kv(self, memory: Tensor, state: LayerState | None) -> KV:
+    def cross_kv(self, memory: Tensor, state: LayerState | None, lin: LinearFn = F.linear) -> KV:
         """Cross-attention keys and values of ``memory`` (B, Ts, D): two (B, H, Ts, dh) tensors, projected once per
         call and kept in ``state`` when decoding."""
         if state is not None and state.cross_kv is not None:
             return state.cross_kv
-        kv = self.cross_attn.project_kv(memory)
+        kv = self.cross_attn.project_kv(memory, lin)
         if state is not None:
             state.cross_kv = kv
         return kv
 
-    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None, cross_mask: Tensor | None,
-                layer: int, head_keep: tuple[Tensor | None, Tensor | None], recorder: "Recorder | None",
-                state: LayerState | None) -> Tensor:
-        """x (B, T, D) new target positions; memory (B, Ts, D). With ``state`` keys/values are cached."""
+    def forward(self, x: Tensor, memory: Tensor, *, self_mask: Tensor | None, cross_mask: Tensor | None,
+                layer: int, recorder: "Recorder | None", state: LayerState | None, offset: int = 0,
+                lin: LinearFn = F.linear) -> Tensor:
+        """x (B, T, D) target positions [offset, offset + T); memory (B, Ts, D). With ``state`` keys and values
+        are cached (incremental decoding). Masks broadcastable to (B, T, Tk), True = may attend."""
 
         def self_block(h: Tensor) -> Tensor:
             if self.ssru is not None:
-                out, cell, gates = self.ssru(h, state.ssru_cell if state is not None else None)
+                out, cell, gates = self.ssru(h, state.ssru_cell if state is not None else None, lin)
                 if state is not None:
                     state.ssru_cell = cell
                 if recorder is not None:
@@ -221,19 +219,17 @@ class DecoderLayer(nn.Module):
                 return out
             attn = self.self_attn
             assert attn is not None
-            if state is None:
-                q, kv = None, attn.project_kv(h)  # (B, H, T, dh) each; queries projected by attn
-            else:  # decoding: one matmul for Q, K and V at every step (the fused matrix is kept until a weight changes)
-                if state.qkv_weights is None:
-                    state.qkv_weights = attn.fused_qkv()
-                q, k, v = attn.project_qkv(h, state.qkv_weights)
-                kv = state.append_kv(k, v)  # (B, H, t + T, dh) each
-            return attn(h, kv, self_mask, head_keep=head_keep[0], recorder=recorder, site=("decoder", layer), q=q)
+            kv = attn.project_kv(h, lin)  # (B, H, T, dh) each
+            if state is not None:
+                kv = state.append_kv(*kv)  # (B, H, offset + T, dh) each
+            return attn(h, kv, self_mask, site=attention_site("decoder", layer), recorder=recorder, lin=lin,
+                        offset=offset)
 
         def cross_block(h: Tensor) -> Tensor:
-            kv = self.cross_kv(memory, state)
-            return self.cross_attn(h, kv, cross_mask, head_keep=head_keep[1], recorder=recorder, site=("cross", layer))
+            kv = self.cross_kv(memory, state, lin)
+            return self.cross_attn(h, kv, cross_mask, site=attention_site("cross", layer), recorder=recorder,
+                                   lin=lin, offset=offset)
 
-        x = _residual(x, self.self_attn_norm, self_block, self.dropout, self.pre)
-        x = _residual(x, self.cross_attn_norm, cross_block, self.dropout, self.pre)
-        return _residual(x, self.ffn_norm, self.ffn, self.dropout, self.pre)  # (B, T, D)
+        x = residual(x, norm_of(self.self_attn_norm), self_block, self.pre, self.dropout)
+        x = residual(x, norm_of(self.cross_attn_norm), cross_block, self.pre, self.dropout)
+        return residual(x, norm_of(self.ffn_norm), lambda h: self.ffn(h, lin), self.pre, self.dropout)

@@ -1,243 +1,288 @@
-"""The per-call recorder and the frozen Trace it produces.
+"""The frozen, site-keyed record of one call: ``Trace``. Made by ``Recorder.freeze``; saved and loaded as NPZ/JSON.
 
-A ``Recorder`` is created for one call, passed down through the model, and turned into a
-``Trace`` once at the end: tensors are detached and moved to the CPU once, as numpy arrays.
-Incremental decoding records one query row per step; ``freeze`` stitches the rows together
-(keys padded with 0 weight / -inf score / False mask), which yields the same arrays a
-teacher-forced pass over the same output records.
+Every array lives under a site name (``core.sites``), e.g. ``trace["cross.1.weights"]``; ``trace.keys()`` lists
+them. ``attention``, ``scores``, ``mask``, ``positional_encoding`` ... read the same store. Arrays keep the
+batch axis; ``trace[...]`` and the helpers return batch element ``item`` (``select`` views another).
 """
 from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
-from typing import Any
+import zipfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator, Mapping
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from .config import ATTENTION_KINDS, InferenceOptions
+from .config import InferenceOptions, ModelConfig
+from .sites import ATTENTION_KINDS, SIDES, AttentionKind, Side, attention_site
 
-SIDES = ("src", "tgt")
-
-
-def _cpu(t: Tensor, dtype: Any = np.float32) -> np.ndarray:
-    return t.to("cpu").numpy().astype(dtype, copy=False)
+FORMAT = "attention-lab-trace/1"
+START_PIECE, PAD_PIECE = "<s>", "<pad>"
 
 
-def _stitch(chunks: list[Tensor], fill: float | bool, dtype: Any = np.float32) -> np.ndarray:
-    """Concatenate (B, [H,] Tq_i, Tk_i) chunks along the query axis, right-padding keys with ``fill``.
+@dataclass(frozen=True)
+class ModelShape:
+    """What a trace needs to know about the model that made it."""
 
-    Returns a CPU array. Chunks of one width are concatenated in one op; ragged CPU chunks (one
-    query row per decoding step, one more key each time) are copied into a filled numpy array,
-    which costs a microsecond per chunk instead of a torch op's ten; ragged device chunks are
-    stitched on the device and moved once.
-    """
-    n_key = max(c.shape[-1] for c in chunks)
-    if all(c.shape[-1] == n_key for c in chunks):
-        return _cpu(chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=-2), dtype)
-    lead, n_query = chunks[0].shape[:-2], sum(c.shape[-2] for c in chunks)
-    if chunks[0].device.type != "cpu":
-        padded = [torch.nn.functional.pad(c, (0, n_key - c.shape[-1]), value=fill) for c in chunks]
-        return _cpu(torch.cat(padded, dim=-2), dtype)
-    out = np.full((*lead, n_query, n_key), fill, dtype=dtype)
-    row = 0
-    for c in chunks:
-        out[..., row: row + c.shape[-2], : c.shape[-1]] = c.numpy()
-        row += c.shape[-2]
-    return out
+    n_heads: int
+    d_model: int
+    n_encoder_layers: int
+    n_decoder_layers: int
+    decoder_self: str  # 'attention' or 'ssru'
 
+    @classmethod
+    def of(cls, config: ModelConfig) -> "ModelShape":
+        return cls(config.n_heads, config.d_model, config.n_encoder_layers, config.n_decoder_layers,
+                   config.decoder_self)
 
-def _detached(t: Tensor) -> Tensor:
-    return t.detach() if t.requires_grad else t  # no op to dispatch in the usual no-grad case
+    @property
+    def kinds(self) -> tuple[AttentionKind, ...]:
+        """Attention kinds this model has, in order (an SSRU decoder has no 'decoder' kind)."""
+        return tuple(k for k in ATTENTION_KINDS if k != "decoder" or self.decoder_self == "attention")
 
+    @property
+    def n_layers(self) -> dict[str, int]:
+        """kind -> number of layers."""
+        return {k: self.n_encoder_layers if k == "encoder" else self.n_decoder_layers for k in self.kinds}
 
-class Recorder:
-    """Collects attention weights, scores, masks, positional encodings and SSRU gates of one call."""
+    def attention_sites(self) -> list[str]:
+        return [attention_site(k, layer) for k in self.kinds for layer in range(self.n_layers[k])]
 
-    def __init__(self, *, qkv: bool = False) -> None:
-        self.record_qkv = qkv
-        self._weights: dict[tuple[str, int], list[Tensor]] = {}
-        self._scores: dict[tuple[str, int], list[Tensor]] = {}
-        self._q: dict[tuple[str, int], list[Tensor]] = {}
-        self._kv: dict[tuple[str, int], tuple[Tensor, Tensor]] = {}
-        self._masks: dict[str, list[Tensor]] = {}
-        self._pe: dict[str, list[Tensor]] = {}
-        self._gates: dict[int, list[Tensor]] = {}
+    def stream_sites(self) -> list[str]:
+        """Residual-stream sites: 'embed.src', 'encoder.0.out', ..., 'embed.tgt', 'decoder.0.out', ..."""
+        return (["embed.src"] + [f"encoder.{i}.out" for i in range(self.n_encoder_layers)]
+                + ["embed.tgt"] + [f"decoder.{i}.out" for i in range(self.n_decoder_layers)])
 
-    def attention(self, kind: str, layer: int, weights: Tensor, scores: Tensor,
-                  q: Tensor | None = None, k: Tensor | None = None, v: Tensor | None = None) -> None:
-        """weights, scores: (B, H, Tq, Tk); q (B, H, Tq, dh); k, v (B, H, Tk, dh)."""
-        key = (kind, layer)
-        self._weights.setdefault(key, []).append(_detached(weights))
-        self._scores.setdefault(key, []).append(_detached(scores))
-        if self.record_qkv and q is not None and k is not None and v is not None:
-            self._q.setdefault(key, []).append(_detached(q))
-            self._kv[key] = (_detached(k), _detached(v))  # the latest keys cover every earlier step
+    def check_attention_site(self, site: str) -> None:
+        if site not in self.attention_sites():
+            raise ValueError(f"no attention site {site!r} in this model; sites: {', '.join(self.attention_sites())}")
 
-    def mask(self, kind: str, mask: Tensor) -> None:
-        """The mask applied for ``kind``: (B, Tq, Tk) bool, True = may attend."""
-        self._masks.setdefault(kind, []).append(mask)
-
-    def positional(self, side: str, values: Tensor) -> None:
-        """Positional-encoding rows added on ``side``: (T, D)."""
-        self._pe.setdefault(side, []).append(_detached(values))
-
-    def gate(self, layer: int, gates: Tensor) -> None:
-        """SSRU forget gates of decoder ``layer``: (B, T, D)."""
-        self._gates.setdefault(layer, []).append(_detached(gates))
-
-    def last_query_rows(self) -> dict[tuple[str, int], Tensor]:
-        """The decoder's and cross-attention's weights for the last query position recorded: (kind, layer) ->
-        (B, H, Tk). Decoding without the KV cache keeps these per step, since each step recomputes the prefix."""
-        return {key: chunks[-1][:, :, -1] for key, chunks in self._weights.items() if key[0] != "encoder"}
-
-    def reset_decoder(self) -> None:
-        """Forget what the decoder recorded (used when a prefix is recomputed)."""
-        for store in (self._weights, self._scores, self._q, self._kv):
-            for key in [k for k in store if k[0] in ("decoder", "cross")]:
-                del store[key]
-        for kind in ("decoder", "cross"):
-            self._masks.pop(kind, None)
-        self._pe.pop("tgt", None)
-        self._gates.clear()
-
-    def freeze(self, options: InferenceOptions, src_tokens: list[list[str]], tgt_tokens: list[list[str]],
-               n_heads: int, n_layers: dict[str, int]) -> "Trace":
-        """Stitch, move to CPU once, and return the immutable Trace."""
-        attn = {k: _stitch(v, 0.0) for k, v in self._weights.items()}
-        scores = {k: _stitch(v, float("-inf")) for k, v in self._scores.items()}
-        masks = {k: _stitch(v, False, np.bool_) for k, v in self._masks.items()}
-        pe = {k: _cpu(torch.cat(v, dim=0)) for k, v in self._pe.items()}
-        gates = {k: _cpu(torch.cat(v, dim=1)) for k, v in self._gates.items()}
-        qkv = {k: (_cpu(torch.cat(self._q[k], dim=2)), _cpu(self._kv[k][0]), _cpu(self._kv[k][1])) for k in self._q}
-        for store in (attn, scores, masks, pe, gates):
-            for a in store.values():
-                a.flags.writeable = False  # traces are shared (e.g. cached by the app): read-only
-        for triple in qkv.values():
-            for a in triple:
-                a.flags.writeable = False
-        return Trace(options=options, src_tokens=src_tokens, tgt_tokens=tgt_tokens, n_heads=n_heads,
-                     n_layers=dict(n_layers), _attn=attn, _scores=scores, _masks=masks, _pe=pe, _gates=gates, _qkv=qkv)
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
 class Trace:
-    """Everything one call recorded, as CPU numpy arrays. ``item`` selects the batch element."""
+    """Everything one call recorded, as read-only CPU numpy arrays under site names, plus tokens and options."""
 
+    arrays: Mapping[str, np.ndarray] = field(repr=False)
+    vocab: Mapping[int, str] = field(repr=False)  # every id that appears -> its piece
     options: InferenceOptions
-    src_tokens: list[list[str]]  # per batch item, padded positions included
-    tgt_tokens: list[list[str]]  # decoder inputs per batch item
-    n_heads: int
-    n_layers: dict[str, int]  # kind -> number of layers recorded
-    _attn: dict[tuple[str, int], np.ndarray] = field(repr=False)
-    _scores: dict[tuple[str, int], np.ndarray] = field(repr=False)
-    _masks: dict[str, np.ndarray] = field(repr=False)
-    _pe: dict[str, np.ndarray] = field(repr=False)
-    _gates: dict[int, np.ndarray] = field(repr=False)
-    _qkv: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(repr=False)
+    shape: ModelShape
+    meta: Mapping[str, Any] = field(default_factory=dict)  # e.g. source_text, text, model, beam_size, notices
     item: int = 0
 
-    # --------------------------------------------------------------- access
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """Attention kinds present, in order (an SSRU decoder has no 'decoder' kind)."""
-        return tuple(k for k in ATTENTION_KINDS if (k, 0) in self._attn)
+    # --------------------------------------------------------------- the store
+    def keys(self) -> list[str]:
+        return sorted(self.arrays)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.arrays
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """The array at site ``name`` for batch element ``item`` (positional encodings have no batch axis)."""
+        if name not in self.arrays:
+            near = [k for k in self.arrays if k.split(".")[0] == name.split(".")[0]][:8]
+            raise KeyError(f"{name!r} was not recorded" + (f"; recorded under {name.split('.')[0]!r}: {near}" if near
+                                                           else f"; recorded: {self.keys()[:12]} ..."))
+        a = self.arrays[name]
+        return a if name.startswith("pe.") else a[self.item]
 
     @property
     def batch_size(self) -> int:
-        return len(self.src_tokens)
-
-    def _get(self, store: dict, kind: str, layer: int) -> np.ndarray:
-        if kind not in ATTENTION_KINDS:
-            raise KeyError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
-        if (kind, layer) not in store:
-            raise KeyError(f"no {kind} attention recorded for layer {layer} "
-                           f"(recorded: {sorted(set(store))})")
-        return store[(kind, layer)][self.item]
-
-    def attention(self, kind: str, layer: int) -> np.ndarray:
-        """Weights after softmax, before dropout: float32 (heads, n_query, n_key)."""
-        return self._get(self._attn, kind, layer)
-
-    def scores(self, kind: str, layer: int) -> np.ndarray:
-        """Scaled pre-softmax scores QK^T/sqrt(d_k), masked entries -inf: (heads, n_query, n_key)."""
-        return self._get(self._scores, kind, layer)
-
-    def mask(self, kind: str) -> np.ndarray:
-        """The mask applied: bool (n_query, n_key), True = may attend."""
-        if kind not in self._masks:
-            raise KeyError(f"no {kind} mask recorded (recorded: {sorted(self._masks)})")
-        return self._masks[kind][self.item]
-
-    def positional_encoding(self, side: str) -> np.ndarray:
-        """The positional-encoding values added: float32 (n, d_model); zeros when switched off."""
-        if side not in SIDES:
-            raise KeyError(f"side must be one of {SIDES}, got {side!r}")
-        return self._pe[side]
-
-    def gates(self, layer: int) -> np.ndarray:
-        """SSRU forget gates of decoder ``layer``: (n_target, d_model). Only for SSRU decoders."""
-        if layer not in self._gates:
-            raise KeyError(f"no SSRU gates recorded for decoder layer {layer}")
-        return self._gates[layer][self.item]
-
-    @property
-    def has_gates(self) -> bool:
-        return bool(self._gates)
-
-    def qkv(self, kind: str, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-head queries (H, Tq, dh), keys (H, Tk, dh), values (H, Tk, dh) — when recorded with qkv=True."""
-        if (kind, layer) not in self._qkv:
-            raise KeyError(f"q/k/v of {kind} layer {layer} were not recorded (use Recorder(qkv=True))")
-        q, k, v = self._qkv[(kind, layer)]
-        return q[self.item], k[self.item], v[self.item]
+        return int(self.arrays["ids.src"].shape[0]) if "ids.src" in self.arrays else 1
 
     def select(self, item: int) -> "Trace":
         """The same trace, viewed at batch element ``item``."""
         if not 0 <= item < self.batch_size:
             raise IndexError(f"item {item} out of range for a batch of {self.batch_size}")
-        return Trace(**{**self.__dict__, "item": item})
+        return replace(self, item=item)
 
-    # --------------------------------------------------------------- export
+    # --------------------------------------------------------------- model shape
+    @property
+    def kinds(self) -> tuple[AttentionKind, ...]:
+        return tuple(k for k in self.shape.kinds if f"{attention_site(k, 0)}.weights" in self.arrays)
+
+    @property
+    def n_heads(self) -> int:
+        return self.shape.n_heads
+
+    @property
+    def n_layers(self) -> dict[str, int]:
+        return self.shape.n_layers
+
+    # --------------------------------------------------------------- tokens
+    def piece(self, token_id: int) -> str:
+        return self.vocab.get(int(token_id), f"<{int(token_id)}>")
+
+    @property
+    def src_tokens(self) -> list[str]:
+        """Source pieces (eos included; ``<pad>`` where a padded batch's item was padded)."""
+        keep = self["keep.src"] if "keep.src" in self.arrays else None
+        return [self.piece(i) if keep is None or keep[p] else PAD_PIECE for p, i in enumerate(self["ids.src"])]
+
+    @property
+    def tgt_tokens(self) -> list[str]:
+        """Decoder inputs: the start token, then the output pieces before the last."""
+        ids = self["ids.tgt"] if "ids.tgt" in self.arrays else []
+        return [START_PIECE if p == 0 else self.piece(i) for p, i in enumerate(ids)]
+
+    @property
+    def output_tokens(self) -> list[str]:
+        """What the decoder predicted at each step (eos included)."""
+        return [self.piece(i) for i in self["output.ids"]] if "output.ids" in self.arrays else []
+
+    # --------------------------------------------------------------- convenience views of the store
+    def attention(self, kind: AttentionKind, layer: int) -> np.ndarray:
+        """Weights after softmax, before dropout: float32 (heads, n_query, n_key)."""
+        return self[f"{self._site(kind, layer)}.weights"]
+
+    def scores(self, kind: AttentionKind, layer: int, *, masked: bool = True) -> np.ndarray:
+        """Scaled scores QK^T/sqrt(d_k): (heads, n_query, n_key); masked entries -inf (``masked=False``: before the mask)."""
+        return self[f"{self._site(kind, layer)}.{'scores' if masked else 'scores_raw'}"]
+
+    def mask(self, kind: AttentionKind, part: str | None = None) -> np.ndarray:
+        """The mask applied: bool (n_query, n_key), True = may attend; ``part`` 'padding' or 'causal' for its parts."""
+        if kind not in ATTENTION_KINDS:
+            raise KeyError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        return self[f"mask.{kind}" + (f".{part}" if part else "")]
+
+    def positional_encoding(self, side: Side) -> np.ndarray:
+        """The positional-encoding values added: float32 (n, d_model); zeros when switched off."""
+        if side not in SIDES:
+            raise KeyError(f"side must be one of {SIDES}, got {side!r}")
+        return self[f"pe.{side}"]
+
+    def gates(self, layer: int) -> np.ndarray:
+        """SSRU forget gates of decoder ``layer``: (n_target, d_model). Only for SSRU decoders."""
+        return self[f"ssru.{layer}.gate"]
+
+    @property
+    def has_gates(self) -> bool:
+        return "ssru.0.gate" in self.arrays
+
+    def qkv(self, kind: AttentionKind, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-head queries (H, Tq, dh), keys (H, Tk, dh), values (H, Tk, dh) — when recorded with qkv=True."""
+        site = self._site(kind, layer)
+        if f"{site}.q" not in self.arrays:
+            raise KeyError(f"q/k/v of {site} were not recorded (use Recorder(model, qkv=True))")
+        return self[f"{site}.q"], self[f"{site}.k"], self[f"{site}.v"]
+
+    def step_rows(self, kind: AttentionKind, layer: int) -> np.ndarray | None:
+        """(heads, steps, n_key): the row each step computed, when each step recomputed the prefix; else None."""
+        name = f"{self._site(kind, layer)}.step_rows"
+        return self[name] if name in self.arrays else None
+
+    def _site(self, kind: AttentionKind, layer: int) -> str:
+        if kind not in ATTENTION_KINDS:
+            raise KeyError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        site = attention_site(kind, layer)
+        if f"{site}.weights" not in self.arrays:
+            raise KeyError(f"no {kind} attention recorded for layer {layer} (recorded: {list(self.kinds)}, "
+                           f"layers {self.n_layers})")
+        return site
+
+    # --------------------------------------------------------------- export / import
     @property
     def nbytes(self) -> int:
-        stores = [self._attn, self._scores, self._masks, self._pe, self._gates]
-        total = sum(a.nbytes for s in stores for a in s.values())
-        return total + sum(a.nbytes for t in self._qkv.values() for a in t)
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Every array under a flat name, e.g. 'attention.cross.1' (all batch items)."""
-        out: dict[str, np.ndarray] = {}
-        for (kind, layer), a in self._attn.items():
-            out[f"attention.{kind}.{layer}"] = a
-            out[f"scores.{kind}.{layer}"] = self._scores[(kind, layer)]
-        out.update({f"mask.{k}": m for k, m in self._masks.items()})
-        out.update({f"positional_encoding.{s}": p for s, p in self._pe.items()})
-        out.update({f"ssru_gates.{l}": g for l, g in self._gates.items()})
-        return out
+        return sum(a.nbytes for a in self.arrays.values())
 
     def metadata(self) -> dict[str, Any]:
-        return {"options": self.options.to_dict(), "src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens,
-                "n_heads": self.n_heads, "n_layers": self.n_layers}
+        return {"format": FORMAT, "options": self.options.to_dict(), "shape": self.shape.to_dict(),
+                "vocab": {str(k): v for k, v in self.vocab.items()}, "meta": dict(self.meta)}
 
     def to_json(self, decimals: int = 4) -> str:
         """JSON text: metadata plus every array as nested lists (-inf written as null)."""
         data: dict[str, Any] = self.metadata()
-        arrays = {}
-        for name, a in self.arrays().items():
-            if a.dtype == np.bool_:
-                arrays[name] = a.tolist()
+        arrays: dict[str, Any] = {}
+        for name, a in self.arrays.items():
+            if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer):
+                arrays[name] = {"dtype": str(a.dtype), "data": a.tolist()}
             else:
                 r = np.round(a.astype(np.float64), decimals)
                 finite = np.isfinite(r)
-                arrays[name] = r.tolist() if finite.all() else np.where(finite, r, None).tolist()  # -inf -> null
+                values = r.tolist() if finite.all() else np.where(finite, r, None).tolist()  # -inf -> null
+                arrays[name] = {"dtype": "float32", "data": values}
         data["arrays"] = arrays
         return json.dumps(data, allow_nan=False, ensure_ascii=False)
 
     def to_npz(self) -> bytes:
-        """An .npz archive: every array, plus 'metadata' as a JSON string."""
+        """An .npz archive: every array under its site name, plus 'metadata' as a JSON string."""
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, metadata=np.array(json.dumps(self.metadata())), **self.arrays())
+        np.savez_compressed(buffer, metadata=np.array(json.dumps(self.metadata())), **self.arrays)
         return buffer.getvalue()
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``path`` as .npz (exact) or .json (rounded), by its suffix."""
+        path = Path(path)
+        if path.suffix == ".json":
+            path.write_text(self.to_json(), encoding="utf-8")
+        elif path.suffix == ".npz":
+            path.write_bytes(self.to_npz())
+        else:
+            raise ValueError(f"{path.name}: a trace is saved as .npz or .json")
+        return path
+
+    @classmethod
+    def load(cls, source: str | Path | bytes) -> "Trace":
+        """Read a trace written by ``save`` / ``to_npz`` / ``to_json`` (a path, or the file's bytes).
+
+        Raises ValueError naming what is wrong with a file that is not such a trace. Never unpickles."""
+        if isinstance(source, (str, Path)):
+            try:
+                data = Path(source).read_bytes()
+            except OSError as e:
+                raise ValueError(f"cannot read the trace file: {e.strerror}") from None
+        else:
+            data = bytes(source)
+        if data[:2] == b"PK":
+            try:
+                with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                    metadata = json.loads(str(npz["metadata"]))
+                    arrays = {name: npz[name] for name in npz.files if name != "metadata"}
+            except (zipfile.BadZipFile, KeyError, ValueError, OSError) as e:
+                raise ValueError(f"not a trace archive (.npz): {e}") from None
+        else:
+            try:
+                parsed = json.loads(data.decode("utf-8"))
+                metadata = parsed
+                arrays = {}
+                for name, entry in parsed["arrays"].items():
+                    dtype = np.dtype(entry["dtype"])
+                    values = entry["data"]
+                    if dtype == np.float32:
+                        arrays[name] = np.array(_nulls_to_inf(values), dtype=np.float32)
+                    else:
+                        arrays[name] = np.array(values, dtype=dtype)
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"not a trace (.json): {e}") from None
+        return cls._from_parts(metadata, arrays)
+
+    @classmethod
+    def _from_parts(cls, metadata: dict[str, Any], arrays: dict[str, np.ndarray]) -> "Trace":
+        if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+            raise ValueError(f"not a trace of this format (expected {FORMAT!r}, got "
+                             f"{metadata.get('format') if isinstance(metadata, dict) else type(metadata).__name__!r})")
+        try:
+            options = InferenceOptions.from_dict(metadata["options"])
+            shape = ModelShape(**metadata["shape"])
+            vocab = {int(k): str(v) for k, v in metadata["vocab"].items()}
+            meta = dict(metadata.get("meta") or {})
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"the trace's metadata is incomplete or wrong: {e}") from None
+        if "ids.src" not in arrays:
+            raise ValueError("the trace holds no source ids ('ids.src')")
+        for a in arrays.values():
+            a.flags.writeable = False
+        return cls(arrays=arrays, vocab=vocab, options=options, shape=shape, meta=meta)
+
+
+def _nulls_to_inf(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_nulls_to_inf(v) for v in values]
+    return float("-inf") if values is None else values

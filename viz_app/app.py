@@ -13,9 +13,14 @@ if str(REPO) not in sys.path:  # `streamlit run viz_app/app.py` puts only viz_ap
     sys.path.insert(0, str(REPO))
 
 import streamlit as st  # noqa: E402
+import torch  # noqa: E402
 
 from viz_app import common, state  # noqa: E402
 
+# The server's thread count, set here at its entry and nowhere else (loading a model changes nothing global):
+# one sentence at a time is translated per session, and more threads mostly contend on a small machine.
+if torch.get_num_threads() != state.threads():
+    torch.set_num_threads(state.threads())
 st.set_page_config(page_title="Transformer Attention Lab", page_icon=":material/visibility:", layout="wide")
 
 PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
@@ -33,7 +38,7 @@ first = st.session_state.pop("_first_page", "")
 if first in PAGES and page.url_path in ("", "overview") and first != "overview":
     st.switch_page(PAGES[first], query_params=st.query_params.to_dict())  # a link naming ?page=…
 
-if common.sidebar() is None:  # no checkpoint, or it failed to load (the sidebar showed why): nothing to run
+if not common.sidebar():  # no checkpoint, or it failed to load (the sidebar showed why), and no saved trace
     if not state.checkpoint_names():
         common.no_checkpoint()
     st.stop()

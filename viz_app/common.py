@@ -47,20 +47,55 @@ def _reset() -> None:
     st.session_state.update(pe=True, causal=True, padding=True, ablate=[])
 
 
-def sidebar() -> core.Bundle | None:
-    """Checkpoint picker, model info, device, toggles and ablations. Returns the loaded bundle (or None)."""
+def _trace_uploaded() -> None:
+    upload = st.session_state.get("trace_file")
+    if upload is None:
+        return
+    st.session_state["_trace_error"] = state.open_trace(upload.getvalue())
+
+
+def _close_trace() -> None:
+    state.close_trace()
+    st.session_state["_trace_error"] = None
+
+
+def _replay_controls() -> core.Translation | None:
+    """Open a saved trace (exported from any page) and replay it on every page, without the model."""
+    saved = state.replay()
+    with st.expander("Open a saved trace", expanded=saved is not None, icon=":material/history:"):
+        st.file_uploader("Trace file (.npz or .json, from “Export this run”)", type=["npz", "json"],
+                         key="trace_file", on_change=_trace_uploaded)
+        error = st.session_state.get("_trace_error")
+        if error:
+            st.error(error, icon=":material/error:")
+        if saved is not None:
+            st.button("Close the trace", on_click=_close_trace, key="close_trace", icon=":material/close:")
+    if saved is not None:
+        shape = saved.trace.shape
+        st.info(f"**Replaying a saved trace** of *{md(str(saved.trace.meta.get('model', 'a model')))}* "
+                f"({shape.n_encoder_layers}+{shape.n_decoder_layers} layers · {shape.n_heads} heads) with "
+                f"**{state.options_note(saved.options, saved.beam_size)}**. Nothing is recomputed; switches that "
+                "need the model are off until you close it.", icon=":material/history:")
+    return saved
+
+
+def sidebar() -> bool:
+    """Saved-trace replay, checkpoint picker, model info, device, toggles and ablations. True when the pages can
+    run: a model is loaded, or a saved trace is replayed."""
     ss = st.session_state
     names = state.checkpoint_names()
     with st.sidebar:
+        if _replay_controls() is not None:
+            return True
         if not names:
-            return None
+            return False
         if ss.get("ckpt") not in names:
             ss["ckpt"] = state.default_checkpoint()
         st.selectbox("Checkpoint", names, key="ckpt", on_change=_checkpoint_changed,
                      help=f"Model folders under `{state.checkpoint_root()}`")
         bundle = state.bundle()
         if bundle is None:
-            return None
+            return False
         if not ss.get("text") and not ss.get("_text_defaulted"):
             ss["text"] = state.EXAMPLES.get(bundle.languages[0], state.EXAMPLES["en"])[0]
         ss["_text_defaulted"] = True
@@ -96,7 +131,7 @@ def sidebar() -> core.Bundle | None:
         st.markdown(f"Options in effect: **{note}**", help="Every figure title ends with these options.")
         st.button("Reset switches", on_click=_reset, key="reset", icon=":material/restart_alt:",
                   disabled=state.options() == core.InferenceOptions())
-    return bundle
+    return True
 
 
 def no_checkpoint() -> None:
@@ -106,7 +141,13 @@ def no_checkpoint() -> None:
 
 
 def sentence_bar(label: str = "Sentence to translate") -> core.Translation | None:
-    """Text input (Enter translates) with example sentences; returns the cached translation or None."""
+    """Text input (Enter translates) with example sentences; returns the cached translation or None.
+    While a saved trace is replayed: its source sentence, and the trace."""
+    saved = state.replay()
+    if saved is not None:
+        st.markdown(f"**{label} (from the saved trace):** {md(saved.source_text) or '—'}")
+        state.show_notices(saved)
+        return saved
     bundle = state.bundle()
     if bundle is None:
         return None

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import streamlit as st
-import torch
 
 import core
 
@@ -50,7 +49,8 @@ def default_checkpoint() -> str | None:
     return core.default_checkpoint(checkpoint_root(), os.environ.get("LAB_CHECKPOINT", "").strip())
 
 
-def _threads() -> int:
+def threads() -> int:
+    """Torch threads for the server (``LAB_TORCH_THREADS``, else 1 on <= 2 cores, else half the cores up to 4)."""
     env = os.environ.get("LAB_TORCH_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
@@ -61,7 +61,6 @@ def _threads() -> int:
 @st.cache_resource(show_spinner="Loading the model …", max_entries=4)
 def load_bundle(path: str) -> core.Bundle:
     """The checkpoint at ``path``, loaded once per process and shared by every session (read only)."""
-    torch.set_num_threads(_threads())
     return core.load(path)
 
 
@@ -241,8 +240,40 @@ def guarded(call: Callable[[], Any]) -> Any:
     return None
 
 
+# ----------------------------------------------------------------------------- replaying a saved trace
+REPLAY = "_replay"  # session state: the Translation of a trace file this session opened (never shared)
+
+
+def replay() -> core.Translation | None:
+    """The saved trace this session opened (every page then shows it, without the model), or None."""
+    out = st.session_state.get(REPLAY)
+    return out if isinstance(out, core.Translation) else None
+
+
+def open_trace(data: bytes) -> str | None:
+    """Open a trace file's bytes for replay; returns what is wrong with it (None when it opened)."""
+    try:
+        st.session_state[REPLAY] = core.Translation(core.Trace.load(data))
+    except ValueError as exc:
+        return f"This file is not a trace the lab can open: {exc}"
+    return None
+
+
+def close_trace() -> None:
+    st.session_state.pop(REPLAY, None)
+
+
 def current(beam: int | None = None, opts: core.InferenceOptions | None = None) -> core.Translation | None:
-    """The translation of the current sentence with the sidebar options (cached), or None after a message."""
+    """The translation of the current sentence with the sidebar options (cached), or None after a message.
+
+    While a saved trace is replayed: that trace, or None (with a note) when another run is asked for."""
+    saved = replay()
+    if saved is not None:
+        if (opts is None or opts == saved.options) and (beam is None or beam == saved.beam_size):
+            return saved
+        st.info("This comparison runs the model again with other switches; it is not available while a saved "
+                "trace is replayed (close the trace in the sidebar to use the model).", icon=":material/history:")
+        return None
     name = st.session_state.get("ckpt")
     if not name or bundle() is None:
         return None

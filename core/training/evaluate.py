@@ -12,6 +12,7 @@ import torch
 
 from ..config import InferenceOptions
 from ..decoding import beam_search, default_max_len, greedy
+from ..fast import FastWeights
 from ..model import DEFAULT_OPTIONS, Transformer
 from ..tokenizer import Tokenizer
 
@@ -35,6 +36,7 @@ def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence
     """
     cfg = model.config
     device = next(model.parameters()).device
+    fast = FastWeights(model)  # packed copies of the weights as they are now, for this call's decoding
     encoded = [ids[:max_source_tokens] + [cfg.eos_id] for ids in tokenizer.encode_batch(list(sentences))]
     outputs: list[str] = [""] * len(sentences)
     n_out = 0
@@ -47,8 +49,8 @@ def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence
     if beam_size > 1:
         for i, ids in enumerate(encoded):
             src = torch.tensor([ids], device=device)
-            finish(i, beam_search(model, src, torch.ones_like(src, dtype=torch.bool), options,
-                                  default_max_len(len(ids)), beam_size=beam_size))
+            finish(i, beam_search(model, src, torch.ones_like(src, dtype=torch.bool), options=options,
+                                  max_len=default_max_len(len(ids)), beam_size=beam_size, fast=fast))
     else:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         start = 0
@@ -61,7 +63,8 @@ def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence
             src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
             keep = torch.tensor([[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx],
                                 device=device)
-            result = greedy(model, src, keep, options, default_max_len(width), top_k=1)  # tokens (B, 1 + n)
+            result = greedy(model, src, keep, options=options, max_len=default_max_len(width), top_k=1,
+                            fast=fast)  # tokens (B, 1 + n)
             for row, i in enumerate(idx):
                 finish(i, result.tokens[row, 1: 1 + result.lengths[row]].tolist())
             start = end

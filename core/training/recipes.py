@@ -118,7 +118,7 @@ def run_synthetic(task: str, run_dir: Path, config: TrainConfig | None = None, *
     model = trainer.model.eval()
     src = torch.tensor([s + [2] + [0] * (9 - len(s)) for s in held_out])
     keep = torch.tensor([[True] * (len(s) + 1) + [False] * (9 - len(s)) for s in held_out])
-    out = greedy(model, src, keep, InferenceOptions(), 10, top_k=1)
+    out = greedy(model, src, keep, options=InferenceOptions(), max_len=10, top_k=1)
     correct = sum(out.tokens[i, 1: 1 + out.lengths[i]].tolist() == target(s) + [2] for i, s in enumerate(held_out))
     result = {"task": task, "steps": trainer.step, "accuracy": correct / len(held_out), "rank": rank, "world": world,
               "checksum": checksum(model)}

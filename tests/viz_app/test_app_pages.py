@@ -355,7 +355,7 @@ def _header_of(text: str, pe: bool) -> None:  # runs inside AppTest.from_functio
     from viz_app import common as cm
     out = c.load(os.path.join(os.environ["LAB_CHECKPOINT_ROOT"], "tiny")).translate(
         "Is there any tea left?", options=c.InferenceOptions(positional_encoding=pe))
-    cm.translation_header(dataclasses.replace(out, text=text))
+    cm.translation_header(c.Translation(dataclasses.replace(out.trace, meta={**out.trace.meta, "text": text})))
 
 
 @pytest.mark.parametrize("text, pe, hint", [("", False, True), ("", True, False), ("Tee", False, False)])

@@ -1,8 +1,6 @@
 """Masks: padding, causal and the combined mask actually applied; scores → −∞ → softmax for one query."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import streamlit as st
 
@@ -22,16 +20,18 @@ def _mirror(name: str) -> None:
 
 
 out = common.sentence_bar("First sentence")
+replaying = state.replay() is not None
 if out is not None:
-    st.text_input("Second sentence (optional) — makes a padded batch of two, so the padding mask has real "
-                  "`<pad>` tokens to hide", key="text2", placeholder="e.g. a much longer sentence")
-    t1, t2, _ = st.columns([1, 1, 2])
-    for col, name, label in ((t1, "padding", "Padding mask"), (t2, "causal", "Causal mask")):
-        st.session_state[f"masks_{name}"] = st.session_state.get(name, True)  # mirrors the sidebar switch
-        col.toggle(label, key=f"masks_{name}", on_change=_mirror, args=(name,))
-    opts = state.options()
+    if not replaying:  # a second sentence and the switches run the model again
+        st.text_input("Second sentence (optional) — makes a padded batch of two, so the padding mask has real "
+                      "`<pad>` tokens to hide", key="text2", placeholder="e.g. a much longer sentence")
+        t1, t2, _ = st.columns([1, 1, 2])
+        for col, name, label in ((t1, "padding", "Padding mask"), (t2, "causal", "Causal mask")):
+            st.session_state[f"masks_{name}"] = st.session_state.get(name, True)  # mirrors the sidebar switch
+            col.toggle(label, key=f"masks_{name}", on_change=_mirror, args=(name,))
+    opts = out.options if replaying else state.options()
     note = state.options_note(opts, out.beam_size)
-    second = st.session_state.get("text2", "").strip()
+    second = "" if replaying else st.session_state.get("text2", "").strip()
     trace, texts = out.trace, [out.text]
     if second:
         batch = state.guarded(lambda: state.translate_batch(state.ckpt_path(), (st.session_state["text"], second),
@@ -40,16 +40,16 @@ if out is not None:
             texts, batch_trace = batch
             item = st.radio("Look at", [0, 1], horizontal=True, key="mask_item",
                             format_func=lambda i: f"sentence {i + 1} "
-                                                  f"({sum(t != PAD for t in batch_trace.src_tokens[i])} pieces)")
+                                                  f"({int(batch_trace.select(i)['keep.src'].sum())} pieces)")
             trace = batch_trace.select(item)
             note = state.options_note(opts) + ", batch of 2 (greedy)"
-    src = trace.src_tokens[trace.item]
-    tgt = trace.tgt_tokens[trace.item]
+    src = trace.src_tokens
+    tgt = trace.tgt_tokens
     cols = st.columns(len(texts))
     for i, (col, text) in enumerate(zip(cols, texts)):
         col.markdown(f"**Translation{f' {i + 1}' if len(texts) > 1 else ''}:** {common.md(text) or '∅'}")
     baseline = core.InferenceOptions(ablate=opts.ablate, positional_encoding=opts.positional_encoding)
-    if opts != baseline and not second:
+    if opts != baseline and not second and not replaying:
         ref = state.current(opts=baseline)
         if ref is not None:
             st.caption(f"With both masks on the translation is: *{common.md(ref.text) or '∅'}*")
@@ -57,8 +57,8 @@ if out is not None:
     kind = common.kind_picker(trace.kinds)
     q_tokens, k_tokens = figures.query_key_tokens(kind, src, tgt)
     n_q, n_k = len(q_tokens), len(k_tokens)
-    padding = np.broadcast_to(np.array([t != PAD for t in k_tokens]), (n_q, n_k))
-    causal = np.tril(np.ones((n_q, n_k), dtype=bool)) if kind == "decoder" else np.ones((n_q, n_k), dtype=bool)
+    padding = trace.mask(kind, "padding")  # the mask's parts, as the trace recorded them
+    causal = trace.mask(kind, "causal") if kind == "decoder" else np.ones((n_q, n_k), dtype=bool)
     pad_title = "padding mask" + ("" if kind != "decoder" else " (targets: not used)") \
         + ("" if opts.padding_mask else " — switched off")
     causal_title = "causal mask" + (" (not used here)" if kind != "decoder" else "") \
@@ -77,8 +77,7 @@ if out is not None:
     query = st.select_slider("Query token", list(range(n_q)), key="query",
                              format_func=lambda i: f"{i} {figures.token_text(q_tokens[i])}")
     weights = trace.attention(kind, layer)[head, query]
-    q, k, _ = trace.qkv(kind, layer)  # recorded for every app run: blocked keys' scores before the mask
-    raw = k[head] @ q[head, query] / math.sqrt(q.shape[-1])  # (Tk,)
+    raw = trace.scores(kind, layer, masked=False)[head, query]  # (Tk,) blocked keys' scores before the mask
     fig = figures.mask_stages(raw, trace.mask(kind)[query], weights, k_tokens, title=figures.titled(
         f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
         f"query “{figures.token_label(q_tokens[query])}”",

@@ -112,10 +112,14 @@ def _compare_tab(out: core.Translation) -> None:
 
 
 out = common.sentence_bar()
-bundle = state.bundle()
-if out is not None and bundle is not None:
-    cfg = bundle.config
-    if cfg.positional == "sinusoidal":
+replaying = state.replay() is not None
+bundle = None if replaying else state.bundle()
+if out is not None and (bundle is not None or replaying):
+    cfg = bundle.config if bundle is not None else None
+    if cfg is None:
+        st.caption("Replaying a saved trace: the values added in this run are in the trace; the PE table and a "
+                   "run without it need the model.")
+    elif cfg.positional == "sinusoidal":
         st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
                  r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)")
         if cfg.pe_layout == "concatenated":
@@ -124,10 +128,14 @@ if out is not None and bundle is not None:
     else:
         st.caption("This model learned one position vector per position instead of using sinusoids.")
     tabs = st.tabs(["The PE table", "Added in this run", "Switch it off"], key="pe_tab", on_change="rerun",
-                   default="Switch it off" if st.session_state.get("compare") else None)  # lazy: only the open tab runs
+                   default="Switch it off" if st.session_state.get("compare") and not replaying
+                   else "Added in this run" if replaying else None)  # lazy: only the open tab runs
     if tabs[0].open:
         with tabs[0]:
-            _table_tab(state.ckpt_path())
+            if replaying:
+                st.info("The PE table comes from the model; close the saved trace to see it.", icon=":material/history:")
+            else:
+                _table_tab(state.ckpt_path())
     if tabs[1].open:
         with tabs[1]:
             _run_tab(out, state.options_note(out.options, out.beam_size))

@@ -79,20 +79,20 @@ def test_zero_out_proj_student_equals_teacher_with_ssru_output_zero() -> None:
     s = student(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep)
     assert torch.equal(s, silenced(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep))
     assert not torch.allclose(s, teacher(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep), atol=1e-3)  # the SSRU matters
-    a = greedy(student, src, src_keep, InferenceOptions(), 8, top_k=1)
-    b = greedy(silenced, src, src_keep, InferenceOptions(), 8, top_k=1)
+    a = greedy(student, src, src_keep, options=InferenceOptions(), max_len=8, top_k=1)
+    b = greedy(silenced, src, src_keep, options=InferenceOptions(), max_len=8, top_k=1)
     assert torch.equal(a.tokens, b.tokens)
     # the switches are no-ops at initialisation (self-attention contributes nothing yet) ...
-    off = student(src, tgt_in, InferenceOptions(causal_mask=False), src_keep=src_keep, tgt_keep=tgt_keep)
+    off = student(src, tgt_in, options=InferenceOptions(causal_mask=False), src_keep=src_keep, tgt_keep=tgt_keep)
     assert torch.allclose(off, s, atol=1e-5)
     # ... and not once out_proj is non-zero
     with torch.no_grad():
         student.decoder_layers[0].self_attn.out_proj.weight.normal_()
     s2 = student(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep)
     assert not torch.allclose(s2, s, atol=1e-3)
-    off2 = student(src, tgt_in, InferenceOptions(causal_mask=False), src_keep=src_keep, tgt_keep=tgt_keep)
+    off2 = student(src, tgt_in, options=InferenceOptions(causal_mask=False), src_keep=src_keep, tgt_keep=tgt_keep)
     assert not torch.allclose(off2, s2, atol=1e-3)
-    ablated = student(src, tgt_in, InferenceOptions(ablate=heads("decoder", [0, 1], [0, 1])), src_keep=src_keep,
+    ablated = student(src, tgt_in, options=InferenceOptions(ablate=heads("decoder", [0, 1], [0, 1])), src_keep=src_keep,
                       tgt_keep=tgt_keep)
     assert not torch.allclose(ablated, s2, atol=1e-3)
 

@@ -1,0 +1,294 @@
+"""The per-call object that records a call and changes it at named sites (``core.sites``).
+
+A ``Recorder`` is made from the model for ONE call (it knows the kinds, layers and heads), passed down
+through it, and frozen once at the end into a ``Trace``: tensors are detached and moved to the CPU once,
+as numpy arrays. Incremental decoding records one query row per step; ``freeze`` stitches the rows
+together (keys padded with 0 weight / -inf score / False mask), which yields the same arrays a
+teacher-forced pass over the same output records.
+
+It also carries the call's interventions (``core.interventions``) and the heads that ``InferenceOptions``
+switches off, and can keep gradients at a site (``keep_grad=("embed.src",)``) for attribution.
+Nothing is stored on the model, so calls on one shared model stay independent under threads.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .config import InferenceOptions
+from .interventions import Intervention, Patch, ScaleHeads
+from .masks import causal_mask
+from .sites import AttentionKind, Side, parse_attention_site
+from .trace import ModelShape, Trace
+
+if TYPE_CHECKING:
+    from .model import Transformer
+
+
+def _cpu(t: Tensor, dtype: Any = np.float32) -> np.ndarray:
+    return t.to("cpu").numpy().astype(dtype, copy=False)
+
+
+def _stitch(chunks: list[Tensor], fill: float | bool, dtype: Any = np.float32) -> np.ndarray:
+    """Concatenate (B, [H,] Tq_i, Tk_i) chunks along the query axis, right-padding keys with ``fill``.
+
+    Chunks of one width are concatenated in one op; ragged CPU chunks (one query row per decoding step,
+    one more key each time) are copied into a filled numpy array (a microsecond per chunk instead of a
+    torch op's ten); ragged device chunks are stitched on the device and moved once.
+    """
+    n_key = max(c.shape[-1] for c in chunks)
+    if all(c.shape[-1] == n_key for c in chunks):
+        return _cpu(chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=-2), dtype)
+    lead, n_query = chunks[0].shape[:-2], sum(c.shape[-2] for c in chunks)
+    if chunks[0].device.type != "cpu":
+        padded = [torch.nn.functional.pad(c, (0, n_key - c.shape[-1]), value=fill) for c in chunks]
+        return _cpu(torch.cat(padded, dim=-2), dtype)
+    out = np.full((*lead, n_query, n_key), fill, dtype=dtype)
+    row = 0
+    for c in chunks:
+        out[..., row: row + c.shape[-2], : c.shape[-1]] = c.numpy()
+        row += c.shape[-2]
+    return out
+
+
+def _detached(t: Tensor) -> Tensor:
+    return t.detach() if t.requires_grad else t  # no op to dispatch in the usual no-grad case
+
+
+FILL = {"weights": 0.0, "scores": float("-inf"), "scores_raw": float("-inf"), "q": 0.0, "step_rows": 0.0}
+
+
+class Recorder:
+    """Records one call of ``model`` and applies its interventions.
+
+    record: keep attention weights, scores (masked and raw), masks, positional encodings, SSRU gates, ids.
+    qkv: also per-head queries, keys and values.  activations: also the residual stream ('embed.src',
+    'encoder.2.out', ...) and each attention block's head outputs ('cross.1.heads').
+    interventions: ``ScaleHeads`` / ``Patch`` applied at their sites.  keep_grad: sites whose value becomes a
+    leaf that keeps its gradient (``leaf(site).grad`` after ``backward``), e.g. 'embed.src' for attribution.
+    """
+
+    def __init__(self, model: "Transformer", *, record: bool = True, qkv: bool = False, activations: bool = False,
+                 interventions: Iterable[Intervention] = (), keep_grad: Iterable[str] = ()) -> None:
+        self.shape = ModelShape.of(model.config)
+        self.pad_id = model.config.pad_id
+        self.record, self.record_qkv, self.record_activations = record, qkv, activations
+        self.interventions = tuple(interventions)
+        self.keep_grad = frozenset(keep_grad)
+        self._validate()
+        self.options: InferenceOptions | None = None
+        self._chunks: dict[str, list[Tensor]] = {}  # site array -> chunks along the query / position axis
+        self._latest: dict[str, Tensor] = {}  # keys and values: the latest cover every earlier step
+        self._step_rows: dict[str, list[Tensor]] = {}
+        self._recomputing = False
+        self._outputs: dict[str, list[Tensor]] = {}
+        self._leaves: dict[str, Tensor] = {}
+        self._scales: dict[tuple[str, int, torch.device], Tensor | None] = {}
+        self._patches: dict[str, list[Patch]] = {}
+        for item in self.interventions:
+            if isinstance(item, Patch):
+                self._patches.setdefault(item.site, []).append(item)
+
+    # ------------------------------------------------------------ set-up
+    def _validate(self) -> None:
+        for item in self.interventions:
+            if not isinstance(item, (ScaleHeads, Patch)):
+                raise TypeError(f"interventions must be ScaleHeads or Patch, got {type(item).__name__}")
+            site = item.site[: -len(".heads")] if item.site.endswith(".heads") else item.site
+            if isinstance(item, ScaleHeads) or item.site.endswith(".heads"):
+                self.shape.check_attention_site(site)
+                heads = item.heads or ()
+                if any(h >= self.shape.n_heads for h in heads):
+                    raise ValueError(f"{site}: heads {heads} out of range (the model has {self.shape.n_heads})")
+            elif site not in self.shape.stream_sites():
+                raise ValueError(f"no site {site!r}; residual-stream sites: {', '.join(self.shape.stream_sites())}")
+        for site in self.keep_grad:
+            if site not in self.shape.stream_sites():
+                raise ValueError(f"keep_grad: no site {site!r}; sites: {', '.join(self.shape.stream_sites())}")
+
+    def begin(self, options: InferenceOptions) -> None:
+        """Called by the model at the start of encode/decode: the options this call runs with."""
+        if self.options is not None and self.options != options:
+            raise ValueError("one Recorder records one call: its encode and decode got different InferenceOptions")
+        self.options = options
+
+    @property
+    def changes_heads(self) -> bool:
+        return bool(self.options and self.options.ablate) or any(isinstance(i, ScaleHeads) for i in self.interventions)
+
+    # ------------------------------------------------------------ interventions
+    def _head_scale(self, site: str, rows: int, device: torch.device) -> Tensor | None:
+        """(rows, H) multipliers on each head's output at attention ``site``; None = all 1."""
+        key = (site, rows, device)
+        if key not in self._scales:
+            kind, layer = parse_attention_site(site)
+            items = [i for i in self.interventions if isinstance(i, ScaleHeads) and i.site == site]
+            ablated = self.options.ablated_heads(kind, layer) if self.options is not None else ()
+            ablated = tuple(h for h in ablated if h < self.shape.n_heads)
+            scale = None
+            if items or ablated:
+                scale = torch.ones(rows, self.shape.n_heads, device=device)
+                if ablated:
+                    scale[:, list(ablated)] = 0.0
+                for item in items:
+                    row_ids = list(range(rows)) if item.rows is None else [r for r in item.rows if r < rows]
+                    for r in row_ids:
+                        scale[r, list(item.heads)] *= item.factor
+            self._scales[key] = scale
+        return self._scales[key]
+
+    def heads(self, site: str, ctx: Tensor, offset: int = 0) -> Tensor:
+        """Each head's output at attention ``site``: ctx (B, H, Tq, dh) -> after scaling / patching / recording."""
+        scale = self._head_scale(site, ctx.shape[0], ctx.device)
+        if scale is not None:
+            ctx = ctx * scale[:, :, None, None]
+        return self.activation(f"{site}.heads", ctx, offset)
+
+    def activation(self, site: str, x: Tensor, offset: int = 0) -> Tensor:
+        """A residual-stream or head-output value: patched, made a gradient leaf, recorded, as asked."""
+        for patch in self._patches.get(site, ()):
+            x = patch.apply(x, offset)
+        if site in self.keep_grad:
+            if not torch.is_grad_enabled():
+                raise RuntimeError(f"keep_grad={site!r} needs gradients: call the model with torch.enable_grad()")
+            x = x.detach().requires_grad_(True)
+            self._leaves[site] = x
+        if self.record_activations:
+            self._chunks.setdefault(site, []).append(_detached(x))
+        return x
+
+    def leaf(self, site: str) -> Tensor:
+        """The gradient leaf made at ``site`` (see ``keep_grad``): its ``.grad`` after ``backward``."""
+        if site not in self._leaves:
+            raise KeyError(f"no gradient leaf at {site!r} (keep_grad={sorted(self.keep_grad)})")
+        return self._leaves[site]
+
+    # ------------------------------------------------------------ recording
+    def _add(self, name: str, t: Tensor) -> None:
+        self._chunks.setdefault(name, []).append(_detached(t))
+
+    def attention(self, site: str, weights: Tensor, scores: Tensor, scores_raw: Tensor,
+                  q: Tensor, k: Tensor, v: Tensor) -> None:
+        """weights, scores, scores_raw: (B, H, Tq, Tk); q (B, H, Tq, dh); k, v (B, H, Tk, dh)."""
+        if not self.record:
+            return
+        self._add(f"{site}.weights", weights)
+        self._add(f"{site}.scores", scores)
+        self._add(f"{site}.scores_raw", scores_raw)
+        if self.record_qkv:
+            self._add(f"{site}.q", q)
+            self._latest[f"{site}.k"], self._latest[f"{site}.v"] = _detached(k), _detached(v)
+
+    def mask(self, kind: AttentionKind, mask: Tensor) -> None:
+        """The mask applied for ``kind``: (B, Tq, Tk) bool, True = may attend."""
+        if self.record:
+            self._chunks.setdefault(f"mask.{kind}", []).append(mask)
+
+    def positional(self, side: Side, values: Tensor) -> None:
+        """Positional-encoding rows added on ``side``: (T, D)."""
+        if self.record:
+            self._add(f"pe.{side}", values)
+
+    def ids(self, side: Side, ids: Tensor, keep: Tensor | None) -> None:
+        """Token ids (B, T) fed on ``side`` and their keep flags (True = real token; None = all real)."""
+        if self.record:
+            self._chunks.setdefault(f"ids.{side}", []).append(ids)
+            self._chunks.setdefault(f"keep.{side}", []).append(torch.ones_like(ids, dtype=torch.bool)
+                                                                if keep is None else keep[:, -ids.shape[1]:])
+
+    def gate(self, layer: int, gates: Tensor) -> None:
+        """SSRU forget gates of decoder ``layer``: (B, T, D)."""
+        if self.record:
+            self._add(f"ssru.{layer}.gate", gates)
+
+    def output(self, ids: Tensor, probs: Tensor, top_ids: Tensor, top_probs: Tensor) -> None:
+        """What one decoding step chose: ids (B,), probs (B,), top_ids / top_probs (B, k)."""
+        if self.record:
+            for name, t in (("ids", ids), ("probs", probs), ("top_ids", top_ids), ("top_probs", top_probs)):
+                self._outputs.setdefault(name, []).append(t)
+
+    def restart_decoder(self) -> None:
+        """Called before each decoding step that recomputes the whole prefix (no KV cache): the last full pass's
+        final query rows are kept as that step's ``step_rows``, and the decoder's record starts again."""
+        self._recomputing = True
+        self._keep_step_rows()
+        for name in [n for n in self._chunks if n.startswith(("decoder.", "cross.", "mask.decoder", "mask.cross",
+                                                               "pe.tgt", "ssru.", "ids.tgt", "keep.tgt"))]:
+            del self._chunks[name]
+        for name in [n for n in self._latest if n.startswith(("decoder.", "cross."))]:
+            del self._latest[name]
+
+    def _keep_step_rows(self) -> None:
+        for name, chunks in self._chunks.items():
+            if name.endswith(".weights") and name.startswith(("decoder.", "cross.")):
+                site = name[: -len(".weights")]
+                self._step_rows.setdefault(f"{site}.step_rows", []).append(chunks[-1][:, :, -1:])
+
+    # ------------------------------------------------------------ freeze
+    def freeze(self, pieces: Callable[[int], str] | None = None, *, meta: dict[str, Any] | None = None) -> Trace:
+        """Stitch, move to the CPU once, and return the immutable Trace.
+
+        pieces: id -> token string (a tokenizer's); None = the ids as text. meta: JSON-able extras kept with the
+        trace (e.g. the source text and the translation)."""
+        if not self.record:
+            raise RuntimeError("this Recorder was made with record=False: nothing to freeze")
+        if self.options is None:
+            raise RuntimeError("nothing was recorded: pass this Recorder to a model call first")
+        if self._recomputing:
+            self._keep_step_rows()
+            self._recomputing = False
+        arrays: dict[str, np.ndarray] = {}
+        shared: dict[int, np.ndarray] = {}
+        for name, chunks in self._chunks.items():
+            if name.startswith("pe."):
+                arrays[name] = _cpu(torch.cat(chunks, dim=0))
+            elif name.startswith(("ids.", "keep.")) or name.endswith((".out", ".gate")) or name.startswith("embed."):
+                dtype = np.int64 if name.startswith("ids.") else np.bool_ if name.startswith("keep.") else np.float32
+                arrays[name] = _cpu(torch.cat(chunks, dim=-2 if name.endswith((".out", ".gate")) or
+                                              name.startswith("embed.") else -1), dtype)
+            elif name.startswith("mask."):
+                arrays[name] = _stitch(chunks, False, np.bool_)
+            else:
+                ident = id(chunks[-1])
+                if name.endswith(".scores_raw") and all(a is b for a, b in zip(chunks, self._chunks[name[:-4]])):
+                    arrays[name] = shared[id(self._chunks[name[:-4]][-1])]  # no mask: raw scores are the scores
+                    continue
+                arrays[name] = _stitch(chunks, FILL.get(name.rsplit(".", 1)[1], 0.0))
+                shared[ident] = arrays[name]
+        for name, t in self._latest.items():
+            arrays[name] = _cpu(t)
+        for name, chunks in self._step_rows.items():
+            arrays[name] = _stitch(chunks, 0.0)
+        for name, chunks in self._outputs.items():
+            arrays[f"output.{name}"] = _cpu(torch.stack(chunks, dim=1), np.int64 if "ids" in name else np.float32)
+        self._add_mask_parts(arrays)
+        for a in arrays.values():
+            a.flags.writeable = False  # traces are shared (e.g. cached by the app): read-only
+        ids = [arrays[n] for n in ("ids.src", "ids.tgt", "output.ids", "output.top_ids") if n in arrays]
+        vocab = {int(i): (pieces(int(i)) if pieces is not None else str(int(i)))
+                 for i in np.unique(np.concatenate([a.ravel() for a in ids]))} if ids else {}
+        return Trace(arrays=arrays, vocab=vocab, options=self.options, shape=self.shape, meta=dict(meta or {}))
+
+    def _add_mask_parts(self, arrays: dict[str, np.ndarray]) -> None:
+        """The parts of each applied mask, from the keep flags and the options (what the Masks page shows)."""
+        assert self.options is not None
+        padding = self.options.padding_mask
+        src = arrays.get("keep.src")
+        tgt = arrays.get("keep.tgt")
+        if src is not None:
+            B, Ts = src.shape
+            part = src[:, None, :] if padding else np.ones_like(src[:, None, :])
+            arrays["mask.encoder.padding"] = np.broadcast_to(part, (B, Ts, Ts)).copy()
+            if tgt is not None:
+                arrays["mask.cross.padding"] = np.broadcast_to(part, (B, tgt.shape[1], Ts)).copy()
+        if tgt is not None and "mask.decoder" in arrays:
+            B, Tt = tgt.shape
+            Tk = arrays["mask.decoder"].shape[-1]
+            causal = causal_mask(Tt, Tk).numpy() if self.options.causal_mask else np.ones((Tt, Tk), dtype=np.bool_)
+            arrays["mask.decoder.causal"] = np.broadcast_to(causal, (B, Tt, Tk)).copy()
+            part = tgt[:, None, :Tk] if padding else np.ones((B, 1, Tk), dtype=np.bool_)
+            arrays["mask.decoder.padding"] = np.broadcast_to(part, (B, Tt, Tk)).copy()
+

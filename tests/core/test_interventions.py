@@ -1,0 +1,174 @@
+"""Per-call interventions: head scaling (ablation), activation patching, gradients — nothing stored on the model."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import core
+from core import FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads
+from core.decoding import greedy
+
+
+def pair(seed=0, Ts=6, Tt=5, vocab=64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, vocab, (1, Ts), generator=g), torch.randint(4, vocab, (1, Tt), generator=g)
+
+
+def logits(model, src, tgt, *interventions, options=InferenceOptions(), **kwargs):
+    rec = Recorder(model, record=False, interventions=interventions, **kwargs)
+    with torch.no_grad():
+        return model(src, tgt, options=options, recorder=rec)
+
+
+def test_scale_heads_zero_is_the_options_ablation(model):
+    src, tgt = pair()
+    base = logits(model, src, tgt)
+    off = logits(model, src, tgt, ScaleHeads("cross.1", heads=(0,)))
+    by_options = model(src, tgt, options=InferenceOptions(ablate=frozenset({("cross", 1, 0)})))
+    assert not torch.allclose(off, base, atol=1e-4)  # it did something
+    torch.testing.assert_close(off, by_options)
+
+
+def test_scale_heads_multiplies_the_head_output(model):
+    src, tgt = pair(1)
+    rec_base, rec_scaled = Recorder(model, activations=True), Recorder(model, activations=True,
+                                                                       interventions=[ScaleHeads("encoder.0.self", (1,), 2.5)])
+    with torch.no_grad():
+        model(src, tgt, recorder=rec_base)
+        model(src, tgt, recorder=rec_scaled)
+    base, scaled = rec_base.freeze()["encoder.0.self.heads"], rec_scaled.freeze()["encoder.0.self.heads"]
+    np.testing.assert_allclose(scaled[1], 2.5 * base[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(scaled[0], base[0], atol=1e-6)
+
+
+def test_rows_let_one_batch_ablate_a_different_head_per_row(model):
+    src, tgt = pair(2)
+    B = model.config.n_heads + 1
+    interventions = [ScaleHeads("decoder.0.self", (h,), rows=(h + 1,)) for h in range(model.config.n_heads)]
+    batched = logits(model, src.expand(B, -1), tgt.expand(B, -1), *interventions)
+    torch.testing.assert_close(batched[0], logits(model, src, tgt)[0], atol=1e-5, rtol=1e-5)
+    for h in range(model.config.n_heads):
+        one = logits(model, src, tgt, ScaleHeads("decoder.0.self", (h,)))
+        torch.testing.assert_close(batched[h + 1], one[0], atol=1e-5, rtol=1e-5)
+
+
+def recorded(model, src, tgt):
+    rec = Recorder(model, activations=True)
+    with torch.no_grad():
+        out = model(src, tgt, recorder=rec)
+    return out, rec.freeze()
+
+
+def test_patching_a_whole_stream_restores_the_clean_run(model):
+    clean_src, tgt = pair(3)
+    corrupt_src = clean_src.clone()
+    corrupt_src[0, 2] = (clean_src[0, 2] + 7) % 60 + 4  # one word replaced
+    clean, clean_trace = recorded(model, clean_src, tgt)
+    corrupt = logits(model, corrupt_src, tgt)
+    assert not torch.allclose(clean, corrupt, atol=1e-4)
+    last = model.config.n_encoder_layers - 1
+    for site in ("embed.src", f"encoder.{last}.out"):
+        patched = logits(model, corrupt_src, tgt, Patch(site, clean_trace[site]))
+        torch.testing.assert_close(patched, clean, atol=1e-5, rtol=1e-5)
+    # one position only: the embedding of the replaced word is all that differs, so patching it restores the run
+    patched = logits(model, corrupt_src, tgt, Patch("embed.src", clean_trace["embed.src"], positions=(2,)))
+    torch.testing.assert_close(patched, clean, atol=1e-5, rtol=1e-5)
+    # a position that did not change restores nothing
+    patched = logits(model, corrupt_src, tgt, Patch("embed.src", clean_trace["embed.src"], positions=(0,)))
+    torch.testing.assert_close(patched, corrupt, atol=1e-6, rtol=1e-6)
+    # every cross-attention head of the last layer, patched from the clean run: the last layer's output is clean
+    n = model.config.n_decoder_layers - 1
+    patched = logits(model, corrupt_src, tgt, Patch(f"cross.{n}.heads", clean_trace[f"cross.{n}.heads"]))
+    assert not torch.allclose(patched, corrupt, atol=1e-4)
+
+
+def test_patching_applies_at_the_same_positions_when_decoding_step_by_step(model):
+    src, _ = pair(4)
+    value = torch.randn(8, model.config.d_model)
+    patch = Patch("decoder.0.out", value, positions=(2,))
+    keep = torch.ones_like(src, dtype=torch.bool)
+    rec = Recorder(model, interventions=[patch])
+    out = greedy(model, src, keep, options=InferenceOptions(), max_len=5, recorder=rec, fast=FastWeights(model))
+    stepwise = rec.freeze()
+    tgt = out.tokens[:, : len(out.steps)]
+    rec_tf = Recorder(model, interventions=[patch])
+    with torch.no_grad():
+        tf_logits = model(src, tgt, recorder=rec_tf)
+    np.testing.assert_allclose(stepwise["output.top_ids"][:, 0], tf_logits[0].argmax(-1).numpy())
+    np.testing.assert_allclose(stepwise["cross.1.weights"], rec_tf.freeze()["cross.1.weights"], atol=1e-5)
+    unpatched = greedy(model, src, keep, options=InferenceOptions(), max_len=5)
+    assert unpatched.steps[2].probs.item() != pytest.approx(out.steps[2].probs.item(), abs=1e-6)
+
+
+def test_keep_grad_gives_the_gradient_at_the_source_embeddings(model):
+    src, tgt = pair(5)
+    rec = Recorder(model, record=False, keep_grad=("embed.src",))
+    with torch.enable_grad():
+        out = model(src, tgt, recorder=rec)
+        out[0, -1].max().backward()
+    grad = rec.leaf("embed.src").grad
+    assert grad is not None and grad.shape == (1, src.shape[1], model.config.d_model)
+    assert grad.abs().sum(-1).gt(0).all()  # every source position influences the last prediction
+    # the gradient is the real one: a small step along it raises the score by about |grad|^2 * eps
+    leaf = rec.leaf("embed.src").detach()
+    eps = 1e-3
+    moved = logits(model, src, tgt, Patch("embed.src", (leaf + eps * grad)[0]))
+    gain = float(moved[0, -1].max() - out[0, -1].max().detach())
+    assert gain == pytest.approx(eps * float((grad ** 2).sum()), rel=0.1)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="needs gradients"):
+        model(src, tgt, recorder=Recorder(model, record=False, keep_grad=("embed.src",)))
+
+
+def test_bad_interventions_are_named(model):
+    with pytest.raises(ValueError, match="no attention site 'cross.9'"):
+        Recorder(model, interventions=[ScaleHeads("cross.9", (0,))])
+    with pytest.raises(ValueError, match="out of range"):
+        Recorder(model, interventions=[ScaleHeads("cross.0", (5,))])
+    with pytest.raises(ValueError, match="not an attention site"):
+        ScaleHeads("crosses", (0,))
+    with pytest.raises(ValueError, match="no site 'encoder.7.out'"):
+        Recorder(model, interventions=[Patch("encoder.7.out", torch.zeros(3, 16))])
+    with pytest.raises(ValueError, match=r"\(T, D\)"):
+        Patch("embed.src", torch.zeros(2, 3, 16))
+    with pytest.raises(ValueError, match="keep_grad"):
+        Recorder(model, keep_grad=("cross.0",))
+    with pytest.raises(ValueError, match="does not fit"):
+        logits(model, *pair(), Patch("embed.src", torch.zeros(6, 7)))
+
+
+def test_interventions_never_change_the_model_and_calls_stay_independent_under_threads(tiny_checkpoint):
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
+    text = "The cat sleeps on the warm chair."
+    variants = [InferenceOptions(), InferenceOptions(ablate=frozenset({("cross", 0, 0), ("cross", 1, 1)})),
+                InferenceOptions(positional_encoding=False), InferenceOptions(causal_mask=False),
+                InferenceOptions(ablate=frozenset({("encoder", 1, 0)}))]
+    expected = [bundle.translate(text, opts, max_len=8) for opts in variants]
+    assert len({e.text for e in expected} | {tuple(e.output_tokens) for e in expected}) > 2  # they differ
+    results: dict[int, list] = {}
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        try:
+            for round_ in range(4):
+                i = (worker + round_) % len(variants)
+                out = bundle.translate(text, variants[i], max_len=8)
+                results.setdefault(worker, []).append((i, out))
+        except BaseException as e:  # noqa: BLE001 — reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sum(len(v) for v in results.values()) == 24
+    for outs in results.values():
+        for i, out in outs:
+            assert out.output_tokens == expected[i].output_tokens
+            np.testing.assert_allclose(out.trace.attention("cross", 1), expected[i].trace.attention("cross", 1),
+                                       atol=1e-6)
+    for k, v in bundle.model.state_dict().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
