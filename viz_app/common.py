@@ -169,7 +169,7 @@ def translation_header(out: core.Translation) -> None:
     note = state.options_note(out.options, out.beam_size)
     st.markdown(f"#### {md(out.text) or '∅ (the model produced no words)'}")
     st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
-    if not out.text and note != "as trained":
+    if not out.text and note != "as trained" and state.replay() is None:
         st.caption(f"With these switches ({note}) the model ends the sentence at once: it depends on what was "
                    "switched off. The attention maps below show what it looked at instead; **Reset switches** in "
                    "the sidebar brings the normal translation back.")

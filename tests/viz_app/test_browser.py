@@ -130,7 +130,28 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
                         raise
             exported = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
             assert exported["options"]["positional_encoding"] is False
-            assert "attention.cross.0" in exported["arrays"] and download.value.suggested_filename == "trace.json"
+            assert "cross.0.weights" in exported["arrays"] and download.value.suggested_filename == "trace.json"
+
+            # the exported file opens again in the sidebar and replays the run without the model
+            saved = ARTIFACTS / f"browser-{name}-trace.json"
+            Path(download.value.path()).replace(saved)
+            page.wait_for_function(idle, timeout=60_000)
+            page.get_by_text("Open a saved trace").click()
+            page.locator('section[data-testid="stSidebar"] input[type="file"]').set_input_files(str(saved))
+            page.wait_for_function(
+                """() => document.querySelector('section[data-testid="stSidebar"]').innerText
+                             .includes('Replaying a saved trace')""", timeout=60_000)
+            page.wait_for_function(
+                """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
+                arg=[expected_no_pe or "∅ (the model produced no words)"], timeout=60_000)
+            page.wait_for_function(idle, timeout=60_000)
+            page.wait_for_timeout(500)
+            assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
+            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-replay.png"))
+            page.locator(".st-key-close_trace button").click()
+            page.wait_for_function(
+                """() => !document.querySelector('section[data-testid="stSidebar"]').innerText
+                              .includes('Replaying a saved trace')""", timeout=60_000)
 
             page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
             page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60_000)
