@@ -18,9 +18,11 @@ from .model import Transformer
 from .recorder import Recorder
 from .sites import AttentionKind
 from .tokenizer import Tokenizer
-from .trace import Trace
+from .trace import ModelShape, Trace
 
 MAX_CHARS = 5000
+MAX_BEAM = 16  # beams; more only multiplies the time
+MAX_OUTPUT_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,26 @@ class Bundle:
     def _freeze(self, recorder: Recorder, **meta: Any) -> Trace:
         return recorder.freeze(self.tokenizer.piece, meta={"model": self.name, **meta})
 
+    def check_options(self, options: InferenceOptions | None, *, beam_size: int = 1, max_len: int | None = None,
+                      top_k: int = 10) -> InferenceOptions:
+        """The options for a call, checked against this model; InputError naming what is wrong."""
+        def whole(name: str, value: Any, low: int, high: int) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+
+        whole("beam_size", beam_size, 1, MAX_BEAM)
+        whole("top_k", top_k, 1, self.config.tgt_vocab_size)
+        if max_len is not None:
+            whole("max_len", max_len, 1, MAX_OUTPUT_TOKENS)
+        options = InferenceOptions() if options is None else options
+        if not isinstance(options, InferenceOptions):
+            raise InputError(f"options must be core.InferenceOptions, got {type(options).__name__}")
+        try:
+            ModelShape.of(self.config).check_ablation(options.ablate)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        return options
+
     # ----------------------------------------------------------------- API
     @torch.inference_mode()
     def translate(self, text: str, options: InferenceOptions | None = None, *, beam_size: int = 1,
@@ -191,9 +213,7 @@ class Bundle:
                   record_qkv: bool = True) -> Translation:
         """Translate ``text`` and record every head. Greedy with beam_size=1, else beam search
         (the beam's best output is then traced teacher-forced, which gives the same arrays)."""
-        options = options or InferenceOptions()
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
-            raise InputError(f"beam_size must be a positive integer, got {beam_size!r}")
+        options = self.check_options(options, beam_size=beam_size, max_len=max_len, top_k=top_k)
         src_ids, notices, cleaned = self._source(text, truncate)
         src, keep = self._tensor(src_ids)
         max_len = max_len or default_max_len(len(src_ids))
@@ -236,7 +256,7 @@ class Bundle:
     def trace(self, src_text: str, tgt_text: str, options: InferenceOptions | None = None, *, top_k: int = 10,
               truncate: bool = False, record_qkv: bool = True) -> Translation:
         """Teacher-forced pass on a given translation ``tgt_text`` (eos appended)."""
-        options = options or InferenceOptions()
+        options = self.check_options(options, top_k=top_k)
         src_ids, notices, cleaned = self._source(src_text, truncate)
         tgt_ids = self.tokenizer.encode(clean_text(tgt_text))[: self.max_source_tokens] + [self.config.eos_id]
         return self._teacher_forced(src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned,
@@ -250,7 +270,7 @@ class Bundle:
         Returns the translations and the batched Trace (``trace.select(i)`` views item i; its
         token lists include ``<pad>`` where the item was padded).
         """
-        options = options or InferenceOptions()
+        options = self.check_options(options, max_len=max_len)
         if not texts:
             raise InputError("translate_batch needs at least one text")
         encoded = [self.encode_source(t, truncate=truncate)[0] for t in texts]
@@ -269,9 +289,19 @@ class Bundle:
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``device``, checked (InputError naming it when torch does not know it or it is not here); None: CUDA if
+    available, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"unknown device {device!r}: use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {device!r} asked for, but no CUDA GPU is available here: use 'cpu'")
+    if chosen.type not in ("cpu", "cuda"):
+        raise InputError(f"device {device!r} is not supported: use 'cpu' or 'cuda'")
+    return chosen
 
 
 def load(path: str | Path, device: str | torch.device | None = None) -> Bundle:

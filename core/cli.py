@@ -22,6 +22,7 @@ EXTERNAL = {
 def _translate(args: argparse.Namespace) -> int:
     from .bundle import load
     from .config import InferenceOptions
+    from .sites import attention_site
 
     bundle = load(args.checkpoint, device=args.device)
     options = InferenceOptions(positional_encoding=not args.no_pe, causal_mask=not args.no_causal_mask,
@@ -29,13 +30,21 @@ def _translate(args: argparse.Namespace) -> int:
     out = bundle.translate(" ".join(args.text), options, beam_size=args.beam, truncate=True)
     if args.json:
         data = out.to_dict()
-        data["attention"] = {f"{kind}.{layer}": out.trace.attention(kind, layer).round(5).tolist()
+        data["attention"] = {f"{attention_site(kind, layer)}.weights": out.trace.attention(kind, layer).round(5).tolist()
                              for kind in out.trace.kinds for layer in range(out.trace.n_layers[kind])}
-        print(json.dumps(data, ensure_ascii=False))
+        # ASCII escapes when stdout cannot encode the text (e.g. PYTHONIOENCODING=ascii): still valid JSON
+        text = json.dumps(data, ensure_ascii=False)
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        try:
+            text.encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            text = json.dumps(data)
+        print(text)
     else:
         for notice in out.notices:
             print(f"note: {notice}", file=sys.stderr)
-        print(out.text)
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        print(out.text.encode(encoding, errors="backslashreplace").decode(encoding))
     return 0
 
 
@@ -90,3 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly, as other tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

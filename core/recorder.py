@@ -113,6 +113,8 @@ class Recorder:
         """Called by the model at the start of encode/decode: the options this call runs with."""
         if self.options is not None and self.options != options:
             raise ValueError("one Recorder records one call: its encode and decode got different InferenceOptions")
+        if self.options is None:
+            self.shape.check_ablation(options.ablate)
         self.options = options
 
     @property
@@ -127,7 +129,6 @@ class Recorder:
             kind, layer = parse_attention_site(site)
             items = [i for i in self.interventions if isinstance(i, ScaleHeads) and i.site == site]
             ablated = self.options.ablated_heads(kind, layer) if self.options is not None else ()
-            ablated = tuple(h for h in ablated if h < self.shape.n_heads)
             scale = None
             if items or ablated:
                 scale = torch.ones(rows, self.shape.n_heads, device=device)

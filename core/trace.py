@@ -11,7 +11,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -58,6 +58,19 @@ class ModelShape:
     def check_attention_site(self, site: str) -> None:
         if site not in self.attention_sites():
             raise ValueError(f"no attention site {site!r} in this model; sites: {', '.join(self.attention_sites())}")
+
+    def check_ablation(self, ablate: Iterable[tuple[str, int, int]]) -> None:
+        """ValueError naming the first (kind, layer, head) this model does not have."""
+        for kind, layer, head in sorted(ablate):
+            if kind not in self.kinds:
+                raise ValueError(f"cannot switch off a {kind} head: this model has no {kind} attention "
+                                 f"(it has {', '.join(self.kinds)})")
+            if layer >= self.n_layers[kind]:
+                raise ValueError(f"cannot switch off {kind} layer {layer + 1} head {head + 1}: the model has "
+                                 f"{self.n_layers[kind]} {kind} layers")
+            if head >= self.n_heads:
+                raise ValueError(f"cannot switch off {kind} layer {layer + 1} head {head + 1}: the model has "
+                                 f"{self.n_heads} heads per layer")
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
