@@ -5,13 +5,15 @@ never mutated: every toggle travels as a frozen ``core.InferenceOptions``. Trans
 cached on (checkpoint, text, options, beam). Everything a link should restore lives in
 ``st.session_state`` under the keys of ``PARAMS`` and is mirrored into ``st.query_params``.
 """
+
 from __future__ import annotations
 
-import os
 import logging
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import streamlit as st
 
@@ -19,11 +21,19 @@ import core
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES: dict[str, list[str]] = {
-    "en": ["Is there any tea left?", "The cat sleeps on the warm chair.", "I would like a cup of coffee, please.",
-           "The old man who lives next door bought a new car yesterday.",
-           "She did not know that the last train had already left the station."],
-    "pt": ["Ainda há chá?", "O gato dorme na cadeira quente.", "Eu gostaria de um café, por favor.",
-           "O velho que mora ao lado comprou um carro novo ontem."],
+    "en": [
+        "Is there any tea left?",
+        "The cat sleeps on the warm chair.",
+        "I would like a cup of coffee, please.",
+        "The old man who lives next door bought a new car yesterday.",
+        "She did not know that the last train had already left the station.",
+    ],
+    "pt": [
+        "Ainda há chá?",
+        "O gato dorme na cadeira quente.",
+        "Eu gostaria de um café, por favor.",
+        "O velho que mora ao lado comprou um carro novo ontem.",
+    ],
     "de": ["Ist noch Tee übrig?", "Die Katze schläft auf dem warmen Stuhl.", "Ich hätte gern eine Tasse Kaffee."],
 }
 KINDS = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
@@ -71,8 +81,9 @@ def options_key(options: core.InferenceOptions) -> OptionsKey:
 
 def _options(key: OptionsKey) -> core.InferenceOptions:
     pe, causal, padding, ablate = key
-    return core.InferenceOptions(positional_encoding=pe, causal_mask=causal, padding_mask=padding,
-                                 ablate=frozenset(ablate))
+    return core.InferenceOptions(
+        positional_encoding=pe, causal_mask=causal, padding_mask=padding, ablate=frozenset(ablate)
+    )
 
 
 @st.cache_resource(show_spinner="Translating …", max_entries=64)
@@ -135,12 +146,23 @@ def _ablate_dump(labels: list[str]) -> str:
 _BOOL = dict(parse=_bool, dump=lambda v: "1" if v else "0")
 _INDEX = dict(parse=_one_based, dump=lambda v: str(int(v) + 1))  # layers, heads, positions: 1-based in links
 PARAMS: dict[str, Param] = {
-    "ckpt": Param(""), "text": Param(""), "text2": Param(""),
-    "pe": Param(True, **_BOOL), "causal": Param(True, **_BOOL), "padding": Param(True, **_BOOL),
-    "ablate": Param([], _ablate_parse, _ablate_dump), "beam": Param(1, lambda t: max(1, min(8, int(t)))),
-    "kind": Param("cross"), "layer": Param(0, **_INDEX), "head": Param(0, **_INDEX),
-    "agg": Param("single head"), "values": Param("weights"), "fixed": Param(False, **_BOOL),
-    "query": Param(0, **_INDEX), "step": Param(0, **_INDEX), "compare": Param(False, **_BOOL),
+    "ckpt": Param(""),
+    "text": Param(""),
+    "text2": Param(""),
+    "pe": Param(True, **_BOOL),
+    "causal": Param(True, **_BOOL),
+    "padding": Param(True, **_BOOL),
+    "ablate": Param([], _ablate_parse, _ablate_dump),
+    "beam": Param(1, lambda t: max(1, min(8, int(t)))),
+    "kind": Param("cross"),
+    "layer": Param(0, **_INDEX),
+    "head": Param(0, **_INDEX),
+    "agg": Param("single head"),
+    "values": Param("weights"),
+    "fixed": Param(False, **_BOOL),
+    "query": Param(0, **_INDEX),
+    "step": Param(0, **_INDEX),
+    "compare": Param(False, **_BOOL),
 }
 
 
@@ -203,8 +225,12 @@ def options() -> core.InferenceOptions:
     """The InferenceOptions chosen in the sidebar."""
     ss = st.session_state
     ablate = frozenset(parse_head_label(label) for label in ss.get("ablate", []))
-    return core.InferenceOptions(positional_encoding=bool(ss.get("pe", True)), causal_mask=bool(ss.get("causal", True)),
-                                 padding_mask=bool(ss.get("padding", True)), ablate=ablate)
+    return core.InferenceOptions(
+        positional_encoding=bool(ss.get("pe", True)),
+        causal_mask=bool(ss.get("causal", True)),
+        padding_mask=bool(ss.get("padding", True)),
+        ablate=ablate,
+    )
 
 
 def options_note(opts: core.InferenceOptions, beam: int = 1) -> str:
@@ -215,9 +241,25 @@ def options_note(opts: core.InferenceOptions, beam: int = 1) -> str:
     return note
 
 
+def selected() -> str | None:
+    """The selected checkpoint's name if it is one of the listed checkpoints, else None.
+
+    A widget value can be any string a client sends (Streamlit does not check it against the options), so
+    every path the app opens goes through here: nothing outside the listed folders is ever opened, and no
+    message repeats a path the user did not pick from the list."""
+    name = st.session_state.get("ckpt")
+    return name if isinstance(name, str) and name in checkpoint_names() else None
+
+
 def bundle() -> core.Bundle | None:
     """The bundle of the selected checkpoint, or None after showing why it cannot be loaded."""
-    name = st.session_state.get("ckpt")
+    if st.session_state.get("ckpt") and selected() is None:
+        st.error(
+            "**The chosen checkpoint is not one of the listed ones.** Pick one in the sidebar.",
+            icon=":material/inventory_2:",
+        )
+        return None
+    name = selected()
     if not name:
         return None
     return guarded(lambda: load_bundle(str(checkpoint_root() / name)))
@@ -235,8 +277,10 @@ def guarded(call: Callable[[], Any]) -> Any:
         st.error(f"**Something is wrong with the request.** {exc}", icon=":material/warning:")
     except Exception as exc:  # noqa: BLE001 — last resort: never show a bare traceback
         logging.getLogger("viz_app").exception("unexpected error while serving a page")  # details go to the server log
-        st.error(f"**Unexpected error** ({type(exc).__name__}): {exc}. The details are in the server's log.",
-                 icon=":material/bug_report:")
+        st.error(
+            f"**Unexpected error** ({type(exc).__name__}): {exc}. The details are in the server's log.",
+            icon=":material/bug_report:",
+        )
     return None
 
 
@@ -271,10 +315,13 @@ def current(beam: int | None = None, opts: core.InferenceOptions | None = None) 
     if saved is not None:
         if (opts is None or opts == saved.options) and (beam is None or beam == saved.beam_size):
             return saved
-        st.info("This comparison runs the model again with other switches; it is not available while a saved "
-                "trace is replayed (close the trace in the sidebar to use the model).", icon=":material/history:")
+        st.info(
+            "This comparison runs the model again with other switches; it is not available while a saved "
+            "trace is replayed (close the trace in the sidebar to use the model).",
+            icon=":material/history:",
+        )
         return None
-    name = st.session_state.get("ckpt")
+    name = selected()
     if not name or bundle() is None:
         return None
     text = st.session_state.get("text", "")
@@ -290,5 +337,8 @@ def show_notices(out: core.Translation) -> None:
 
 
 def ckpt_path() -> str:
-    """Path (as str) of the selected checkpoint folder."""
-    return str(checkpoint_root() / st.session_state.get("ckpt", ""))
+    """Path (as str) of the selected checkpoint folder; InputError when it is not one of the listed ones."""
+    name = selected()
+    if name is None:
+        raise core.InputError("The chosen checkpoint is not one of the listed ones. Pick one in the sidebar.")
+    return str(checkpoint_root() / name)

@@ -1,0 +1,54 @@
+"""A crafted widget value never opens a folder that is not one of the listed checkpoints, and never echoes a path."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import build_tiny_checkpoint
+
+
+def _crafted(value: str) -> None:  # runs inside AppTest.from_function
+    import streamlit as st
+
+    import core as c
+    from viz_app import common as cm
+    from viz_app import state as s
+
+    st.session_state["ckpt"] = value
+    cm._checkpoint_changed()  # what the selectbox's on_change runs with a value sent over the websocket
+    st.write(f"bundle loaded: {s.bundle() is not None}")
+    try:
+        s.ckpt_path()
+    except c.InputError as exc:
+        st.write(f"refused: {exc}")
+
+
+@pytest.mark.parametrize("value", ["../outside", "/etc", "outside/../../outside", "tiny/.."])
+def test_an_unlisted_checkpoint_is_refused_before_any_file_is_opened(tmp_path: Path, value: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root"
+    build_tiny_checkpoint(root / "tiny", seed=1)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_text("{ broken", encoding="utf-8")  # loading it would name this file
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    at = AppTest.from_function(_crafted, args=(value,), default_timeout=60).run(timeout=60)
+    assert not at.exception
+    shown = "\n".join([m.value for m in at.markdown] + [e.value for e in at.error])
+    assert "bundle loaded: False" in shown
+    assert "refused: The chosen checkpoint is not one of the listed ones" in shown
+    assert "outside" not in shown.replace(value, "") and "config.json" not in shown and "/etc" not in shown.replace(
+        value, "")
+    assert str(tmp_path) not in shown
+
+
+def test_a_listed_checkpoint_still_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root"
+    build_tiny_checkpoint(root / "tiny", seed=1)
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    at = AppTest.from_function(_crafted, args=("tiny",), default_timeout=60).run(timeout=60)
+    assert not at.exception and not at.error
+    assert any("bundle loaded: True" in m.value for m in at.markdown)
+    assert not any("refused" in m.value for m in at.markdown)
