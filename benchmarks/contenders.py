@@ -6,11 +6,12 @@ so ``timing.interleaved`` can time them in the same rounds. End-of-sentence is s
 everywhere (an output bias of -1e9 on eos, plus min/max new tokens for ``generate``), and each
 translation contender checks once that it really produced ``NEW_TOKENS`` tokens.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -46,14 +47,27 @@ def source(length: int, batch: int = 1, seed: int = 0, vocab: int = SIZES.vocab)
 
 # ----------------------------------------------------------------------------- ours
 def our_model(s: Sizes = SIZES, seed: int = 0) -> core.Transformer:
-    cfg = core.ModelConfig(src_vocab_size=s.vocab, tgt_vocab_size=s.vocab, d_model=s.d_model, n_heads=s.heads,
-                           n_encoder_layers=s.layers, n_decoder_layers=s.layers, d_ff=s.ffn, dropout=0.0,
-                           output_bias=True, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    cfg = core.ModelConfig(
+        src_vocab_size=s.vocab,
+        tgt_vocab_size=s.vocab,
+        d_model=s.d_model,
+        n_heads=s.heads,
+        n_encoder_layers=s.layers,
+        n_decoder_layers=s.layers,
+        d_ff=s.ffn,
+        dropout=0.0,
+        output_bias=True,
+        pad_id=PAD,
+        bos_id=BOS,
+        eos_id=EOS,
+    )
     torch.manual_seed(seed)
     model = core.Transformer(cfg).eval()
     with torch.no_grad():
         model.output.bias[EOS] = NO_EOS
-        for p in model.parameters():  # float16 values, as every committed checkpoint stores them (still float32 tensors)
+        for (
+            p
+        ) in model.parameters():  # float16 values, as every committed checkpoint stores them (still float32 tensors)
             p.copy_(p.half().float())
     return model
 
@@ -74,11 +88,13 @@ def ours_forward(model: core.Transformer, src: Tensor, tgt: Tensor, traced: bool
         rec = core.Recorder(model, qkv=qkv)
         model(src, tgt, options=opts, recorder=rec, src_keep=keep, fast=fast)
         return _freeze(rec)
+
     return run
 
 
-def ours_greedy(model: core.Transformer, src: Tensor, traced: bool, n: int = SIZES.new_tokens,
-                qkv: bool = False) -> Work:
+def ours_greedy(
+    model: core.Transformer, src: Tensor, traced: bool, n: int = SIZES.new_tokens, qkv: bool = False
+) -> Work:
     """Greedy translation of ``src`` into exactly ``n`` tokens; traced = every head recorded + frozen Trace."""
     opts, keep, fast = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool), core.FastWeights(model)
 
@@ -87,6 +103,7 @@ def ours_greedy(model: core.Transformer, src: Tensor, traced: bool, n: int = SIZ
         rec = core.Recorder(model, qkv=qkv) if traced else None
         out = greedy(model, src, keep, options=opts, max_len=n, recorder=rec, fast=fast)
         return _freeze(rec) if rec is not None else out
+
     return run
 
 
@@ -96,6 +113,7 @@ def ours_beam(model: core.Transformer, src: Tensor, beam: int = 4, n: int = SIZE
     @torch.inference_mode()
     def run() -> object:
         return beam_search(model, src, keep, options=opts, max_len=n, beam_size=beam, fast=fast)
+
     return run
 
 
@@ -110,7 +128,7 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool)
         state = DecoderState.empty(model.config.n_decoder_layers)
         for i in range(t - 1):  # one position at a time, as decoding fills the cache (and makes the call's plan
             # once per translation, not per step: it stays out of the step's time)
-            model.decode(prefix[:, i: i + 1], memory, None, options=opts, state=state, fast=fast)
+            model.decode(prefix[:, i : i + 1], memory, None, options=opts, state=state, fast=fast)
 
     def snapshot() -> DecoderState:  # a state holding t-1 positions; it shares the KV buffers, so every run
         # writes the same keys/values into slot t-1 again (same values each time: timing stays honest)
@@ -121,10 +139,13 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool)
         if cached:  # src_keep=None: nothing is padded, as iter_greedy passes it
             return model.decode(prefix[:, -1:], memory, None, options=opts, state=snapshot(), fast=fast)
         return model.decode(prefix, memory, None, options=opts, fast=fast)
+
     return run
 
 
-def ours_matmuls_only(model: core.Transformer, fast: bool, src_len: int = SIZES.src_len, n: int = SIZES.new_tokens) -> Work:
+def ours_matmuls_only(
+    model: core.Transformer, fast: bool, src_len: int = SIZES.src_len, n: int = SIZES.new_tokens
+) -> Work:
     """ONLY the weight-matrix products of one greedy translation, in order, on the model's own tensors:
     the encoder's (src_len rows each), the cross-attention K/V (once), then per step the decoder's
     (fused Q/K/V, output, cross Q and output, FFN) and the output projection, one row each. Nothing else
@@ -133,18 +154,39 @@ def ours_matmuls_only(model: core.Transformer, fast: bool, src_len: int = SIZES.
     weights = core.FastWeights(model)
     mm = weights.linear if fast else F.linear
     linears = lambda *mods: [(m.weight, m.bias) for m in mods]  # noqa: E731
-    encoder = [wb for layer in model.encoder_layers for wb in linears(
-        layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
-        layer.ffn.linear1, layer.ffn.linear2)]
+    encoder = [
+        wb
+        for layer in model.encoder_layers
+        for wb in linears(
+            layer.self_attn.q_proj,
+            layer.self_attn.k_proj,
+            layer.self_attn.v_proj,
+            layer.self_attn.out_proj,
+            layer.ffn.linear1,
+            layer.ffn.linear2,
+        )
+    ]
     cross = [wb for layer in model.decoder_layers for wb in linears(layer.cross_attn.k_proj, layer.cross_attn.v_proj)]
     step: list[tuple[Tensor, Tensor | None]] = []
     for i, layer in enumerate(model.decoder_layers):
         assert layer.self_attn is not None
-        step += [weights.fused_qkv[i], *linears(layer.self_attn.out_proj, layer.cross_attn.q_proj,
-                                                       layer.cross_attn.out_proj, layer.ffn.linear1, layer.ffn.linear2)]
+        step += [
+            weights.fused_qkv[i],
+            *linears(
+                layer.self_attn.out_proj,
+                layer.cross_attn.q_proj,
+                layer.cross_attn.out_proj,
+                layer.ffn.linear1,
+                layer.ffn.linear2,
+            ),
+        ]
     step += linears(model.output)
     g = torch.Generator().manual_seed(0)
-    rows = {(T, d): torch.randn(1, T, d, generator=g) for T in (1, src_len) for d in (model.config.d_model, model.config.d_ff)}
+    rows = {
+        (T, d): torch.randn(1, T, d, generator=g)
+        for T in (1, src_len)
+        for d in (model.config.d_model, model.config.d_ff)
+    }
 
     @torch.inference_mode()
     def run() -> object:
@@ -154,6 +196,7 @@ def ours_matmuls_only(model: core.Transformer, fast: bool, src_len: int = SIZES.
             for w, b in step:
                 y = mm(rows[1, w.shape[1]], w, b)
         return y
+
     return run
 
 
@@ -170,12 +213,27 @@ def check_ours(work: Work, n: int) -> None:
 def marian_model(attn: str, s: Sizes = SIZES, seed: int = 0) -> nn.Module:
     from transformers import MarianConfig, MarianMTModel
 
-    cfg = MarianConfig(vocab_size=s.vocab, d_model=s.d_model, encoder_layers=s.layers, decoder_layers=s.layers,
-                       encoder_attention_heads=s.heads, decoder_attention_heads=s.heads, encoder_ffn_dim=s.ffn,
-                       decoder_ffn_dim=s.ffn, activation_function="relu", dropout=0.0, attention_dropout=0.0,
-                       activation_dropout=0.0, max_position_embeddings=512, pad_token_id=PAD, eos_token_id=EOS,
-                       decoder_start_token_id=BOS, bos_token_id=BOS, forced_eos_token_id=None,
-                       attn_implementation=attn)
+    cfg = MarianConfig(
+        vocab_size=s.vocab,
+        d_model=s.d_model,
+        encoder_layers=s.layers,
+        decoder_layers=s.layers,
+        encoder_attention_heads=s.heads,
+        decoder_attention_heads=s.heads,
+        encoder_ffn_dim=s.ffn,
+        decoder_ffn_dim=s.ffn,
+        activation_function="relu",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=512,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        bos_token_id=BOS,
+        forced_eos_token_id=None,
+        attn_implementation=attn,
+    )
     torch.manual_seed(seed)
     model = MarianMTModel(cfg).eval()
     assert model.config._attn_implementation == attn, model.config._attn_implementation
@@ -193,6 +251,7 @@ def marian_generate(model: nn.Module, src: Tensor, attentions: bool, n: int = SI
     @torch.inference_mode()
     def run() -> object:
         return model.generate(input_ids=src, attention_mask=mask, **kwargs)  # type: ignore[operator]
+
     return run
 
 
@@ -217,7 +276,7 @@ class TorchSeq2Seq(nn.Module):
 
     @torch.inference_mode()
     def greedy(self, src: Tensor, n: int) -> Tensor:
-        scale = self.d_model ** 0.5
+        scale = self.d_model**0.5
         memory = self.core.encoder(self.embed(src) * scale)  # (B, Ts, D)
         tokens = torch.full((src.shape[0], 1), BOS, dtype=torch.long)
         for _ in range(n):

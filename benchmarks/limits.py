@@ -4,12 +4,12 @@ Only the matrix products are counted (2 FLOPs per multiply-add); layer norms, so
 embedding look-ups are O(T·D) and below 1% here. The decoder uses the KV cache: each new position
 projects only itself, and attends to every earlier position and to the whole source.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-
 from contenders import Sizes
 
 
@@ -24,9 +24,14 @@ def translation_flops(s: Sizes, src_len: int, new_tokens: int) -> dict[str, floa
     keys_seen = sum(range(1, new_tokens + 1))  # step t attends to t target positions
     decoder_attn = L * mm * 2 * d * (keys_seen + new_tokens * src_len)  # self + cross, scores and mixing
     output = new_tokens * mm * d * V
-    parts = {"encoder projections + FFN": encoder_proj, "encoder attention": encoder_attn,
-             "cross-attention K/V (once)": cross_kv, "decoder projections + FFN": decoder_proj,
-             "decoder attention (self + cross)": decoder_attn, "output projection": output}
+    parts = {
+        "encoder projections + FFN": encoder_proj,
+        "encoder attention": encoder_attn,
+        "cross-attention K/V (once)": cross_kv,
+        "decoder projections + FFN": decoder_proj,
+        "decoder attention (self + cross)": decoder_attn,
+        "output projection": output,
+    }
     parts["total"] = sum(parts.values())
     return parts
 
@@ -44,7 +49,7 @@ def weight_bytes_per_translation(s: Sizes, new_tokens: int, bytes_per_value: int
 def matmul_work(n: int = 1024) -> tuple[Callable[[], object], float]:
     """A large float32 ``torch.matmul`` (n×n by n×n) and its FLOPs: timing it gives this machine's matmul rate."""
     a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
-    return (lambda: torch.matmul(a, b, out=out)), 2.0 * n ** 3
+    return (lambda: torch.matmul(a, b, out=out)), 2.0 * n**3
 
 
 def stream_work(n_bytes: int = 256 << 20) -> tuple[Callable[[], object], float]:

@@ -8,6 +8,7 @@ with the (min–max) of the kept rounds; a ratio is the median of per-round rati
     python benchmarks/run.py --no-browser    # skip the real-browser part
     python benchmarks/run.py --quick         # fewer rounds, for a smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,10 @@ torch.set_num_threads(1)  # before anything builds a thread pool
 
 import app_cost  # noqa: E402
 import contenders as C  # noqa: E402
-import core  # noqa: E402
 from limits import matmul_work, stream_work, translation_flops, weight_bytes_per_translation  # noqa: E402
 from timing import Stat, interleaved, paired_ratio  # noqa: E402
+
+import core  # noqa: E402
 
 S = C.SIZES
 LENGTHS = (10, 40, 120)
@@ -65,20 +67,43 @@ def forward_section(rep: Report, model: core.Transformer, rounds: int) -> None:
     rows = []
     for n in LENGTHS:
         src, tgt = C.source(n, seed=1), C.source(n, seed=2)
-        st = interleaved({"plain": C.ours_forward(model, src, tgt, False), "traced": C.ours_forward(model, src, tgt, True),
-                          "qkv": C.ours_forward(model, src, tgt, True, qkv=True)}, rounds=rounds)
-        rows.append([str(n), st["plain"].ms, st["traced"].ms, x(st["traced"], st["plain"]),
-                     st["qkv"].ms, x(st["qkv"], st["plain"])])
-    rep.section("1. Forward pass (teacher-forced), traced vs untraced",
-                ["source = target length", "untraced", "traced → Trace", "ratio", "traced + q/k/v → Trace", "ratio"], rows,
-                ["Traced = a per-call Recorder (weights, scores, masks, PE of every head) frozen into a `core.Trace` "
-                 "(numpy, CPU) — the full cost of what the app receives. The app records q/k/v too."])
+        st = interleaved(
+            {
+                "plain": C.ours_forward(model, src, tgt, False),
+                "traced": C.ours_forward(model, src, tgt, True),
+                "qkv": C.ours_forward(model, src, tgt, True, qkv=True),
+            },
+            rounds=rounds,
+        )
+        rows.append(
+            [
+                str(n),
+                st["plain"].ms,
+                st["traced"].ms,
+                x(st["traced"], st["plain"]),
+                st["qkv"].ms,
+                x(st["qkv"], st["plain"]),
+            ]
+        )
+    rep.section(
+        "1. Forward pass (teacher-forced), traced vs untraced",
+        ["source = target length", "untraced", "traced → Trace", "ratio", "traced + q/k/v → Trace", "ratio"],
+        rows,
+        [
+            "Traced = a per-call Recorder (weights, scores, masks, PE of every head) frozen into a `core.Trace` "
+            "(numpy, CPU) — the full cost of what the app receives. The app records q/k/v too."
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- 2. translation vs peers
-PEERS = ("ours, every head recorded (→ Trace)", "ours, untraced",
-         "transformers MarianMT generate, output_attentions (eager)", "transformers MarianMT generate, no attentions (sdpa)",
-         "nn.Transformer greedy loop, recomputes the prefix")
+PEERS = (
+    "ours, every head recorded (→ Trace)",
+    "ours, untraced",
+    "transformers MarianMT generate, output_attentions (eager)",
+    "transformers MarianMT generate, no attentions (sdpa)",
+    "nn.Transformer greedy loop, recomputes the prefix",
+)
 
 
 @dataclass(frozen=True)
@@ -94,18 +119,34 @@ def translation_rounds(model: core.Transformer, rounds: int) -> Rounds:
     1024x1024 matmul rate) and the overhead probe (a d_model-16 model)."""
     src = C.source(S.src_len, seed=3)
     marian_eager, marian_sdpa, torch_seq = C.marian_model("eager"), C.marian_model("sdpa"), C.torch_model()
-    works = dict(zip(PEERS, (C.ours_greedy(model, src, True), C.ours_greedy(model, src, False),
-                             C.marian_generate(marian_eager, src, True), C.marian_generate(marian_sdpa, src, False),
-                             C.torch_greedy(torch_seq, src))))
+    works = dict(
+        zip(
+            PEERS,
+            (
+                C.ours_greedy(model, src, True),
+                C.ours_greedy(model, src, False),
+                C.marian_generate(marian_eager, src, True),
+                C.marian_generate(marian_sdpa, src, False),
+                C.torch_greedy(torch_seq, src),
+            ),
+            strict=True,
+        )
+    )
     C.check_ours(works[PEERS[0]], S.new_tokens)
     C.check_ours(works[PEERS[1]], S.new_tokens)
     C.check_marian(works[PEERS[2]], S.new_tokens, True)
     C.check_marian(works[PEERS[3]], S.new_tokens, False)
     probe_sizes = C.Sizes(vocab=16, d_model=16, layers=S.layers, heads=S.heads, ffn=16)  # arithmetic ~ free
     (stream, stream_bytes), (matmul, matmul_flops) = stream_work(), matmul_work()
-    works.update({"stream": stream, "matmul": matmul,
-                  "matmuls": C.ours_matmuls_only(model, fast=False), "matmuls fast": C.ours_matmuls_only(model, fast=True),
-                  "probe": C.ours_greedy(C.our_model(probe_sizes), C.source(S.src_len, seed=3, vocab=16), True)})
+    works.update(
+        {
+            "stream": stream,
+            "matmul": matmul,
+            "matmuls": C.ours_matmuls_only(model, fast=False),
+            "matmuls fast": C.ours_matmuls_only(model, fast=True),
+            "probe": C.ours_greedy(C.our_model(probe_sizes), C.source(S.src_len, seed=3, vocab=16), True),
+        }
+    )
     return Rounds(interleaved(works, rounds=rounds), stream_bytes, matmul_flops)
 
 
@@ -114,32 +155,55 @@ def peers_section(rep: Report, rounds: Rounds) -> None:
     floor = Stat(tuple(t * weight_bytes_per_translation(S, S.new_tokens) / stream_bytes for t in st["stream"].samples))
     matmuls, matmuls_fast = st["matmuls"], st["matmuls fast"]
     rows = [[n, st[n].ms, x(st[n], st[names[0]])] for n in names]
-    rows.append(["floor: only the weight matmuls of one translation, float32 `F.linear` (what the peers run), nothing else",
-                 matmuls.ms, x(matmuls, st[names[0]])])
-    rows.append(["floor: only the weight matmuls, as ours runs them (`core.fast`: float16 weights, float32 sums)",
-                 matmuls_fast.ms, x(matmuls_fast, st[names[0]])])
-    rows.append(["floor: only reading the float32 weights each step needs (section 4), no compute", floor.ms,
-                 x(floor, st[names[0]])])
+    rows.append(
+        [
+            "floor: only the weight matmuls of one translation, float32 `F.linear` (what the peers run), nothing else",
+            matmuls.ms,
+            x(matmuls, st[names[0]]),
+        ]
+    )
+    rows.append(
+        [
+            "floor: only the weight matmuls, as ours runs them (`core.fast`: float16 weights, float32 sums)",
+            matmuls_fast.ms,
+            x(matmuls_fast, st[names[0]]),
+        ]
+    )
+    rows.append(
+        [
+            "floor: only reading the float32 weights each step needs (section 4), no compute",
+            floor.ms,
+            x(floor, st[names[0]]),
+        ]
+    )
     vs_attn, vs_plain, cost = (paired_ratio(st[names[i]], st[names[j]]) for i, j in ((2, 0), (3, 0), (0, 1)))
     best, best_mm = paired_ratio(st[names[2]], floor), paired_ratio(st[names[2]], matmuls)
-    rep.section(f"2. Greedy translation: {S.src_len} source tokens → exactly {S.new_tokens} generated tokens",
-                ["contender", "time", "÷ ours traced"], rows,
-                [f"Same sizes for all: vocabulary {S.vocab}, d_model {S.d_model}, {S.layers}+{S.layers} layers, {S.heads} heads, "
-                 f"FFN {S.ffn}, random weights, batch 1, float32. End-of-sentence suppressed everywhere (output bias −1e9; "
-                 "plus min/max_new_tokens for generate); each contender was checked to produce exactly "
-                 f"{S.new_tokens} tokens (and, with attentions, {S.new_tokens} steps × {S.layers} layers of them).",
-                 rep.goal("traced ≥ 3× faster than generate with attentions", f"{vs_attn:.2f}×", vs_attn >= 3),
-                 f"(For scale: an implementation with no overhead at all, only streaming the weights once per step at "
-                 f"this machine's rate, would be {best:.2f}× faster than generate with attentions; one that did nothing but "
-                 f"the float32 weight matmuls, {best_mm:.2f}×. Ours traced spends "
-                 f"{paired_ratio(matmuls_fast, st[names[0]]) * 100:.0f}% of its time in its own (float16-weight) matmuls.)",
-                 "Ours reads each decoder matrix as float16 through fbgemm's kernel (`core.fast`) because the weights "
-                 "ARE float16 numbers — every committed checkpoint is stored in float16, and this benchmark's random weights "
-                 "are rounded to float16 values for all of ours; products and sums stay float32, and a test checks "
-                 "that tokens match and attention agrees to 1e-4 with the plain float32 path. The peers read their own random "
-                 "float32 weights.",
-                 rep.goal("traced no slower than generate without attentions", f"{vs_plain:.2f}× faster", vs_plain >= 1),
-                 rep.goal("recording every head costs ≤ 15% over our untraced path", f"{(cost - 1) * 100:+.0f}%", cost <= 1.15)])
+    rep.section(
+        f"2. Greedy translation: {S.src_len} source tokens → exactly {S.new_tokens} generated tokens",
+        ["contender", "time", "÷ ours traced"],
+        rows,
+        [
+            f"Same sizes for all: vocabulary {S.vocab}, d_model {S.d_model}, {S.layers}+{S.layers} layers, "
+            f"{S.heads} heads, FFN {S.ffn}, random weights, batch 1, float32. End-of-sentence suppressed everywhere "
+            "(output bias −1e9; "
+            "plus min/max_new_tokens for generate); each contender was checked to produce exactly "
+            f"{S.new_tokens} tokens (and, with attentions, {S.new_tokens} steps × {S.layers} layers of them).",
+            rep.goal("traced ≥ 3× faster than generate with attentions", f"{vs_attn:.2f}×", vs_attn >= 3),
+            f"(For scale: an implementation with no overhead at all, only streaming the weights once per step at "
+            f"this machine's rate, would be {best:.2f}× faster than generate with attentions; one that did nothing but "
+            f"the float32 weight matmuls, {best_mm:.2f}×. Ours traced spends "
+            f"{paired_ratio(matmuls_fast, st[names[0]]) * 100:.0f}% of its time in its own (float16-weight) matmuls.)",
+            "Ours reads each decoder matrix as float16 through fbgemm's kernel (`core.fast`) because the weights "
+            "ARE float16 numbers — every committed checkpoint is stored in float16, and this benchmark's random "
+            "weights are rounded to float16 values for all of ours; products and sums stay float32, and a test checks "
+            "that tokens match and attention agrees to 1e-4 with the plain float32 path. The peers read their own "
+            "random float32 weights.",
+            rep.goal("traced no slower than generate without attentions", f"{vs_plain:.2f}× faster", vs_plain >= 1),
+            rep.goal(
+                "recording every head costs ≤ 15% over our untraced path", f"{(cost - 1) * 100:+.0f}%", cost <= 1.15
+            ),
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- 3. KV cache vs recomputation
@@ -150,15 +214,23 @@ def cache_section(rep: Report, model: core.Transformer, rounds: int) -> None:
         works[f"cached {t}"] = C.ours_decode_step(model, src, t, cached=True)
         works[f"recompute {t}"] = C.ours_decode_step(model, src, t, cached=False)
     st = interleaved(works, rounds=rounds)
-    rows = [[str(t), st[f"cached {t}"].ms, st[f"recompute {t}"].ms, x(st[f"recompute {t}"], st[f"cached {t}"])]
-            for t in LENGTHS]
+    rows = [
+        [str(t), st[f"cached {t}"].ms, st[f"recompute {t}"].ms, x(st[f"recompute {t}"], st[f"cached {t}"])]
+        for t in LENGTHS
+    ]
     first, last = LENGTHS[0], LENGTHS[-1]
-    rep.section("3. One decoding step at target position t: KV cache vs recomputing the prefix",
-                ["t", "with KV cache", "recomputing t positions", "recompute ÷ cached"], rows,
-                [f"From t={first} to t={last} ({last // first}× longer) a cached step grows "
-                 f"{x(st[f'cached {last}'], st[f'cached {first}'])} and a recomputed one "
-                 f"{x(st[f'recompute {last}'], st[f'recompute {first}'])}; summed over a whole translation "
-                 "recomputation is quadratic in its length. Untraced; source 20 tokens; the step includes the output projection."])
+    rep.section(
+        "3. One decoding step at target position t: KV cache vs recomputing the prefix",
+        ["t", "with KV cache", "recomputing t positions", "recompute ÷ cached"],
+        rows,
+        [
+            f"From t={first} to t={last} ({last // first}× longer) a cached step grows "
+            f"{x(st[f'cached {last}'], st[f'cached {first}'])} and a recomputed one "
+            f"{x(st[f'recompute {last}'], st[f'recompute {first}'])}; summed over a whole translation "
+            "recomputation is quadratic in its length. Untraced; source 20 tokens; the step includes the output "
+            "projection."
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- 4. the limit
@@ -173,35 +245,41 @@ def limit_section(rep: Report, rounds: Rounds) -> None:
     rate, bandwidth = matmul_flops / st["matmul"].median, stream_bytes / st["stream"].median
     rows = [[part, f"{value / 1e6:.1f} MFLOP", f"{value / rate * 1e3:.2f} ms"] for part, value in flops.items()]
     over_flop, over_flop_plain = paired_ratio(st["traced"], flop_floor), paired_ratio(st["plain"], flop_floor)
-    rep.section(f"4. The limit: FLOPs of one translation ({S.src_len} → {S.new_tokens} tokens) at this machine's matmul rate",
-                ["part", "FLOPs", "at the matmul rate"], rows,
-                [f"Matmul rate: {rate / 1e9:.1f} GFLOP/s (1024×1024 float32 torch.matmul, 1 thread, {st['matmul'].ms} each, "
-                 "timed in the same rounds as section 2: every time here is section 2's measurement).",
-                 f"**FLOP limit: {flop_floor.median * 1e3:.2f} ms.** Ours: traced {st['traced'].ms} = {over_flop:.1f}× it; "
-                 f"untraced {st['plain'].ms} = {over_flop_plain:.1f}× it.",
-                 rep.goal("within 10× of the FLOP limit (20-token sentence, traced)", f"{over_flop:.1f}×", over_flop <= 10),
-                 f"A second floor binds first: one token at a time multiplies a vector by each weight matrix, so every step "
-                 f"streams the decoder's and output layer's float32 weights from memory — {weight_bytes / 1e6:.0f} MB per "
-                 f"translation. At the {bandwidth / 1e9:.1f} GB/s one thread streams from memory here (torch.sum over 256 MB, "
-                 f"{st['stream'].ms}) that is **{byte_floor.median * 1e3:.1f} ms** ({byte_floor.median / flop_floor.median:.1f}× "
-                 f"the FLOP limit): ours traced = {paired_ratio(st['traced'], byte_floor):.1f}× it, untraced = "
-                 f"{paired_ratio(st['plain'], byte_floor):.1f}× it. (An approximate floor: the 32 MB L3 cache of this CPU "
-                 "could keep part of the 23 MB a step reads.)",
-                 f"Ours reads float16 copies of the decoder's matrices (section 2): about half the bytes, a floor of about "
-                 f"{byte_floor.median / 2 * 1e3:.1f} ms.",
-                 f"What the kernels actually achieve on those one-row products: the weight matmuls of one translation alone "
-                 f"(section 2's floor rows, nothing else) take {st['matmuls'].ms} with float32 `F.linear` = "
-                 f"{paired_ratio(st['matmuls'], flop_floor):.1f}× the FLOP limit, and {st['matmuls fast'].ms} as ours runs them = "
-                 f"{paired_ratio(st['matmuls fast'], flop_floor):.1f}× it; everything else of ours (attention, norms, recording, "
-                 f"Python) adds {paired_ratio(st['traced'], st['matmuls fast']):.2f}× on top of that (traced), "
-                 f"{paired_ratio(st['plain'], st['matmuls fast']):.2f}× (untraced).",
-                 f"Where that goes: the same traced translation ({S.src_len} → {S.new_tokens} tokens, {S.layers}+{S.layers} "
-                 f"layers × {S.heads} heads) on a model with d_model 16, FFN 16 and a 16-word vocabulary, whose arithmetic "
-                 f"is nearly free, takes {st['probe'].ms} = {paired_ratio(st['probe'], st['traced']) * 100:.0f}% of ours "
-                 "traced: the fixed cost of eager PyTorch's small ops (norms, views, attention, recording) and our Python. "
-                 "Decoding steps already run on a per-call plan (`core.step`: weights bound once, no module calls, "
-                 "`bmm` over heads); what is left is about 30 small ops per layer and step, which only a compiled "
-                 "step would fuse."])
+    rep.section(
+        f"4. The limit: FLOPs of one translation ({S.src_len} → {S.new_tokens} tokens) at this machine's matmul rate",
+        ["part", "FLOPs", "at the matmul rate"],
+        rows,
+        [
+            f"Matmul rate: {rate / 1e9:.1f} GFLOP/s (1024×1024 float32 torch.matmul, 1 thread, {st['matmul'].ms} each, "
+            "timed in the same rounds as section 2: every time here is section 2's measurement).",
+            f"**FLOP limit: {flop_floor.median * 1e3:.2f} ms.** Ours: traced {st['traced'].ms} = {over_flop:.1f}× it; "
+            f"untraced {st['plain'].ms} = {over_flop_plain:.1f}× it.",
+            rep.goal("within 10× of the FLOP limit (20-token sentence, traced)", f"{over_flop:.1f}×", over_flop <= 10),
+            f"A second floor binds first: one token at a time multiplies a vector by each weight matrix, so every step "
+            f"streams the decoder's and output layer's float32 weights from memory — {weight_bytes / 1e6:.0f} MB per "
+            f"translation. At the {bandwidth / 1e9:.1f} GB/s one thread streams from memory here (torch.sum over "
+            f"256 MB, {st['stream'].ms}) that is **{byte_floor.median * 1e3:.1f} ms** "
+            f"({byte_floor.median / flop_floor.median:.1f}× the FLOP limit): ours traced = "
+            f"{paired_ratio(st['traced'], byte_floor):.1f}× it, untraced = "
+            f"{paired_ratio(st['plain'], byte_floor):.1f}× it. (An approximate floor: the 32 MB L3 cache of this CPU "
+            "could keep part of the 23 MB a step reads.)",
+            f"Ours reads float16 copies of the decoder's matrices (section 2): about half the bytes, a floor of about "
+            f"{byte_floor.median / 2 * 1e3:.1f} ms.",
+            f"What the kernels actually achieve on those one-row products: the weight matmuls of one translation alone "
+            f"(section 2's floor rows, nothing else) take {st['matmuls'].ms} with float32 `F.linear` = "
+            f"{paired_ratio(st['matmuls'], flop_floor):.1f}× the FLOP limit, and {st['matmuls fast'].ms} as ours runs "
+            f"them = {paired_ratio(st['matmuls fast'], flop_floor):.1f}× it; everything else of ours (attention, "
+            f"norms, recording, Python) adds {paired_ratio(st['traced'], st['matmuls fast']):.2f}× on top of that "
+            f"(traced), {paired_ratio(st['plain'], st['matmuls fast']):.2f}× (untraced).",
+            f"Where that goes: the same traced translation ({S.src_len} → {S.new_tokens} tokens, {S.layers}+{S.layers} "
+            f"layers × {S.heads} heads) on a model with d_model 16, FFN 16 and a 16-word vocabulary, whose arithmetic "
+            f"is nearly free, takes {st['probe'].ms} = {paired_ratio(st['probe'], st['traced']) * 100:.0f}% of ours "
+            "traced: the fixed cost of eager PyTorch's small ops (norms, views, attention, recording) and our Python. "
+            "Decoding steps already run on a per-call plan (`core.step`: weights bound once, no module calls, "
+            "`bmm` over heads); what is left is about 30 small ops per layer and step, which only a compiled "
+            "step would fuse.",
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- 5. trace and payload sizes
@@ -211,15 +289,31 @@ def size_section(rep: Report, model: core.Transformer) -> None:
         src = C.source(n, seed=5)
         plain, full = app_cost.trace_for(model, src, n, qkv=False), app_cost.trace_for(model, src, n, qkv=True)
         payload = app_cost.figure_payload(full, full.src_tokens[0], full.tgt_tokens[0])
-        rows.append([str(n), app_cost.bytes_str(plain.nbytes), app_cost.bytes_str(full.nbytes)]
-                    + [app_cost.bytes_str(payload[k]) for k in ("overview render (encoder tab + one head)", "decoder grid",
-                                                                "cross grid")]
-                    + [f"{payload['build + to_json seconds']:.2f} s"])
-    rep.section("5. Trace size and what the app sends to the browser",
-                ["tokens in = out", "Trace.nbytes", "Trace.nbytes with q/k/v (the app's)", "overview render (encoder grid + large head), JSON",
-                 "decoder tab grid", "cross tab grid", "build + to_json, all 4 figures"], rows,
-                [f"Random-weight model of section 2 ({S.layers}+{S.layers} layers × {S.heads} heads), greedy with every "
-                         "head recorded; figures from `viz_app.figures` (attention_grid, head_heatmap), bytes = len(fig.to_json())."])
+        rows.append(
+            [str(n), app_cost.bytes_str(plain.nbytes), app_cost.bytes_str(full.nbytes)]
+            + [
+                app_cost.bytes_str(payload[k])
+                for k in ("overview render (encoder tab + one head)", "decoder grid", "cross grid")
+            ]
+            + [f"{payload['build + to_json seconds']:.2f} s"]
+        )
+    rep.section(
+        "5. Trace size and what the app sends to the browser",
+        [
+            "tokens in = out",
+            "Trace.nbytes",
+            "Trace.nbytes with q/k/v (the app's)",
+            "overview render (encoder grid + large head), JSON",
+            "decoder tab grid",
+            "cross tab grid",
+            "build + to_json, all 4 figures",
+        ],
+        rows,
+        [
+            f"Random-weight model of section 2 ({S.layers}+{S.layers} layers × {S.heads} heads), greedy with every "
+            "head recorded; figures from `viz_app.figures` (attention_grid, head_heatmap), bytes = len(fig.to_json())."
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- 6. browser
@@ -236,42 +330,73 @@ def browser_section(rep: Report, enabled: bool, repeats: int) -> None:
         rep.section("6. The app in a real browser (Chromium + Playwright)", ["event", "time"], [["–", result]])
         return
     rows = [[event, app_cost.median_s(values)] for event, values in result.items()]
-    rep.section(f"6. The app in a real browser (Chromium + Playwright), checkpoint `{name}`", ["event", "median (min–max)"], rows,
-                ["Streamlit server and Chromium on this machine; each sentence is new to the app's cache. Done = the new "
-                 "translation is shown, no element is stale, and every heatmap of the overview (encoder grid + large head) "
-                 "has its image. The PE toggle is timed switching off (switching back is served from the app's cache). "
-                 "'of which' rows: the same work timed in the benchmark's own process (the rest is Streamlit, the "
-                 "network and Plotly drawing in Chromium)."
-                 + f" `{name}` is the checkpoint the app opens on."])
+    rep.section(
+        f"6. The app in a real browser (Chromium + Playwright), checkpoint `{name}`",
+        ["event", "median (min–max)"],
+        rows,
+        [
+            "Streamlit server and Chromium on this machine; each sentence is new to the app's cache. Done = the new "
+            "translation is shown, no element is stale, and every heatmap of the overview (encoder grid + large head) "
+            "has its image. The PE toggle is timed switching off (switching back is served from the app's cache). "
+            "'of which' rows: the same work timed in the benchmark's own process (the rest is Streamlit, the "
+            "network and Plotly drawing in Chromium)." + f" `{name}` is the checkpoint the app opens on."
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- 7. beam search
 def beam_section(rep: Report, model: core.Transformer, rounds: int) -> None:
     src = C.source(S.src_len, seed=6)
-    st = interleaved({"greedy": C.ours_greedy(model, src, False), "beam 4": C.ours_beam(model, src, 4),
-                      "greedy traced": C.ours_greedy(model, src, True)}, rounds=rounds)
+    st = interleaved(
+        {
+            "greedy": C.ours_greedy(model, src, False),
+            "beam 4": C.ours_beam(model, src, 4),
+            "greedy traced": C.ours_greedy(model, src, True),
+        },
+        rounds=rounds,
+    )
     rows = [[k, v.ms, x(v, st["greedy"])] for k, v in st.items()]
-    rep.section(f"7. Beam search (beam 4) vs greedy, {S.src_len} → {S.new_tokens} tokens", ["decoder", "time", "÷ greedy"], rows,
-                ["Timed in this section's own rounds (compare the ratios, not the times, with section 2). "
-                 "Untraced beam search with the KV cache (reordered each step). In the app, beam 4 is followed by one "
-                 "teacher-forced traced pass over the best output (see section 1 for that cost)."])
+    rep.section(
+        f"7. Beam search (beam 4) vs greedy, {S.src_len} → {S.new_tokens} tokens",
+        ["decoder", "time", "÷ greedy"],
+        rows,
+        [
+            "Timed in this section's own rounds (compare the ratios, not the times, with section 2). "
+            "Untraced beam search with the KV cache (reordered each step). In the app, beam 4 is followed by one "
+            "teacher-forced traced pass over the best output (see section 1 for that cost)."
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- machine
 def machine() -> list[str]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or "?") if Path("/proc/cpuinfo").exists() else "?"
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor() or "?",
+        )
+        if Path("/proc/cpuinfo").exists()
+        else "?"
+    )
     try:
         import transformers
+
         tf_version = transformers.__version__
     except ImportError:
         tf_version = "not installed"
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    return [f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-            f"- Machine: {cpu}, {os.cpu_count()} cores; {platform.system()} {platform.release()}",
-            f"- Python {platform.python_version()}, torch {torch.__version__}, transformers {tf_version}",
-            f"- Threads: torch.set_num_threads(1) for every contender (torch reports {torch.get_num_threads()})",
-            f"- Load average at start (1, 5, 15 min): {load} — other jobs share this machine; only same-run ratios are meaningful"]
+    return [
+        f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Machine: {cpu}, {os.cpu_count()} cores; {platform.system()} {platform.release()}",
+        f"- Python {platform.python_version()}, torch {torch.__version__}, transformers {tf_version}",
+        f"- Threads: torch.set_num_threads(1) for every contender (torch reports {torch.get_num_threads()})",
+        f"- Load average at start (1, 5, 15 min): {load} — other jobs share this machine; "
+        "only same-run ratios are meaningful",
+    ]
 
 
 def main() -> int:
@@ -305,8 +430,11 @@ def main() -> int:
         browser_section(rep, not args.no_browser, args.browser_repeats)
     if 7 in only:
         beam_section(rep, model, rounds)
-    tail = [f"_Generated by `benchmarks/run.py` in {time.time() - start:.0f} s; load average at the end: "
-            f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}._", ""]
+    tail = [
+        f"_Generated by `benchmarks/run.py` in {time.time() - start:.0f} s; load average at the end: "
+        f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}._",
+        "",
+    ]
     summary = ["## Summary: the goals", "", "| goal | measured | verdict |", "|---|---|---|"]
     summary += ["| " + " | ".join(g) + " |" for g in rep.goals] + [""]
     print("\n".join(summary))

@@ -4,13 +4,13 @@ Each round runs every contender once (in a rotated order), so background load hi
 them alike; warm-up rounds are dropped; we report the median and the spread (min..max of the
 kept rounds) in milliseconds, and ratios as the median of per-round ratios measured in the same call.
 """
+
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
-
 
 
 @dataclass(frozen=True)
@@ -25,15 +25,18 @@ class Stat:
     def ms(self) -> str:
         """'12.3 ms (11.9–13.0)': median and the range of the kept rounds."""
         lo, hi = min(self.samples) * 1e3, max(self.samples) * 1e3
-        return f"{self.median * 1e3:.{_digits(self.median)}f} ms ({lo:.{_digits(lo / 1e3)}f}–{hi:.{_digits(hi / 1e3)}f})"
+        return (
+            f"{self.median * 1e3:.{_digits(self.median)}f} ms ({lo:.{_digits(lo / 1e3)}f}–{hi:.{_digits(hi / 1e3)}f})"
+        )
 
 
 def _digits(seconds: float) -> int:
     return 3 if seconds < 0.001 else 2 if seconds < 0.01 else 1 if seconds < 1 else 0
 
 
-def interleaved(works: Mapping[str, Callable[[], object]], rounds: int = 7, warmup: int = 2,
-                budget_s: float | None = None) -> dict[str, Stat]:
+def interleaved(
+    works: Mapping[str, Callable[[], object]], rounds: int = 7, warmup: int = 2, budget_s: float | None = None
+) -> dict[str, Stat]:
     """Time each work ``rounds`` times (after ``warmup`` untimed rounds), interleaving contenders.
 
     ``budget_s`` stops early (keeping at least 3 rounds) when the timed rounds exceed it.
@@ -45,7 +48,7 @@ def interleaved(works: Mapping[str, Callable[[], object]], rounds: int = 7, warm
     samples: dict[str, list[float]] = {name: [] for name in names}
     spent = 0.0
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             t0 = time.perf_counter()
             works[name]()
@@ -60,5 +63,4 @@ def interleaved(works: Mapping[str, Callable[[], object]], rounds: int = 7, warm
 def paired_ratio(a: Stat, b: Stat) -> float:
     """Median over rounds of a/b, each pair timed back to back in one round: robust to load that drifts
     between rounds (the ratio of the medians can be skewed by a burst that hit only some rounds)."""
-    return statistics.median(x / y for x, y in zip(a.samples, b.samples))
-
+    return statistics.median(x / y for x, y in zip(a.samples, b.samples, strict=True))

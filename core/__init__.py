@@ -9,6 +9,7 @@
 
 Per-call recording and interventions: ``core.Recorder(model, interventions=[core.ScaleHeads(...), core.Patch(...)])``.
 """
+
 from .bundle import Bundle, Step, Translation, clean_text, load
 from .checkpoint import CheckpointMeta, default_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig
@@ -22,8 +23,31 @@ from .tokenizer import Tokenizer
 from .trace import ModelShape, Trace
 
 __all__ = [
-    "ATTENTION_KINDS", "AttentionKind", "Bundle", "CheckpointError", "CheckpointMeta", "FastWeights",
-    "InferenceOptions", "InputError", "Intervention", "LabError", "ModelConfig", "ModelShape", "Patch", "Recorder",
-    "ScaleHeads", "Step", "Tokenizer", "Trace", "Transformer", "Translation", "attention_site", "clean_text",
-    "default_checkpoint", "list_checkpoints", "load", "load_checkpoint", "save_checkpoint",
+    "ATTENTION_KINDS",
+    "AttentionKind",
+    "Bundle",
+    "CheckpointError",
+    "CheckpointMeta",
+    "FastWeights",
+    "InferenceOptions",
+    "InputError",
+    "Intervention",
+    "LabError",
+    "ModelConfig",
+    "ModelShape",
+    "Patch",
+    "Recorder",
+    "ScaleHeads",
+    "Step",
+    "Tokenizer",
+    "Trace",
+    "Transformer",
+    "Translation",
+    "attention_site",
+    "clean_text",
+    "default_checkpoint",
+    "list_checkpoints",
+    "load",
+    "load_checkpoint",
+    "save_checkpoint",
 ]

@@ -5,10 +5,12 @@ decoding step, beam search), and the multi-head projections around it.
 
 With no per-call ``Recorder`` the computation is ``F.scaled_dot_product_attention`` (same result, fused).
 """
+
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +28,18 @@ def flat_kv(k: Tensor, v: Tensor) -> KV:
     return k.flatten(0, 1).transpose(1, 2), v.flatten(0, 1)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, site: str, recorder: "Recorder | None",
-           dropout: float = 0.0, flat: KV | None = None, offset: int = 0) -> Tensor:
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    *,
+    site: str,
+    recorder: Recorder | None,
+    dropout: float = 0.0,
+    flat: KV | None = None,
+    offset: int = 0,
+) -> Tensor:
     """softmax(q k^T / sqrt(dh) + mask) v for every head.
 
     q (B, H, Tq, dh); k, v (B, H, Tk, dh).
@@ -93,16 +105,28 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, x: Tensor, lin: LinearFn = F.linear) -> KV:
         """Keys and values of ``x`` (B, Tk, D): two (B, H, Tk, dh) tensors. Cacheable."""
-        return (self.split(lin(x, self.k_proj.weight, self.k_proj.bias)),
-                self.split(lin(x, self.v_proj.weight, self.v_proj.bias)))
+        return (
+            self.split(lin(x, self.k_proj.weight, self.k_proj.bias)),
+            self.split(lin(x, self.v_proj.weight, self.v_proj.bias)),
+        )
 
     def output(self, ctx: Tensor, lin: LinearFn = F.linear) -> Tensor:
         """Heads' outputs (B, H, Tq, dh) -> concatenated and projected (B, Tq, D)."""
         B, _, Tq, _ = ctx.shape
         return lin(ctx.transpose(1, 2).reshape(B, Tq, self.d_model), self.out_proj.weight, self.out_proj.bias)
 
-    def forward(self, x: Tensor, kv: KV, mask: Tensor | None, *, site: str, recorder: "Recorder | None",
-                q: Tensor | None = None, lin: LinearFn = F.linear, offset: int = 0) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        kv: KV,
+        mask: Tensor | None,
+        *,
+        site: str,
+        recorder: Recorder | None,
+        q: Tensor | None = None,
+        lin: LinearFn = F.linear,
+        offset: int = 0,
+    ) -> Tensor:
         """Attend from queries ``x`` (B, Tq, D) to ``kv`` (two (B, H, Tk, dh)) -> (B, Tq, D).
 
         mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = no mask.

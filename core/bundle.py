@@ -1,4 +1,5 @@
 """The public entry point: ``core.load(path)`` -> ``Bundle`` with ``translate`` and ``trace``."""
+
 from __future__ import annotations
 
 import unicodedata
@@ -97,18 +98,33 @@ class Translation:
         if "output.ids" not in t:
             return []
         ids, probs, top_ids, top_probs = t["output.ids"], t["output.probs"], t["output.top_ids"], t["output.top_probs"]
-        return [Step(i, t.piece(ids[i]), int(ids[i]), float(probs[i]),
-                     [(t.piece(j), float(q)) for j, q in zip(top_ids[i], top_probs[i])], t) for i in range(len(ids))]
+        return [
+            Step(
+                i,
+                t.piece(ids[i]),
+                int(ids[i]),
+                float(probs[i]),
+                [(t.piece(j), float(q)) for j, q in zip(top_ids[i], top_probs[i], strict=True)],
+                t,
+            )
+            for i in range(len(ids))
+        ]
 
     @property
     def truncated(self) -> bool:
         return any(n.startswith("Truncated") for n in self.notices)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens,
-                "output_tokens": self.output_tokens, "options": self.options.to_dict(), "beam_size": self.beam_size,
-                "notices": list(self.notices),
-                "steps": [{"index": s.index, "token": s.token, "prob": s.prob, "top_k": s.top_k} for s in self.steps]}
+        return {
+            "text": self.text,
+            "src_tokens": self.src_tokens,
+            "tgt_tokens": self.tgt_tokens,
+            "output_tokens": self.output_tokens,
+            "options": self.options.to_dict(),
+            "beam_size": self.beam_size,
+            "notices": list(self.notices),
+            "steps": [{"index": s.index, "token": s.token, "prob": s.prob, "top_k": s.top_k} for s in self.steps],
+        }
 
 
 def clean_text(text: Any) -> str:
@@ -116,8 +132,10 @@ def clean_text(text: Any) -> str:
     if not isinstance(text, str):
         raise InputError(f"Expected text (a str), got {type(text).__name__}.")
     if len(text) > MAX_CHARS:
-        raise InputError(f"The text is {len(text):,} characters long; the limit is {MAX_CHARS:,}. "
-                         "Shorten it (or pass truncate=True to cut it).")
+        raise InputError(
+            f"The text is {len(text):,} characters long; the limit is {MAX_CHARS:,}. "
+            "Shorten it (or pass truncate=True to cut it)."
+        )
     text = unicodedata.normalize("NFC", text)
     text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs", "Co") else ch for ch in text)
     text = " ".join(text.split())
@@ -129,8 +147,14 @@ def clean_text(text: Any) -> str:
 class Bundle:
     """A loaded checkpoint: model, tokenizer, config. Thread-safe: calls never mutate the model."""
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, info: dict[str, Any], path: Path | None = None,
-                 max_source_tokens: int = 256) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        info: dict[str, Any],
+        path: Path | None = None,
+        max_source_tokens: int = 256,
+    ) -> None:
         self.model, self.tokenizer, self.info, self.path = model, tokenizer, info, path
         self.max_source_tokens = max_source_tokens
         self.fast = FastWeights(model)  # the fast path's copies of the weights, made once: the model never changes
@@ -156,21 +180,27 @@ class Bundle:
         """Source ids (eos appended) and notices for the person. Raises InputError on unusable text."""
         notices = []
         if truncate and isinstance(text, str) and len(text) > MAX_CHARS:
-            notices.append(f"Truncated: the text was {len(text):,} characters long; only the first {MAX_CHARS:,} were read.")
+            notices.append(
+                f"Truncated: the text was {len(text):,} characters long; only the first {MAX_CHARS:,} were read."
+            )
             text = text[:MAX_CHARS]
         text = clean_text(text)
         ids = self.tokenizer.encode(text)
         limit = self.max_source_tokens - 1
         if len(ids) > limit:
             if not truncate:
-                raise InputError(f"The text is {len(ids)} tokens long; the limit is {limit}. "
-                                 "Shorten it (or pass truncate=True to cut it).")
+                raise InputError(
+                    f"The text is {len(ids)} tokens long; the limit is {limit}. "
+                    "Shorten it (or pass truncate=True to cut it)."
+                )
             notices.append(f"Truncated: the text was {len(ids)} tokens long; only the first {limit} were translated.")
             ids = ids[:limit]
         unknown = sum(1 for i in ids if self.tokenizer.is_unknown(i))
         if unknown:
-            notices.append(f"{unknown} piece{'s' if unknown != 1 else ''} of the text "
-                           f"{'are' if unknown != 1 else 'is'} unknown to this model's vocabulary (shown as <unk>).")
+            notices.append(
+                f"{unknown} piece{'s' if unknown != 1 else ''} of the text "
+                f"{'are' if unknown != 1 else 'is'} unknown to this model's vocabulary (shown as <unk>)."
+            )
         if not ids:
             raise InputError("Nothing translatable is left in the text after tokenisation.")
         return ids + [self.config.eos_id], notices
@@ -186,9 +216,11 @@ class Bundle:
     def _freeze(self, recorder: Recorder, **meta: Any) -> Trace:
         return recorder.freeze(self.tokenizer.piece, meta={"model": self.name, **meta})
 
-    def check_options(self, options: InferenceOptions | None, *, beam_size: int = 1, max_len: int | None = None,
-                      top_k: int = 10) -> InferenceOptions:
+    def check_options(
+        self, options: InferenceOptions | None, *, beam_size: int = 1, max_len: int | None = None, top_k: int = 10
+    ) -> InferenceOptions:
         """The options for a call, checked against this model; InputError naming what is wrong."""
+
         def whole(name: str, value: Any, low: int, high: int) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
@@ -208,9 +240,17 @@ class Bundle:
 
     # ----------------------------------------------------------------- API
     @torch.inference_mode()
-    def translate(self, text: str, options: InferenceOptions | None = None, *, beam_size: int = 1,
-                  max_len: int | None = None, top_k: int = 10, truncate: bool = False,
-                  record_qkv: bool = True) -> Translation:
+    def translate(
+        self,
+        text: str,
+        options: InferenceOptions | None = None,
+        *,
+        beam_size: int = 1,
+        max_len: int | None = None,
+        top_k: int = 10,
+        truncate: bool = False,
+        record_qkv: bool = True,
+    ) -> Translation:
         """Translate ``text`` and record every head. Greedy with beam_size=1, else beam search
         (the beam's best output is then traced teacher-forced, which gives the same arrays)."""
         options = self.check_options(options, beam_size=beam_size, max_len=max_len, top_k=top_k)
@@ -218,14 +258,17 @@ class Bundle:
         src, keep = self._tensor(src_ids)
         max_len = max_len or default_max_len(len(src_ids))
         if beam_size > 1:
-            out_ids = beam_search(self.model, src, keep, options=options, max_len=max_len, beam_size=beam_size,
-                                  fast=self.fast)
-            return self._teacher_forced(src_ids, out_ids, options, top_k, record_qkv,
-                                        source_text=cleaned, beam_size=beam_size, notices=notices)
+            out_ids = beam_search(
+                self.model, src, keep, options=options, max_len=max_len, beam_size=beam_size, fast=self.fast
+            )
+            return self._teacher_forced(
+                src_ids, out_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=beam_size, notices=notices
+            )
         recorder = Recorder(self.model, qkv=record_qkv)
-        result = greedy(self.model, src, keep, options=options, max_len=max_len, recorder=recorder, top_k=top_k,
-                        fast=self.fast)
-        out_ids = result.tokens[0, 1: 1 + result.lengths[0]].tolist()
+        result = greedy(
+            self.model, src, keep, options=options, max_len=max_len, recorder=recorder, top_k=top_k, fast=self.fast
+        )
+        out_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
         text_out = self.tokenizer.decode([i for i in out_ids if i != self.config.eos_id])
         return Translation(self._freeze(recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices))
 
@@ -235,8 +278,15 @@ class Bundle:
         return src_ids, notices, cleaned
 
     @torch.inference_mode()
-    def _teacher_forced(self, src_ids: list[int], out_ids: list[int], options: InferenceOptions, top_k: int,
-                        record_qkv: bool, **meta: Any) -> Translation:
+    def _teacher_forced(
+        self,
+        src_ids: list[int],
+        out_ids: list[int],
+        options: InferenceOptions,
+        top_k: int,
+        record_qkv: bool,
+        **meta: Any,
+    ) -> Translation:
         cfg = self.config
         src, keep = self._tensor(src_ids)
         dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
@@ -253,18 +303,34 @@ class Bundle:
         return Translation(self._freeze(recorder, text=text_out, **meta))
 
     @torch.inference_mode()
-    def trace(self, src_text: str, tgt_text: str, options: InferenceOptions | None = None, *, top_k: int = 10,
-              truncate: bool = False, record_qkv: bool = True) -> Translation:
+    def trace(
+        self,
+        src_text: str,
+        tgt_text: str,
+        options: InferenceOptions | None = None,
+        *,
+        top_k: int = 10,
+        truncate: bool = False,
+        record_qkv: bool = True,
+    ) -> Translation:
         """Teacher-forced pass on a given translation ``tgt_text`` (eos appended)."""
         options = self.check_options(options, top_k=top_k)
         src_ids, notices, cleaned = self._source(src_text, truncate)
         tgt_ids = self.tokenizer.encode(clean_text(tgt_text))[: self.max_source_tokens] + [self.config.eos_id]
-        return self._teacher_forced(src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned,
-                                    beam_size=1, notices=notices, forced=True)
+        return self._teacher_forced(
+            src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=1, notices=notices, forced=True
+        )
 
     @torch.inference_mode()
-    def translate_batch(self, texts: list[str], options: InferenceOptions | None = None, max_len: int | None = None,
-                        *, truncate: bool = False, record_qkv: bool = False) -> tuple[list[str], Trace]:
+    def translate_batch(
+        self,
+        texts: list[str],
+        options: InferenceOptions | None = None,
+        max_len: int | None = None,
+        *,
+        truncate: bool = False,
+        record_qkv: bool = False,
+    ) -> tuple[list[str], Trace]:
         """Greedy-translate several texts as ONE padded batch (so padding masks are real).
 
         Returns the translations and the batched Trace (``trace.select(i)`` views item i; its
@@ -279,11 +345,18 @@ class Bundle:
         src = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], dtype=torch.long, device=self.device)
         keep = torch.tensor([[True] * len(e) + [False] * (width - len(e)) for e in encoded], device=self.device)
         recorder = Recorder(self.model, qkv=record_qkv)
-        result = greedy(self.model, src, keep, options=options, max_len=max_len or default_max_len(width),
-                        recorder=recorder, fast=self.fast)
+        result = greedy(
+            self.model,
+            src,
+            keep,
+            options=options,
+            max_len=max_len or default_max_len(width),
+            recorder=recorder,
+            fast=self.fast,
+        )
         outs = []
         for b, n in enumerate(result.lengths):
-            ids = [i for i in result.tokens[b, 1: 1 + n].tolist() if i != self.config.eos_id]
+            ids = [i for i in result.tokens[b, 1 : 1 + n].tolist() if i != self.config.eos_id]
             outs.append(self.tokenizer.decode(ids))
         return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs)
 

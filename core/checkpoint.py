@@ -3,6 +3,7 @@
 Loading never unpickles anything. Every problem names the file and what is wrong with it.
 Writes go to a temporary folder that is renamed into place, so a crash never leaves half a checkpoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,21 +38,38 @@ class CheckpointMeta:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def save_checkpoint(model: Transformer, tokenizer_model: str | Path, directory: str | Path, *, card: str,
-                    meta: CheckpointMeta, dtype: torch.dtype = torch.float32) -> Path:
+def save_checkpoint(
+    model: Transformer,
+    tokenizer_model: str | Path,
+    directory: str | Path,
+    *,
+    card: str,
+    meta: CheckpointMeta,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
     """Write a checkpoint folder atomically. Tied weights are stored once. Returns the folder."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     aliases = model.tied_aliases()
-    state = {k: v.detach().to("cpu", dtype=dtype if v.is_floating_point() else v.dtype).contiguous()
-             for k, v in model.state_dict().items() if k not in aliases}
+    state = {
+        k: v.detach().to("cpu", dtype=dtype if v.is_floating_point() else v.dtype).contiguous()
+        for k, v in model.state_dict().items()
+        if k not in aliases
+    }
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes 0700 folders; a checkpoint is meant to be shared
     try:
         save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt", "core_format": str(FORMAT_VERSION)})
-        config = {"format_version": FORMAT_VERSION, "model": model.config.to_dict(), "name": meta.name,
-                  "source_language": meta.source_language, "target_language": meta.target_language,
-                  "dtype": str(dtype).replace("torch.", ""), "tokenizer": TOKENIZER, **meta.extra}
+        config = {
+            "format_version": FORMAT_VERSION,
+            "model": model.config.to_dict(),
+            "name": meta.name,
+            "source_language": meta.source_language,
+            "target_language": meta.target_language,
+            "dtype": str(dtype).replace("torch.", ""),
+            "tokenizer": TOKENIZER,
+            **meta.extra,
+        }
         (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
         shutil.copyfile(tokenizer_model, tmp / TOKENIZER)
         (tmp / CARD).write_text(card)
@@ -77,7 +95,9 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint folder {directory} does not exist")
     path = directory / CONFIG
     if not path.is_file():
-        raise CheckpointError(f"{path}: missing — a checkpoint folder needs {CONFIG}, {WEIGHTS}, {TOKENIZER} and {CARD}")
+        raise CheckpointError(
+            f"{path}: missing — a checkpoint folder needs {CONFIG}, {WEIGHTS}, {TOKENIZER} and {CARD}"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -91,7 +111,9 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer, dict[str, Any]]:
+def load_checkpoint(
+    directory: str | Path, device: str | torch.device = "cpu"
+) -> tuple[Transformer, Tokenizer, dict[str, Any]]:
     """Load (model in eval mode, tokenizer, config dict). Raises CheckpointError naming the bad file."""
     directory = Path(directory)
     data = read_config(directory)
@@ -105,12 +127,16 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -
         raise CheckpointError(f"{tok_path}: not a readable SentencePiece model ({exc})") from None
     vocab = min(config.src_vocab_size, config.tgt_vocab_size)
     if tokenizer.vocab_size > vocab:
-        raise CheckpointError(f"{tok_path}: has {tokenizer.vocab_size} pieces but {CONFIG} says the model has "
-                              f"{vocab}; the tokenizer does not belong to these weights")
+        raise CheckpointError(
+            f"{tok_path}: has {tokenizer.vocab_size} pieces but {CONFIG} says the model has "
+            f"{vocab}; the tokenizer does not belong to these weights"
+        )
     for name, value in tokenizer.special_ids().items():
         if value >= 0 and name in ("eos_id", "unk_id") and value != getattr(config, name):
-            raise CheckpointError(f"{tok_path}: its {name} is {value} but {CONFIG} says {getattr(config, name)}; "
-                                  "the tokenizer does not belong to these weights")
+            raise CheckpointError(
+                f"{tok_path}: its {name} is {value} but {CONFIG} says {getattr(config, name)}; "
+                "the tokenizer does not belong to these weights"
+            )
     if not (directory / CARD).is_file():
         raise CheckpointError(f"{directory / CARD}: missing — every checkpoint carries a card (data, licence, scores)")
     weights = directory / WEIGHTS
@@ -126,12 +152,16 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -
     wanted = set(expected) - set(aliases)
     missing, unexpected = sorted(wanted - set(state)), sorted(set(state) - wanted)
     if missing or unexpected:
-        raise CheckpointError(f"{weights}: does not match {CONFIG}: missing tensors {missing[:5]}"
-                              f"{'...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}")
+        raise CheckpointError(
+            f"{weights}: does not match {CONFIG}: missing tensors {missing[:5]}"
+            f"{'...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}"
+        )
     for name in wanted:
         if tuple(state[name].shape) != tuple(expected[name].shape):
-            raise CheckpointError(f"{weights}: tensor {name} has shape {tuple(state[name].shape)}, "
-                                  f"{CONFIG} implies {tuple(expected[name].shape)}")
+            raise CheckpointError(
+                f"{weights}: tensor {name} has shape {tuple(state[name].shape)}, "
+                f"{CONFIG} implies {tuple(expected[name].shape)}"
+            )
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(state, strict=False)
     model.to(device).eval()

@@ -1,11 +1,12 @@
 """Command line: ``python -m core {translate,info,train,eval,import-bergamot} ...``."""
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .errors import LabError
 
@@ -25,13 +26,17 @@ def _translate(args: argparse.Namespace) -> int:
     from .sites import attention_site
 
     bundle = load(args.checkpoint, device=args.device)
-    options = InferenceOptions(positional_encoding=not args.no_pe, causal_mask=not args.no_causal_mask,
-                               padding_mask=not args.no_padding_mask)
+    options = InferenceOptions(
+        positional_encoding=not args.no_pe, causal_mask=not args.no_causal_mask, padding_mask=not args.no_padding_mask
+    )
     out = bundle.translate(" ".join(args.text), options, beam_size=args.beam, truncate=True)
     if args.json:
         data = out.to_dict()
-        data["attention"] = {f"{attention_site(kind, layer)}.weights": out.trace.attention(kind, layer).round(5).tolist()
-                             for kind in out.trace.kinds for layer in range(out.trace.n_layers[kind])}
+        data["attention"] = {
+            f"{attention_site(kind, layer)}.weights": out.trace.attention(kind, layer).round(5).tolist()
+            for kind in out.trace.kinds
+            for layer in range(out.trace.n_layers[kind])
+        }
         # ASCII escapes when stdout cannot encode the text (e.g. PYTHONIOENCODING=ascii): still valid JSON
         text = json.dumps(data, ensure_ascii=False)
         encoding = getattr(sys.stdout, "encoding", None) or "utf-8"

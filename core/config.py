@@ -1,8 +1,10 @@
 """Frozen, self-validating configuration: the model's shape and the per-call inference options."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from .sites import ATTENTION_KINDS, AttentionKind
 
@@ -46,24 +48,40 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig: {msg}")
 
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
-            need(isinstance(getattr(self, name), int) and getattr(self, name) > 0, f"{name} must be a positive int, got {getattr(self, name)!r}")
+            need(
+                isinstance(getattr(self, name), int) and getattr(self, name) > 0,
+                f"{name} must be a positive int, got {getattr(self, name)!r}",
+            )
         for name in ("n_encoder_layers", "n_decoder_layers"):
-            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)!r}")
-        need(self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            need(
+                isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
+                f"{name} must be >= 1, got {getattr(self, name)!r}",
+            )
+        need(
+            self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+        )
         need(self.d_model % 2 == 0, f"d_model ({self.d_model}) must be even for sinusoidal positions")
         need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.norm_eps > 0, f"norm_eps must be > 0, got {self.norm_eps}")
         choices = {
-            "activation": ("relu", "gelu"), "norm": ("post", "pre"), "positional": ("sinusoidal", "learned"),
-            "pe_layout": ("interleaved", "concatenated"), "decoder_self": ("attention", "ssru"), "start": ("bos", "zeros"),
+            "activation": ("relu", "gelu"),
+            "norm": ("post", "pre"),
+            "positional": ("sinusoidal", "learned"),
+            "pe_layout": ("interleaved", "concatenated"),
+            "decoder_self": ("attention", "ssru"),
+            "start": ("bos", "zeros"),
         }
         for name, allowed in choices.items():
             need(getattr(self, name) in allowed, f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        need(not self.share_embeddings or self.src_vocab_size == self.tgt_vocab_size,
-             "share_embeddings needs src_vocab_size == tgt_vocab_size")
+        need(
+            not self.share_embeddings or self.src_vocab_size == self.tgt_vocab_size,
+            "share_embeddings needs src_vocab_size == tgt_vocab_size",
+        )
         for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
             value = getattr(self, name)
-            need(0 <= value < min(self.src_vocab_size, self.tgt_vocab_size), f"{name}={value} is outside the vocabulary")
+            need(
+                0 <= value < min(self.src_vocab_size, self.tgt_vocab_size), f"{name}={value} is outside the vocabulary"
+            )
 
     @property
     def d_head(self) -> int:
@@ -73,7 +91,7 @@ class ModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -114,7 +132,7 @@ class InferenceOptions:
     def ablated_heads(self, kind: AttentionKind, layer: int) -> tuple[int, ...]:
         return tuple(sorted(h for k, l, h in self.ablate if k == kind and l == layer))
 
-    def with_changes(self, **changes: Any) -> "InferenceOptions":
+    def with_changes(self, **changes: Any) -> InferenceOptions:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(changes)
         return InferenceOptions(**data)
@@ -128,7 +146,7 @@ class InferenceOptions:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "InferenceOptions":
+    def from_dict(cls, data: dict[str, Any]) -> InferenceOptions:
         return cls(
             positional_encoding=bool(data.get("positional_encoding", True)),
             causal_mask=bool(data.get("causal_mask", True)),

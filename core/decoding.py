@@ -4,10 +4,11 @@
 can show the translation being built. With the causal mask switched off the cache is not
 valid (earlier positions would see later ones), so each step recomputes the whole prefix.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -48,9 +49,18 @@ def default_max_len(src_len: int, cap: int = 256) -> int:
 
 
 @torch.no_grad()
-def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, *, options: InferenceOptions, max_len: int,
-                recorder: Recorder | None = None, fast: FastWeights | None = None, top_k: int = 10,
-                use_cache: bool | None = None) -> Iterator[StepOutput]:
+def iter_greedy(
+    model: Transformer,
+    src: Tensor,
+    src_keep: Tensor,
+    *,
+    options: InferenceOptions,
+    max_len: int,
+    recorder: Recorder | None = None,
+    fast: FastWeights | None = None,
+    top_k: int = 10,
+    use_cache: bool | None = None,
+) -> Iterator[StepOutput]:
     """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
 
     What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps."""
@@ -65,13 +75,15 @@ def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, *, options: I
     k = min(top_k, cfg.tgt_vocab_size)
     for step in range(max_len):
         if use_cache:
-            logits = model.decode(tokens[:, -1:], memory, cross_keep, options=options, recorder=recorder,
-                                  state=state, fast=fast)[:, -1]  # (B, V)
+            logits = model.decode(
+                tokens[:, -1:], memory, cross_keep, options=options, recorder=recorder, state=state, fast=fast
+            )[:, -1]  # (B, V)
         else:
             if recorder is not None:
                 recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
-            logits = model.decode(tokens, memory, cross_keep, options=options, recorder=recorder,
-                                  fast=fast)[:, -1]  # (B, V)
+            logits = model.decode(tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast)[
+                :, -1
+            ]  # (B, V)
         probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         next_ids = top_ids[:, 0].masked_fill(finished, cfg.eos_id)  # (B,)
@@ -85,12 +97,32 @@ def iter_greedy(model: Transformer, src: Tensor, src_keep: Tensor, *, options: I
     # Without the cache the recorder keeps the last full pass, i.e. the final sequence's decoder inputs.
 
 
-def greedy(model: Transformer, src: Tensor, src_keep: Tensor, *, options: InferenceOptions, max_len: int,
-           recorder: Recorder | None = None, fast: FastWeights | None = None, top_k: int = 10,
-           use_cache: bool | None = None) -> DecodeResult:
+def greedy(
+    model: Transformer,
+    src: Tensor,
+    src_keep: Tensor,
+    *,
+    options: InferenceOptions,
+    max_len: int,
+    recorder: Recorder | None = None,
+    fast: FastWeights | None = None,
+    top_k: int = 10,
+    use_cache: bool | None = None,
+) -> DecodeResult:
     """Run ``iter_greedy`` to the end."""
-    steps = list(iter_greedy(model, src, src_keep, options=options, max_len=max_len, recorder=recorder, fast=fast,
-                             top_k=top_k, use_cache=use_cache))
+    steps = list(
+        iter_greedy(
+            model,
+            src,
+            src_keep,
+            options=options,
+            max_len=max_len,
+            recorder=recorder,
+            fast=fast,
+            top_k=top_k,
+            use_cache=use_cache,
+        )
+    )
     B = src.shape[0]
     start = torch.full((B, 1), model.config.bos_id, dtype=torch.long, device=src.device)
     generated = torch.stack([s.token_ids for s in steps], dim=1) if steps else start[:, :0]  # (B, n)
@@ -110,8 +142,17 @@ def _lengths(generated: Tensor, eos_id: int) -> list[int]:
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: Tensor, src_keep: Tensor, *, options: InferenceOptions, max_len: int,
-                beam_size: int = 4, alpha: float = 1.0, fast: FastWeights | None = None) -> list[int]:
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    src_keep: Tensor,
+    *,
+    options: InferenceOptions,
+    max_len: int,
+    beam_size: int = 4,
+    alpha: float = 1.0,
+    fast: FastWeights | None = None,
+) -> list[int]:
     """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
 
     At each step the ``beam_size`` best extensions of the live beams are kept; those ending in eos

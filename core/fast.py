@@ -13,14 +13,20 @@ changing weights (``is_current`` tells whether any weight was written through au
 Nothing is stored on the model, nothing runs at import, no global switch: pass ``fast=None`` to run plain
 ``F.linear`` everywhere (the reference path).
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .attention import MultiHeadAttention
+    from .model import Transformer
 
 Linear = tuple[Callable[..., Tensor], Tensor, Tensor | None]  # (fn, weight, bias): fn(x, weight, bias) = x W^T + b
 
@@ -51,7 +57,7 @@ def _pack(weight: Tensor) -> Tensor | None:
         return torch.fbgemm_pack_gemm_matrix_fp16(w.clone(memory_format=torch.contiguous_format))
 
 
-def _fused_qkv(attn: nn.Module) -> tuple[Tensor, Tensor | None]:
+def _fused_qkv(attn: MultiHeadAttention) -> tuple[Tensor, Tensor | None]:
     """Q, K and V projections as ONE (3D, D) matrix and (3D,) bias, column-major: one matmul per step."""
     projections = (attn.q_proj, attn.k_proj, attn.v_proj)
     weight = torch.cat([p.weight.detach().t() for p in projections], dim=1).t()  # (3D, D), strides (1, 3D)
@@ -62,7 +68,7 @@ def _fused_qkv(attn: nn.Module) -> tuple[Tensor, Tensor | None]:
 class FastWeights:
     """Packed / re-laid-out copies of ``model``'s matrices, keyed by the weight tensors they copy."""
 
-    def __init__(self, model: nn.Module, *, kernel: bool = True) -> None:
+    def __init__(self, model: Transformer, *, kernel: bool = True) -> None:
         self.kernel = kernel and kernel_available()
         self._packed: dict[int, tuple[Tensor, Tensor]] = {}  # id(weight) -> (packed, zero bias)
         self._column_major: dict[int, Tensor] = {}  # id(weight) -> the same values, strides (1, out)

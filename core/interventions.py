@@ -4,10 +4,11 @@ Passed to a ``Recorder`` (``Recorder(model, interventions=[...])``), which the m
 ``InferenceOptions.ablate`` (the app's head switches) becomes ``ScaleHeads(..., factor=0)`` the same way, so
 switching a head off is one mechanism whoever asks for it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,11 +17,11 @@ from torch import Tensor
 from .sites import parse_attention_site
 
 
-def _ints(name: str, values: object, what: str) -> tuple[int, ...] | None:
+def _ints(name: str, values: Any, what: str) -> tuple[int, ...] | None:  # anything: checked here
     if values is None:
         return None
     try:
-        out = tuple(int(v) for v in values)  # type: ignore[attr-defined]
+        out = tuple(int(v) for v in values)
     except (TypeError, ValueError):
         raise ValueError(f"{what}: {name} must be a sequence of integers, got {values!r}") from None
     if any(v < 0 for v in out):
@@ -61,7 +62,7 @@ class Patch:
     """
 
     site: str
-    value: Union[Tensor, np.ndarray]
+    value: Tensor | np.ndarray
     positions: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
     rows: tuple[int, ...] | None = None
@@ -89,23 +90,34 @@ class Patch:
     def apply(self, x: Tensor, offset: int) -> Tensor:
         """x (B, T, D) or (B, H, T, dh) covering positions [offset, offset + T) -> patched copy."""
         T = x.shape[-2]
+        assert isinstance(self.value, Tensor)  # __post_init__ made it one
         value = self.value.to(device=x.device, dtype=x.dtype)
         if value.shape[-1] != x.shape[-1] or (x.dim() == 4 and value.shape[0] != x.shape[1]):
-            raise ValueError(f"Patch {self.site!r}: value shape {tuple(value.shape)} does not fit the site's "
-                             f"{tuple(x.shape[1:])}")
-        wanted = range(offset, offset + T) if self.positions is None else [p for p in self.positions
-                                                                          if offset <= p < offset + T]
+            raise ValueError(
+                f"Patch {self.site!r}: value shape {tuple(value.shape)} does not fit the site's {tuple(x.shape[1:])}"
+            )
+        wanted = (
+            range(offset, offset + T)
+            if self.positions is None
+            else [p for p in self.positions if offset <= p < offset + T]
+        )
         positions = [p for p in wanted if p < value.shape[-2]]
         if not positions:
             return x
         local = torch.tensor([p - offset for p in positions], device=x.device)
         source = torch.tensor(positions, device=x.device)
-        rows = torch.arange(x.shape[0], device=x.device) if self.rows is None else torch.tensor(
-            [r for r in self.rows if r < x.shape[0]], dtype=torch.long, device=x.device)
+        rows = (
+            torch.arange(x.shape[0], device=x.device)
+            if self.rows is None
+            else torch.tensor([r for r in self.rows if r < x.shape[0]], dtype=torch.long, device=x.device)
+        )
         out = x.clone()
         if x.dim() == 4:  # (B, H, T, dh)
-            heads = torch.arange(x.shape[1], device=x.device) if self.heads is None else torch.tensor(
-                self.heads, device=x.device)
+            heads = (
+                torch.arange(x.shape[1], device=x.device)
+                if self.heads is None
+                else torch.tensor(self.heads, device=x.device)
+            )
             patch = value.index_select(0, heads).index_select(1, source)  # (h, p, dh)
             out[rows[:, None, None], heads[None, :, None], local[None, None, :]] = patch[None]
         else:  # (B, T, D)
@@ -113,4 +125,4 @@ class Patch:
         return out
 
 
-Intervention = Union[ScaleHeads, Patch]
+Intervention = ScaleHeads | Patch

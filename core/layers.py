@@ -1,8 +1,10 @@
 """Feed-forward, SSRU, encoder layer and decoder layer, with post-norm (paper) or pre-norm."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,16 @@ if TYPE_CHECKING:
     from .step import StepPlan
 
 Norm = tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
+L = TypeVar("L", bound=nn.Module)
+
+
+class LayerStack(nn.ModuleList, Generic[L]):
+    """An ``nn.ModuleList`` of one layer class: the same container (same state-dict keys); it only tells the
+    type checker what iterating it yields."""
+
+    if TYPE_CHECKING:
+
+        def __iter__(self) -> Iterator[L]: ...
 
 
 class FeedForward(nn.Module):
@@ -63,8 +75,9 @@ def norm_of(norm: nn.LayerNorm) -> Norm:
     return norm.weight, norm.bias, norm.eps
 
 
-def residual(x: Tensor, norm: Norm, fn: Callable[[Tensor], Tensor], pre: bool,
-             dropout: nn.Dropout | None = None) -> Tensor:
+def residual(
+    x: Tensor, norm: Norm, fn: Callable[[Tensor], Tensor], pre: bool, dropout: nn.Dropout | None = None
+) -> Tensor:
     """Post-norm: norm(x + drop(fn(x))); pre-norm: x + drop(fn(norm(x))). One sub-layer, for every path.
 
     Calls torch.layer_norm directly (the C binding) and skips dropout outside training: this runs three times
@@ -86,8 +99,9 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None, *, layer: int, recorder: "Recorder | None",
-                lin: LinearFn = F.linear) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None, *, layer: int, recorder: Recorder | None, lin: LinearFn = F.linear
+    ) -> Tensor:
         """x (B, Ts, D); mask broadcastable to (B, Ts, Ts), True = may attend -> (B, Ts, D)."""
         site = attention_site("encoder", layer)
 
@@ -132,8 +146,8 @@ class LayerState:
                 grown_k[:, :, : self.self_len] = self.self_k[:, :, : self.self_len]
                 grown_v[:, :, : self.self_len] = self.self_v[:, :, : self.self_len]
             self.self_k, self.self_v = grown_k, grown_v
-        self.self_k[:, :, self.self_len:end] = k
-        self.self_v[:, :, self.self_len:end] = v
+        self.self_k[:, :, self.self_len : end] = k
+        self.self_v[:, :, self.self_len : end] = v
         self.self_len = end
         kv = self.self_kv
         assert kv is not None
@@ -164,10 +178,10 @@ class DecoderState:
 
     layers: list[LayerState] = field(default_factory=list)
     length: int = 0
-    plan: tuple[int, "StepPlan | None"] | None = None  # (rows, plan): made by the model at the first fast step
+    plan: tuple[int, StepPlan | None] | None = None  # (rows, plan): made by the model at the first fast step
 
     @classmethod
-    def empty(cls, n_layers: int) -> "DecoderState":
+    def empty(cls, n_layers: int) -> DecoderState:
         return cls([LayerState() for _ in range(n_layers)], 0)
 
     def reorder(self, index: Tensor, same_source: bool = False) -> None:
@@ -203,9 +217,19 @@ class DecoderLayer(nn.Module):
             state.cross_kv = kv
         return kv
 
-    def forward(self, x: Tensor, memory: Tensor, *, self_mask: Tensor | None, cross_mask: Tensor | None,
-                layer: int, recorder: "Recorder | None", state: LayerState | None, offset: int = 0,
-                lin: LinearFn = F.linear) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        *,
+        self_mask: Tensor | None,
+        cross_mask: Tensor | None,
+        layer: int,
+        recorder: Recorder | None,
+        state: LayerState | None,
+        offset: int = 0,
+        lin: LinearFn = F.linear,
+    ) -> Tensor:
         """x (B, T, D) target positions [offset, offset + T); memory (B, Ts, D). With ``state`` keys and values
         are cached (incremental decoding). Masks broadcastable to (B, T, Tk), True = may attend."""
 
@@ -222,13 +246,15 @@ class DecoderLayer(nn.Module):
             kv = attn.project_kv(h, lin)  # (B, H, T, dh) each
             if state is not None:
                 kv = state.append_kv(*kv)  # (B, H, offset + T, dh) each
-            return attn(h, kv, self_mask, site=attention_site("decoder", layer), recorder=recorder, lin=lin,
-                        offset=offset)
+            return attn(
+                h, kv, self_mask, site=attention_site("decoder", layer), recorder=recorder, lin=lin, offset=offset
+            )
 
         def cross_block(h: Tensor) -> Tensor:
             kv = self.cross_kv(memory, state, lin)
-            return self.cross_attn(h, kv, cross_mask, site=attention_site("cross", layer), recorder=recorder,
-                                   lin=lin, offset=offset)
+            return self.cross_attn(
+                h, kv, cross_mask, site=attention_site("cross", layer), recorder=recorder, lin=lin, offset=offset
+            )
 
         x = residual(x, norm_of(self.self_attn_norm), self_block, self.pre, self.dropout)
         x = residual(x, norm_of(self.cross_attn_norm), cross_block, self.pre, self.dropout)

@@ -4,6 +4,7 @@ PyTorch's ``nn.MultiheadAttention`` uses the opposite polarity for ``key_padding
 (True = blocked); ``F.scaled_dot_product_attention``'s boolean ``attn_mask`` uses ours.
 Convert only at that boundary (see ``to_pytorch_key_padding``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,7 +16,9 @@ def padding_mask(keep: Tensor) -> Tensor:
     return keep[:, None, :]  # (B, 1, Tk)
 
 
-def causal_mask(n_query: int, n_key: int | None = None, *, offset: int = 0, device: torch.device | None = None) -> Tensor:
+def causal_mask(
+    n_query: int, n_key: int | None = None, *, offset: int = 0, device: torch.device | None = None
+) -> Tensor:
     """(Tq, Tk) lower-triangular: query i (at absolute position offset+i) may attend keys 0..offset+i."""
     n_key = n_query + offset if n_key is None else n_key
     q = torch.arange(n_query, device=device)[:, None] + offset  # (Tq, 1)
@@ -39,7 +42,8 @@ def to_pytorch_key_padding(keep: Tensor) -> Tensor:
 
 
 def full_mask(mask: Tensor | None, batch: int, n_query: int, n_key: int, device: torch.device | None = None) -> Tensor:
-    """Expand a broadcastable mask (or None = nothing masked, all True on ``device``) to an explicit (B, Tq, Tk) bool tensor."""
+    """Expand a broadcastable mask (or None = nothing masked, all True on ``device``) to an explicit
+    (B, Tq, Tk) bool tensor."""
     if mask is None:
         return torch.ones(batch, n_query, n_key, dtype=torch.bool, device=device)
     if mask.dim() == 2:

@@ -1,4 +1,5 @@
 """The encoder-decoder Transformer of "Attention Is All You Need": encode / decode / forward."""
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ from torch import Tensor, nn
 
 from .attention import LinearFn
 from .config import InferenceOptions, ModelConfig
-from .layers import DecoderLayer, DecoderState, EncoderLayer
+from .layers import DecoderLayer, DecoderState, EncoderLayer, LayerStack
 from .masks import causal_mask, combine, full_mask, padding_mask
 from .positional import LearnedPositions, SinusoidalPositions
 from .recorder import Recorder
@@ -40,8 +41,12 @@ class Transformer(nn.Module):
             self.positions: nn.Module = SinusoidalPositions(cfg.d_model, cfg.pe_layout)
         else:
             self.positions = LearnedPositions(cfg.d_model, cfg.max_positions)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.encoder_layers: LayerStack[EncoderLayer] = LayerStack(
+            EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers)
+        )
+        self.decoder_layers: LayerStack[DecoderLayer] = LayerStack(
+            DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers)
+        )
         final_norm = cfg.norm == "pre"
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if final_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if final_norm else nn.Identity()
@@ -58,7 +63,7 @@ class Transformer(nn.Module):
             elif name.endswith(".bias") and "norm" not in name:
                 nn.init.zeros_(p)
         for emb in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
-            nn.init.normal_(emb.weight, std=self.config.d_model ** -0.5)
+            nn.init.normal_(emb.weight, std=self.config.d_model**-0.5)
         for layer in self.decoder_layers:
             if layer.ssru is not None:
                 nn.init.zeros_(layer.ssru.W_f.bias)
@@ -76,7 +81,7 @@ class Transformer(nn.Module):
                 seen[key] = name
         return aliases
 
-    def _begin(self, options: InferenceOptions, recorder: "Recorder | None") -> "Recorder | None":
+    def _begin(self, options: InferenceOptions, recorder: Recorder | None) -> Recorder | None:
         """The call's recorder: the one passed (told the options), or a non-recording one when the options switch
         heads off (ablation is a per-call intervention like any other), or None: the fastest path."""
         if recorder is None and options.ablate:
@@ -86,11 +91,18 @@ class Transformer(nn.Module):
         return recorder
 
     @staticmethod
-    def _linear(fast: "FastWeights | None") -> LinearFn:
+    def _linear(fast: FastWeights | None) -> LinearFn:
         return F.linear if fast is None else fast.linear
 
-    def embed(self, tokens: Tensor, side: Side, *, options: InferenceOptions, offset: int = 0,
-              recorder: "Recorder | None" = None) -> Tensor:
+    def embed(
+        self,
+        tokens: Tensor,
+        side: Side,
+        *,
+        options: InferenceOptions,
+        offset: int = 0,
+        recorder: Recorder | None = None,
+    ) -> Tensor:
         """tokens (B, T) at positions [offset, offset + T) -> (B, T, D): embedding * sqrt(D) + positional
         encoding (zeros when off). The result is the site 'embed.src' / 'embed.tgt'."""
         table = self.src_embed if side == "src" else self.tgt_embed
@@ -111,8 +123,15 @@ class Transformer(nn.Module):
         return x
 
     # ------------------------------------------------------------------ encoder
-    def encode(self, src: Tensor, src_keep: Tensor | None = None, *, options: InferenceOptions = DEFAULT_OPTIONS,
-               recorder: "Recorder | None" = None, fast: "FastWeights | None" = None) -> Tensor:
+    def encode(
+        self,
+        src: Tensor,
+        src_keep: Tensor | None = None,
+        *,
+        options: InferenceOptions = DEFAULT_OPTIONS,
+        recorder: Recorder | None = None,
+        fast: FastWeights | None = None,
+    ) -> Tensor:
         """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: not padding)."""
         recorder = self._begin(options, recorder)
         if src_keep is None:
@@ -133,10 +152,18 @@ class Transformer(nn.Module):
         return self.encoder_norm(x)
 
     # ------------------------------------------------------------------ decoder
-    def decode(self, tgt: Tensor, memory: Tensor, src_keep: Tensor | None, *,
-               options: InferenceOptions = DEFAULT_OPTIONS, recorder: "Recorder | None" = None,
-               state: DecoderState | None = None, tgt_keep: Tensor | None = None,
-               fast: "FastWeights | None" = None) -> Tensor:
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_keep: Tensor | None,
+        *,
+        options: InferenceOptions = DEFAULT_OPTIONS,
+        recorder: Recorder | None = None,
+        state: DecoderState | None = None,
+        tgt_keep: Tensor | None = None,
+        fast: FastWeights | None = None,
+    ) -> Tensor:
         """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V).
 
         src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
@@ -166,22 +193,39 @@ class Transformer(nn.Module):
                 state.plan = (B, make_plan(self, fast, B))
             plan = state.plan[1]
             if plan is not None:  # an incremental decoding step: the same computation without module overhead
-                for layer, layer_state in zip(self.decoder_layers, state.layers):
+                for layer, layer_state in zip(self.decoder_layers, state.layers, strict=True):
                     layer.cross_kv(memory, layer_state, lin)  # projected at the first step, kept in the state
                 state.length = n_key
                 return run_layers(plan, x, state, cross_mask, recorder)  # (B, 1, V)
         for i, layer in enumerate(self.decoder_layers):
-            x = layer(x, memory, self_mask=self_mask, cross_mask=cross_mask, layer=i, recorder=recorder,
-                      state=state.layers[i] if state is not None else None, offset=offset, lin=lin)
+            x = layer(
+                x,
+                memory,
+                self_mask=self_mask,
+                cross_mask=cross_mask,
+                layer=i,
+                recorder=recorder,
+                state=state.layers[i] if state is not None else None,
+                offset=offset,
+                lin=lin,
+            )
             if recorder is not None:
                 x = recorder.activation(layer_site("decoder", i), x, offset)
         if state is not None:
             state.length = n_key
         return lin(self.decoder_norm(x), self.output.weight, self.output.bias)  # (B, T, V)
 
-    def forward(self, src: Tensor, tgt: Tensor, *, options: InferenceOptions = DEFAULT_OPTIONS,
-                recorder: "Recorder | None" = None, src_keep: Tensor | None = None,
-                tgt_keep: Tensor | None = None, fast: "FastWeights | None" = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        *,
+        options: InferenceOptions = DEFAULT_OPTIONS,
+        recorder: Recorder | None = None,
+        src_keep: Tensor | None = None,
+        tgt_keep: Tensor | None = None,
+        fast: FastWeights | None = None,
+    ) -> Tensor:
         """Teacher-forced pass: src (B, Ts), decoder inputs tgt (B, Tt) -> logits (B, Tt, V)."""
         if src_keep is None:
             src_keep = src != self.config.pad_id

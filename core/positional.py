@@ -1,4 +1,5 @@
 """Positional encodings: the paper's sinusoids (two layouts) and learned positions (table row E)."""
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,9 @@ def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved"
     i = torch.arange(half, dtype=torch.float64)[None, :]  # (1, d/2)
     if layout == "interleaved":
         angle = pos / torch.pow(10000.0, 2 * i / d_model)  # (P, d/2)
-        table = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(n_positions, d_model)  # (P, d/2, 2) -> (P, d)
+        table = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(
+            n_positions, d_model
+        )  # (P, d/2, 2) -> (P, d)
     elif layout == "concatenated":
         inv = torch.exp(-i * math.log(10000.0) / max(half - 1, 1))  # (1, d/2)
         angle = pos * inv  # (P, d/2)
@@ -31,6 +34,8 @@ def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved"
 
 class SinusoidalPositions(nn.Module):
     """Fixed sinusoids. The table is a non-persistent buffer: not saved, no length tied to checkpoints."""
+
+    table: Tensor
 
     def __init__(self, d_model: int, layout: str, n_cached: int = 512) -> None:
         super().__init__()
@@ -57,5 +62,7 @@ class LearnedPositions(nn.Module):
     def forward(self, length: int, offset: int = 0) -> Tensor:
         end = offset + length
         if end > self.embedding.num_embeddings:
-            raise ValueError(f"position {end - 1} exceeds the learned table ({self.embedding.num_embeddings} positions)")
+            raise ValueError(
+                f"position {end - 1} exceeds the learned table ({self.embedding.num_embeddings} positions)"
+            )
         return self.embedding.weight[offset:end]  # (T, D)

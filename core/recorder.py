@@ -10,9 +10,11 @@ It also carries the call's interventions (``core.interventions``) and the heads 
 switches off, and can keep gradients at a site (``keep_grad=("embed.src",)``) for attribution.
 Nothing is stored on the model, so calls on one shared model stay independent under threads.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -49,7 +51,7 @@ def _stitch(chunks: list[Tensor], fill: float | bool, dtype: Any = np.float32) -
     out = np.full((*lead, n_query, n_key), fill, dtype=dtype)
     row = 0
     for c in chunks:
-        out[..., row: row + c.shape[-2], : c.shape[-1]] = c.numpy()
+        out[..., row : row + c.shape[-2], : c.shape[-1]] = c.numpy()
         row += c.shape[-2]
     return out
 
@@ -71,8 +73,16 @@ class Recorder:
     leaf that keeps its gradient (``leaf(site).grad`` after ``backward``), e.g. 'embed.src' for attribution.
     """
 
-    def __init__(self, model: "Transformer", *, record: bool = True, qkv: bool = False, activations: bool = False,
-                 interventions: Iterable[Intervention] = (), keep_grad: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        *,
+        record: bool = True,
+        qkv: bool = False,
+        activations: bool = False,
+        interventions: Iterable[Intervention] = (),
+        keep_grad: Iterable[str] = (),
+    ) -> None:
         self.shape = ModelShape.of(model.config)
         self.pad_id = model.config.pad_id
         self.record, self.record_qkv, self.record_activations = record, qkv, activations
@@ -171,8 +181,9 @@ class Recorder:
     def _add(self, name: str, t: Tensor) -> None:
         self._chunks.setdefault(name, []).append(_detached(t))
 
-    def attention(self, site: str, weights: Tensor, scores: Tensor, scores_raw: Tensor,
-                  q: Tensor, k: Tensor, v: Tensor) -> None:
+    def attention(
+        self, site: str, weights: Tensor, scores: Tensor, scores_raw: Tensor, q: Tensor, k: Tensor, v: Tensor
+    ) -> None:
         """weights, scores, scores_raw: (B, H, Tq, Tk); q (B, H, Tq, dh); k, v (B, H, Tk, dh)."""
         if not self.record:
             return
@@ -197,8 +208,9 @@ class Recorder:
         """Token ids (B, T) fed on ``side`` and their keep flags (True = real token; None = all real)."""
         if self.record:
             self._chunks.setdefault(f"ids.{side}", []).append(ids)
-            self._chunks.setdefault(f"keep.{side}", []).append(torch.ones_like(ids, dtype=torch.bool)
-                                                                if keep is None else keep[:, -ids.shape[1]:])
+            self._chunks.setdefault(f"keep.{side}", []).append(
+                torch.ones_like(ids, dtype=torch.bool) if keep is None else keep[:, -ids.shape[1] :]
+            )
 
     def gate(self, layer: int, gates: Tensor) -> None:
         """SSRU forget gates of decoder ``layer``: (B, T, D)."""
@@ -216,8 +228,13 @@ class Recorder:
         final query rows are kept as that step's ``step_rows``, and the decoder's record starts again."""
         self._recomputing = True
         self._keep_step_rows()
-        for name in [n for n in self._chunks if n.startswith(("decoder.", "cross.", "mask.decoder", "mask.cross",
-                                                               "pe.tgt", "ssru.", "ids.tgt", "keep.tgt"))]:
+        for name in [
+            n
+            for n in self._chunks
+            if n.startswith(
+                ("decoder.", "cross.", "mask.decoder", "mask.cross", "pe.tgt", "ssru.", "ids.tgt", "keep.tgt")
+            )
+        ]:
             del self._chunks[name]
         for name in [n for n in self._latest if n.startswith(("decoder.", "cross."))]:
             del self._latest[name]
@@ -248,13 +265,17 @@ class Recorder:
                 arrays[name] = _cpu(torch.cat(chunks, dim=0))
             elif name.startswith(("ids.", "keep.")) or name.endswith((".out", ".gate")) or name.startswith("embed."):
                 dtype = np.int64 if name.startswith("ids.") else np.bool_ if name.startswith("keep.") else np.float32
-                arrays[name] = _cpu(torch.cat(chunks, dim=-2 if name.endswith((".out", ".gate")) or
-                                              name.startswith("embed.") else -1), dtype)
+                arrays[name] = _cpu(
+                    torch.cat(chunks, dim=-2 if name.endswith((".out", ".gate")) or name.startswith("embed.") else -1),
+                    dtype,
+                )
             elif name.startswith("mask."):
                 arrays[name] = _stitch(chunks, False, np.bool_)
             else:
                 ident = id(chunks[-1])
-                if name.endswith(".scores_raw") and all(a is b for a, b in zip(chunks, self._chunks[name[:-4]])):
+                if name.endswith(".scores_raw") and all(
+                    a is b for a, b in zip(chunks, self._chunks[name[:-4]], strict=True)
+                ):
                     arrays[name] = shared[id(self._chunks[name[:-4]][-1])]  # no mask: raw scores are the scores
                     continue
                 arrays[name] = _stitch(chunks, FILL.get(name.rsplit(".", 1)[1], 0.0))
@@ -269,8 +290,14 @@ class Recorder:
         for a in arrays.values():
             a.flags.writeable = False  # traces are shared (e.g. cached by the app): read-only
         ids = [arrays[n] for n in ("ids.src", "ids.tgt", "output.ids", "output.top_ids") if n in arrays]
-        vocab = {int(i): (pieces(int(i)) if pieces is not None else str(int(i)))
-                 for i in np.unique(np.concatenate([a.ravel() for a in ids]))} if ids else {}
+        vocab = (
+            {
+                int(i): (pieces(int(i)) if pieces is not None else str(int(i)))
+                for i in np.unique(np.concatenate([a.ravel() for a in ids]))
+            }
+            if ids
+            else {}
+        )
         return Trace(arrays=arrays, vocab=vocab, options=self.options, shape=self.shape, meta=dict(meta or {}))
 
     def _add_mask_parts(self, arrays: dict[str, np.ndarray]) -> None:
@@ -292,4 +319,3 @@ class Recorder:
             arrays["mask.decoder.causal"] = np.broadcast_to(causal, (B, Tt, Tk)).copy()
             part = tgt[:, None, :Tk] if padding else np.ones((B, 1, Tk), dtype=np.bool_)
             arrays["mask.decoder.padding"] = np.broadcast_to(part, (B, Tt, Tk)).copy()
-

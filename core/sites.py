@@ -29,6 +29,7 @@ Other sites::
     output.ids, output.probs       (B, steps) the token chosen at each step and its probability
     output.top_ids, output.top_probs   (B, steps, k) the k most likely tokens at each step
 """
+
 from __future__ import annotations
 
 from typing import Literal, get_args

@@ -8,10 +8,12 @@ computation as ``DecoderLayer.forward`` with a ``LayerState``: the same ``attend
 the same ``residual``, the same recorder calls and KV buffers (tests/core/test_step.py compares them).
 Only for self-attention decoders in eval mode without grad; the model runs the module path otherwise.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +25,7 @@ from .layers import Norm, norm_of, residual
 from .sites import attention_site, layer_site
 
 if TYPE_CHECKING:
-    from .layers import DecoderState
+    from .layers import DecoderState, LayerState
     from .model import Transformer
     from .recorder import Recorder
 
@@ -57,7 +59,7 @@ class StepPlan:
     d_model: int
 
 
-def make_plan(model: "Transformer", fast: FastWeights, rows: int) -> StepPlan | None:
+def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | None:
     """The plan for steps of ``rows`` sentences, or None when the module path must run (SSRU decoder,
     training mode, grad enabled)."""
     cfg = model.config
@@ -71,56 +73,89 @@ def make_plan(model: "Transformer", fast: FastWeights, rows: int) -> StepPlan | 
     for i, layer in enumerate(model.decoder_layers):
         assert layer.self_attn is not None
         qkv_weight, qkv_bias = fast.fused_qkv[i]
-        layers.append(LayerPlan(
-            qkv=fast.bind(qkv_weight, qkv_bias, rows), self_out=bind(layer.self_attn.out_proj),
-            cross_q=bind(layer.cross_attn.q_proj), cross_out=bind(layer.cross_attn.out_proj),
-            ffn_in=bind(layer.ffn.linear1), ffn_out=bind(layer.ffn.linear2),
-            self_norm=norm_of(layer.self_attn_norm), cross_norm=norm_of(layer.cross_attn_norm),
-            ffn_norm=norm_of(layer.ffn_norm), self_site=attention_site("decoder", i),
-            cross_site=attention_site("cross", i), out_site=layer_site("decoder", i)))
+        layers.append(
+            LayerPlan(
+                qkv=fast.bind(qkv_weight, qkv_bias, rows),
+                self_out=bind(layer.self_attn.out_proj),
+                cross_q=bind(layer.cross_attn.q_proj),
+                cross_out=bind(layer.cross_attn.out_proj),
+                ffn_in=bind(layer.ffn.linear1),
+                ffn_out=bind(layer.ffn.linear2),
+                self_norm=norm_of(layer.self_attn_norm),
+                cross_norm=norm_of(layer.cross_attn_norm),
+                ffn_norm=norm_of(layer.ffn_norm),
+                self_site=attention_site("decoder", i),
+                cross_site=attention_site("cross", i),
+                out_site=layer_site("decoder", i),
+            )
+        )
     final = model.decoder_norm if isinstance(model.decoder_norm, nn.LayerNorm) else None
-    return StepPlan(tuple(layers), bind(model.output), norm_of(final) if final is not None else None,
-                    cfg.norm == "pre", torch.relu if cfg.activation == "relu" else F.gelu, cfg.n_heads, cfg.d_model)
+    return StepPlan(
+        tuple(layers),
+        bind(model.output),
+        norm_of(final) if final is not None else None,
+        cfg.norm == "pre",
+        torch.relu if cfg.activation == "relu" else F.gelu,
+        cfg.n_heads,
+        cfg.d_model,
+    )
 
 
 def _call(lin: Linear, x: Tensor) -> Tensor:
     return lin[0](x, lin[1], lin[2])
 
 
-def run_layers(plan: StepPlan, x: Tensor, state: "DecoderState", cross_mask: Tensor | None,
-               recorder: "Recorder | None") -> Tensor:
+def run_layers(
+    plan: StepPlan, x: Tensor, state: DecoderState, cross_mask: Tensor | None, recorder: Recorder | None
+) -> Tensor:
     """x (B, 1, D) embedded new positions -> logits (B, 1, V). ``state``'s layers hold the cross-attention
     keys/values already; each layer's new self-attention key/value is appended to its buffers.
     cross_mask (B, 1, Ts): True = real source token; None = no padding."""
-    B = x.shape[0]
-    H, D = plan.n_heads, plan.d_model
-    dh = D // H
+    B, D = x.shape[0], plan.d_model
     offset = state.length - 1  # the position this step computes
-    pre, act = plan.pre, plan.activation
     h = x.reshape(B, D)  # (B, D)
-    for lp, ls in zip(plan.layers, state.layers):
-        def self_block(y: Tensor) -> Tensor:
-            qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
-            k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
-            # one new position sees every cached one: no mask
-            ctx = attend(qkv[:, 0], k, v, None, site=lp.self_site, recorder=recorder, flat=flat_kv(k, v),
-                         offset=offset)
-            return _call(lp.self_out, ctx.reshape(B, D))
-
-        def cross_block(y: Tensor) -> Tensor:
-            assert ls.cross_kv is not None
-            if ls.cross_flat is None:  # the source's keys and values are the same at every step
-                ls.cross_flat = flat_kv(*ls.cross_kv)
-            q = _call(lp.cross_q, y).view(B, H, 1, dh)
-            ctx = attend(q, *ls.cross_kv, cross_mask, site=lp.cross_site, recorder=recorder, flat=ls.cross_flat,
-                         offset=offset)
-            return _call(lp.cross_out, ctx.reshape(B, D))
-
-        h = residual(h, lp.self_norm, self_block, pre)
-        h = residual(h, lp.cross_norm, cross_block, pre)
-        h = residual(h, lp.ffn_norm, lambda y: _call(lp.ffn_out, act(_call(lp.ffn_in, y))), pre)
-        if recorder is not None:
-            h = recorder.activation(lp.out_site, h[:, None], offset)[:, 0]
+    for lp, ls in zip(plan.layers, state.layers, strict=True):
+        h = _run_layer(plan, lp, ls, h, cross_mask, recorder, offset)
     if plan.final_norm is not None:
         h = torch.layer_norm(h, (D,), *plan.final_norm)
     return _call(plan.output, h)[:, None]  # (B, 1, V)
+
+
+def _run_layer(
+    plan: StepPlan,
+    lp: LayerPlan,
+    ls: LayerState,
+    h: Tensor,
+    cross_mask: Tensor | None,
+    recorder: Recorder | None,
+    offset: int,
+) -> Tensor:
+    """One decoder layer of a step: h (B, D) -> (B, D)."""
+    B = h.shape[0]
+    H, D = plan.n_heads, plan.d_model
+    dh = D // H
+    pre, act = plan.pre, plan.activation
+
+    def self_block(y: Tensor) -> Tensor:
+        qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
+        k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
+        # one new position sees every cached one: no mask
+        ctx = attend(qkv[:, 0], k, v, None, site=lp.self_site, recorder=recorder, flat=flat_kv(k, v), offset=offset)
+        return _call(lp.self_out, ctx.reshape(B, D))
+
+    def cross_block(y: Tensor) -> Tensor:
+        assert ls.cross_kv is not None
+        if ls.cross_flat is None:  # the source's keys and values are the same at every step
+            ls.cross_flat = flat_kv(*ls.cross_kv)
+        q = _call(lp.cross_q, y).view(B, H, 1, dh)
+        ctx = attend(
+            q, *ls.cross_kv, cross_mask, site=lp.cross_site, recorder=recorder, flat=ls.cross_flat, offset=offset
+        )
+        return _call(lp.cross_out, ctx.reshape(B, D))
+
+    h = residual(h, lp.self_norm, self_block, pre)
+    h = residual(h, lp.cross_norm, cross_block, pre)
+    h = residual(h, lp.ffn_norm, lambda y: _call(lp.ffn_out, act(_call(lp.ffn_in, y))), pre)
+    if recorder is not None:
+        h = recorder.activation(lp.out_site, h[:, None], offset)[:, 0]
+    return h

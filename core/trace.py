@@ -4,14 +4,16 @@ Every array lives under a site name (``core.sites``), e.g. ``trace["cross.1.weig
 them. ``attention``, ``scores``, ``mask``, ``positional_encoding`` ... read the same store. Arrays keep the
 batch axis; ``trace[...]`` and the helpers return batch element ``item`` (``select`` views another).
 """
+
 from __future__ import annotations
 
 import io
 import json
 import zipfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +35,10 @@ class ModelShape:
     decoder_self: str  # 'attention' or 'ssru'
 
     @classmethod
-    def of(cls, config: ModelConfig) -> "ModelShape":
-        return cls(config.n_heads, config.d_model, config.n_encoder_layers, config.n_decoder_layers,
-                   config.decoder_self)
+    def of(cls, config: ModelConfig) -> ModelShape:
+        return cls(
+            config.n_heads, config.d_model, config.n_encoder_layers, config.n_decoder_layers, config.decoder_self
+        )
 
     @property
     def kinds(self) -> tuple[AttentionKind, ...]:
@@ -52,8 +55,12 @@ class ModelShape:
 
     def stream_sites(self) -> list[str]:
         """Residual-stream sites: 'embed.src', 'encoder.0.out', ..., 'embed.tgt', 'decoder.0.out', ..."""
-        return (["embed.src"] + [f"encoder.{i}.out" for i in range(self.n_encoder_layers)]
-                + ["embed.tgt"] + [f"decoder.{i}.out" for i in range(self.n_decoder_layers)])
+        return (
+            ["embed.src"]
+            + [f"encoder.{i}.out" for i in range(self.n_encoder_layers)]
+            + ["embed.tgt"]
+            + [f"decoder.{i}.out" for i in range(self.n_decoder_layers)]
+        )
 
     def check_attention_site(self, site: str) -> None:
         if site not in self.attention_sites():
@@ -63,14 +70,20 @@ class ModelShape:
         """ValueError naming the first (kind, layer, head) this model does not have."""
         for kind, layer, head in sorted(ablate):
             if kind not in self.kinds:
-                raise ValueError(f"cannot switch off a {kind} head: this model has no {kind} attention "
-                                 f"(it has {', '.join(self.kinds)})")
+                raise ValueError(
+                    f"cannot switch off a {kind} head: this model has no {kind} attention "
+                    f"(it has {', '.join(self.kinds)})"
+                )
             if layer >= self.n_layers[kind]:
-                raise ValueError(f"cannot switch off {kind} layer {layer + 1} head {head + 1}: the model has "
-                                 f"{self.n_layers[kind]} {kind} layers")
+                raise ValueError(
+                    f"cannot switch off {kind} layer {layer + 1} head {head + 1}: the model has "
+                    f"{self.n_layers[kind]} {kind} layers"
+                )
             if head >= self.n_heads:
-                raise ValueError(f"cannot switch off {kind} layer {layer + 1} head {head + 1}: the model has "
-                                 f"{self.n_heads} heads per layer")
+                raise ValueError(
+                    f"cannot switch off {kind} layer {layer + 1} head {head + 1}: the model has "
+                    f"{self.n_heads} heads per layer"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -101,8 +114,14 @@ class Trace:
         """The array at site ``name`` for batch element ``item`` (positional encodings have no batch axis)."""
         if name not in self.arrays:
             near = [k for k in self.arrays if k.split(".")[0] == name.split(".")[0]][:8]
-            raise KeyError(f"{name!r} was not recorded" + (f"; recorded under {name.split('.')[0]!r}: {near}" if near
-                                                           else f"; recorded: {self.keys()[:12]} ..."))
+            raise KeyError(
+                f"{name!r} was not recorded"
+                + (
+                    f"; recorded under {name.split('.')[0]!r}: {near}"
+                    if near
+                    else f"; recorded: {self.keys()[:12]} ..."
+                )
+            )
         a = self.arrays[name]
         return a if name.startswith("pe.") else a[self.item]
 
@@ -110,7 +129,7 @@ class Trace:
     def batch_size(self) -> int:
         return int(self.arrays["ids.src"].shape[0]) if "ids.src" in self.arrays else 1
 
-    def select(self, item: int) -> "Trace":
+    def select(self, item: int) -> Trace:
         """The same trace, viewed at batch element ``item``."""
         if not 0 <= item < self.batch_size:
             raise IndexError(f"item {item} out of range for a batch of {self.batch_size}")
@@ -142,7 +161,7 @@ class Trace:
     @property
     def tgt_tokens(self) -> list[str]:
         """Decoder inputs: the start token, then the output pieces before the last."""
-        ids = self["ids.tgt"] if "ids.tgt" in self.arrays else []
+        ids: np.ndarray | list[int] = self["ids.tgt"] if "ids.tgt" in self.arrays else []
         return [START_PIECE if p == 0 else self.piece(i) for p, i in enumerate(ids)]
 
     @property
@@ -156,7 +175,8 @@ class Trace:
         return self[f"{self._site(kind, layer)}.weights"]
 
     def scores(self, kind: AttentionKind, layer: int, *, masked: bool = True) -> np.ndarray:
-        """Scaled scores QK^T/sqrt(d_k): (heads, n_query, n_key); masked entries -inf (``masked=False``: before the mask)."""
+        """Scaled scores QK^T/sqrt(d_k): (heads, n_query, n_key); masked entries -inf
+        (``masked=False``: before the mask)."""
         return self[f"{self._site(kind, layer)}.{'scores' if masked else 'scores_raw'}"]
 
     def mask(self, kind: AttentionKind, part: str | None = None) -> np.ndarray:
@@ -196,8 +216,9 @@ class Trace:
             raise KeyError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
         site = attention_site(kind, layer)
         if f"{site}.weights" not in self.arrays:
-            raise KeyError(f"no {kind} attention recorded for layer {layer} (recorded: {list(self.kinds)}, "
-                           f"layers {self.n_layers})")
+            raise KeyError(
+                f"no {kind} attention recorded for layer {layer} (recorded: {list(self.kinds)}, layers {self.n_layers})"
+            )
         return site
 
     # --------------------------------------------------------------- export / import
@@ -206,8 +227,13 @@ class Trace:
         return sum(a.nbytes for a in self.arrays.values())
 
     def metadata(self) -> dict[str, Any]:
-        return {"format": FORMAT, "options": self.options.to_dict(), "shape": self.shape.to_dict(),
-                "vocab": {str(k): v for k, v in self.vocab.items()}, "meta": dict(self.meta)}
+        return {
+            "format": FORMAT,
+            "options": self.options.to_dict(),
+            "shape": self.shape.to_dict(),
+            "vocab": {str(k): v for k, v in self.vocab.items()},
+            "meta": dict(self.meta),
+        }
 
     def to_json(self, decimals: int = 4) -> str:
         """JSON text: metadata plus every array as nested lists (-inf written as null)."""
@@ -219,7 +245,12 @@ class Trace:
             else:
                 r = np.round(a.astype(np.float64), decimals)
                 finite = np.isfinite(r)
-                values = r.tolist() if finite.all() else np.where(finite, r, None).tolist()  # -inf -> null
+                if finite.all():
+                    values = r.tolist()
+                else:
+                    with_null = r.astype(object)
+                    with_null[~finite] = None  # -inf -> null
+                    values = with_null.tolist()
                 arrays[name] = {"dtype": "float32", "data": values}
         data["arrays"] = arrays
         return json.dumps(data, allow_nan=False, ensure_ascii=False)
@@ -227,7 +258,9 @@ class Trace:
     def to_npz(self) -> bytes:
         """An .npz archive: every array under its site name, plus 'metadata' as a JSON string."""
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, metadata=np.array(json.dumps(self.metadata())), **self.arrays)
+        # values typed Any: mypy matches a ** mapping against savez's allow_pickle too (no site has that name)
+        arrays: dict[str, Any] = {"metadata": np.array(json.dumps(self.metadata())), **self.arrays}
+        np.savez_compressed(buffer, **arrays)
         return buffer.getvalue()
 
     def save(self, path: str | Path) -> Path:
@@ -242,7 +275,7 @@ class Trace:
         return path
 
     @classmethod
-    def load(cls, source: str | Path | bytes) -> "Trace":
+    def load(cls, source: str | Path | bytes) -> Trace:
         """Read a trace written by ``save`` / ``to_npz`` / ``to_json`` (a path, or the file's bytes).
 
         Raises ValueError naming what is wrong with a file that is not such a trace. Never unpickles."""
@@ -277,10 +310,12 @@ class Trace:
         return cls._from_parts(metadata, arrays)
 
     @classmethod
-    def _from_parts(cls, metadata: dict[str, Any], arrays: dict[str, np.ndarray]) -> "Trace":
+    def _from_parts(cls, metadata: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
-            raise ValueError(f"not a trace of this format (expected {FORMAT!r}, got "
-                             f"{metadata.get('format') if isinstance(metadata, dict) else type(metadata).__name__!r})")
+            raise ValueError(
+                f"not a trace of this format (expected {FORMAT!r}, got "
+                f"{metadata.get('format') if isinstance(metadata, dict) else type(metadata).__name__!r})"
+            )
         try:
             options = InferenceOptions.from_dict(metadata["options"])
             shape = ModelShape(**metadata["shape"])

@@ -1,4 +1,5 @@
 """Shared fixtures: a tiny random model config and a tiny checkpoint folder built on the fly."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def tiny_config(**overrides) -> ModelConfig:
-    base = dict(src_vocab_size=64, tgt_vocab_size=64, d_model=16, n_heads=2, n_encoder_layers=2,
-                n_decoder_layers=2, d_ff=32, dropout=0.0)
+    base = dict(
+        src_vocab_size=64,
+        tgt_vocab_size=64,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+    )
     base.update(overrides)
     return ModelConfig(**base)
 
@@ -32,8 +41,9 @@ def model(cfg: ModelConfig) -> Transformer:
 def build_tiny_checkpoint(directory: Path, seed: int = 0, **overrides) -> Path:
     """A real (random-weight) checkpoint folder with a SentencePiece model trained on the fixture corpus."""
     lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
-    spm_path = Tokenizer.train(lines * 4, directory.parent / f"{directory.name}-spm", vocab_size=120,
-                               seed_sentencepiece_size=10000)
+    spm_path = Tokenizer.train(
+        lines * 4, directory.parent / f"{directory.name}-spm", vocab_size=120, seed_sentencepiece_size=10000
+    )
     vocab = Tokenizer(spm_path).vocab_size
     torch.manual_seed(seed)
     config = tiny_config(src_vocab_size=vocab, tgt_vocab_size=vocab, **overrides)

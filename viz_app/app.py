@@ -3,6 +3,7 @@
 Run with ``streamlit run viz_app/app.py`` (``make run``). The pages live in ``viz_app/views``;
 figures in ``viz_app/figures.py``; cached loaders and the link state in ``viz_app/state.py``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,9 +27,12 @@ st.set_page_config(page_title="Transformer Attention Lab", page_icon=":material/
 PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
     key: st.Page(f"views/{key}.py", title=title, icon=f":material/{icon}:", url_path=key, default=key == "overview")
     for key, title, icon in [
-        ("overview", "Translate & overview", "translate"), ("head", "Head detail", "zoom_in"),
-        ("masks", "Masks", "grid_on"), ("positional", "Positional encoding", "waves"),
-        ("steps", "Step-by-step decoding", "play_circle"), ("learn", "Learn: attention by hand", "calculate"),
+        ("overview", "Translate & overview", "translate"),
+        ("head", "Head detail", "zoom_in"),
+        ("masks", "Masks", "grid_on"),
+        ("positional", "Positional encoding", "waves"),
+        ("steps", "Step-by-step decoding", "play_circle"),
+        ("learn", "Learn: attention by hand", "calculate"),
     ]
 }
 
@@ -45,7 +49,9 @@ if not common.sidebar():  # no checkpoint, or it failed to load (the sidebar sho
 try:
     page.run()
 except Exception as exc:  # noqa: BLE001 — a generic box instead of a traceback (script control is BaseException)
-    st.error(f"**This view failed** ({type(exc).__name__}): {exc}. Try another sentence or reset the switches.",
-             icon=":material/bug_report:")
+    st.error(
+        f"**This view failed** ({type(exc).__name__}): {exc}. Try another sentence or reset the switches.",
+        icon=":material/bug_report:",
+    )
 finally:  # once per run, after the page (its widgets may change the state the URL mirrors), even after st.stop()
     state.sync_url(page.url_path or "overview")

@@ -1,7 +1,9 @@
 """Widgets shared by the pages: the sidebar, the sentence bar, head pickers, token pills, export."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -14,7 +16,8 @@ from viz_app.figures import plot_config, token_text
 HOW_TO_GET_ONE = (
     "No checkpoint found under `{root}`. Get one with **`make run`** (imports the pretrained "
     "Bergamot en↔pt models) or **`make train`** (trains `ding-en-de`), or point the app at another "
-    "folder with the environment variable `LAB_CHECKPOINT_ROOT`.")
+    "folder with the environment variable `LAB_CHECKPOINT_ROOT`."
+)
 
 
 def md(text: str) -> str:
@@ -63,8 +66,12 @@ def _replay_controls() -> core.Translation | None:
     """Open a saved trace (exported from any page) and replay it on every page, without the model."""
     saved = state.replay()
     with st.expander("Open a saved trace", expanded=saved is not None, icon=":material/history:"):
-        st.file_uploader("Trace file (.npz or .json, from “Export this run”)", type=["npz", "json"],
-                         key="trace_file", on_change=_trace_uploaded)
+        st.file_uploader(
+            "Trace file (.npz or .json, from “Export this run”)",
+            type=["npz", "json"],
+            key="trace_file",
+            on_change=_trace_uploaded,
+        )
         error = st.session_state.get("_trace_error")
         if error:
             st.error(error, icon=":material/error:")
@@ -72,10 +79,13 @@ def _replay_controls() -> core.Translation | None:
             st.button("Close the trace", on_click=_close_trace, key="close_trace", icon=":material/close:")
     if saved is not None:
         shape = saved.trace.shape
-        st.info(f"**Replaying a saved trace** of *{md(str(saved.trace.meta.get('model', 'a model')))}* "
-                f"({shape.n_encoder_layers}+{shape.n_decoder_layers} layers · {shape.n_heads} heads) with "
-                f"**{state.options_note(saved.options, saved.beam_size)}**. Nothing is recomputed; switches that "
-                "need the model are off until you close it.", icon=":material/history:")
+        st.info(
+            f"**Replaying a saved trace** of *{md(str(saved.trace.meta.get('model', 'a model')))}* "
+            f"({shape.n_encoder_layers}+{shape.n_decoder_layers} layers · {shape.n_heads} heads) with "
+            f"**{state.options_note(saved.options, saved.beam_size)}**. Nothing is recomputed; switches that "
+            "need the model are off until you close it.",
+            icon=":material/history:",
+        )
     return saved
 
 
@@ -91,8 +101,13 @@ def sidebar() -> bool:
             return False
         if ss.get("ckpt") not in names:
             ss["ckpt"] = state.default_checkpoint()
-        st.selectbox("Checkpoint", names, key="ckpt", on_change=_checkpoint_changed,
-                     help=f"Model folders under `{state.checkpoint_root()}`")
+        st.selectbox(
+            "Checkpoint",
+            names,
+            key="ckpt",
+            on_change=_checkpoint_changed,
+            help=f"Model folders under `{state.checkpoint_root()}`",
+        )
         bundle = state.bundle()
         if bundle is None:
             return False
@@ -104,33 +119,57 @@ def sidebar() -> bool:
         device = bundle.device
         device_label = f"CUDA ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "CPU"
         decoder = "SSRU (no self-attention)" if cfg.decoder_self == "ssru" else "self-attention"
-        st.caption(f"**{bundle.languages[0]} → {bundle.languages[1]}** · {cfg.n_encoder_layers}+{cfg.n_decoder_layers} "
-                   f"layers · {cfg.n_heads} heads · {n_params} parameters")
+        st.caption(
+            f"**{bundle.languages[0]} → {bundle.languages[1]}** · {cfg.n_encoder_layers}+{cfg.n_decoder_layers} "
+            f"layers · {cfg.n_heads} heads · {n_params} parameters"
+        )
         with st.expander("Model details", expanded=False):
-            st.markdown(f"- **{cfg.n_encoder_layers}** encoder / **{cfg.n_decoder_layers}** decoder layers\n"
-                        f"- **{cfg.n_heads}** heads, d_model **{cfg.d_model}**, d_k **{cfg.d_head}**\n"
-                        f"- decoder: {decoder}\n- **{n_params}** parameters\n"
-                        f"- positions: {cfg.positional} ({cfg.pe_layout})")
+            st.markdown(
+                f"- **{cfg.n_encoder_layers}** encoder / **{cfg.n_decoder_layers}** decoder layers\n"
+                f"- **{cfg.n_heads}** heads, d_model **{cfg.d_model}**, d_k **{cfg.d_head}**\n"
+                f"- decoder: {decoder}\n- **{n_params}** parameters\n"
+                f"- positions: {cfg.positional} ({cfg.pe_layout})"
+            )
         st.caption(f"Running on **{device_label}** · {bundle.name}")
         st.subheader("Switches", divider="gray")
         st.toggle("Positional encoding", key="pe", help="Add the position signal to the token embeddings.")
         ssru = cfg.decoder_self == "ssru"
-        st.toggle("Causal mask (decoder)", key="causal", disabled=ssru,
-                  help=("This model's decoder has no self-attention (an SSRU reads the target left to right), "
-                        "so there is no causal mask to switch off." if ssru else
-                        "Stop the decoder from looking at later target tokens."))
+        st.toggle(
+            "Causal mask (decoder)",
+            key="causal",
+            disabled=ssru,
+            help=(
+                "This model's decoder has no self-attention (an SSRU reads the target left to right), "
+                "so there is no causal mask to switch off."
+                if ssru
+                else "Stop the decoder from looking at later target tokens."
+            ),
+        )
         st.toggle("Padding mask", key="padding", help="Stop attention to <pad> tokens of a padded batch.")
         kinds = [k for k in core.ATTENTION_KINDS if k != "decoder" or cfg.decoder_self == "attention"]
-        labels = [state.head_label(k, l, h) for k in kinds
-                  for l in range(cfg.n_encoder_layers if k == "encoder" else cfg.n_decoder_layers)
-                  for h in range(cfg.n_heads)]
+        labels = [
+            state.head_label(k, l, h)
+            for k in kinds
+            for l in range(cfg.n_encoder_layers if k == "encoder" else cfg.n_decoder_layers)
+            for h in range(cfg.n_heads)
+        ]
         ss["ablate"] = [a for a in ss.get("ablate", []) if a in labels]
-        st.multiselect("Switch off heads", labels, key="ablate", placeholder="none",
-                       help="An ablated head's output is zeroed (its weights are still shown).")
+        st.multiselect(
+            "Switch off heads",
+            labels,
+            key="ablate",
+            placeholder="none",
+            help="An ablated head's output is zeroed (its weights are still shown).",
+        )
         note = state.options_note(state.options(), int(ss.get("beam", 1)))
         st.markdown(f"Options in effect: **{note}**", help="Every figure title ends with these options.")
-        st.button("Reset switches", on_click=_reset, key="reset", icon=":material/restart_alt:",
-                  disabled=state.options() == core.InferenceOptions())
+        st.button(
+            "Reset switches",
+            on_click=_reset,
+            key="reset",
+            icon=":material/restart_alt:",
+            disabled=state.options() == core.InferenceOptions(),
+        )
     return True
 
 
@@ -154,10 +193,14 @@ def sentence_bar(label: str = "Sentence to translate") -> core.Translation | Non
     src = bundle.languages[0]
     examples = state.EXAMPLES.get(src, state.EXAMPLES["en"])
     left, right = st.columns([3, 1])
-    left.text_input(f"{label} ({src} → {bundle.languages[1]}) — press Enter", key="text",
-                    placeholder="Type a sentence and press Enter")
-    right.selectbox("…or pick an example", examples, index=None, key="example", on_change=_example_picked,
-                    placeholder="Examples")
+    left.text_input(
+        f"{label} ({src} → {bundle.languages[1]}) — press Enter",
+        key="text",
+        placeholder="Type a sentence and press Enter",
+    )
+    right.selectbox(
+        "…or pick an example", examples, index=None, key="example", on_change=_example_picked, placeholder="Examples"
+    )
     out = state.current()
     if out is not None:
         state.show_notices(out)
@@ -170,9 +213,11 @@ def translation_header(out: core.Translation) -> None:
     st.markdown(f"#### {md(out.text) or '∅ (the model produced no words)'}")
     st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
     if not out.text and note != "as trained" and state.replay() is None:
-        st.caption(f"With these switches ({note}) the model ends the sentence at once: it depends on what was "
-                   "switched off. The attention maps below show what it looked at instead; **Reset switches** in "
-                   "the sidebar brings the normal translation back.")
+        st.caption(
+            f"With these switches ({note}) the model ends the sentence at once: it depends on what was "
+            "switched off. The attention maps below show what it looked at instead; **Reset switches** in "
+            "the sidebar brings the normal translation back."
+        )
 
 
 def token_pills(tokens: Sequence[str], highlight: int | None = None) -> None:
@@ -196,8 +241,9 @@ def layer_head_pickers(n_layers: int, n_heads: int, with_head: bool = True) -> t
     state.clamp("head", list(range(n_heads)))
     cols = st.columns(2)
     layer = cols[0].selectbox("Layer", list(range(n_layers)), key="layer", format_func=lambda i: f"Layer {i + 1}")
-    head = cols[1].selectbox("Head", list(range(n_heads)), key="head", format_func=lambda i: f"Head {i + 1}",
-                             disabled=not with_head)
+    head = cols[1].selectbox(
+        "Head", list(range(n_heads)), key="head", format_func=lambda i: f"Head {i + 1}", disabled=not with_head
+    )
     return int(layer), int(head)
 
 
@@ -210,7 +256,19 @@ def export(out: core.Translation) -> None:
     """Download the whole trace as JSON or NPZ (generated only when clicked)."""
     st.caption("Export this run (every layer and head, masks, positional encodings)")
     c1, c2 = st.columns(2)
-    c1.download_button("⬇ Trace as JSON", data=out.trace.to_json, file_name="trace.json", mime="application/json",
-                       on_click="ignore", key="dl_json")
-    c2.download_button("⬇ Trace as NPZ", data=out.trace.to_npz, file_name="trace.npz",
-                       mime="application/octet-stream", on_click="ignore", key="dl_npz")
+    c1.download_button(
+        "⬇ Trace as JSON",
+        data=out.trace.to_json,
+        file_name="trace.json",
+        mime="application/json",
+        on_click="ignore",
+        key="dl_json",
+    )
+    c2.download_button(
+        "⬇ Trace as NPZ",
+        data=out.trace.to_npz,
+        file_name="trace.npz",
+        mime="application/octet-stream",
+        on_click="ignore",
+        key="dl_npz",
+    )

@@ -5,12 +5,14 @@ reused elsewhere. Conventions: rows are queries, columns are keys; token axes us
 positions with the model's pieces as tick text (duplicate pieces stay distinct); values are
 rounded to ``DECIMALS`` before they are sent to the browser; masked (−∞) scores become gaps.
 """
+
 from __future__ import annotations
 
 import copy
 import functools
 import html
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -69,8 +71,11 @@ def titled(what: str, note: str = "") -> str:
 def plot_config(filename: str) -> dict[str, Any]:
     """Plotly config for ``st.plotly_chart``: PNG export (2×) from the toolbar, no logo."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in filename)[:80] or "figure"
-    return {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-            "toImageButtonOptions": {"format": "png", "filename": safe, "scale": 2}}
+    return {
+        "displaylogo": False,
+        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+        "toImageButtonOptions": {"format": "png", "filename": safe, "scale": 2},
+    }
 
 
 def aggregate(attention: np.ndarray, how: str) -> np.ndarray:
@@ -84,8 +89,13 @@ def aggregate(attention: np.ndarray, how: str) -> np.ndarray:
 
 def base_layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     """Title (left-aligned), height, font, margins and a white plot area."""
-    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16)), height=height,
-                      font=FONT, margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white")
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16)),
+        height=height,
+        font=FONT,
+        margin=dict(l=10, r=10, t=70, b=10),
+        plot_bgcolor="white",
+    )
     return fig
 
 
@@ -93,15 +103,27 @@ def token_axis(tokens: Sequence[str], title: str, scale: float = 1.0) -> dict[st
     """Axis settings for a token axis: integer positions, pieces as tick text, smaller font when crowded."""
     n = len(tokens)
     size = 12 if n * scale <= 30 else 10 if n * scale <= 60 else 8
-    return dict(title=dict(text=title), tickmode="array", tickvals=list(range(n)), ticktext=token_labels(tokens),
-                tickfont=dict(size=size), showgrid=False, zeroline=False)
+    return dict(
+        title=dict(text=title),
+        tickmode="array",
+        tickvals=list(range(n)),
+        ticktext=token_labels(tokens),
+        tickfont=dict(size=size),
+        showgrid=False,
+        zeroline=False,
+    )
 
 
 def _hover_text(q_tokens: Sequence[str], k_tokens: Sequence[str], z: np.ndarray, name: str) -> list[list[str]]:
     ql, kl = unique_labels(q_tokens), unique_labels(k_tokens)
-    return [[f"query {ql[i]}<br>key {kl[j]}<br>{name} "
-             + ("−∞ (masked)" if np.isnan(z[i, j]) else f"{z[i, j]:.{DECIMALS}f}") for j in range(z.shape[1])]
-            for i in range(z.shape[0])]
+    return [
+        [
+            f"query {ql[i]}<br>key {kl[j]}<br>{name} "
+            + ("−∞ (masked)" if np.isnan(z[i, j]) else f"{z[i, j]:.{DECIMALS}f}")
+            for j in range(z.shape[1])
+        ]
+        for i in range(z.shape[0])
+    ]
 
 
 def symmetric_range(*arrays: np.ndarray) -> float:
@@ -111,30 +133,59 @@ def symmetric_range(*arrays: np.ndarray) -> float:
 
 
 # ----------------------------------------------------------------------------- attention
-def head_heatmap(matrix: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *, title: str,
-                 values: str = "weights", fixed_scale: bool = False) -> go.Figure:
+def head_heatmap(
+    matrix: np.ndarray,
+    q_tokens: Sequence[str],
+    k_tokens: Sequence[str],
+    *,
+    title: str,
+    values: str = "weights",
+    fixed_scale: bool = False,
+) -> go.Figure:
     """One large (Tq, Tk) map with tokens on both axes and exact values on hover.
 
     ``values``: 'weights' (0..max, or 0..1 with ``fixed_scale``), 'scores' (pre-softmax, diverging
     around 0, −∞ as grey gaps) or 'difference' (symmetric diverging scale).
     """
     z = rounded(matrix)
-    trace: dict[str, Any] = dict(z=z, x=list(range(z.shape[1])), y=list(range(z.shape[0])),
-                                 text=_hover_text(q_tokens, k_tokens, z, values.rstrip("s")),
-                                 hovertemplate="%{text}<extra></extra>", hoverongaps=True, xgap=1, ygap=1)
+    trace: dict[str, Any] = dict(
+        z=z,
+        x=list(range(z.shape[1])),
+        y=list(range(z.shape[0])),
+        text=_hover_text(q_tokens, k_tokens, z, values.rstrip("s")),
+        hovertemplate="%{text}<extra></extra>",
+        hoverongaps=True,
+        xgap=1,
+        ygap=1,
+    )
     if values == "weights":
         top = 1.0 if fixed_scale or not np.isfinite(z).any() else max(float(np.nanmax(z)), 1e-6)
         trace.update(colorscale=WEIGHTS_SCALE, zmin=0.0, zmax=top, colorbar=dict(title=dict(text="weight")))
     else:
         m = symmetric_range(z)
-        trace.update(colorscale=DIVERGING_SCALE, zmin=-m, zmax=m, zmid=0.0,
-                     colorbar=dict(title=dict(text="score" if values == "scores" else "Δ")))
+        trace.update(
+            colorscale=DIVERGING_SCALE,
+            zmin=-m,
+            zmax=m,
+            zmid=0.0,
+            colorbar=dict(title=dict(text="score" if values == "scores" else "Δ")),
+        )
     fig = go.Figure(go.Heatmap(**trace))
     masked = ~np.isfinite(z)
     if values != "weights" and masked.any():  # masked cells in grey (a second, scale-less layer)
-        fig.add_trace(go.Heatmap(z=np.where(masked, 1.0, np.nan).astype(np.float32), x=trace["x"], y=trace["y"],
-                                 colorscale=[[0, MASKED_BG], [1, MASKED_BG]], showscale=False, xgap=1, ygap=1,
-                                 name="masked (−∞)", hoverinfo="skip"))
+        fig.add_trace(
+            go.Heatmap(
+                z=np.where(masked, 1.0, np.nan).astype(np.float32),
+                x=trace["x"],
+                y=trace["y"],
+                colorscale=[[0, MASKED_BG], [1, MASKED_BG]],
+                showscale=False,
+                xgap=1,
+                ygap=1,
+                name="masked (−∞)",
+                hoverinfo="skip",
+            )
+        )
     n_q, n_k = z.shape
     base_layout(fig, title, height=int(min(1500, max(380, 22 * n_q + 190))))
     fig.update_xaxes(**token_axis(k_tokens, "key (attended to)"), tickangle=-60)
@@ -160,9 +211,17 @@ def _axis(i: int) -> str:
     return "" if i == 1 else str(i)
 
 
-def attention_grid(maps: Sequence[np.ndarray], q_tokens: Sequence[str], k_tokens: Sequence[str], *, title: str,
-                   ablated: Sequence[tuple[int, int]] = (), selected: tuple[int, int] | None = None,
-                   diverging: bool = False, cell: int = 120) -> go.Figure:
+def attention_grid(
+    maps: Sequence[np.ndarray],
+    q_tokens: Sequence[str],
+    k_tokens: Sequence[str],
+    *,
+    title: str,
+    ablated: Sequence[tuple[int, int]] = (),
+    selected: tuple[int, int] | None = None,
+    diverging: bool = False,
+    cell: int = 120,
+) -> go.Figure:
     """Every layer × head as small heatmaps in one figure: one subplot row per layer ('L1' …), the
     heads side by side in it ('H1' …), separated by a blank column.
 
@@ -178,38 +237,76 @@ def attention_grid(maps: Sequence[np.ndarray], q_tokens: Sequence[str], k_tokens
     zs = [rounded(m) for m in maps]
     if diverging:
         top = symmetric_range(*zs)
-        layout["coloraxis"] = dict(colorscale=DIVERGING_SCALE, cmin=-top, cmax=top, cmid=0.0,
-                                   colorbar=dict(title=dict(text="Δ"), thickness=12))
+        layout["coloraxis"] = dict(
+            colorscale=DIVERGING_SCALE, cmin=-top, cmax=top, cmid=0.0, colorbar=dict(title=dict(text="Δ"), thickness=12)
+        )
     else:
         top = max((float(np.nanmax(z)) for z in zs if np.isfinite(z).any()), default=1.0)
-        layout["coloraxis"] = dict(colorscale=WEIGHTS_SCALE, cmin=0.0, cmax=max(top, 1e-6),
-                                   colorbar=dict(title=dict(text="weight"), thickness=12))
+        layout["coloraxis"] = dict(
+            colorscale=WEIGHTS_SCALE,
+            cmin=0.0,
+            cmax=max(top, 1e-6),
+            colorbar=dict(title=dict(text="weight"), thickness=12),
+        )
     layout["title"] = dict(text=title, x=0.0, xanchor="left", font=dict(size=16))
     keys = unique_labels(k_tokens)
     x = [f"H{h + 1} · key {keys[j]}" if j < n_k else "\u200b" * (h + 1) for h in range(n_heads) for j in range(width)]
     y = unique_labels(q_tokens)
     centre = [h * width + (n_k - 1) / 2 for h in range(n_heads)]
     label = dict(showarrow=False, font=dict(size=12, color="#555"))
-    notes = [dict(text=f"H{h + 1}", xref="x", x=c, yref="paper", y=1.0, yanchor="bottom", **label)
-             for h, c in enumerate(centre)]
+    notes = [
+        dict(text=f"H{h + 1}", xref="x", x=c, yref="paper", y=1.0, yanchor="bottom", **label)
+        for h, c in enumerate(centre)
+    ]
     data, shapes, off = [], [], set(ablated)
     for l, z in enumerate(zs):
         tiled = np.full((n_q, n_heads * width - 1), np.nan, dtype=np.float32)
         for h in range(n_heads):
-            tiled[:, h * width: h * width + n_k] = z[h]
+            tiled[:, h * width : h * width + n_k] = z[h]
         i = _axis(l + 1)
-        data.append(dict(type="heatmap", z=tiled, x=x[: tiled.shape[1]], y=y, coloraxis="coloraxis", xaxis=f"x{i}",
-                         yaxis=f"y{i}", name=f"L{l + 1}", hoverongaps=False,
-                         hovertemplate=f"L{l + 1} %{{x}}<br>query %{{y}}<br>%{{z:.3f}}<extra></extra>"))
+        data.append(
+            dict(
+                type="heatmap",
+                z=tiled,
+                x=x[: tiled.shape[1]],
+                y=y,
+                coloraxis="coloraxis",
+                xaxis=f"x{i}",
+                yaxis=f"y{i}",
+                name=f"L{l + 1}",
+                hoverongaps=False,
+                hovertemplate=f"L{l + 1} %{{x}}<br>query %{{y}}<br>%{{z:.3f}}<extra></extra>",
+            )
+        )
         y0, y1 = layout[f"yaxis{i}"]["domain"]
-        notes.append(dict(text=f"L{l + 1}", xref="paper", x=0.0, xanchor="right", xshift=-6, yref="paper",
-                          y=(y0 + y1) / 2, **label))
+        notes.append(
+            dict(
+                text=f"L{l + 1}",
+                xref="paper",
+                x=0.0,
+                xanchor="right",
+                xshift=-6,
+                yref="paper",
+                y=(y0 + y1) / 2,
+                **label,
+            )
+        )
         for h in range(n_heads):
             box = dict(xref=f"x{i}", yref=f"y{i}", x0=h * width - 0.5, x1=h * width + n_k - 0.5, y0=-0.5, y1=n_q - 0.5)
             if (l, h) in off:
-                notes.append(dict(text="off", x=h * width + (n_k - 1) / 2, y=(n_q - 1) / 2, xref=f"x{i}", yref=f"y{i}",
-                                  showarrow=False, font=dict(size=13, color="#b00020"),
-                                  bgcolor="rgba(255,255,255,0.75)", name=f"off L{l + 1} H{h + 1}"))
+                notes.append(
+                    dict(
+                        text="off",
+                        x=h * width + (n_k - 1) / 2,
+                        y=(n_q - 1) / 2,
+                        xref=f"x{i}",
+                        yref=f"y{i}",
+                        showarrow=False,
+                        font=dict(size=13, color="#b00020"),
+                        bgcolor="rgba(255,255,255,0.75)",
+                        name=f"off L{l + 1} H{h + 1}",
+                    )
+                )
             if selected == (l, h):
                 shapes.append(dict(type="rect", line=dict(color="#e4572e", width=3), **box))
     layout.update(annotations=notes, shapes=shapes)
@@ -221,11 +318,21 @@ def step_attention(rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, tit
     z = rounded(np.concatenate(list(rows), axis=0))  # (L*H, n_key)
     n_heads = rows[0].shape[0]
     labels = [f"L{l + 1} H{h + 1}" for l in range(len(rows)) for h in range(n_heads)]
-    fig = go.Figure(go.Heatmap(z=z, x=list(range(z.shape[1])), y=labels, colorscale=WEIGHTS_SCALE, zmin=0.0,
-                               zmax=max(float(np.nanmax(z)), 1e-6) if z.size else 1.0, xgap=1, ygap=1,
-                               customdata=[unique_labels(key_tokens)] * z.shape[0],
-                               hovertemplate="%{y}<br>key %{customdata}<br>weight %{z:.4f}<extra></extra>",
-                               colorbar=dict(title=dict(text="weight"))))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(z.shape[1])),
+            y=labels,
+            colorscale=WEIGHTS_SCALE,
+            zmin=0.0,
+            zmax=max(float(np.nanmax(z)), 1e-6) if z.size else 1.0,
+            xgap=1,
+            ygap=1,
+            customdata=[unique_labels(key_tokens)] * z.shape[0],
+            hovertemplate="%{y}<br>key %{customdata}<br>weight %{z:.4f}<extra></extra>",
+            colorbar=dict(title=dict(text="weight")),
+        )
+    )
     base_layout(fig, title, height=int(max(260, 18 * z.shape[0] + 170)))
     fig.update_xaxes(**token_axis(key_tokens, "key"), tickangle=-60)
     fig.update_yaxes(autorange="reversed", showgrid=False, tickfont=dict(size=10))
@@ -233,8 +340,9 @@ def step_attention(rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, tit
 
 
 # ----------------------------------------------------------------------------- masks
-def mask_panels(panels: dict[str, np.ndarray], q_tokens: Sequence[str], k_tokens: Sequence[str], *,
-                title: str) -> go.Figure:
+def mask_panels(
+    panels: dict[str, np.ndarray], q_tokens: Sequence[str], k_tokens: Sequence[str], *, title: str
+) -> go.Figure:
     """Boolean masks side by side (True = may attend), e.g. padding / causal / combined."""
     names = list(panels)
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, horizontal_spacing=0.06)
@@ -242,18 +350,32 @@ def mask_panels(panels: dict[str, np.ndarray], q_tokens: Sequence[str], k_tokens
     hover = [[f"query {q}<br>key {k}" for k in unique_labels(k_tokens)] for q in unique_labels(q_tokens)]
     for c, name in enumerate(names, start=1):
         z = np.asarray(panels[name], dtype=np.int8)
-        fig.add_trace(go.Heatmap(z=z, colorscale=scale, zmin=0, zmax=1, xgap=1, ygap=1, showscale=c == len(names),
-                                 text=hover, hovertemplate="%{text}<br>%{z}<extra>" + name + "</extra>",
-                                 colorbar=dict(tickvals=[0.25, 0.75], ticktext=["blocked", "may attend"],
-                                               thickness=12)), row=1, col=c)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                colorscale=scale,
+                zmin=0,
+                zmax=1,
+                xgap=1,
+                ygap=1,
+                showscale=c == len(names),
+                text=hover,
+                hovertemplate="%{text}<br>%{z}<extra>" + name + "</extra>",
+                colorbar=dict(tickvals=[0.25, 0.75], ticktext=["blocked", "may attend"], thickness=12),
+            ),
+            row=1,
+            col=c,
+        )
         fig.update_xaxes(**token_axis(k_tokens, "key", scale=len(names)), tickangle=-90, row=1, col=c)
-        fig.update_yaxes(**token_axis(q_tokens, "query" if c == 1 else ""), autorange="reversed", showticklabels=c == 1,
-                         row=1, col=c)
+        fig.update_yaxes(
+            **token_axis(q_tokens, "query" if c == 1 else ""), autorange="reversed", showticklabels=c == 1, row=1, col=c
+        )
     return base_layout(fig, title, height=int(min(900, max(360, 16 * len(q_tokens) + 220))))
 
 
-def mask_stages(raw_scores: np.ndarray, mask_row: np.ndarray, weights: np.ndarray, k_tokens: Sequence[str], *,
-                title: str) -> go.Figure:
+def mask_stages(
+    raw_scores: np.ndarray, mask_row: np.ndarray, weights: np.ndarray, k_tokens: Sequence[str], *, title: str
+) -> go.Figure:
     """One query's row through the three stages: scaled scores → masked (−∞) → softmax weights.
 
     Masked keys have no bar in stage 2; a grey '−∞' marker sits at the axis bottom instead.
@@ -262,23 +384,47 @@ def mask_stages(raw_scores: np.ndarray, mask_row: np.ndarray, weights: np.ndarra
     mask_row = np.asarray(mask_row, dtype=bool)
     masked = np.where(mask_row, raw, np.nan)
     x = list(range(len(k_tokens)))
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.09, subplot_titles=(
-        "1 · scaled scores  q·k / √d_k", "2 · + mask: blocked keys become −∞", "3 · softmax → attention weights"))
-    fig.add_trace(go.Bar(x=x, y=raw, marker_color="#8d99ae", name="score", hovertemplate="%{y:.4f}<extra></extra>"),
-                  row=1, col=1)
-    fig.add_trace(go.Bar(x=x, y=masked, marker_color="#5fa8d3", name="masked score",
-                         hovertemplate="%{y:.4f}<extra></extra>"), row=2, col=1)
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.09,
+        subplot_titles=(
+            "1 · scaled scores  q·k / √d_k",
+            "2 · + mask: blocked keys become −∞",
+            "3 · softmax → attention weights",
+        ),
+    )
+    fig.add_trace(
+        go.Bar(x=x, y=raw, marker_color="#8d99ae", name="score", hovertemplate="%{y:.4f}<extra></extra>"), row=1, col=1
+    )
+    fig.add_trace(
+        go.Bar(x=x, y=masked, marker_color="#5fa8d3", name="masked score", hovertemplate="%{y:.4f}<extra></extra>"),
+        row=2,
+        col=1,
+    )
     blocked = [i for i in x if not mask_row[i]]
     if blocked:
         finite = masked[np.isfinite(masked)]
         floor = float(finite.min()) if finite.size else 0.0
-        fig.add_trace(go.Scatter(x=blocked, y=[min(floor, 0.0)] * len(blocked), mode="markers+text",
-                                 text=["−∞"] * len(blocked),
-                                 textposition="top center", textfont=dict(size=13, color="#495057"),
-                                 marker=dict(symbol="x", color="#6c757d", size=9),
-                                 name="−∞ (masked)", hovertemplate="masked: −∞<extra></extra>"), row=2, col=1)
-    fig.add_trace(go.Bar(x=x, y=w, marker_color="#1d3557", name="weight", hovertemplate="%{y:.4f}<extra></extra>"),
-                  row=3, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=blocked,
+                y=[min(floor, 0.0)] * len(blocked),
+                mode="markers+text",
+                text=["−∞"] * len(blocked),
+                textposition="top center",
+                textfont=dict(size=13, color="#495057"),
+                marker=dict(symbol="x", color="#6c757d", size=9),
+                name="−∞ (masked)",
+                hovertemplate="masked: −∞<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
+    fig.add_trace(
+        go.Bar(x=x, y=w, marker_color="#1d3557", name="weight", hovertemplate="%{y:.4f}<extra></extra>"), row=3, col=1
+    )
     fig.update_xaxes(**token_axis(k_tokens, ""), tickangle=-60)
     fig.update_xaxes(title=dict(text="key"), row=3, col=1)
     fig.update_layout(showlegend=False, bargap=0.15)
@@ -293,8 +439,17 @@ def topk_bars(top_k: Sequence[tuple[str, float]], chosen: str, *, title: str) ->
     labels = [f"{r + 1}. {token_label(p)}" for r, (p, _) in enumerate(top_k)]
     probs = [round(float(q), DECIMALS) for _, q in top_k]
     colours = ["#e4572e" if p == chosen else "#5fa8d3" for p, _ in top_k]
-    fig = go.Figure(go.Bar(x=probs, y=labels, orientation="h", marker_color=colours, text=[f"{q:.1%}" for q in probs],
-                           textposition="auto", hovertemplate="%{y}: %{x:.4f}<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=probs,
+            y=labels,
+            orientation="h",
+            marker_color=colours,
+            text=[f"{q:.1%}" for q in probs],
+            textposition="auto",
+            hovertemplate="%{y}: %{x:.4f}<extra></extra>",
+        )
+    )
     base_layout(fig, title, height=max(260, 26 * len(labels) + 110))
     fig.update_layout(plot_bgcolor="white")
     fig.update_xaxes(title=dict(text="probability"), range=[0, max(probs + [0.01]) * 1.1])
@@ -305,17 +460,41 @@ def topk_bars(top_k: Sequence[tuple[str, float]], chosen: str, *, title: str) ->
 def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Figure:
     """SSRU forget gates (T, D): heatmap positions × dimensions, plus the mean gate per step."""
     z = rounded(gates)
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.72, 0.28], vertical_spacing=0.08, subplot_titles=(
-        "forget gate f_t per dimension (1 = keep memory, 0 = overwrite)", "mean forget gate per step"))
-    fig.add_trace(go.Heatmap(z=z.T, x=list(range(z.shape[0])), colorscale="Viridis", zmin=0.0, zmax=1.0,
-                             colorbar=dict(title=dict(text="f"), len=0.7, y=0.64),
-                             hovertemplate="step %{x}<br>dim %{y}<br>f %{z:.4f}<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=list(range(z.shape[0])), y=rounded(z.mean(axis=1)), mode="lines+markers",
-                             line=dict(color="#1d3557"), hovertemplate="step %{x}: %{y:.4f}<extra></extra>"),
-                  row=2, col=1)
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        row_heights=[0.72, 0.28],
+        vertical_spacing=0.08,
+        subplot_titles=("forget gate f_t per dimension (1 = keep memory, 0 = overwrite)", "mean forget gate per step"),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=z.T,
+            x=list(range(z.shape[0])),
+            colorscale="Viridis",
+            zmin=0.0,
+            zmax=1.0,
+            colorbar=dict(title=dict(text="f"), len=0.7, y=0.64),
+            hovertemplate="step %{x}<br>dim %{y}<br>f %{z:.4f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=list(range(z.shape[0])),
+            y=rounded(z.mean(axis=1)),
+            mode="lines+markers",
+            line=dict(color="#1d3557"),
+            hovertemplate="step %{x}: %{y:.4f}<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
     for r in (1, 2):
-        fig.update_xaxes(**token_axis(tokens, "decoder input" if r == 2 else ""), tickangle=-60, showticklabels=r == 2,
-                         row=r, col=1)
+        fig.update_xaxes(
+            **token_axis(tokens, "decoder input" if r == 2 else ""), tickangle=-60, showticklabels=r == 2, row=r, col=1
+        )
     fig.update_yaxes(title=dict(text="dimension"), row=1, col=1)
     fig.update_yaxes(range=[0, 1], row=2, col=1)
     fig.update_layout(showlegend=False)

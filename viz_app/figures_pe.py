@@ -2,22 +2,32 @@
 
 Like ``viz_app.figures`` (whose helpers it uses), this module never imports Streamlit.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_app.figures import DIVERGING_SCALE, base_layout, symmetric_range, token_axis, rounded
+from viz_app.figures import DIVERGING_SCALE, base_layout, rounded, symmetric_range, token_axis
+
 
 def pe_matrix(table: np.ndarray, *, title: str, tokens: Sequence[str] | None = None) -> go.Figure:
     """Positions × dimensions heatmap on a fixed −1..1 diverging scale; rows labelled by tokens if given."""
     z = rounded(table)
     m = max(1.0, symmetric_range(z))
-    fig = go.Figure(go.Heatmap(z=z, colorscale=DIVERGING_SCALE, zmin=-m, zmax=m, zmid=0.0,
-                               colorbar=dict(title=dict(text="value")),
-                               hovertemplate="position %{y}<br>dim %{x}<br>%{z:.4f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            colorscale=DIVERGING_SCALE,
+            zmin=-m,
+            zmax=m,
+            zmid=0.0,
+            colorbar=dict(title=dict(text="value")),
+            hovertemplate="position %{y}<br>dim %{x}<br>%{z:.4f}<extra></extra>",
+        )
+    )
     base_layout(fig, title, height=int(min(900, max(320, 8 * z.shape[0] + 160))))
     fig.update_xaxes(title=dict(text="dimension"), showgrid=False)
     if tokens is not None:
@@ -33,8 +43,15 @@ def pe_curves(table: np.ndarray, dims: Sequence[int], *, title: str) -> go.Figur
     fig = go.Figure()
     positions = list(range(table.shape[0]))
     for d in dims:
-        fig.add_trace(go.Scatter(x=positions, y=rounded(table[:, d]), mode="lines", name=f"dim {d}",
-                                 hovertemplate=f"dim {d}<br>position %{{x}}: %{{y:.4f}}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=positions,
+                y=rounded(table[:, d]),
+                mode="lines",
+                name=f"dim {d}",
+                hovertemplate=f"dim {d}<br>position %{{x}}: %{{y:.4f}}<extra></extra>",
+            )
+        )
     base_layout(fig, title, height=360)
     fig.update_layout(plot_bgcolor="white", legend=dict(orientation="h", y=-0.2))
     fig.update_xaxes(title=dict(text="position"))
@@ -45,8 +62,14 @@ def pe_curves(table: np.ndarray, dims: Sequence[int], *, title: str) -> go.Figur
 def pe_similarity(table: np.ndarray, *, title: str) -> go.Figure:
     """Dot products PE[i]·PE[j] between positions: nearby positions are more alike."""
     sim = rounded(table @ table.T)
-    fig = go.Figure(go.Heatmap(z=sim, colorscale="Viridis", colorbar=dict(title=dict(text="PE·PE")),
-                               hovertemplate="positions %{y} and %{x}<br>%{z:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=sim,
+            colorscale="Viridis",
+            colorbar=dict(title=dict(text="PE·PE")),
+            hovertemplate="positions %{y} and %{x}<br>%{z:.3f}<extra></extra>",
+        )
+    )
     base_layout(fig, title, height=460)
     fig.update_xaxes(title=dict(text="position j"), showgrid=False, scaleanchor="y")
     fig.update_yaxes(title=dict(text="position i"), showgrid=False, autorange="reversed")

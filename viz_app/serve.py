@@ -2,6 +2,7 @@
 
 Shared by the end-to-end browser test and the app benchmark; never imported by the app itself.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 APP = Path(__file__).resolve().parent / "app.py"
 
@@ -24,8 +25,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(root: Path, checkpoint: str, log_path: Path, *, timeout: float = 90.0,
-                     extra_env: dict[str, str] | None = None) -> Iterator[str]:
+def streamlit_server(
+    root: Path, checkpoint: str, log_path: Path, *, timeout: float = 90.0, extra_env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Yield the base URL of a running app on ``root``/``checkpoint``; stop the server on exit.
 
     Raises RuntimeError (naming the log file) if the server does not become healthy in ``timeout`` seconds.
@@ -34,9 +36,25 @@ def streamlit_server(root: Path, checkpoint: str, log_path: Path, *, timeout: fl
     env = {**os.environ, "LAB_CHECKPOINT_ROOT": str(root), "LAB_CHECKPOINT": checkpoint, **(extra_env or {})}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                cwd=APP.parents[1], env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                str(APP),
+                "--server.port",
+                str(port),
+                "--server.headless",
+                "true",
+                "--browser.gatherUsageStats",
+                "false",
+            ],
+            cwd=APP.parents[1],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             url = f"http://localhost:{port}"
             deadline = time.time() + timeout

@@ -4,14 +4,15 @@ English comes from the Ding split (held-out dev + test sentences; training sente
 from Debian's fortune-cookie packages; the teacher translates it with core's batched KV-cached greedy
 decoder, appending chunk by chunk so an interrupted run resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import json
 import random
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -67,23 +68,35 @@ def _write_lines(path: Path, lines: Sequence[str]) -> None:
 
 
 # ----------------------------------------------------------------------------- teacher translation
-def translate_file(model: Transformer, tok: Tokenizer, sources: Sequence[str], out_path: Path, *,
-                   chunk: int = 2000, max_tokens: int = 3000, deadline: float | None = None,
-                   stats_path: Path | None = None, log: bool = True) -> dict:
+def translate_file(
+    model: Transformer,
+    tok: Tokenizer,
+    sources: Sequence[str],
+    out_path: Path,
+    *,
+    chunk: int = 2000,
+    max_tokens: int = 3000,
+    deadline: float | None = None,
+    stats_path: Path | None = None,
+    log: bool = True,
+) -> dict:
     """Translate ``sources`` into ``out_path`` (one line each, aligned), appending chunk by chunk.
 
     Resumes after the lines already in ``out_path``; stops before a chunk that would start after
     ``deadline`` (time.time()). Throughput figures accumulate in ``stats_path`` (JSON).
     """
     done = len(_read_lines(out_path))
-    stats = json.loads(stats_path.read_text()) if stats_path and stats_path.is_file() else {
-        "sentences": 0, "source_tokens": 0, "output_tokens": 0, "seconds": 0.0}
+    stats = (
+        json.loads(stats_path.read_text())
+        if stats_path and stats_path.is_file()
+        else {"sentences": 0, "source_tokens": 0, "output_tokens": 0, "seconds": 0.0}
+    )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("a", encoding="utf-8") as fh:
         while done < len(sources):
             if deadline is not None and time.time() >= deadline:
                 break
-            part = list(sources[done: done + chunk])
+            part = list(sources[done : done + chunk])
             t0 = time.perf_counter()
             counts: dict[str, int] = {}
             texts = translate_many(model, tok, part, max_tokens=max_tokens, max_source_tokens=128, counts=counts)
@@ -102,13 +115,27 @@ def translate_file(model: Transformer, tok: Tokenizer, sources: Sequence[str], o
             if stats_path:
                 stats_path.write_text(json.dumps(stats, indent=1) + "\n")
             if log:
-                print(f"{out_path.name}: {done:,}/{len(sources):,} ({len(part) / seconds:.1f} sent/s, "
-                      f"{counts['output_tokens'] / seconds:.0f} out tok/s this chunk)", flush=True)
+                print(
+                    f"{out_path.name}: {done:,}/{len(sources):,} ({len(part) / seconds:.1f} sent/s, "
+                    f"{counts['output_tokens'] / seconds:.0f} out tok/s this chunk)",
+                    flush=True,
+                )
     return stats
 
 
-def make_data(teacher: Transformer, tok: Tokenizer, split_dir: Path, data_dir: Path, *, max_train: int,
-              minutes: float, seed: int = 0, chunk: int = 2000, max_tokens: int = 3000, fortunes: bool = True) -> dict:
+def make_data(
+    teacher: Transformer,
+    tok: Tokenizer,
+    split_dir: Path,
+    data_dir: Path,
+    *,
+    max_train: int,
+    minutes: float,
+    seed: int = 0,
+    chunk: int = 2000,
+    max_tokens: int = 3000,
+    fortunes: bool = True,
+) -> dict:
     """Stage "data": held-out teacher translations first, then the fortune-cookie sentences (``extra``),
     both always complete, then the Ding training English until ``max_train`` lines or ``minutes``
     (0 = no limit) run out. Resumable: every file is appended chunk by chunk."""
@@ -125,21 +152,56 @@ def make_data(teacher: Transformer, tok: Tokenizer, split_dir: Path, data_dir: P
         taken = {_leak_key(t) for t in held + train}
         extra = [t for t in fortune_sentences(fetch_fortunes(data_dir / "fortunes")) if _leak_key(t) not in taken]
         _write_lines(data_dir / "extra.en", extra)
-    translate_file(teacher, tok, held, data_dir / "heldout.teacher.pt", chunk=chunk, max_tokens=max_tokens,
-                   stats_path=data_dir / "heldout.stats.json")
+    translate_file(
+        teacher,
+        tok,
+        held,
+        data_dir / "heldout.teacher.pt",
+        chunk=chunk,
+        max_tokens=max_tokens,
+        stats_path=data_dir / "heldout.stats.json",
+    )
     if (data_dir / "extra.en").is_file():
-        translate_file(teacher, tok, _read_lines(data_dir / "extra.en"), data_dir / "extra.pt", chunk=chunk,
-                       max_tokens=max_tokens, stats_path=data_dir / "extra.stats.json")
-    stats = translate_file(teacher, tok, train, data_dir / "train.pt", chunk=chunk, max_tokens=max_tokens,
-                           deadline=deadline, stats_path=data_dir / "train.stats.json")
+        translate_file(
+            teacher,
+            tok,
+            _read_lines(data_dir / "extra.en"),
+            data_dir / "extra.pt",
+            chunk=chunk,
+            max_tokens=max_tokens,
+            stats_path=data_dir / "extra.stats.json",
+        )
+    stats = translate_file(
+        teacher,
+        tok,
+        train,
+        data_dir / "train.pt",
+        chunk=chunk,
+        max_tokens=max_tokens,
+        deadline=deadline,
+        stats_path=data_dir / "train.stats.json",
+    )
     return stats
 
 
 # ----------------------------------------------------------------------------- extra English: fortune cookies
 FORTUNE_PACKAGES = ("fortunes-min", "fortunes")
 FORTUNE_RELPATH = Path("usr/share/games/fortunes")
-FORTUNE_SKIP = {"ascii-art", "debian", "perl", "linux", "linuxcookie", "zippy", "knghtbrd", "disclaimer",
-                "translate-me", "computers", "startrek", "ethnic", "men-women"}
+FORTUNE_SKIP = {
+    "ascii-art",
+    "debian",
+    "perl",
+    "linux",
+    "linuxcookie",
+    "zippy",
+    "knghtbrd",
+    "disclaimer",
+    "translate-me",
+    "computers",
+    "startrek",
+    "ethnic",
+    "men-women",
+}
 _ATTRIBUTION = re.compile(r"\s+--\s*[A-Z(].*$|\s+-- .*$")
 _FORTUNE_OK = re.compile(r"^[A-Z\"'][A-Za-z0-9 ,.;:'\"!?()-]*[.!?]['\"]?$")
 
@@ -148,7 +210,7 @@ def fetch_fortunes(cache_dir: Path) -> Path:
     """The fortune-cookie folder of the Debian packages ``fortunes-min`` and ``fortunes``
     (``corpus.fetch_deb`` into ``cache_dir``), fetched once."""
     target = cache_dir / FORTUNE_RELPATH
-    for package, made in zip(FORTUNE_PACKAGES, ("fortunes", "wisdom")):  # a file each package brings
+    for package, made in zip(FORTUNE_PACKAGES, ("fortunes", "wisdom"), strict=True):  # a file each package brings
         if not (target / made).exists():
             fetch_deb(package, cache_dir, target / made)
     return target
@@ -168,7 +230,11 @@ def fortune_sentences(folder: Path, max_words: int = 30) -> list[str]:
                 lines = lines[:-1]
             text = _ATTRIBUTION.sub("", " ".join(l for l in lines if l)).strip()
             text = re.sub(r"\s+", " ", text)
-            if not 3 <= len(text.split()) <= max_words or not _FORTUNE_OK.match(text) or re.search(r"\b[A-Z][a-z]*:", text):
+            if (
+                not 3 <= len(text.split()) <= max_words
+                or not _FORTUNE_OK.match(text)
+                or re.search(r"\b[A-Z][a-z]*:", text)
+            ):
                 continue
             if text.casefold() not in seen:
                 seen.add(text.casefold())

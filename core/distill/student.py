@@ -12,6 +12,7 @@ SSRU" and learns only what the SSRU contributed. Stages (each skips what already
   eval     chrF/BLEU of the student against the teacher on held-out English, with switches
   publish  float16 checkpoint folder with card.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -67,6 +69,7 @@ def build_student(teacher: Transformer, seed: int = 0) -> Transformer:
     student.load_state_dict(copied, strict=False)
     with torch.no_grad():
         for layer in student.decoder_layers:
+            assert layer.self_attn is not None  # student_config: decoder_self="attention"
             torch.nn.init.zeros_(layer.self_attn.out_proj.weight)
             torch.nn.init.zeros_(layer.self_attn.out_proj.bias)
     return student
@@ -78,7 +81,9 @@ def init_student(student: Transformer, checkpoint: Path) -> None:
 
     earlier, _, _ = load_checkpoint(checkpoint)
     if earlier.config != student.config:
-        raise CheckpointError(f"{checkpoint}: --init-from needs a student with the same config as this teacher's student")
+        raise CheckpointError(
+            f"{checkpoint}: --init-from needs a student with the same config as this teacher's student"
+        )
     student.load_state_dict(earlier.state_dict())
 
 
@@ -88,8 +93,9 @@ def trainable_names(model: Transformer, scope: str) -> list[str]:
     names = [n for n, _ in model.named_parameters()]
     if scope == "all":
         return names
-    keep = {"self_attn": (".self_attn.",), "self_attn+norm": (".self_attn.", ".self_attn_norm."),
-            "decoder": ("",)}[scope]
+    keep = {"self_attn": (".self_attn.",), "self_attn+norm": (".self_attn.", ".self_attn_norm."), "decoder": ("",)}[
+        scope
+    ]
     return [n for n in names if n.startswith("decoder_layers.") and any(k in n for k in keep)]
 
 
@@ -104,7 +110,8 @@ def freeze_except(model: Transformer, names: Sequence[str]) -> int:
 def make_optimizer(model: Transformer, reused_lr_scale: float = 1.0) -> torch.optim.Optimizer:
     """Adam over the trainable parameters: new decoder self-attention at the schedule's rate, reused (teacher)
     parameters at ``reused_lr_scale`` times it (``Trainer.train_step`` honours a group's ``lr_scale``)."""
-    new, reused = [], []
+    new: list[torch.nn.Parameter] = []
+    reused: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if p.requires_grad:
             (new if name.startswith("decoder_layers.") and ".self_attn." in name else reused).append(p)
@@ -140,11 +147,19 @@ def load_pairs(tok: Tokenizer, data_dir: Path, max_pieces: int = 64, max_ratio: 
 
 def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
     from ..config import heads
+
     every = range(cfg.n_heads)
-    grid = {"as trained": DEFAULT_OPTIONS, "causal mask off": InferenceOptions(causal_mask=False),
-            "all decoder self-attention heads ablated": InferenceOptions(ablate=heads("decoder", range(cfg.n_decoder_layers), every))}
+    grid = {
+        "as trained": DEFAULT_OPTIONS,
+        "causal mask off": InferenceOptions(causal_mask=False),
+        "all decoder self-attention heads ablated": InferenceOptions(
+            ablate=heads("decoder", range(cfg.n_decoder_layers), every)
+        ),
+    }
     for layer in range(cfg.n_decoder_layers):
-        grid[f"decoder layer {layer} self-attention heads ablated"] = InferenceOptions(ablate=heads("decoder", [layer], every))
+        grid[f"decoder layer {layer} self-attention heads ablated"] = InferenceOptions(
+            ablate=heads("decoder", [layer], every)
+        )
     return grid
 
 
@@ -163,14 +178,23 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
     trainer = Trainer(student, config, run_dir, torch.device("cpu"))
     trainer.optimizer = make_optimizer(student, args.reused_lr_scale)
     resumed = trainer.load_state()
-    done = resumed and ((config.max_minutes and trainer.elapsed / 60 >= config.max_minutes)
-                        or (config.max_steps and trainer.step >= config.max_steps))
+    done = resumed and (
+        (config.max_minutes and trainer.elapsed / 60 >= config.max_minutes)
+        or (config.max_steps and trainer.step >= config.max_steps)
+    )
     log_path = run_dir / "log.jsonl"
     if done and (run_dir / "summary.json").is_file():
         print(f"train: budget already used at step {trainer.step}; skipping", flush=True)
         old = json.loads((run_dir / "summary.json").read_text())
-        return _write_summary(trainer, run_dir, log_path, old.get("pairs", 0), old.get("sentence_pairs", 0),
-                              old.get("trainable", n_trainable), old.get("dev_chrf_sentences", args.dev_chrf_sentences))
+        return _write_summary(
+            trainer,
+            run_dir,
+            log_path,
+            old.get("pairs", 0),
+            old.get("sentence_pairs", 0),
+            old.get("trainable", n_trainable),
+            old.get("dev_chrf_sentences", args.dev_chrf_sentences),
+        )
     data_dir = Path(args.data_dir)
     pairs = load_pairs(tok, data_dir, args.max_pieces, args.max_ratio)
     if not pairs["src"]:
@@ -180,20 +204,38 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
     held_pt = _read_lines(data_dir / "heldout.teacher.pt")
     n_dev = json.loads((data_dir / "sources.json").read_text()).get("dev", 500)
     dev_src, dev_tgt = tok.encode_batch(held[:n_dev]), tok.encode_batch(held_pt[:n_dev])
-    dev_batches = [collate([dev_src[i] for i in g], [dev_tgt[i] for i in g], cfg.pad_id, cfg.bos_id, cfg.eos_id)
-                   for g in token_batches([len(s) for s in dev_src], [len(t) for t in dev_tgt], 3000, 0, 0, shuffle=False)]
+    dev_batches = [
+        collate([dev_src[i] for i in g], [dev_tgt[i] for i in g], cfg.pad_id, cfg.bos_id, cfg.eos_id)
+        for g in token_batches([len(s) for s in dev_src], [len(t) for t in dev_tgt], 3000, 0, 0, shuffle=False)
+    ]
     n_sent = sum(pairs["sentence"])
-    print(f"student: {student.n_parameters():,} parameters, {n_trainable:,} trainable ({args.scope}); "
-          f"{len(pairs['src']):,} pairs ({n_sent:,} sentences x{args.sentence_weight}); "
-          f"{'resumed at step ' + str(trainer.step) if resumed else 'fresh start'}", flush=True)
+    print(
+        f"student: {student.n_parameters():,} parameters, {n_trainable:,} trainable ({args.scope}); "
+        f"{len(pairs['src']):,} pairs ({n_sent:,} sentences x{args.sentence_weight}); "
+        f"{'resumed at step ' + str(trainer.step) if resumed else 'fresh start'}",
+        flush=True,
+    )
     sent_idx = [i for i, s in enumerate(pairs["sentence"]) if s]
     index = list(range(len(pairs["src"]))) + sent_idx * (args.sentence_weight - 1)
 
     def make_epoch(epoch: int) -> list[Batch]:
-        groups = token_batches([len(pairs["src"][i]) for i in index], [len(pairs["tgt"][i]) for i in index],
-                               config.max_tokens, config.seed, epoch)
-        return [collate([pairs["src"][index[j]] for j in g], [pairs["tgt"][index[j]] for j in g],
-                        cfg.pad_id, cfg.bos_id, cfg.eos_id) for g in groups]
+        groups = token_batches(
+            [len(pairs["src"][i]) for i in index],
+            [len(pairs["tgt"][i]) for i in index],
+            config.max_tokens,
+            config.seed,
+            epoch,
+        )
+        return [
+            collate(
+                [pairs["src"][index[j]] for j in g],
+                [pairs["tgt"][index[j]] for j in g],
+                cfg.pad_id,
+                cfg.bos_id,
+                cfg.eos_id,
+            )
+            for g in groups
+        ]
 
     def evaluate() -> dict:
         loss = trainer.dev_loss(dev_batches)
@@ -202,38 +244,64 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
         return {"dev_loss": round(loss, 4), "dev_bleu": s["bleu"], "dev_chrf": s["chrf"]}
 
     def on_best(result: dict) -> None:
-        save_checkpoint(trainer.model, tok.path, run_dir / "best", card="(in training)\n", dtype=torch.float16,
-                        meta=CheckpointMeta(name="distilled-en-pt", source_language="en", target_language="pt",
-                                            extra={"best": result}))
+        save_checkpoint(
+            trainer.model,
+            tok.path,
+            run_dir / "best",
+            card="(in training)\n",
+            dtype=torch.float16,
+            meta=CheckpointMeta(
+                name="distilled-en-pt", source_language="en", target_language="pt", extra={"best": result}
+            ),
+        )
 
-    fit(trainer, make_epoch, evaluate=evaluate, on_best=on_best, higher_is_better="dev_chrf", log_path=log_path,
-        progress=args.progress)
+    fit(
+        trainer,
+        make_epoch,
+        evaluate=evaluate,
+        on_best=on_best,
+        higher_is_better="dev_chrf",
+        log_path=log_path,
+        progress=args.progress,
+    )
     return _write_summary(trainer, run_dir, log_path, len(pairs["src"]), n_sent, n_trainable, args.dev_chrf_sentences)
 
 
-def _write_summary(trainer: "Trainer", run_dir: Path, log_path: Path, n_pairs: int, n_sent: int, n_trainable: int,
-                   dev_sentences: int) -> dict:
+def _write_summary(
+    trainer: Trainer, run_dir: Path, log_path: Path, n_pairs: int, n_sent: int, n_trainable: int, dev_sentences: int
+) -> dict:
     """curves.png and summary.json (steps, wall time, throughput) from the trainer and its JSONL log."""
     from ..training.train import plot_curves
 
     plot_curves(log_path, run_dir / "curves.png")
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     speeds = [r["tokens_per_s"] for r in rows if r["type"] == "train"]
-    summary = {"steps": trainer.step, "minutes": round(trainer.elapsed / 60, 2), "tokens_seen": trainer.tokens_seen,
-               "target_tokens_per_s": round(trainer.tokens_seen / max(trainer.elapsed, 1e-9), 1),
-               "median_window_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
-               "best_dev_chrf": trainer.best, "dev_chrf_sentences": dev_sentences,
-               "best_step": max((r for r in rows if r["type"] == "eval" and "dev_chrf" in r),
-                                key=lambda r: r["dev_chrf"], default={}).get("step"), "pairs": n_pairs, "sentence_pairs": n_sent,
-               "trainable": n_trainable, "parameters": trainer.model.n_parameters(), "threads": torch.get_num_threads(),
-               "epochs_completed": trainer.epoch, "train_config": asdict(trainer.config)}
+    evals = [r for r in rows if r["type"] == "eval" and "dev_chrf" in r]
+    summary = {
+        "steps": trainer.step,
+        "minutes": round(trainer.elapsed / 60, 2),
+        "tokens_seen": trainer.tokens_seen,
+        "target_tokens_per_s": round(trainer.tokens_seen / max(trainer.elapsed, 1e-9), 1),
+        "median_window_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
+        "best_dev_chrf": trainer.best,
+        "dev_chrf_sentences": dev_sentences,
+        "best_step": max(evals, key=lambda r: r["dev_chrf"]).get("step") if evals else None,
+        "pairs": n_pairs,
+        "sentence_pairs": n_sent,
+        "trainable": n_trainable,
+        "parameters": trainer.model.n_parameters(),
+        "threads": torch.get_num_threads(),
+        "epochs_completed": trainer.epoch,
+        "train_config": asdict(trainer.config),
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
 
 # ----------------------------------------------------------------------------- stage: eval
-def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer, data_dir: Path,
-                     head_sweep: int = 0, beam: int = 0) -> dict:
+def evaluate_student(
+    student: Transformer, teacher: Transformer, tok: Tokenizer, data_dir: Path, head_sweep: int = 0, beam: int = 0
+) -> dict:
     """chrF/BLEU of the student against the teacher on the held-out test English (never used for training or
     model selection), as trained and under switches; plus the zero-initialised student and throughput."""
     held = _read_lines(data_dir / "heldout.en")
@@ -243,8 +311,11 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
     result: dict = {"n": len(test), "switches": {}}
 
     def row(hyps: list[str], seconds: float) -> dict:
-        return {**score(hyps, ref), "seconds": round(seconds, 1),
-                "identical": round(sum(h == r for h, r in zip(hyps, ref)) / len(ref), 4)}
+        return {
+            **score(hyps, ref),
+            "seconds": round(seconds, 1),
+            "identical": round(sum(h == r for h, r in zip(hyps, ref, strict=True)) / len(ref), 4),
+        }
 
     for name, options in _options_grid(student.config).items():
         t0 = time.perf_counter()
@@ -273,8 +344,13 @@ def evaluate_student(student: Transformer, teacher: Transformer, tok: Tokenizer,
         sweep = {}
         for layer in range(student.config.n_decoder_layers):
             for head in range(student.config.n_heads):
-                hyps = translate_many(student, tok, test[:head_sweep], max_source_tokens=128,
-                                      options=InferenceOptions(ablate=frozenset({("decoder", layer, head)})))
+                hyps = translate_many(
+                    student,
+                    tok,
+                    test[:head_sweep],
+                    max_source_tokens=128,
+                    options=InferenceOptions(ablate=frozenset({("decoder", layer, head)})),
+                )
                 sweep[f"{layer}.{head}"] = score(hyps, ref[:head_sweep])["chrf"]
         result["single_head_ablation_chrf"] = {"n": head_sweep, "chrf": sweep}
     return result
@@ -288,30 +364,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default="data/distill", help="teacher translations (appended as they are made)")
     p.add_argument("--run-dir", default="runs/distill", help="trainer state, log, curves, evaluation")
     p.add_argument("--stages", default="data,train,eval,publish", help="comma-separated subset of the stages")
-    p.add_argument("--translate-minutes", type=float, default=0.0, help="time box for translating training English (0 = all)")
+    p.add_argument(
+        "--translate-minutes", type=float, default=0.0, help="time box for translating training English (0 = all)"
+    )
     p.add_argument("--max-train", type=int, default=0, help="at most this many Ding training lines (0 = all)")
     p.add_argument("--no-fortunes", action="store_true", help="do not add the Debian fortune-cookie sentences")
-    p.add_argument("--scope", default="self_attn+norm", choices=["self_attn", "self_attn+norm", "decoder", "all"],
-                   help="which parameters train (the rest stay frozen)")
-    p.add_argument("--reused-lr-scale", type=float, default=1.0,
-                   help="learning-rate factor for trainable parameters copied from the teacher (e.g. 0.1)")
-    p.add_argument("--init-from", default=None,
-                   help="start the student from this earlier student checkpoint (e.g. a first phase's best) instead of the teacher")
+    p.add_argument(
+        "--scope",
+        default="self_attn+norm",
+        choices=["self_attn", "self_attn+norm", "decoder", "all"],
+        help="which parameters train (the rest stay frozen)",
+    )
+    p.add_argument(
+        "--reused-lr-scale",
+        type=float,
+        default=1.0,
+        help="learning-rate factor for trainable parameters copied from the teacher (e.g. 0.1)",
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        help="start the student from this earlier student checkpoint (e.g. a first phase's best) "
+        "instead of the teacher",
+    )
     p.add_argument("--sentence-weight", type=int, default=3, help="copies of each sentence pair per epoch (phrases: 1)")
     p.add_argument("--max-pieces", type=int, default=64, help="drop training pairs longer than this")
-    p.add_argument("--max-ratio", type=float, default=2.0, help="drop teacher outputs longer than RATIO * source + 8 pieces")
+    p.add_argument(
+        "--max-ratio", type=float, default=2.0, help="drop teacher outputs longer than RATIO * source + 8 pieces"
+    )
     p.add_argument("--dev-chrf-sentences", type=int, default=300, help="dev sentences decoded at each evaluation")
-    p.add_argument("--eval-beam", type=int, default=4,
-                   help="also score the student with beam search of this size on the test sentences (0 = skip)")
-    p.add_argument("--head-sweep", type=int, default=200, help="test sentences for the single-head ablation sweep (0 = skip)")
-    p.add_argument("--compare", default=None, help="another checkpoint to show in the side-by-side (e.g. the en->de model)")
+    p.add_argument(
+        "--eval-beam",
+        type=int,
+        default=4,
+        help="also score the student with beam search of this size on the test sentences (0 = skip)",
+    )
+    p.add_argument(
+        "--head-sweep", type=int, default=200, help="test sentences for the single-head ablation sweep (0 = skip)"
+    )
+    p.add_argument(
+        "--compare", default=None, help="another checkpoint to show in the side-by-side (e.g. the en->de model)"
+    )
     p.add_argument("--notes", default=None, help="markdown file appended to the card after the side-by-side")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     p.add_argument("--progress", action="store_true", help="show a progress bar while training")
     from ..training.train import add_train_arguments
 
-    add_train_arguments(p, {"max_tokens": 3000, "warmup": 400, "lr_factor": 1.0, "label_smoothing": 0.0,
-                            "eval_every": 300, "log_every": 20, "max_minutes": 0.0})
+    add_train_arguments(
+        p,
+        {
+            "max_tokens": 3000,
+            "warmup": 400,
+            "lr_factor": 1.0,
+            "label_smoothing": 0.0,
+            "eval_every": 300,
+            "log_every": 20,
+            "max_minutes": 0.0,
+        },
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -333,8 +443,17 @@ def run(args: argparse.Namespace) -> int:
         if flag.is_file():
             print(f"data: {flag} exists; skipping", flush=True)
         else:
-            stats = make_data(teacher, tok, Path(args.split), data_dir, max_train=args.max_train,
-                              minutes=args.translate_minutes, seed=0, fortunes=not args.no_fortunes, max_tokens=2000)
+            stats = make_data(
+                teacher,
+                tok,
+                Path(args.split),
+                data_dir,
+                max_train=args.max_train,
+                minutes=args.translate_minutes,
+                seed=0,
+                fortunes=not args.no_fortunes,
+                max_tokens=2000,
+            )
             flag.write_text(json.dumps({"finished": True, **stats}, indent=1) + "\n")
     if "train" in stages:
         train_student(args, teacher, tok, run_dir)
@@ -351,15 +470,29 @@ def run(args: argparse.Namespace) -> int:
         sbs = side_by_side(student, teacher, tok, Path(args.compare) if args.compare else None)
         (run_dir / "side_by_side.json").write_text(json.dumps(sbs, indent=1, ensure_ascii=False) + "\n")
         notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
-        extra = {"teacher": str(args.teacher), "distillation": {"scope": args.scope, "steps": summary.get("steps"),
-                 "held_out_vs_teacher": evaluation["switches"]}}
+        extra = {
+            "teacher": str(args.teacher),
+            "distillation": {
+                "scope": args.scope,
+                "steps": summary.get("steps"),
+                "held_out_vs_teacher": evaluation["switches"],
+            },
+        }
         meta = CheckpointMeta(name=out.name, source_language="en", target_language="pt", extra=extra)
         save_checkpoint(student, tok.path, out, card="(being written)\n", meta=meta, dtype=torch.float16)
         if (run_dir / "curves.png").is_file():
             shutil.copyfile(run_dir / "curves.png", out / "curves.png")
         size = folder_mb(out)
-        card = write_card(args=args, data_dir=data_dir, run_dir=run_dir, summary=summary, evaluation=evaluation,
-                          sbs=sbs, size_mb=size, notes=notes)
+        card = write_card(
+            args=args,
+            data_dir=data_dir,
+            run_dir=run_dir,
+            summary=summary,
+            evaluation=evaluation,
+            sbs=sbs,
+            size_mb=size,
+            notes=notes,
+        )
         tmp = out / ".card.md.tmp"
         tmp.write_text(card, encoding="utf-8")
         os.chmod(tmp, 0o644)

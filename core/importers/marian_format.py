@@ -22,9 +22,10 @@ header keeps Marian's ``[rows, cols]`` shape; ``Wemb`` is stored untransposed
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +39,12 @@ TYPE_INTGEMM8 = 0x4101
 TYPE_INTGEMM16 = 0x4102
 _ALIGN = 256
 _HEADER = struct.Struct("<4Q")
-_INT_TYPES = {TYPE_INTGEMM8: np.dtype("<i1"), TYPE_INTGEMM16: np.dtype("<i2")}
-_PLAIN_TYPES = {TYPE_FLOAT32: np.dtype("<f4"), TYPE_FLOAT16: np.dtype("<f2"), TYPE_INT8: np.dtype("<i1")}
+_INT_TYPES: dict[int, np.dtype] = {TYPE_INTGEMM8: np.dtype("<i1"), TYPE_INTGEMM16: np.dtype("<i2")}
+_PLAIN_TYPES: dict[int, np.dtype] = {
+    TYPE_FLOAT32: np.dtype("<f4"),
+    TYPE_FLOAT16: np.dtype("<f2"),
+    TYPE_INT8: np.dtype("<i1"),
+}
 YML_ITEM = "special:model.yml"
 
 
@@ -126,8 +131,7 @@ def _decode(name: str, typ: int, shape: tuple[int, ...], blob: memoryview, path:
     if typ in _PLAIN_TYPES:
         dt = _PLAIN_TYPES[typ]
         if len(blob) < n * dt.itemsize:
-            raise MarianFormatError(f"{path}: item {name!r} has {len(blob)} data bytes, "
-                                    f"needs {n * dt.itemsize}")
+            raise MarianFormatError(f"{path}: item {name!r} has {len(blob)} data bytes, needs {n * dt.itemsize}")
         return np.frombuffer(blob, dtype=dt, count=n).astype(np.float32).reshape(shape)
     raise MarianFormatError(f"{path}: item {name!r} has unsupported type 0x{typ:x}")
 
@@ -141,15 +145,18 @@ def read_marian_bin(path: str | Path) -> MarianWeights:
     def take(nbytes: int, what: str) -> memoryview:
         nonlocal pos
         if nbytes < 0 or pos + nbytes > len(buf):
-            raise MarianFormatError(f"{path}: truncated or corrupt file while reading {what} "
-                                    f"(need {nbytes} bytes at offset {pos}, file has {len(buf)})")
+            raise MarianFormatError(
+                f"{path}: truncated or corrupt file while reading {what} "
+                f"(need {nbytes} bytes at offset {pos}, file has {len(buf)})"
+            )
         pos += nbytes
-        return buf[pos - nbytes:pos]
+        return buf[pos - nbytes : pos]
 
     version, count = struct.unpack("<2Q", take(16, "file header"))
     if version != BINARY_FILE_VERSION:
-        raise MarianFormatError(f"{path}: not a Marian binary model "
-                                f"(version {version}, expected {BINARY_FILE_VERSION})")
+        raise MarianFormatError(
+            f"{path}: not a Marian binary model (version {version}, expected {BINARY_FILE_VERSION})"
+        )
     if count > len(buf) // _HEADER.size:
         raise MarianFormatError(f"{path}: implausible item count {count}")
     headers = [_HEADER.unpack(take(_HEADER.size, f"header {i}")) for i in range(count)]
@@ -162,15 +169,17 @@ def read_marian_bin(path: str | Path) -> MarianWeights:
             names.append(raw[:-1].decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise MarianFormatError(f"{path}: name {i} is not valid UTF-8") from exc
-    shapes = [tuple(int(d) for d in np.frombuffer(take(4 * h[2], f"shape of {names[i]!r}"), dtype="<i4"))
-              for i, h in enumerate(headers)]
+    shapes = [
+        tuple(int(d) for d in np.frombuffer(take(4 * h[2], f"shape of {names[i]!r}"), dtype="<i4"))
+        for i, h in enumerate(headers)
+    ]
     (pad,) = struct.unpack("<Q", take(8, "padding length"))
     take(pad, "alignment padding")
 
     tensors: dict[str, np.ndarray] = {}
     types: dict[str, int] = {}
     model_yml = ""
-    for name, (_, typ, _, data_len), shape in zip(names, headers, shapes):
+    for name, (_, typ, _, data_len), shape in zip(names, headers, shapes, strict=True):
         if any(d < 0 for d in shape):
             raise MarianFormatError(f"{path}: item {name!r} has negative shape {shape}")
         blob = take(data_len, f"data of {name!r}")
@@ -194,8 +203,12 @@ def _pad(data: bytes) -> bytes:
     return data + b"\0" * (-len(data) % _ALIGN)
 
 
-def write_marian_bin(path: str | Path, tensors: Mapping[str, np.ndarray], model_yml: str,
-                     int8: Mapping[str, tuple[np.ndarray, float]] | None = None) -> None:
+def write_marian_bin(
+    path: str | Path,
+    tensors: Mapping[str, np.ndarray],
+    model_yml: str,
+    int8: Mapping[str, tuple[np.ndarray, float]] | None = None,
+) -> None:
     """Write a Marian binary model.
 
     ``tensors`` are stored as float32 (0x404).  ``int8`` maps names to
@@ -216,8 +229,7 @@ def write_marian_bin(path: str | Path, tensors: Mapping[str, np.ndarray], model_
             disk = q
         else:
             disk = q.reshape(-1, q.shape[-1]).T
-        items.append((name, TYPE_INTGEMM8, q.shape,
-                      np.ascontiguousarray(disk).tobytes() + struct.pack("<f", mult)))
+        items.append((name, TYPE_INTGEMM8, q.shape, np.ascontiguousarray(disk).tobytes() + struct.pack("<f", mult)))
     text = model_yml.encode("utf-8") + b"\0"
     items.append((YML_ITEM, TYPE_INT8, (len(text),), text))
     if len({it[0] for it in items}) != len(items):
@@ -225,7 +237,7 @@ def write_marian_bin(path: str | Path, tensors: Mapping[str, np.ndarray], model_
 
     out = bytearray(struct.pack("<2Q", BINARY_FILE_VERSION, len(items)))
     blobs = [_pad(data) for *_, data in items]
-    for (name, typ, shape, _), blob in zip(items, blobs):
+    for (name, typ, shape, _), blob in zip(items, blobs, strict=True):
         out += _HEADER.pack(len(name.encode("utf-8")) + 1, typ, len(shape), len(blob))
     for name, *_ in items:
         out += name.encode("utf-8") + b"\0"

@@ -1,4 +1,5 @@
 """Batches by token count and padding/shifting of target sequences for teacher forcing."""
+
 from __future__ import annotations
 
 import random
@@ -22,7 +23,7 @@ class Batch:
     def n_target_tokens(self) -> int:
         return int(self.tgt_keep.sum())
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return Batch(*(t.to(device) for t in (self.src, self.src_keep, self.tgt_in, self.tgt_out, self.tgt_keep)))
 
 
@@ -40,8 +41,9 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]], pad_id: int, bos
     return Batch(src, src_keep, tgt_in, tgt_out, tgt_keep)
 
 
-def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int, seed: int, epoch: int,
-                  shuffle: bool = True) -> list[list[int]]:
+def token_batches(
+    src_lens: list[int], tgt_lens: list[int], max_tokens: int, seed: int, epoch: int, shuffle: bool = True
+) -> list[list[int]]:
     """Group example indices into batches of at most ``max_tokens`` padded tokens (max of both sides).
 
     Examples are sorted by length inside random buckets so padding stays low; batch order is shuffled.
@@ -54,7 +56,7 @@ def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int, see
     bucket = max(1, max_tokens * 2)
     batches: list[list[int]] = []
     for start in range(0, len(order), bucket):
-        chunk = sorted(order[start:start + bucket], key=lambda i: (tgt_lens[i], src_lens[i]))
+        chunk = sorted(order[start : start + bucket], key=lambda i: (tgt_lens[i], src_lens[i]))
         current: list[int] = []
         width = 0
         for i in chunk:

@@ -36,8 +36,21 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
-__all__ = ["Pair", "Split", "fetch_ding", "normalise", "parse_line", "read_ding", "classify",
-           "make_split", "write_split", "read_split", "prepare", "DING_RELPATH", "KINDS"]
+__all__ = [
+    "Pair",
+    "Split",
+    "fetch_ding",
+    "normalise",
+    "parse_line",
+    "read_ding",
+    "classify",
+    "make_split",
+    "write_split",
+    "read_split",
+    "prepare",
+    "DING_RELPATH",
+    "KINDS",
+]
 
 DING_PACKAGE = "trans-de-en"
 DING_RELPATH = Path("usr/share/trans/de-en")
@@ -47,8 +60,7 @@ MAX_ALTS = 3
 
 # Bracket groups, innermost first.  A group glued to a following word ("(un)vollständig",
 # "(a)round") is removed alone; otherwise together with the whitespace before it.
-_GROUPS = tuple(re.compile(rx) for rx in
-                (r"\{[^{}]*\}", r"\[[^\[\]]*\]", r"<[^<>]*>", r"\([^()]*\)"))
+_GROUPS = tuple(re.compile(rx) for rx in (r"\{[^{}]*\}", r"\[[^\[\]]*\]", r"<[^<>]*>", r"\([^()]*\)"))
 _GROUPS_SPACED = tuple(re.compile(r"\s*" + rx.pattern + r"(?!\w)") for rx in _GROUPS)
 _XREF = re.compile(r"\s*~[^;|]*")  # "~legal aid": cross reference up to the next separator
 # abbreviations: " /TANSTAAFL/", " /bu.; bsh./"
@@ -61,9 +73,33 @@ _PLACEHOLDER = re.compile(r"(?<!\w)(sth|sb|jdn|jdm|etw|jds)\.")
 _SENT_END = re.compile(r"[.?!]['\"”“»«]?$")
 _SENT_START = re.compile(r"^['\"„“”»«¡¿]?[\w]")
 # tokens ending in "." that end phrases, not sentences ("to lay in sth.", "theft etc.")
-_ABBREV_END = {"sth.", "sb.", "sb.'s", "etc.", "e.g.", "i.e.", "etw.", "jdn.", "jdm.", "jds.",
-               "usw.", "z.b.", "u.a.", "bzw.", "vs.", "co.", "inc.", "ltd.", "no.", "st.", "dr.",
-               "mr.", "mrs.", "ca.", "approx."}
+_ABBREV_END = {
+    "sth.",
+    "sb.",
+    "sb.'s",
+    "etc.",
+    "e.g.",
+    "i.e.",
+    "etw.",
+    "jdn.",
+    "jdm.",
+    "jds.",
+    "usw.",
+    "z.b.",
+    "u.a.",
+    "bzw.",
+    "vs.",
+    "co.",
+    "inc.",
+    "ltd.",
+    "no.",
+    "st.",
+    "dr.",
+    "mr.",
+    "mrs.",
+    "ca.",
+    "approx.",
+}
 
 
 @dataclass(frozen=True)
@@ -109,8 +145,10 @@ def fetch_deb(package: str, cache_dir: Path, produces: Path) -> None:
     cache_dir.mkdir(parents=True, exist_ok=True)
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise RuntimeError(f"`{tool}` not found; it is needed to fetch the Debian package {package}. "
-                               f"Place {produces} there manually.")
+            raise RuntimeError(
+                f"`{tool}` not found; it is needed to fetch the Debian package {package}. "
+                f"Place {produces} there manually."
+            )
     debs = sorted(cache_dir.glob(f"{package}_*.deb"))
     if not debs:
         proc = subprocess.run(["apt-get", "download", package], cwd=cache_dir, capture_output=True, text=True)
@@ -119,12 +157,16 @@ def fetch_deb(package: str, cache_dir: Path, produces: Path) -> None:
             proc = subprocess.run(["apt-get", "download", package], cwd=cache_dir, capture_output=True, text=True)
         debs = sorted(cache_dir.glob(f"{package}_*.deb"))
         if proc.returncode != 0 or not debs:
-            raise RuntimeError(f"`apt-get download {package}` failed (exit {proc.returncode}) in {cache_dir}; "
-                               f"try `apt-get update` first. stderr: {proc.stderr.strip()[-500:]}")
+            raise RuntimeError(
+                f"`apt-get download {package}` failed (exit {proc.returncode}) in {cache_dir}; "
+                f"try `apt-get update` first. stderr: {proc.stderr.strip()[-500:]}"
+            )
     proc = subprocess.run(["dpkg-deb", "-x", debs[-1].name, "."], cwd=cache_dir, capture_output=True, text=True)
     if proc.returncode != 0 or not produces.exists():
-        raise RuntimeError(f"`dpkg-deb -x {debs[-1].name}` failed (exit {proc.returncode}) or did not produce "
-                           f"{produces}: {proc.stderr.strip()[-500:]}")
+        raise RuntimeError(
+            f"`dpkg-deb -x {debs[-1].name}` failed (exit {proc.returncode}) or did not produce "
+            f"{produces}: {proc.stderr.strip()[-500:]}"
+        )
 
 
 def fetch_ding(cache_dir: Path = Path("data/ding")) -> Path:
@@ -142,7 +184,7 @@ def fetch_ding(cache_dir: Path = Path("data/ding")) -> Path:
 def _strip_annotations(side: str) -> str:
     """Remove tags, cross references, abbreviations and parentheticals from one side."""
     s = side.replace("\u2019", "'")
-    for spaced, bare, opener in zip(_GROUPS_SPACED, _GROUPS, "{[<("):
+    for spaced, bare, opener in zip(_GROUPS_SPACED, _GROUPS, "{[<(", strict=True):
         prev = None
         while opener in s and prev != s:  # loop: groups may nest
             prev = s
@@ -190,10 +232,15 @@ def _alternatives(sub: str, max_alts: int) -> list[str]:
 
 def _is_sentence(text: str, min_words: int) -> bool:
     words = text.split()
-    return (len(words) >= min_words and bool(_SENT_START.match(text))
-            and "…" not in text and "..." not in text
-            and text[0:1].upper() == text[0:1] and bool(_SENT_END.search(text))
-            and words[-1].casefold() not in _ABBREV_END)
+    return (
+        len(words) >= min_words
+        and bool(_SENT_START.match(text))
+        and "…" not in text
+        and "..." not in text
+        and text[0:1].upper() == text[0:1]
+        and bool(_SENT_END.search(text))
+        and words[-1].casefold() not in _ABBREV_END
+    )
 
 
 def classify(en: str) -> str:
@@ -228,11 +275,10 @@ def parse_line(line: str, max_alts: int = MAX_ALTS) -> list[Pair]:
     if len(de_subs) != len(en_subs):
         de_subs, en_subs = de_subs[:1], en_subs[:1]
     pairs: list[Pair] = []
-    for de_sub, en_sub in zip(de_subs, en_subs):
+    for de_sub, en_sub in zip(de_subs, en_subs, strict=True):
         for de, en in product(_alternatives(de_sub, max_alts), _alternatives(en_sub, max_alts)):
             kind = classify(en)
-            if kind == "sentence" and (not _is_sentence(de, 1) or _PLACEHOLDER.search(en)
-                                       or _PLACEHOLDER.search(de)):
+            if kind == "sentence" and (not _is_sentence(de, 1) or _PLACEHOLDER.search(en) or _PLACEHOLDER.search(de)):
                 kind = "phrase"
             pairs.append(Pair(en=en, de=de, kind=kind))
     return pairs
@@ -253,8 +299,7 @@ def read_ding(path: Path, max_alts: int = MAX_ALTS) -> list[Pair]:
     return out
 
 
-def make_split(pairs: list[Pair], n_dev: int = 500, n_test: int = 1000,
-               seed: int = 1234) -> Split:
+def make_split(pairs: list[Pair], n_dev: int = 500, n_test: int = 1000, seed: int = 1234) -> Split:
     """Deterministic seeded split.  Dev and test are drawn only from sentence pairs and never
     share an English or German text (casefolded, trailing . ? ! ignored) with each other or
     within themselves; every remaining pair of any kind whose English or German equals a
@@ -278,10 +323,12 @@ def make_split(pairs: list[Pair], n_dev: int = 500, n_test: int = 1000,
     if len(held) < n_dev + n_test:
         raise ValueError(f"only {len(held)} mutually disjoint sentence pairs available")
     held_set = set(held)
-    train = [p for i, p in enumerate(pairs) if i not in held_set
-             and _leak_key(p.en) not in used_en and _leak_key(p.de) not in used_de]
-    return Split(train=train, dev=[pairs[i] for i in held[:n_dev]],
-                 test=[pairs[i] for i in held[n_dev:]])
+    train = [
+        p
+        for i, p in enumerate(pairs)
+        if i not in held_set and _leak_key(p.en) not in used_en and _leak_key(p.de) not in used_de
+    ]
+    return Split(train=train, dev=[pairs[i] for i in held[:n_dev]], test=[pairs[i] for i in held[n_dev:]])
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
@@ -324,15 +371,22 @@ def read_split(out_dir: Path) -> Split:
         de = _read_lines(out_dir / f"{name}.de")
         kinds = _read_lines(out_dir / "train.kind") if name == "train" else ["sentence"] * len(en)
         if not len(en) == len(de) == len(kinds):
-            raise ValueError(f"{out_dir}: {name} files are not aligned "
-                             f"({len(en)} en, {len(de)} de, {len(kinds)} kinds)")
-        parts[name] = [Pair(en=e, de=d, kind=k) for e, d, k in zip(en, de, kinds)]
+            raise ValueError(
+                f"{out_dir}: {name} files are not aligned ({len(en)} en, {len(de)} de, {len(kinds)} kinds)"
+            )
+        parts[name] = [Pair(en=e, de=d, kind=k) for e, d, k in zip(en, de, kinds, strict=True)]
     return Split(**parts)
 
 
-def prepare(out_dir: Path = Path("data/ding-split"), cache_dir: Path = Path("data/ding"),
-            n_dev: int = 500, n_test: int = 1000, seed: int = 1234,
-            max_alts: int = MAX_ALTS, force: bool = False) -> Split:
+def prepare(
+    out_dir: Path = Path("data/ding-split"),
+    cache_dir: Path = Path("data/ding"),
+    n_dev: int = 500,
+    n_test: int = 1000,
+    seed: int = 1234,
+    max_alts: int = MAX_ALTS,
+    force: bool = False,
+) -> Split:
     """Fetch, parse, split and write the corpus; if ``out_dir/split.json`` already records the
     same parameters the written split is read back instead (``force=True`` rebuilds)."""
     out_dir = Path(out_dir)

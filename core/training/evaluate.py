@@ -1,11 +1,12 @@
 """Score a checkpoint on the held-out Ding test split: sacreBLEU BLEU and chrF, greedy and beam 4."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import sacrebleu
 import torch
@@ -25,9 +26,17 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, flo
 
 
 @torch.inference_mode()
-def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], *, beam_size: int = 1,
-                   max_tokens: int = 3000, max_source_tokens: int = 255, options: InferenceOptions = DEFAULT_OPTIONS,
-                   counts: dict[str, int] | None = None) -> list[str]:
+def translate_many(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    *,
+    beam_size: int = 1,
+    max_tokens: int = 3000,
+    max_source_tokens: int = 255,
+    options: InferenceOptions = DEFAULT_OPTIONS,
+    counts: dict[str, int] | None = None,
+) -> list[str]:
     """Translate many sentences (texts in input order): greedy with core's KV-cached decoder in batches sorted by
     length, each holding at most ``max_tokens`` padded source tokens, or beam search one sentence at a time.
 
@@ -49,8 +58,18 @@ def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence
     if beam_size > 1:
         for i, ids in enumerate(encoded):
             src = torch.tensor([ids], device=device)
-            finish(i, beam_search(model, src, torch.ones_like(src, dtype=torch.bool), options=options,
-                                  max_len=default_max_len(len(ids)), beam_size=beam_size, fast=fast))
+            finish(
+                i,
+                beam_search(
+                    model,
+                    src,
+                    torch.ones_like(src, dtype=torch.bool),
+                    options=options,
+                    max_len=default_max_len(len(ids)),
+                    beam_size=beam_size,
+                    fast=fast,
+                ),
+            )
     else:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         start = 0
@@ -61,20 +80,27 @@ def translate_many(model: Transformer, tokenizer: Tokenizer, sentences: Sequence
             idx = order[start:end]
             width = max(len(encoded[i]) for i in idx)
             src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
-            keep = torch.tensor([[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx],
-                                device=device)
-            result = greedy(model, src, keep, options=options, max_len=default_max_len(width), top_k=1,
-                            fast=fast)  # tokens (B, 1 + n)
+            keep = torch.tensor(
+                [[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx], device=device
+            )
+            result = greedy(
+                model, src, keep, options=options, max_len=default_max_len(width), top_k=1, fast=fast
+            )  # tokens (B, 1 + n)
             for row, i in enumerate(idx):
-                finish(i, result.tokens[row, 1: 1 + result.lengths[row]].tolist())
+                finish(i, result.tokens[row, 1 : 1 + result.lengths[row]].tolist())
             start = end
     if counts is not None:
         counts.update(source_tokens=sum(map(len, encoded)), output_tokens=n_out)
     return outputs
 
 
-def evaluate_split(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str], references: Sequence[str],
-                   beams: Sequence[int] = (1, 4)) -> dict[str, dict[str, float]]:
+def evaluate_split(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    references: Sequence[str],
+    beams: Sequence[int] = (1, 4),
+) -> dict[str, dict[str, float]]:
     """{"greedy": {...}, "beam4": {...}} with bleu, chrf, seconds and the number of sentences."""
     results = {}
     for beam in beams:
@@ -112,5 +138,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results))
     else:
         for name, r in results.items():
-            print(f"{args.set} {name:7s} BLEU {r['bleu']:6.2f}  chrF {r['chrf']:6.2f}  ({r['n']} sentences, {r['seconds']} s)")
+            print(
+                f"{args.set} {name:7s} BLEU {r['bleu']:6.2f}  chrF {r['chrf']:6.2f}  "
+                f"({r['n']} sentences, {r['seconds']} s)"
+            )
     return 0

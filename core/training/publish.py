@@ -1,4 +1,5 @@
 """Publishes the best model of a training run as a checkpoint folder with a card (scores measured now)."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,16 @@ def _log_summary(run_dir: Path) -> dict:
     evals = [r for r in rows if r["type"] == "eval"]
     state = json.loads((run_dir / "state.json").read_text())
     speeds = sorted(r["tokens_per_s"] for r in train)
-    return {"steps": state["step"], "epochs": state["epoch"], "minutes": round(state["elapsed"] / 60, 1),
-            "target_tokens": state["tokens_seen"], "median_tokens_per_s": speeds[len(speeds) // 2] if speeds else 0,
-            "final_train_loss": train[-1]["loss"] if train else None, "evals": evals, "train_config": state["train_config"]}
+    return {
+        "steps": state["step"],
+        "epochs": state["epoch"],
+        "minutes": round(state["elapsed"] / 60, 1),
+        "target_tokens": state["tokens_seen"],
+        "median_tokens_per_s": speeds[len(speeds) // 2] if speeds else 0,
+        "final_train_loss": train[-1]["loss"] if train else None,
+        "evals": evals,
+        "train_config": state["train_config"],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,46 +50,61 @@ def run(args: argparse.Namespace) -> int:
     read = lambda name: (split / name).read_text(encoding="utf-8").splitlines()  # noqa: E731
     split_info = json.loads((split / "split.json").read_text())
     t0 = time.time()
-    scores = {"dev": evaluate_split(model, tok, read("dev.en"), read("dev.de")),
-              "test": evaluate_split(model, tok, read("test.en"), read("test.de"))}
+    scores = {
+        "dev": evaluate_split(model, tok, read("dev.en"), read("dev.de")),
+        "test": evaluate_split(model, tok, read("test.en"), read("test.de")),
+    }
     greedy = translate_many(model, tok, PROBE_SENTENCES)
     beam = translate_many(model, tok, PROBE_SENTENCES, beam_size=4)
     summary = _log_summary(run_dir)
     best = info.get("best", {})
     cfg = model.config
     n_params = model.n_parameters()
-    command = args.command or (f"python -m core train --run-dir {run_dir} --out {out} "
-                               f"(then: python -m core publish --run-dir {run_dir} --out {out})")
-    rows = "\n".join(f"| {s} | {name} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['n']} |"
-                     for s in ("dev", "test") for name, r in scores[s].items())
-    samples = "\n".join(f"| {src} | {g} | {b} |" for src, g, b in zip(PROBE_SENTENCES, greedy, beam))
-    curve = [f"| {e['step']} | {e.get('minutes', '')} | {e['dev_loss']} | {e['dev_bleu']} | {e['dev_chrf']} |"
-             for e in summary["evals"]]
+    command = args.command or (
+        f"python -m core train --run-dir {run_dir} --out {out} "
+        f"(then: python -m core publish --run-dir {run_dir} --out {out})"
+    )
+    rows = "\n".join(
+        f"| {s} | {name} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['n']} |"
+        for s in ("dev", "test")
+        for name, r in scores[s].items()
+    )
+    samples = "\n".join(f"| {src} | {g} | {b} |" for src, g, b in zip(PROBE_SENTENCES, greedy, beam, strict=True))
+    curve = [
+        f"| {e['step']} | {e.get('minutes', '')} | {e['dev_loss']} | {e['dev_bleu']} | {e['dev_chrf']} |"
+        for e in summary["evals"]
+    ]
+    split_counts = json.dumps(split_info.get("counts", split_info))
+    layers = f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers}"
+    schedule_keys = ("warmup", "lr_factor", "max_tokens", "label_smoothing", "clip", "seed")
+    schedule = json.dumps({k: summary["train_config"][k] for k in schedule_keys})
     card = f"""# ding-en-de — English → German, trained here from scratch
 
 A Transformer as in "Attention Is All You Need" (pre-norm variant), trained on this project's
 2-core CPU machine on the Ding German–English dictionary. It is small and was trained for
-{summary['minutes']} minutes: it translates short everyday sentences, often imperfectly.
+{summary["minutes"]} minutes: it translates short everyday sentences, often imperfectly.
 
 ## Data
-- Source: Debian package `trans-de-en` (the Ding dictionary by Frank Richter, TU Chemnitz), licence **GPL-2.0-or-later**.
+- Source: Debian package `trans-de-en` (the Ding dictionary by Frank Richter, TU Chemnitz), \
+licence **GPL-2.0-or-later**.
   Fetched by the training command (`apt-get download trans-de-en`), never committed.
-- Parsed by `core/training/corpus.py`; split deterministically (seed {split_info.get('seed')}): counts {json.dumps(split_info.get('counts', split_info))}.
+- Parsed by `core/training/corpus.py`; split deterministically (seed {split_info.get("seed")}): counts {split_counts}.
 - Dev and test are full sentences only and share no normalised English or German text with training.
-- Training mix per epoch: every training sentence ×{4} plus a fresh random sample of phrase pairs; single-word pairs left out.
+- Training mix per epoch: every training sentence ×{4} plus a fresh random sample of phrase pairs; \
+single-word pairs left out.
 - Shared SentencePiece unigram vocabulary of {tok.vocab_size} pieces, trained on the training split only.
 
 ## Model
-d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, FFN {cfg.d_ff}, {cfg.norm}-norm,
+d_model {cfg.d_model}, {cfg.n_heads} heads, {layers} layers, FFN {cfg.d_ff}, {cfg.norm}-norm,
 sinusoidal positions, tied source/target/output embeddings, dropout {cfg.dropout}: **{n_params:,} parameters**,
 stored in float16 ({{size}} MB).
 
 ## Training
 - Hardware: {platform.machine()} CPU, {torch.get_num_threads()} threads, no GPU; torch {torch.__version__}.
-- {summary['steps']} steps, {summary['epochs']} full epochs, {summary['minutes']} minutes wall time,
-  {summary['target_tokens']:,} target tokens (median {summary['median_tokens_per_s']} target tokens/s).
-- Adam(0.9, 0.98, 1e-9), the paper's warm-up schedule ({json.dumps({k: summary['train_config'][k] for k in ('warmup', 'lr_factor', 'max_tokens', 'label_smoothing', 'clip', 'seed')})}).
-- Best checkpoint by dev BLEU (greedy, first 300 dev sentences) at step {best.get('step')}.
+- {summary["steps"]} steps, {summary["epochs"]} full epochs, {summary["minutes"]} minutes wall time,
+  {summary["target_tokens"]:,} target tokens (median {summary["median_tokens_per_s"]} target tokens/s).
+- Adam(0.9, 0.98, 1e-9), the paper's warm-up schedule ({schedule}).
+- Best checkpoint by dev BLEU (greedy, first 300 dev sentences) at step {best.get("step")}.
 - Curves: `curves.png` in this folder.
 
 | step | minutes | dev loss | dev BLEU (300, greedy) | dev chrF |
@@ -105,11 +128,15 @@ stored in float16 ({{size}} MB).
 The run resumes after an interruption (state in `{run_dir}/`).
 
 ## Limits
-Trained for about {round(summary['minutes'])} minutes on 2 CPU cores on dictionary example sentences: expect
+Trained for about {round(summary["minutes"])} minutes on 2 CPU cores on dictionary example sentences: expect
 errors on long or unusual sentences, names and rare words.
 """
-    meta = CheckpointMeta(name=out.name, source_language="en", target_language="de",
-                          extra={"scores": scores, "training": {k: v for k, v in summary.items() if k != "evals"}})
+    meta = CheckpointMeta(
+        name=out.name,
+        source_language="en",
+        target_language="de",
+        extra={"scores": scores, "training": {k: v for k, v in summary.items() if k != "evals"}},
+    )
     save_checkpoint(model, tok.path, out, card=card, meta=meta, dtype=torch.float16)
     size = folder_mb(out)
     (out / "card.md").write_text(card.replace("{size}", f"{size:.1f}"))

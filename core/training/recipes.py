@@ -2,6 +2,7 @@
 
 The recipes and the command line of ``python -m core train``; the loop itself is ``core.training.train``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,27 +14,44 @@ from pathlib import Path
 
 import torch
 
-from .batching import Batch, collate, token_batches
 from ..checkpoint import CheckpointMeta, save_checkpoint
 from ..config import InferenceOptions, ModelConfig
 from ..decoding import greedy
-from .evaluate import score, translate_many
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from .train import (Trainer, TrainConfig, add_train_arguments, fit, init_distributed, is_main, plot_curves,
-                    seed_everything, train_config_from_args)
+from .batching import Batch, collate, token_batches
+from .evaluate import score, translate_many
+from .train import (
+    TrainConfig,
+    Trainer,
+    add_train_arguments,
+    fit,
+    init_distributed,
+    is_main,
+    plot_curves,
+    seed_everything,
+    train_config_from_args,
+)
 
 # Sentences we wrote ourselves, to see whether outputs depend on the input (not from the corpus).
 PROBE_SENTENCES = [
-    "Where is the nearest train station?", "I would like a cup of tea.", "My sister lives in Berlin.",
-    "The weather is very cold today.", "Can you help me, please?", "We are going to the cinema tonight.",
-    "This book is very interesting.", "He forgot his keys at home.", "How much does this cost?",
+    "Where is the nearest train station?",
+    "I would like a cup of tea.",
+    "My sister lives in Berlin.",
+    "The weather is very cold today.",
+    "Can you help me, please?",
+    "We are going to the cinema tonight.",
+    "This book is very interesting.",
+    "He forgot his keys at home.",
+    "How much does this cost?",
     "The children are playing in the garden.",
 ]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="ding", choices=["ding", "copy", "reverse"], help="real corpus or a synthetic task")
+    p.add_argument(
+        "--task", default="ding", choices=["ding", "copy", "reverse"], help="real corpus or a synthetic task"
+    )
     p.add_argument("--out", default="checkpoints/ding-en-de", help="checkpoint folder for the best model")
     p.add_argument("--run-dir", default=None, help="resumable state, JSONL log, curves (default runs/<out name>)")
     p.add_argument("--data-dir", default="data/ding-split")
@@ -83,14 +101,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- synthetic
-def run_synthetic(task: str, run_dir: Path, config: TrainConfig | None = None, *, vocab: int = 16, seed: int = 0,
-                  n_train: int = 4000, progress: bool = False) -> dict:
+def run_synthetic(
+    task: str,
+    run_dir: Path,
+    config: TrainConfig | None = None,
+    *,
+    vocab: int = 16,
+    seed: int = 0,
+    n_train: int = 4000,
+    progress: bool = False,
+) -> dict:
     """Teach a tiny model to copy or reverse random token sequences; returns exact-match accuracy on held-out ones."""
     config = config or TrainConfig()
     if config.max_steps == 0:
         config = TrainConfig(**{**config.__dict__, "max_steps": 600})
-    config = TrainConfig(**{**config.__dict__, "warmup": min(config.warmup, 100), "lr_factor": min(config.lr_factor, 0.6),
-                            "eval_every": 0, "label_smoothing": 0.0, "max_tokens": min(config.max_tokens, 800)})
+    config = TrainConfig(
+        **{
+            **config.__dict__,
+            "warmup": min(config.warmup, 100),
+            "lr_factor": min(config.lr_factor, 0.6),
+            "eval_every": 0,
+            "label_smoothing": 0.0,
+            "max_tokens": min(config.max_tokens, 800),
+        }
+    )
     rank, world = init_distributed()
     seed_everything(seed)
     rng = random.Random(seed)
@@ -103,8 +137,9 @@ def run_synthetic(task: str, run_dir: Path, config: TrainConfig | None = None, *
 
     train = [sample() for _ in range(n_train)]
     held_out = [sample() for _ in range(200)]
-    mcfg = ModelConfig(vocab, vocab, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
-                       dropout=0.0, norm="pre")
+    mcfg = ModelConfig(
+        vocab, vocab, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0, norm="pre"
+    )
     trainer = Trainer(Transformer(mcfg), config, run_dir, _device())
     lens = [len(s) for s in train]
 
@@ -119,9 +154,15 @@ def run_synthetic(task: str, run_dir: Path, config: TrainConfig | None = None, *
     src = torch.tensor([s + [2] + [0] * (9 - len(s)) for s in held_out])
     keep = torch.tensor([[True] * (len(s) + 1) + [False] * (9 - len(s)) for s in held_out])
     out = greedy(model, src, keep, options=InferenceOptions(), max_len=10, top_k=1)
-    correct = sum(out.tokens[i, 1: 1 + out.lengths[i]].tolist() == target(s) + [2] for i, s in enumerate(held_out))
-    result = {"task": task, "steps": trainer.step, "accuracy": correct / len(held_out), "rank": rank, "world": world,
-              "checksum": checksum(model)}
+    correct = sum(out.tokens[i, 1 : 1 + out.lengths[i]].tolist() == target(s) + [2] for i, s in enumerate(held_out))
+    result = {
+        "task": task,
+        "steps": trainer.step,
+        "accuracy": correct / len(held_out),
+        "rank": rank,
+        "world": world,
+        "checksum": checksum(model),
+    }
     (run_dir / f"result_rank{rank}.json").write_text(json.dumps(result))
     return result
 
@@ -144,17 +185,33 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
     split = prepare(Path(args.data_dir), Path(args.cache_dir))
     spm_path = run_dir / "spm.model"
     if is_main() and not spm_path.is_file():
-        text = [p.en for p in split.train if p.kind == "sentence"] * 3 + [p.de for p in split.train if p.kind == "sentence"] * 3
-        text += [p.en for p in split.train if p.kind != "sentence"] + [p.de for p in split.train if p.kind != "sentence"]
+        text = [p.en for p in split.train if p.kind == "sentence"] * 3 + [
+            p.de for p in split.train if p.kind == "sentence"
+        ] * 3
+        text += [p.en for p in split.train if p.kind != "sentence"] + [
+            p.de for p in split.train if p.kind != "sentence"
+        ]
         random.Random(0).shuffle(text)
         Tokenizer.train(text[:1_500_000], run_dir / "spm", vocab_size=args.vocab_size)
     if world > 1:
         torch.distributed.barrier()
     tok = Tokenizer(spm_path)
     ids = tok.special_ids()
-    mcfg = ModelConfig(tok.vocab_size, tok.vocab_size, d_model=args.d_model, n_heads=args.heads,
-                       n_encoder_layers=args.layers, n_decoder_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
-                       norm=args.norm, **ids)
+    mcfg = ModelConfig(
+        tok.vocab_size,
+        tok.vocab_size,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        n_encoder_layers=args.layers,
+        n_decoder_layers=args.layers,
+        d_ff=args.d_ff,
+        dropout=args.dropout,
+        norm=args.norm,
+        pad_id=ids["pad_id"],
+        bos_id=ids["bos_id"],
+        eos_id=ids["eos_id"],
+        unk_id=ids["unk_id"],
+    )
     sentences = [p for p in split.train if p.kind == "sentence"]
     phrases = [p for p in split.train if p.kind == "phrase"] if not args.no_phrases else []
     words = [p for p in split.train if p.kind == "word"] if args.words else []
@@ -163,21 +220,32 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
     per_epoch_phrases = min(len(p_src), 25 * len(s_src) // 5)  # phrases sampled afresh each epoch
     dev = [p for p in split.dev]
     d_src, d_tgt = _encode_pairs(tok, dev, 10_000)
-    dev_batches = [collate([d_src[i] for i in g], [d_tgt[i] for i in g], mcfg.pad_id, mcfg.bos_id, mcfg.eos_id)
-                   for g in token_batches([len(s) for s in d_src], [len(t) for t in d_tgt], 3000, 0, 0, shuffle=False)]
+    dev_batches = [
+        collate([d_src[i] for i in g], [d_tgt[i] for i in g], mcfg.pad_id, mcfg.bos_id, mcfg.eos_id)
+        for g in token_batches([len(s) for s in d_src], [len(t) for t in d_tgt], 3000, 0, 0, shuffle=False)
+    ]
     trainer = Trainer(Transformer(mcfg), config, run_dir, _device())
     resumed = trainer.load_state()
     if is_main():
-        print(f"model: {trainer.model.n_parameters():,} parameters; {len(s_src):,} sentences x{args.sentence_weight} + "
-              f"{per_epoch_phrases:,} of {len(p_src):,} phrase pairs per epoch; {'resumed at step ' + str(trainer.step) if resumed else 'fresh start'}")
+        print(
+            f"model: {trainer.model.n_parameters():,} parameters; {len(s_src):,} sentences x{args.sentence_weight} + "
+            f"{per_epoch_phrases:,} of {len(p_src):,} phrase pairs per epoch; "
+            f"{'resumed at step ' + str(trainer.step) if resumed else 'fresh start'}"
+        )
 
     def make_epoch(epoch: int) -> list[Batch]:
         rng = random.Random(config.seed + epoch)
         picked = rng.sample(range(len(p_src)), per_epoch_phrases) if per_epoch_phrases else []
         src = s_src * args.sentence_weight + [p_src[i] for i in picked]
         tgt = s_tgt * args.sentence_weight + [p_tgt[i] for i in picked]
-        groups = _shard(token_batches([len(s) for s in src], [len(t) for t in tgt], config.max_tokens, config.seed, epoch), rank, world)
-        return [collate([src[i] for i in g], [tgt[i] for i in g], mcfg.pad_id, mcfg.bos_id, mcfg.eos_id) for g in groups]
+        groups = _shard(
+            token_batches([len(s) for s in src], [len(t) for t in tgt], config.max_tokens, config.seed, epoch),
+            rank,
+            world,
+        )
+        return [
+            collate([src[i] for i in g], [tgt[i] for i in g], mcfg.pad_id, mcfg.bos_id, mcfg.eos_id) for g in groups
+        ]
 
     dev_sources = [p.en for p in dev[: args.dev_bleu_sentences]]
     dev_refs = [p.de for p in dev[: args.dev_bleu_sentences]]
@@ -187,18 +255,31 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
         model = trainer.model.eval()
         scores = score(translate_many(model, tok, dev_sources), dev_refs)
         probes = translate_many(model, tok, PROBE_SENTENCES[:3])
-        return {"dev_loss": round(loss, 4), "dev_bleu": scores["bleu"], "dev_chrf": scores["chrf"],
-                "samples": dict(zip(PROBE_SENTENCES[:3], probes))}
+        return {
+            "dev_loss": round(loss, 4),
+            "dev_bleu": scores["bleu"],
+            "dev_chrf": scores["chrf"],
+            "samples": dict(zip(PROBE_SENTENCES[:3], probes, strict=True)),
+        }
 
     def on_best(result: dict) -> None:
-        save_checkpoint(trainer.model, spm_path, run_dir / "best", card="(in training)\n",
-                        meta=CheckpointMeta(name=Path(args.out).name, source_language="en", target_language="de",
-                                            extra={"best": result}), dtype=torch.float16)
+        save_checkpoint(
+            trainer.model,
+            spm_path,
+            run_dir / "best",
+            card="(in training)\n",
+            meta=CheckpointMeta(
+                name=Path(args.out).name, source_language="en", target_language="de", extra={"best": result}
+            ),
+            dtype=torch.float16,
+        )
 
     start = time.time()
     fit(trainer, make_epoch, evaluate=evaluate, on_best=on_best, log_path=run_dir / "log.jsonl")
     if is_main():
         plot_curves(run_dir / "log.jsonl", run_dir / "curves.png")
-        print(f"training stopped at step {trainer.step} after {(time.time() - start) / 60:.1f} min this session; "
-              f"best dev BLEU {trainer.best}. Publish with: python -m core publish --run-dir {run_dir} --out {args.out}")
+        print(
+            f"training stopped at step {trainer.step} after {(time.time() - start) / 60:.1f} min this session; "
+            f"best dev BLEU {trainer.best}. Publish with: python -m core publish --run-dir {run_dir} --out {args.out}"
+        )
     return 0

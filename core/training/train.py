@@ -4,6 +4,7 @@ Label smoothing, Adam(0.9, 0.98, 1e-9) with the paper's warm-up schedule, batche
 gradient clipping, periodic dev loss and BLEU, best checkpoint kept, resumable, fixed seeds,
 a progress bar, a JSONL log and a loss-curve PNG. Several processes through ``torchrun`` (DDP).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,19 +12,21 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
+from torch import nn
 from tqdm import tqdm
 
-from .batching import Batch, collate, token_batches
 from ..config import ModelConfig
 from ..model import Transformer
+from .batching import Batch, collate, token_batches
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class TrainConfig:
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """The paper's schedule: factor * d^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     step = max(step, 1)
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def seed_everything(seed: int) -> None:
@@ -79,11 +82,14 @@ class Trainer:
 
     def __init__(self, model: Transformer, config: TrainConfig, run_dir: Path, device: torch.device) -> None:
         self.model, self.config, self.run_dir, self.device = model.to(device), config, Path(run_dir), device
-        self.module = model
+        self.module: nn.Module = model  # wrapped in DistributedDataParallel under torchrun
         if dist.is_initialized():
             from torch.nn.parallel import DistributedDataParallel
-            self.module = DistributedDataParallel(model)  # type: ignore[assignment]
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+
+            self.module = DistributedDataParallel(model)
+        self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
+            model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9
+        )
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.best: float | None = None
         self.tokens_seen = 0
@@ -100,8 +106,12 @@ class Trainer:
     def loss(self, batch: Batch, label_smoothing: float | None = None) -> torch.Tensor:
         logits = self.module(batch.src, batch.tgt_in, src_keep=batch.src_keep, tgt_keep=None)  # (B, Tt, V)
         ls = self.config.label_smoothing if label_smoothing is None else label_smoothing
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch.tgt_out.reshape(-1),
-                               ignore_index=-100, label_smoothing=ls)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(),
+            batch.tgt_out.reshape(-1),
+            ignore_index=-100,
+            label_smoothing=ls,
+        )
 
     def train_step(self, batch: Batch) -> float:
         self.module.train()
@@ -133,8 +143,9 @@ class Trainer:
     def save_state(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         aliases = self.model.tied_aliases()  # once, not once per tensor
-        tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()
-                   if k not in aliases}
+        tensors = {
+            f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items() if k not in aliases
+        }
         params = list(self.model.parameters())
         for i, p in enumerate(params):
             st = self.optimizer.state.get(p)
@@ -144,9 +155,16 @@ class Trainer:
                 tensors[f"adam.{i}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1).cpu()
         tmp = self.run_dir / "state.safetensors.tmp"
         save_file(tensors, str(tmp))
-        meta = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "best": self.best,
-                "tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "train_config": asdict(self.config),
-                "model_config": self.model.config.to_dict()}
+        meta = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "best": self.best,
+            "tokens_seen": self.tokens_seen,
+            "elapsed": self.elapsed,
+            "train_config": asdict(self.config),
+            "model_config": self.model.config.to_dict(),
+        }
         (self.run_dir / "state.json.tmp").write_text(json.dumps(meta, indent=1))
         os.replace(tmp, self.run_dir / "state.safetensors")
         os.replace(self.run_dir / "state.json.tmp", self.run_dir / "state.json")
@@ -163,17 +181,26 @@ class Trainer:
         self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
         for i, p in enumerate(self.model.parameters()):
             if f"adam.{i}.exp_avg" in tensors:
-                self.optimizer.state[p] = {"exp_avg": tensors[f"adam.{i}.exp_avg"].to(self.device),
-                                           "exp_avg_sq": tensors[f"adam.{i}.exp_avg_sq"].to(self.device),
-                                           "step": tensors[f"adam.{i}.step"].reshape(()).clone()}
+                self.optimizer.state[p] = {
+                    "exp_avg": tensors[f"adam.{i}.exp_avg"].to(self.device),
+                    "exp_avg_sq": tensors[f"adam.{i}.exp_avg_sq"].to(self.device),
+                    "step": tensors[f"adam.{i}.step"].reshape(()).clone(),
+                }
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
         self.best, self.tokens_seen, self.elapsed = meta["best"], meta["tokens_seen"], meta.get("elapsed", 0.0)
         return True
 
 
-def fit(trainer: Trainer, make_epoch: Callable[[int], list[Batch]], *, evaluate: Callable[[], dict] | None = None,
-        on_best: Callable[[dict], None] | None = None, higher_is_better: str = "dev_bleu",
-        log_path: Path | None = None, progress: bool = True) -> dict:
+def fit(
+    trainer: Trainer,
+    make_epoch: Callable[[int], list[Batch]],
+    *,
+    evaluate: Callable[[], dict] | None = None,
+    on_best: Callable[[dict], None] | None = None,
+    higher_is_better: str = "dev_bleu",
+    log_path: Path | None = None,
+    progress: bool = True,
+) -> dict:
     """The training loop. ``make_epoch(epoch)`` returns that epoch's batches (already sharded for this rank).
 
     Every ``eval_every`` steps (and at the end) ``evaluate()`` runs on rank 0; when its ``higher_is_better``
@@ -182,20 +209,32 @@ def fit(trainer: Trainer, make_epoch: Callable[[int], list[Batch]], *, evaluate:
     cfg = trainer.config
     start_time = time.perf_counter() - trainer.elapsed
     last = {"step": trainer.step}
-    bar = tqdm(total=cfg.max_steps or None, initial=trainer.step, disable=not (progress and is_main()),
-               dynamic_ncols=True, desc="train")
+    bar = tqdm(
+        total=cfg.max_steps or None,
+        initial=trainer.step,
+        disable=not (progress and is_main()),
+        dynamic_ncols=True,
+        desc="train",
+    )
     log = open(log_path, "a", encoding="utf-8") if (log_path and is_main()) else None
     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
 
     def out_of_budget() -> bool:
         minutes = (time.perf_counter() - start_time) / 60
-        return bool((cfg.max_steps and trainer.step >= cfg.max_steps) or (cfg.max_minutes and minutes >= cfg.max_minutes))
+        return bool(
+            (cfg.max_steps and trainer.step >= cfg.max_steps) or (cfg.max_minutes and minutes >= cfg.max_minutes)
+        )
 
     def run_eval() -> None:
         nonlocal last
         trainer.elapsed = time.perf_counter() - start_time
         if is_main() and evaluate is not None:
-            result = {"step": trainer.step, "epoch": trainer.epoch, "minutes": round(trainer.elapsed / 60, 2), **evaluate()}
+            result = {
+                "step": trainer.step,
+                "epoch": trainer.epoch,
+                "minutes": round(trainer.elapsed / 60, 2),
+                **evaluate(),
+            }
             metric = result.get(higher_is_better)
             if metric is not None and (trainer.best is None or metric > trainer.best):
                 trainer.best = metric
@@ -214,7 +253,7 @@ def fit(trainer: Trainer, make_epoch: Callable[[int], list[Batch]], *, evaluate:
     try:
         while trainer.epoch < cfg.epochs and not out_of_budget():
             batches = make_epoch(trainer.epoch)
-            for batch in batches[trainer.batch_in_epoch:]:
+            for batch in batches[trainer.batch_in_epoch :]:
                 loss = trainer.train_step(batch)
                 trainer.batch_in_epoch += 1
                 window_loss += loss * batch.n_target_tokens
@@ -222,9 +261,15 @@ def fit(trainer: Trainer, make_epoch: Callable[[int], list[Batch]], *, evaluate:
                 bar.update(1)
                 if trainer.step % cfg.log_every == 0:
                     seconds = time.perf_counter() - window_start
-                    entry = {"type": "train", "step": trainer.step, "epoch": trainer.epoch, "loss": round(window_loss / max(window_tokens, 1), 4),
-                             "lr": trainer.lr(), "tokens_per_s": round(window_tokens / max(seconds, 1e-9), 1),
-                             "minutes": round((time.perf_counter() - start_time) / 60, 2)}
+                    entry = {
+                        "type": "train",
+                        "step": trainer.step,
+                        "epoch": trainer.epoch,
+                        "loss": round(window_loss / max(window_tokens, 1), 4),
+                        "lr": trainer.lr(),
+                        "tokens_per_s": round(window_tokens / max(seconds, 1e-9), 1),
+                        "minutes": round((time.perf_counter() - start_time) / 60, 2),
+                    }
                     bar.set_postfix(loss=entry["loss"], tok_s=entry["tokens_per_s"])
                     if log:
                         log.write(json.dumps(entry) + "\n")
@@ -247,6 +292,7 @@ def fit(trainer: Trainer, make_epoch: Callable[[int], list[Batch]], *, evaluate:
 def plot_curves(log_path: Path, png_path: Path) -> None:
     """Training loss and dev loss/BLEU against steps, from the JSONL log."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -257,13 +303,19 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
     ax[0].plot([r["step"] for r in train], [r["loss"] for r in train], label="train (label-smoothed)", lw=1)
     if evals and "dev_loss" in evals[0]:
         ax[0].plot([r["step"] for r in evals], [r["dev_loss"] for r in evals], "o-", label="dev (no smoothing)")
-    ax[0].set_xlabel("step"); ax[0].set_ylabel("cross-entropy"); ax[0].legend(); ax[0].grid(alpha=.3)
+    ax[0].set_xlabel("step")
+    ax[0].set_ylabel("cross-entropy")
+    ax[0].legend()
+    ax[0].grid(alpha=0.3)
     if evals and "dev_bleu" in evals[0]:
-        ax[1].plot([r["step"] for r in evals], [r["dev_bleu"] for r in evals], "o-", color="C2", label="dev BLEU (greedy)")
+        ax[1].plot(
+            [r["step"] for r in evals], [r["dev_bleu"] for r in evals], "o-", color="C2", label="dev BLEU (greedy)"
+        )
         if "dev_chrf" in evals[0]:
             ax[1].plot([r["step"] for r in evals], [r["dev_chrf"] for r in evals], "s-", color="C3", label="dev chrF")
         ax[1].legend()
-    ax[1].set_xlabel("step"); ax[1].grid(alpha=.3)
+    ax[1].set_xlabel("step")
+    ax[1].grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
@@ -275,8 +327,13 @@ def add_train_arguments(parser: argparse.ArgumentParser, defaults: dict[str, Any
     defaults, base = defaults or {}, TrainConfig()
     for f in fields(TrainConfig):
         value = getattr(base, f.name)
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(value), default=defaults.get(f.name),
-                            help=f"TrainConfig.{f.name} (default {defaults.get(f.name, value)})")
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=type(value),
+            default=defaults.get(f.name),
+            help=f"TrainConfig.{f.name} (default {defaults.get(f.name, value)})",
+        )
 
 
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -284,5 +341,16 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
-__all__ = ["TrainConfig", "Trainer", "add_train_arguments", "fit", "noam_lr", "plot_curves", "seed_everything", "init_distributed",
-           "ModelConfig", "collate", "token_batches"]
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "add_train_arguments",
+    "fit",
+    "noam_lr",
+    "plot_curves",
+    "seed_everything",
+    "init_distributed",
+    "ModelConfig",
+    "collate",
+    "token_batches",
+]

@@ -1,4 +1,5 @@
 """Per-call interventions: head scaling (ablation), activation patching, gradients — nothing stored on the model."""
+
 import threading
 
 import numpy as np
@@ -32,8 +33,10 @@ def test_scale_heads_zero_is_the_options_ablation(model):
 
 def test_scale_heads_multiplies_the_head_output(model):
     src, tgt = pair(1)
-    rec_base, rec_scaled = Recorder(model, activations=True), Recorder(model, activations=True,
-                                                                       interventions=[ScaleHeads("encoder.0.self", (1,), 2.5)])
+    rec_base, rec_scaled = (
+        Recorder(model, activations=True),
+        Recorder(model, activations=True, interventions=[ScaleHeads("encoder.0.self", (1,), 2.5)]),
+    )
     with torch.no_grad():
         model(src, tgt, recorder=rec_base)
         model(src, tgt, recorder=rec_scaled)
@@ -115,7 +118,7 @@ def test_keep_grad_gives_the_gradient_at_the_source_embeddings(model):
     eps = 1e-3
     moved = logits(model, src, tgt, Patch("embed.src", (leaf + eps * grad)[0]))
     gain = float(moved[0, -1].max() - out[0, -1].max().detach())
-    assert gain == pytest.approx(eps * float((grad ** 2).sum()), rel=0.1)
+    assert gain == pytest.approx(eps * float((grad**2).sum()), rel=0.1)
     with torch.no_grad(), pytest.raises(RuntimeError, match="needs gradients"):
         model(src, tgt, recorder=Recorder(model, record=False, keep_grad=("embed.src",)))
 
@@ -141,9 +144,13 @@ def test_interventions_never_change_the_model_and_calls_stay_independent_under_t
     bundle = core.load(tiny_checkpoint, device="cpu")
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     text = "The cat sleeps on the warm chair."
-    variants = [InferenceOptions(), InferenceOptions(ablate=frozenset({("cross", 0, 0), ("cross", 1, 1)})),
-                InferenceOptions(positional_encoding=False), InferenceOptions(causal_mask=False),
-                InferenceOptions(ablate=frozenset({("encoder", 1, 0)}))]
+    variants = [
+        InferenceOptions(),
+        InferenceOptions(ablate=frozenset({("cross", 0, 0), ("cross", 1, 1)})),
+        InferenceOptions(positional_encoding=False),
+        InferenceOptions(causal_mask=False),
+        InferenceOptions(ablate=frozenset({("encoder", 1, 0)})),
+    ]
     expected = [bundle.translate(text, opts, max_len=8) for opts in variants]
     assert len({e.text for e in expected} | {tuple(e.output_tokens) for e in expected}) > 2  # they differ
     results: dict[int, list] = {}
@@ -168,7 +175,8 @@ def test_interventions_never_change_the_model_and_calls_stay_independent_under_t
     for outs in results.values():
         for i, out in outs:
             assert out.output_tokens == expected[i].output_tokens
-            np.testing.assert_allclose(out.trace.attention("cross", 1), expected[i].trace.attention("cross", 1),
-                                       atol=1e-6)
+            np.testing.assert_allclose(
+                out.trace.attention("cross", 1), expected[i].trace.attention("cross", 1), atol=1e-6
+            )
     for k, v in bundle.model.state_dict().items():
         torch.testing.assert_close(v, before[k], rtol=0, atol=0)

@@ -1,4 +1,6 @@
-"""Options checked against the model before anything runs: the API raises InputError, the CLI says error: and exits 2."""
+"""Options checked against the model before anything runs: the API raises InputError, the CLI says error: and
+exits 2."""
+
 import json
 import os
 import subprocess
@@ -18,22 +20,38 @@ def bundle(tiny_checkpoint):
     return core.load(tiny_checkpoint, device="cpu")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(beam_size=9000), "beam_size must be a whole number from 1 to 16"),
-    (dict(beam_size=0), "beam_size"), (dict(beam_size=True), "beam_size"), (dict(beam_size=2.5), "beam_size"),
-    (dict(top_k=0), "top_k"), (dict(top_k=-1), "top_k"), (dict(max_len=-1), "max_len"), (dict(max_len=0), "max_len"),
-    (dict(options=InferenceOptions(ablate=frozenset({("cross", 99, 0)}))), "cross layer 100 head 1: the model has 2"),
-    (dict(options=InferenceOptions(ablate=frozenset({("encoder", 0, 9)}))), "has 2 heads per layer"),
-    (dict(options="PE off"), "options must be core.InferenceOptions"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(beam_size=9000), "beam_size must be a whole number from 1 to 16"),
+        (dict(beam_size=0), "beam_size"),
+        (dict(beam_size=True), "beam_size"),
+        (dict(beam_size=2.5), "beam_size"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_k=-1), "top_k"),
+        (dict(max_len=-1), "max_len"),
+        (dict(max_len=0), "max_len"),
+        (
+            dict(options=InferenceOptions(ablate=frozenset({("cross", 99, 0)}))),
+            "cross layer 100 head 1: the model has 2",
+        ),
+        (dict(options=InferenceOptions(ablate=frozenset({("encoder", 0, 9)}))), "has 2 heads per layer"),
+        (dict(options="PE off"), "options must be core.InferenceOptions"),
+    ],
+)
 def test_bad_options_are_named(bundle, kwargs, message):
     with pytest.raises(InputError, match=message):
         bundle.translate("Is there any tea left?", **kwargs)
 
 
 def test_good_options_still_translate(bundle):
-    out = bundle.translate("Is there any tea left?", beam_size=2, top_k=3, max_len=4,
-                           options=InferenceOptions(ablate=frozenset({("cross", 1, 1)})))
+    out = bundle.translate(
+        "Is there any tea left?",
+        beam_size=2,
+        top_k=3,
+        max_len=4,
+        options=InferenceOptions(ablate=frozenset({("cross", 1, 1)})),
+    )
     assert len(out.steps) <= 4 and all(len(s.top_k) == 3 for s in out.steps)
 
 
@@ -46,23 +64,33 @@ def test_an_ssru_model_has_no_decoder_heads_to_switch_off(tmp_path):
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "core", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "core", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--beam", "9000"], "beam_size must be a whole number"),
-    (["--device", "bogus"], "unknown device 'bogus'"),
-    (["--device", "cuda:0"] if not __import__("torch").cuda.is_available() else ["--device", "tpu"], "device"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--beam", "9000"], "beam_size must be a whole number"),
+        (["--device", "bogus"], "unknown device 'bogus'"),
+        (["--device", "cuda:0"] if not __import__("torch").cuda.is_available() else ["--device", "tpu"], "device"),
+    ],
+)
 def test_cli_names_bad_options_without_a_traceback(tiny_checkpoint, extra, message):
     result = cli("translate", "--checkpoint", str(tiny_checkpoint), *extra, "Hello")
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
 def test_cli_json_survives_an_ascii_terminal(tiny_checkpoint):
-    result = cli("translate", "--checkpoint", str(tiny_checkpoint), "--json", "Grüße, café!",
-                 env={"PYTHONIOENCODING": "ascii"})
+    result = cli(
+        "translate", "--checkpoint", str(tiny_checkpoint), "--json", "Grüße, café!", env={"PYTHONIOENCODING": "ascii"}
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert "cross.0.weights" in data["attention"] and data["src_tokens"]

@@ -1,4 +1,5 @@
 """The site-keyed Trace: one store for everything, its parts, export and reload (without the model)."""
+
 import io
 import math
 import pickle
@@ -27,8 +28,18 @@ def test_every_site_is_recorded_under_one_vocabulary(bundle):
             for array in ("weights", "scores", "scores_raw", "q", "k", "v"):
                 assert f"{site}.{array}" in keys, f"{site}.{array}"
         assert f"mask.{kind}" in keys and f"mask.{kind}.padding" in keys
-    assert {"mask.decoder.causal", "pe.src", "pe.tgt", "ids.src", "ids.tgt", "keep.src", "output.ids",
-            "output.probs", "output.top_ids", "output.top_probs"} <= keys
+    assert {
+        "mask.decoder.causal",
+        "pe.src",
+        "pe.tgt",
+        "ids.src",
+        "ids.tgt",
+        "keep.src",
+        "output.ids",
+        "output.probs",
+        "output.top_ids",
+        "output.top_probs",
+    } <= keys
     assert "decoder.0.self.step_rows" not in keys  # only when steps recompute the prefix
     # the helpers read the same store
     assert trace["cross.1.weights"] is not None
@@ -51,8 +62,9 @@ def test_raw_scores_are_q_dot_k_and_the_mask_makes_the_scores(bundle):
         # incremental decoding: a step's later keys did not exist yet, so they have no score (-inf)
         existed = short.mask("decoder", "causal") if kind == "decoder" else np.ones(raw.shape[1:], dtype=bool)
         assert np.isneginf(raw[:, ~existed]).all()
-        np.testing.assert_allclose(raw[:, existed], (q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1]))[:, existed],
-                                   atol=1e-4)
+        np.testing.assert_allclose(
+            raw[:, existed], (q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1]))[:, existed], atol=1e-4
+        )
         mask = short.mask(kind)
         masked = short.scores(kind, 1)
         np.testing.assert_array_equal(masked[:, mask], raw[:, mask])
@@ -91,7 +103,7 @@ def test_a_saved_trace_reloads_into_the_same_translation(bundle, tmp_path, suffi
             np.testing.assert_allclose(b, a, atol=tol, err_msg=name)  # -inf stays -inf
         else:
             np.testing.assert_array_equal(b, a, err_msg=name)
-    for s_new, s_old in zip(again.steps, out.steps):
+    for s_new, s_old in zip(again.steps, out.steps, strict=True):
         np.testing.assert_allclose(s_new.attention("cross", 1), s_old.attention("cross", 1), atol=tol)
 
 

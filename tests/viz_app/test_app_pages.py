@@ -4,6 +4,7 @@ A session-scoped root holds two tiny random checkpoints (a self-attention decode
 decoder); the app finds them through $LAB_CHECKPOINT_ROOT. Figures are checked through the
 Plotly spec each chart element carries (titles, shapes), everything else through the widgets.
 """
+
 from __future__ import annotations
 
 import base64
@@ -13,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import build_tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
 import core
-from conftest import build_tiny_checkpoint
 from viz_app.common import md
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
@@ -109,11 +110,18 @@ def test_overview_example_picker_and_enter(app_root: Path) -> None:
     assert at.query_params["text"] == LONGER
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "empty"), ("   \t  ", "empty"), ("\x00\x01\x02", "empty"), ("x" * 5001, "only the first 5,000 were read"),
-    ("😀 🎉 👍", "unknown to this model"), ("日本語のテキスト", "unknown to this model"),
-    ("word " * 300, "Truncated"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty"),
+        ("   \t  ", "empty"),
+        ("\x00\x01\x02", "empty"),
+        ("x" * 5001, "only the first 5,000 were read"),
+        ("😀 🎉 👍", "unknown to this model"),
+        ("日本語のテキスト", "unknown to this model"),
+        ("word " * 300, "Truncated"),
+    ],
+)
 def test_bad_input_gives_a_message_not_a_traceback(text: str, message: str) -> None:
     at = run()
     at.text_input(key="text").input(text).run(timeout=TIMEOUT)
@@ -153,19 +161,44 @@ def test_toggles_change_the_options_shown_and_the_link() -> None:
 
 
 def test_query_params_restore_the_view() -> None:
-    at = ok(run({"page": "head", "text": LONGER, "pe": "0", "causal": "0", "kind": "encoder", "layer": "2",
-                 "head": "2", "values": "scores"}))
+    at = ok(
+        run(
+            {
+                "page": "head",
+                "text": LONGER,
+                "pe": "0",
+                "causal": "0",
+                "kind": "encoder",
+                "layer": "2",
+                "head": "2",
+                "values": "scores",
+            }
+        )
+    )
     assert at.title[0].value == "Head detail"
     assert at.text_input(key="text").value == LONGER
     assert (at.session_state["layer"], at.session_state["head"], at.session_state["kind"]) == (1, 1, "encoder")
-    assert titles(at) == ["Encoder self-attention · layer 2 · head 2 · scaled scores QKᵀ/√d_k (grey = masked, −∞)"
-                          " — PE off, causal mask off"]
+    assert titles(at) == [
+        "Encoder self-attention · layer 2 · head 2 · scaled scores QKᵀ/√d_k (grey = masked, −∞)"
+        " — PE off, causal mask off"
+    ]
     assert at.query_params["page"] == "head" and at.query_params["layer"] == "2"
 
 
 def test_bad_query_params_fall_back_to_defaults() -> None:
-    at = ok(run({"layer": "zero", "head": "-4", "beam": "many", "pe": "maybe", "ablate": "bogus", "ckpt": "../etc",
-                 "kind": "nonsense"}))
+    at = ok(
+        run(
+            {
+                "layer": "zero",
+                "head": "-4",
+                "beam": "many",
+                "pe": "maybe",
+                "ablate": "bogus",
+                "ckpt": "../etc",
+                "kind": "nonsense",
+            }
+        )
+    )
     assert at.session_state["layer"] == 0 and at.session_state["pe"] is True
     assert at.selectbox(key="ckpt").value == "tiny"
 
@@ -189,6 +222,7 @@ def test_ssru_decoder_shows_gates_instead_of_self_attention() -> None:
 
 def test_default_checkpoint_env_then_default_file_then_first(app_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from viz_app import state
+
     names = state.checkpoint_names()
     assert names == ["tiny", "tiny-ssru"]
     monkeypatch.setenv("LAB_CHECKPOINT", "tiny-ssru")
@@ -218,8 +252,9 @@ def test_no_checkpoint_explains_how_to_get_one(tmp_path: Path, monkeypatch: pyte
     assert "make run" in at.info[0].value and "make train" in at.info[0].value
 
 
-def test_a_broken_checkpoint_is_reported_not_raised(app_root: Path, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_checkpoint_is_reported_not_raised(
+    app_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text((app_root / "tiny" / "config.json").read_text())  # weights missing
@@ -293,8 +328,10 @@ def test_positional_page_table_run_and_comparison() -> None:
     assert "Positional-encoding table: 64 positions × 16 dimensions" in names
     at.session_state["pe_tab"] = "Added in this run"
     names = titles(ok(at.run(timeout=TIMEOUT)))
-    assert names == ["PE values added to the source tokens — as trained",
-                     "PE values added to the decoder input tokens — as trained"]
+    assert names == [
+        "PE values added to the source tokens — as trained",
+        "PE values added to the decoder input tokens — as trained",
+    ]
     at.session_state["pe_tab"] = "Switch it off"
     at.run(timeout=TIMEOUT)
     at.toggle(key="compare").set_value(True).run(timeout=TIMEOUT)
@@ -353,8 +390,10 @@ def _header_of(text: str, pe: bool) -> None:  # runs inside AppTest.from_functio
 
     import core as c
     from viz_app import common as cm
+
     out = c.load(os.path.join(os.environ["LAB_CHECKPOINT_ROOT"], "tiny")).translate(
-        "Is there any tea left?", options=c.InferenceOptions(positional_encoding=pe))
+        "Is there any tea left?", options=c.InferenceOptions(positional_encoding=pe)
+    )
     cm.translation_header(c.Translation(dataclasses.replace(out.trace, meta={**out.trace.meta, "text": text})))
 
 

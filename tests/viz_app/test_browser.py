@@ -3,27 +3,34 @@
 Runs against a tiny random checkpoint, and also against the real checkpoints under checkpoints/
 when there are any. Screenshots go to test-artifacts/ (gitignored).
 """
+
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
+from conftest import build_tiny_checkpoint
 
 import core
 from viz_app.serve import streamlit_server
-from conftest import build_tiny_checkpoint
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 SENTENCE = "The cat sleeps on the warm chair."
 
 
@@ -36,8 +43,9 @@ def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _server(root: Path, checkpoint: str) -> Iterator[str]:
     try:
-        with streamlit_server(root, checkpoint, ARTIFACTS / f"server-{checkpoint}.log",
-                              extra_env={"LAB_TORCH_THREADS": "1"}) as url:
+        with streamlit_server(
+            root, checkpoint, ARTIFACTS / f"server-{checkpoint}.log", extra_env={"LAB_TORCH_THREADS": "1"}
+        ) as url:
             yield url
     except RuntimeError as exc:
         pytest.fail(str(exc))
@@ -68,7 +76,8 @@ def served(request: pytest.FixtureRequest, tiny_root: Path) -> Iterator[tuple[st
 
 
 def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, str]) -> None:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
 
     url, root, name = served
     torch.set_num_threads(1)  # the app's setting on this machine: identical arithmetic, identical greedy choices
@@ -88,13 +97,16 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             box.press("Enter")
             page.wait_for_function(
                 """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
-                arg=[expected or "∅ (the model produced no words)"], timeout=60_000)
+                arg=[expected or "∅ (the model produced no words)"],
+                timeout=60_000,
+            )
             page.wait_for_function(
                 """() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
                            return plots.length >= 2 && plots.every(p => p.querySelector('.heatmaplayer image'))
                                   && document.querySelector('[data-testid="stApp"]')
                                              .getAttribute('data-test-script-state') === 'notRunning'; }""",
-                timeout=60_000)
+                timeout=60_000,
+            )
             elapsed = time.time() - start
             print(f"\n[{name}] Enter -> translation and heatmaps drawn in {elapsed:.2f} s")
             page.wait_for_timeout(500)
@@ -104,15 +116,19 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             page.locator(".st-key-pe label").click()
             page.wait_for_function(
                 """() => document.querySelector('section[data-testid="stSidebar"]').innerText.includes('PE off')""",
-                timeout=60_000)
+                timeout=60_000,
+            )
             page.wait_for_function(
                 """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                          .some(t => t.textContent.includes('PE off'))""",
-                timeout=60_000)
+                timeout=60_000,
+            )
             if expected_no_pe != expected:
                 page.wait_for_function(
                     """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
-                    arg=[expected_no_pe or "∅ (the model produced no words)"], timeout=60_000)
+                    arg=[expected_no_pe or "∅ (the model produced no words)"],
+                    timeout=60_000,
+                )
             assert "pe=0" in page.url
             page.wait_for_timeout(500)
             page.screenshot(path=str(ARTIFACTS / f"browser-{name}-pe-off.png"))
@@ -140,10 +156,14 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             page.locator('section[data-testid="stSidebar"] input[type="file"]').set_input_files(str(saved))
             page.wait_for_function(
                 """() => document.querySelector('section[data-testid="stSidebar"]').innerText
-                             .includes('Replaying a saved trace')""", timeout=60_000)
+                             .includes('Replaying a saved trace')""",
+                timeout=60_000,
+            )
             page.wait_for_function(
                 """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
-                arg=[expected_no_pe or "∅ (the model produced no words)"], timeout=60_000)
+                arg=[expected_no_pe or "∅ (the model produced no words)"],
+                timeout=60_000,
+            )
             page.wait_for_function(idle, timeout=60_000)
             page.wait_for_timeout(500)
             assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
@@ -151,7 +171,9 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             page.locator(".st-key-close_trace button").click()
             page.wait_for_function(
                 """() => !document.querySelector('section[data-testid="stSidebar"]').innerText
-                              .includes('Replaying a saved trace')""", timeout=60_000)
+                              .includes('Replaying a saved trace')""",
+                timeout=60_000,
+            )
 
             page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
             page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60_000)

@@ -1,4 +1,5 @@
 """Unit tests of the pure Plotly builders in viz_app/figures.py (no Streamlit involved)."""
+
 from __future__ import annotations
 
 import ast
@@ -115,7 +116,7 @@ def test_attention_grid_shows_every_layer_and_head() -> None:
     n_k = len(SRC)
     z = np.asarray(hms[1].z, dtype=np.float64)
     assert z.shape == (len(TGT), 3 * (n_k + 1) - 1)  # three heads side by side, one blank column between
-    np.testing.assert_allclose(z[:, n_k + 1: 2 * n_k + 1], np.round(maps[1][1], 4), atol=1e-6)  # L2 H2
+    np.testing.assert_allclose(z[:, n_k + 1 : 2 * n_k + 1], np.round(maps[1][1], 4), atol=1e-6)  # L2 H2
     assert np.isnan(z[:, n_k]).all()
     assert list(hms[0].y) == figures.unique_labels(TGT)
     assert hms[0].x[0] == "H1 · key 0 ␣Is" and hms[0].x[n_k + 1 + 3] == "H2 · key 3 ␣the"
@@ -143,8 +144,12 @@ def test_difference_grid_uses_a_symmetric_scale() -> None:
 # ----------------------------------------------------------------------------- masks
 def test_mask_panels_show_each_mask() -> None:
     causal = np.tril(np.ones((4, 4), dtype=bool))
-    fig = figures.mask_panels({"padding": np.ones((4, 4), bool), "causal": causal, "applied": causal}, TGT, TGT,
-                              title="Masks — causal mask off")
+    fig = figures.mask_panels(
+        {"padding": np.ones((4, 4), bool), "causal": causal, "applied": causal},
+        TGT,
+        TGT,
+        title="Masks — causal mask off",
+    )
     hms = _heatmaps(fig)
     assert len(hms) == 3
     np.testing.assert_array_equal(np.asarray(hms[1].z), causal.astype(int))
@@ -192,6 +197,7 @@ def test_ssru_gates_shape_and_mean() -> None:
 
 def test_positional_encoding_figures() -> None:
     from core.positional import sinusoidal_table
+
     table = sinusoidal_table(20, 16).numpy()
     matrix = figures_pe.pe_matrix(table, title="PE")
     assert np.asarray(matrix.data[0].z).shape == (20, 16) and matrix.data[0].zmid == 0

@@ -1,12 +1,12 @@
 """A crafted widget value never opens a folder that is not one of the listed checkpoints, and never echoes a path."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import build_tiny_checkpoint
+from streamlit.testing.v1 import AppTest
 
 
 def _crafted(value: str) -> None:  # runs inside AppTest.from_function
@@ -26,8 +26,9 @@ def _crafted(value: str) -> None:  # runs inside AppTest.from_function
 
 
 @pytest.mark.parametrize("value", ["../outside", "/etc", "outside/../../outside", "tiny/.."])
-def test_an_unlisted_checkpoint_is_refused_before_any_file_is_opened(tmp_path: Path, value: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unlisted_checkpoint_is_refused_before_any_file_is_opened(
+    tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "root"
     build_tiny_checkpoint(root / "tiny", seed=1)
     outside = tmp_path / "outside"
@@ -39,8 +40,11 @@ def test_an_unlisted_checkpoint_is_refused_before_any_file_is_opened(tmp_path: P
     shown = "\n".join([m.value for m in at.markdown] + [e.value for e in at.error])
     assert "bundle loaded: False" in shown
     assert "refused: The chosen checkpoint is not one of the listed ones" in shown
-    assert "outside" not in shown.replace(value, "") and "config.json" not in shown and "/etc" not in shown.replace(
-        value, "")
+    assert (
+        "outside" not in shown.replace(value, "")
+        and "config.json" not in shown
+        and "/etc" not in shown.replace(value, "")
+    )
     assert str(tmp_path) not in shown
 
 

@@ -1,4 +1,5 @@
 """A saved trace replays every page of the app without the model (no checkpoint on the machine at all)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ PAGES = ["overview", "head", "masks", "positional", "steps", "learn"]
 
 @pytest.fixture(scope="module")
 def saved(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, core.Translation]:
-    out = core.load(tiny_checkpoint, device="cpu").translate("The cat sleeps on the warm chair.", max_len=6,
-                                                             options=core.InferenceOptions(causal_mask=False))
+    out = core.load(tiny_checkpoint, device="cpu").translate(
+        "The cat sleeps on the warm chair.", max_len=6, options=core.InferenceOptions(causal_mask=False)
+    )
     return out.trace.save(tmp_path_factory.mktemp("saved") / "trace.npz"), out
 
 

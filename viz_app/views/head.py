@@ -1,4 +1,5 @@
 """Head detail: one head (or all heads combined) large, as weights or as pre-softmax scores."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,27 +8,42 @@ import streamlit as st
 from viz_app import common, figures, state
 
 st.title("Head detail")
-st.caption("One attention head, large. Each row is a query token and shows how it spreads its attention over "
-           "the key tokens (a row of weights sums to 1). Hover a cell for the exact value.")
+st.caption(
+    "One attention head, large. Each row is a query token and shows how it spreads its attention over "
+    "the key tokens (a row of weights sums to 1). Hover a cell for the exact value."
+)
 
 out = common.sentence_bar()
 if out is not None:
     trace = out.trace
     common.translation_header(out)
     kind = common.kind_picker(trace.kinds)
-    layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads,
-                                            with_head=st.session_state.get("agg", "single head") == "single head")
+    layer, head = common.layer_head_pickers(
+        trace.n_layers[kind], trace.n_heads, with_head=st.session_state.get("agg", "single head") == "single head"
+    )
     c1, c2, c3 = st.columns([1.7, 1.4, 1])
     state.clamp("agg", ["single head", "mean", "max"])
-    agg = c1.radio("Heads", ["single head", "mean", "max"], key="agg", horizontal=True,
-                   format_func=lambda a: {"single head": "one head", "mean": "mean of all heads",
-                                          "max": "max over heads"}[a])
+    agg = c1.radio(
+        "Heads",
+        ["single head", "mean", "max"],
+        key="agg",
+        horizontal=True,
+        format_func=lambda a: {"single head": "one head", "mean": "mean of all heads", "max": "max over heads"}[a],
+    )
     state.clamp("values", ["weights", "scores"])
-    values = c2.radio("Show", ["weights", "scores"], key="values", horizontal=True,
-                      format_func=lambda v: "attention weights" if v == "weights" else "pre-softmax scores")
-    fixed = c3.checkbox("Fixed 0..1 colour scale", key="fixed", disabled=values != "weights",
-                        help="Same colours across heads and sentences; otherwise the scale stretches to the "
-                             "largest weight.")
+    values = c2.radio(
+        "Show",
+        ["weights", "scores"],
+        key="values",
+        horizontal=True,
+        format_func=lambda v: "attention weights" if v == "weights" else "pre-softmax scores",
+    )
+    fixed = c3.checkbox(
+        "Fixed 0..1 colour scale",
+        key="fixed",
+        disabled=values != "weights",
+        help="Same colours across heads and sentences; otherwise the scale stretches to the largest weight.",
+    )
 
     data = trace.attention(kind, layer) if values == "weights" else trace.scores(kind, layer)  # (H, Tq, Tk)
     if agg == "single head":
@@ -37,19 +53,27 @@ if out is not None:
             matrix, which = figures.aggregate(data, agg), f"{agg} over {trace.n_heads} heads"
     q_tokens, k_tokens = figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens)
     what = "weights" if values == "weights" else "scaled scores QKᵀ/√d_k (grey = masked, −∞)"
-    title = figures.titled(f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · {which} · {what}",
-                           state.options_note(out.options, out.beam_size))
+    title = figures.titled(
+        f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · {which} · {what}",
+        state.options_note(out.options, out.beam_size),
+    )
     fig = figures.head_heatmap(matrix, q_tokens, k_tokens, title=title, values=values, fixed_scale=fixed)
     common.chart(fig, f"{kind}_L{layer + 1}_{which.replace(' ', '_')}_{values}", key="head_detail")
 
     if agg == "single head" and (kind, layer, head) in out.options.ablate:
-        st.info("This head is switched off: its output is zeroed before the layer's output projection, so the "
-                "rest of the model does not see it. Its weights are still computed and shown here.",
-                icon=":material/volume_off:")
+        st.info(
+            "This head is switched off: its output is zeroed before the layer's output projection, so the "
+            "rest of the model does not see it. Its weights are still computed and shown here.",
+            icon=":material/volume_off:",
+        )
     if values == "scores":
-        st.caption("Scores are what goes into the softmax: larger = more attention after the softmax. "
-                   "Masked positions are set to −∞ so that their weight becomes exactly 0.")
-    st.caption(f"Rows: {len(q_tokens)} quer{'y' if len(q_tokens) == 1 else 'ies'} · columns: {len(k_tokens)} "
-               f"key{'' if len(k_tokens) == 1 else 's'}. "
-               "Tip: switch heads off in the sidebar to see how the translation changes.")
+        st.caption(
+            "Scores are what goes into the softmax: larger = more attention after the softmax. "
+            "Masked positions are set to −∞ so that their weight becomes exactly 0."
+        )
+    st.caption(
+        f"Rows: {len(q_tokens)} quer{'y' if len(q_tokens) == 1 else 'ies'} · columns: {len(k_tokens)} "
+        f"key{'' if len(k_tokens) == 1 else 's'}. "
+        "Tip: switch heads off in the sidebar to see how the translation changes."
+    )
     common.export(out)

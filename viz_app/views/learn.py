@@ -1,4 +1,5 @@
 """Learn: scaled dot-product attention for one query, recomputed by hand from the model's real numbers."""
+
 from __future__ import annotations
 
 import math
@@ -12,11 +13,15 @@ from viz_app import common, figures, state
 DIGITS = 3
 
 st.title("Learn: attention by hand")
-st.caption("Pick one query token and follow scaled dot-product attention with the numbers this model really "
-           "used: its query vector q, the keys K and values V of one head, the scores, the mask, the softmax, "
-           "and the weighted sum of the values.")
-st.latex(r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^{\top}}{\sqrt{d_k}} + M\right) V"
-         r"\qquad M_{ij} = \begin{cases} 0 & \text{may attend} \\ -\infty & \text{blocked} \end{cases}")
+st.caption(
+    "Pick one query token and follow scaled dot-product attention with the numbers this model really "
+    "used: its query vector q, the keys K and values V of one head, the scores, the mask, the softmax, "
+    "and the weighted sum of the values."
+)
+st.latex(
+    r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^{\top}}{\sqrt{d_k}} + M\right) V"
+    r"\qquad M_{ij} = \begin{cases} 0 & \text{may attend} \\ -\infty & \text{blocked} \end{cases}"
+)
 
 
 def _frame(matrix: np.ndarray, rows: list[str], prefix: str) -> pd.DataFrame:
@@ -30,12 +35,18 @@ if out is not None:
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     q_tokens, k_tokens = figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens)
     state.clamp("query", list(range(len(q_tokens))))
-    i = st.select_slider("Query token", list(range(len(q_tokens))), key="query",
-                         format_func=lambda t: f"{t} {figures.token_text(q_tokens[t])}")
+    i = st.select_slider(
+        "Query token",
+        list(range(len(q_tokens))),
+        key="query",
+        format_func=lambda t: f"{t} {figures.token_text(q_tokens[t])}",
+    )
     if kind != "encoder" and i < len(out.output_tokens):
-        st.caption(f"Query {i} is the decoder input “{common.md(figures.token_text(q_tokens[i]))}”; "
-                   "from this position the model "
-                   f"predicted the next piece, “{common.md(figures.token_text(out.output_tokens[i]))}”.")
+        st.caption(
+            f"Query {i} is the decoder input “{common.md(figures.token_text(q_tokens[i]))}”; "
+            "from this position the model "
+            f"predicted the next piece, “{common.md(figures.token_text(out.output_tokens[i]))}”."
+        )
     Q, K, V = trace.qkv(kind, layer)  # the app records them for every run (state.translate_batch, Bundle)
     q, keys, vals = Q[head, i].astype(np.float64), K[head].astype(np.float64), V[head].astype(np.float64)
     d_k = q.shape[0]
@@ -64,16 +75,32 @@ if out is not None:
         st.dataframe(_frame(vals, labels, "d"), width="stretch", height=260)
 
     st.markdown("##### 3 · Scores, mask and softmax, one row per key")
-    st.latex(rf"s_j = \frac{{q \cdot k_j}}{{\sqrt{{{d_k}}}}} \qquad "
-             r"w_j = \frac{e^{s_j + M_j}}{\sum_l e^{s_l + M_l}}")
-    table = pd.DataFrame({
-        "q·k": np.round(dots, DIGITS), f"÷ √{d_k}": np.round(scaled, DIGITS),
-        "mask M": np.where(mask, "0", "−∞"), "s + M": [f"{v:.{DIGITS}f}" if np.isfinite(v) else "−∞" for v in masked],
-        "softmax w": np.round(weights, 4), "recorded w": np.round(recorded.astype(np.float64), 4)}, index=labels)
+    st.latex(
+        rf"s_j = \frac{{q \cdot k_j}}{{\sqrt{{{d_k}}}}} \qquad "
+        r"w_j = \frac{e^{s_j + M_j}}{\sum_l e^{s_l + M_l}}"
+    )
+    table = pd.DataFrame(
+        {
+            "q·k": np.round(dots, DIGITS),
+            f"÷ √{d_k}": np.round(scaled, DIGITS),
+            "mask M": np.where(mask, "0", "−∞"),
+            "s + M": [f"{v:.{DIGITS}f}" if np.isfinite(v) else "−∞" for v in masked],
+            "softmax w": np.round(weights, 4),
+            "recorded w": np.round(recorded.astype(np.float64), 4),
+        },
+        index=labels,
+    )
     st.dataframe(table, width="stretch", height=min(420, 36 * len(labels) + 40))
-    fig = figures.mask_stages(scaled, mask, weights, k_tokens, title=figures.titled(
-        f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · query {i}",
-        state.options_note(out.options, out.beam_size)))
+    fig = figures.mask_stages(
+        scaled,
+        mask,
+        weights,
+        k_tokens,
+        title=figures.titled(
+            f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · query {i}",
+            state.options_note(out.options, out.beam_size),
+        ),
+    )
     common.chart(fig, "learn_stages", key="learn_stages")
 
     st.markdown("##### 4 · The output: weights × V")
@@ -85,7 +112,9 @@ if out is not None:
     diff = float(np.max(np.abs(weights - recorded))) if weights.size else 0.0
     score_diff = float(np.max(np.abs(np.where(mask, scaled - trace.scores(kind, layer)[head, i], 0.0)), initial=0.0))
     if diff < 1e-4:
-        st.success(f"✓ The recomputed softmax equals the weights the model recorded (largest difference "
-                   f"{diff:.1e}; scores differ by at most {score_diff:.1e}).")
+        st.success(
+            f"✓ The recomputed softmax equals the weights the model recorded (largest difference "
+            f"{diff:.1e}; scores differ by at most {score_diff:.1e})."
+        )
     else:
         st.error(f"✗ The recomputed weights differ from the recorded ones by up to {diff:.2e}.")

@@ -1,4 +1,5 @@
 """Masks: padding, causal and the combined mask actually applied; scores → −∞ → softmax for one query."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,11 @@ from viz_app import common, figures, state
 PAD = "<pad>"
 
 st.title("Masks")
-st.caption("A mask says which keys a query may look at. Blocked scores are set to −∞ before the softmax, so "
-           "their weight becomes exactly 0. The **padding mask** hides the `<pad>` filler of shorter sentences "
-           "in a batch; the **causal mask** stops the decoder from peeking at later target words.")
+st.caption(
+    "A mask says which keys a query may look at. Blocked scores are set to −∞ before the softmax, so "
+    "their weight becomes exactly 0. The **padding mask** hides the `<pad>` filler of shorter sentences "
+    "in a batch; the **causal mask** stops the decoder from peeking at later target words."
+)
 
 
 def _mirror(name: str) -> None:
@@ -23,8 +26,12 @@ out = common.sentence_bar("First sentence")
 replaying = state.replay() is not None
 if out is not None:
     if not replaying:  # a second sentence and the switches run the model again
-        st.text_input("Second sentence (optional) — makes a padded batch of two, so the padding mask has real "
-                      "`<pad>` tokens to hide", key="text2", placeholder="e.g. a much longer sentence")
+        st.text_input(
+            "Second sentence (optional) — makes a padded batch of two, so the padding mask has real "
+            "`<pad>` tokens to hide",
+            key="text2",
+            placeholder="e.g. a much longer sentence",
+        )
         t1, t2, _ = st.columns([1, 1, 2])
         for col, name, label in ((t1, "padding", "Padding mask"), (t2, "causal", "Causal mask")):
             st.session_state[f"masks_{name}"] = st.session_state.get(name, True)  # mirrors the sidebar switch
@@ -34,19 +41,26 @@ if out is not None:
     second = "" if replaying else st.session_state.get("text2", "").strip()
     trace, texts = out.trace, [out.text]
     if second:
-        batch = state.guarded(lambda: state.translate_batch(state.ckpt_path(), (st.session_state["text"], second),
-                                                            state.options_key(opts)))
+        batch = state.guarded(
+            lambda: state.translate_batch(
+                state.ckpt_path(), (st.session_state["text"], second), state.options_key(opts)
+            )
+        )
         if batch is not None:
             texts, batch_trace = batch
-            item = st.radio("Look at", [0, 1], horizontal=True, key="mask_item",
-                            format_func=lambda i: f"sentence {i + 1} "
-                                                  f"({int(batch_trace.select(i)['keep.src'].sum())} pieces)")
+            item = st.radio(
+                "Look at",
+                [0, 1],
+                horizontal=True,
+                key="mask_item",
+                format_func=lambda i: f"sentence {i + 1} ({int(batch_trace.select(i)['keep.src'].sum())} pieces)",
+            )
             trace = batch_trace.select(item)
             note = state.options_note(opts) + ", batch of 2 (greedy)"
     src = trace.src_tokens
     tgt = trace.tgt_tokens
     cols = st.columns(len(texts))
-    for i, (col, text) in enumerate(zip(cols, texts)):
+    for i, (col, text) in enumerate(zip(cols, texts, strict=True)):
         col.markdown(f"**Translation{f' {i + 1}' if len(texts) > 1 else ''}:** {common.md(text) or '∅'}")
     baseline = core.InferenceOptions(ablate=opts.ablate, positional_encoding=opts.positional_encoding)
     if opts != baseline and not second and not replaying:
@@ -59,30 +73,49 @@ if out is not None:
     n_q, n_k = len(q_tokens), len(k_tokens)
     padding = trace.mask(kind, "padding")  # the mask's parts, as the trace recorded them
     causal = trace.mask(kind, "causal") if kind == "decoder" else np.ones((n_q, n_k), dtype=bool)
-    pad_title = "padding mask" + ("" if kind != "decoder" else " (targets: not used)") \
+    pad_title = (
+        "padding mask"
+        + ("" if kind != "decoder" else " (targets: not used)")
         + ("" if opts.padding_mask else " — switched off")
-    causal_title = "causal mask" + (" (not used here)" if kind != "decoder" else "") \
+    )
+    causal_title = (
+        "causal mask"
+        + (" (not used here)" if kind != "decoder" else "")
         + ("" if opts.causal_mask or kind != "decoder" else " — switched off")
+    )
     panels = {pad_title: padding, causal_title: causal, "applied (combined)": trace.mask(kind)}
-    fig = figures.mask_panels(panels, q_tokens, k_tokens,
-                              title=figures.titled(f"Masks of the {state.KINDS[kind]}", note))
+    fig = figures.mask_panels(
+        panels, q_tokens, k_tokens, title=figures.titled(f"Masks of the {state.KINDS[kind]}", note)
+    )
     common.chart(fig, f"masks_{kind}", key="mask_panels")
     if PAD not in src:
-        st.caption("This sentence has no `<pad>` tokens, so the padding mask allows everything. "
-                   "Add a second, longer sentence above to see it at work.")
+        st.caption(
+            "This sentence has no `<pad>` tokens, so the padding mask allows everything. "
+            "Add a second, longer sentence above to see it at work."
+        )
 
     st.subheader("One query through the three stages", divider="gray")
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     state.clamp("query", list(range(n_q)))
-    query = st.select_slider("Query token", list(range(n_q)), key="query",
-                             format_func=lambda i: f"{i} {figures.token_text(q_tokens[i])}")
+    query = st.select_slider(
+        "Query token", list(range(n_q)), key="query", format_func=lambda i: f"{i} {figures.token_text(q_tokens[i])}"
+    )
     weights = trace.attention(kind, layer)[head, query]
     raw = trace.scores(kind, layer, masked=False)[head, query]  # (Tk,) blocked keys' scores before the mask
-    fig = figures.mask_stages(raw, trace.mask(kind)[query], weights, k_tokens, title=figures.titled(
-        f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
-        f"query “{figures.token_label(q_tokens[query])}”",
-        note))
+    fig = figures.mask_stages(
+        raw,
+        trace.mask(kind)[query],
+        weights,
+        k_tokens,
+        title=figures.titled(
+            f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
+            f"query “{figures.token_label(q_tokens[query])}”",
+            note,
+        ),
+    )
     common.chart(fig, "mask_stages", key="mask_stages")
     blocked = int((~trace.mask(kind)[query]).sum())
-    st.caption(f"{blocked} of {n_k} keys are blocked for this query; their weights are exactly 0 "
-               f"(sum of the weights: {weights.sum():.4f}).")
+    st.caption(
+        f"{blocked} of {n_k} keys are blocked for this query; their weights are exactly 0 "
+        f"(sum of the weights: {weights.sum():.4f})."
+    )

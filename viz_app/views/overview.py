@@ -1,4 +1,5 @@
 """Translate & overview: the translation, its tokens, and every layer × head of every attention kind."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -6,9 +7,11 @@ import streamlit as st
 from viz_app import common, figures, state
 
 st.title("Translate & overview")
-st.caption("Type a sentence, press Enter, and see the translation together with what every attention head "
-           "looked at. Each small square is one head: rows are the tokens that ask (queries), columns the "
-           "tokens they look at (keys); darker = more attention.")
+st.caption(
+    "Type a sentence, press Enter, and see the translation together with what every attention head "
+    "looked at. Each small square is one head: rows are the tokens that ask (queries), columns the "
+    "tokens they look at (keys); darker = more attention."
+)
 
 out = common.sentence_bar()
 if out is not None:
@@ -30,14 +33,17 @@ if out is not None:
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
     axes = {kind: figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens) for kind in kinds}
 
-    for kind, tab in zip(kinds, tabs):
+    for kind, tab in zip(kinds, tabs, strict=True):
         if not tab.open:
             continue
         with tab:
             if kind not in trace.kinds:
-                st.info("This model's decoder has **no self-attention**: it is an SSRU (a simple recurrent unit) "
-                        "that carries a memory from step to step. Its forget gates decide, per dimension, how much "
-                        "of that memory to keep (1) or overwrite (0).", icon=":material/info:")
+                st.info(
+                    "This model's decoder has **no self-attention**: it is an SSRU (a simple recurrent unit) "
+                    "that carries a memory from step to step. Its forget gates decide, per dimension, how much "
+                    "of that memory to keep (1) or overwrite (0).",
+                    icon=":material/info:",
+                )
                 for layer in range(trace.n_layers.get("cross", 0)):
                     title = figures.titled(f"SSRU forget gates · decoder layer {layer + 1}", note)
                     fig = figures.ssru_gates(trace.gates(layer), out.tgt_tokens, title=title)
@@ -46,22 +52,32 @@ if out is not None:
             q_tokens, k_tokens = axes[kind]
             maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
             ablated = [(l, h) for k, l, h in out.options.ablate if k == kind]
-            selected = (st.session_state.get("layer", 0), st.session_state.get("head", 0)) \
-                if st.session_state.get("kind") == kind else None
+            selected = (
+                (st.session_state.get("layer", 0), st.session_state.get("head", 0))
+                if st.session_state.get("kind") == kind
+                else None
+            )
             title = figures.titled(f"{state.KINDS[kind].capitalize()}: every layer × head", note)
             fig = figures.attention_grid(maps, q_tokens, k_tokens, ablated=ablated, selected=selected, title=title)
             common.chart(fig, f"{kind}_grid", key=f"grid_{kind}")
-            st.caption("Hover a square for the exact weights; pick a head below to open it large "
-                       "(it gets a red outline here).")
+            st.caption(
+                "Hover a square for the exact weights; pick a head below to open it large (it gets a red outline here)."
+            )
 
     st.subheader("One head, large", divider="gray")
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     q_tokens, k_tokens = axes[kind]
-    fig = figures.head_heatmap(trace.attention(kind, layer)[head], q_tokens, k_tokens,
-                               title=figures.titled(f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · "
-                                                    f"head {head + 1}", note))
+    fig = figures.head_heatmap(
+        trace.attention(kind, layer)[head],
+        q_tokens,
+        k_tokens,
+        title=figures.titled(f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1}", note),
+    )
     common.chart(fig, f"{kind}_L{layer + 1}_H{head + 1}", key="overview_head")
-    st.page_link("views/head.py", label="More options for this head (scores, mean/max over heads) → Head detail",
-                 icon=":material/zoom_in:")
+    st.page_link(
+        "views/head.py",
+        label="More options for this head (scores, mean/max over heads) → Head detail",
+        icon=":material/zoom_in:",
+    )
     common.export(out)

@@ -1,5 +1,6 @@
 """Positional encoding: the PE table, its curves and similarities, the values added in this run, and a
 live comparison of the model with and without it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,10 @@ import core
 from viz_app import common, figures, figures_pe, state
 
 st.title("Positional encoding")
-st.caption("Attention itself ignores word order: a sentence is a *set* of vectors to it. The Transformer adds a "
-           "position signal to every token embedding so that order can matter. Switch it off to see what breaks.")
+st.caption(
+    "Attention itself ignores word order: a sentence is a *set* of vectors to it. The Transformer adds a "
+    "position signal to every token embedding so that order can matter. Switch it off to see what breaks."
+)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -30,39 +33,56 @@ def _table_tab(path: str) -> None:
     n = st.slider("Positions shown", 8, 256, 64, step=8, key="pe_n")
     table = _table(path, n)
     # built at each rerun: st.cache_data would hand out an unpickled copy, which costs as much (about 25 ms at 256)
-    common.chart(figures_pe.pe_matrix(table, title=f"Positional-encoding table: {table.shape[0]} positions × "
-                                                f"{table.shape[1]} dimensions"), "pe_table", key="pe_table")
+    common.chart(
+        figures_pe.pe_matrix(
+            table, title=f"Positional-encoding table: {table.shape[0]} positions × {table.shape[1]} dimensions"
+        ),
+        "pe_table",
+        key="pe_table",
+    )
     d = table.shape[1]
     dims = st.multiselect("Dimensions to plot", list(range(d)), default=sorted({0, 1, d // 8, d // 4}), key="pe_dims")
     c1, c2 = st.columns(2)
     with c1:
-        common.chart(figures_pe.pe_curves(table, dims, title="PE value by position, per dimension"), "pe_curves",
-                     key="pe_curves")
-        st.caption("Low dimensions oscillate fast, high ones slowly: together they give every position a "
-                   "unique pattern, like the hands of a clock.")
+        common.chart(
+            figures_pe.pe_curves(table, dims, title="PE value by position, per dimension"), "pe_curves", key="pe_curves"
+        )
+        st.caption(
+            "Low dimensions oscillate fast, high ones slowly: together they give every position a "
+            "unique pattern, like the hands of a clock."
+        )
     with c2:
-        common.chart(figures_pe.pe_similarity(table, title="PE·PE similarity between positions"), "pe_similarity",
-                     key="pe_similarity")
-        st.caption("The dot product depends mostly on the distance between two positions, which makes "
-                   "relative positions easy to pick up.")
+        common.chart(
+            figures_pe.pe_similarity(table, title="PE·PE similarity between positions"),
+            "pe_similarity",
+            key="pe_similarity",
+        )
+        st.caption(
+            "The dot product depends mostly on the distance between two positions, which makes "
+            "relative positions easy to pick up."
+        )
 
 
 def _run_tab(out: core.Translation, note: str) -> None:
     """The PE rows actually added to this sentence's tokens (zeros when switched off)."""
     for side, tokens, label in (("src", out.src_tokens, "source"), ("tgt", out.tgt_tokens, "decoder input")):
-        fig = figures_pe.pe_matrix(out.trace.positional_encoding(side), tokens=tokens,
-                                title=figures.titled(f"PE values added to the {label} tokens", note))
+        fig = figures_pe.pe_matrix(
+            out.trace.positional_encoding(side),
+            tokens=tokens,
+            title=figures.titled(f"PE values added to the {label} tokens", note),
+        )
         common.chart(fig, f"pe_added_{side}", key=f"pe_added_{side}")
     if not out.options.positional_encoding:
         st.info("Positional encoding is switched off in the sidebar: zeros were added.", icon=":material/info:")
 
 
-def _compare_grids(a: core.Translation, b: core.Translation, with_pe: core.InferenceOptions,
-                   without: core.InferenceOptions) -> None:
+def _compare_grids(
+    a: core.Translation, b: core.Translation, with_pe: core.InferenceOptions, without: core.InferenceOptions
+) -> None:
     """Every attention map with and without PE (same decoder inputs), and their difference."""
     labels = [state.KINDS[k].capitalize() for k in a.trace.kinds]
     state.clamp("pe_cmp_tab", labels)
-    for kind, tab in zip(a.trace.kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun")):
+    for kind, tab in zip(a.trace.kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun"), strict=True):
         if not tab.open:
             continue
         with tab:
@@ -73,23 +93,56 @@ def _compare_grids(a: core.Translation, b: core.Translation, with_pe: core.Infer
             off = [(l, h) for k, l, h in with_pe.ablate if k == kind]
             l1, l2 = st.columns(2)
             with l1:
-                common.chart(figures.attention_grid(maps_a, q_tok, k_tok, cell=80, ablated=off, title=figures.titled(
-                    "With PE", state.options_note(with_pe))), f"{kind}_with_pe", key=f"cmp_a_{kind}")
+                common.chart(
+                    figures.attention_grid(
+                        maps_a,
+                        q_tok,
+                        k_tok,
+                        cell=80,
+                        ablated=off,
+                        title=figures.titled("With PE", state.options_note(with_pe)),
+                    ),
+                    f"{kind}_with_pe",
+                    key=f"cmp_a_{kind}",
+                )
             with l2:
-                common.chart(figures.attention_grid(maps_b, q_tok, k_tok, cell=80, ablated=off, title=figures.titled(
-                    "Without PE", state.options_note(without))), f"{kind}_without_pe", key=f"cmp_b_{kind}")
-            diff = [mb - ma for ma, mb in zip(maps_a, maps_b)]
-            common.chart(figures.attention_grid(diff, q_tok, k_tok, diverging=True, title=(
-                f"Difference (without PE − with PE), {state.KINDS[kind]} — red: more attention without PE, "
-                "blue: less")), f"{kind}_pe_difference", key=f"cmp_d_{kind}")
+                common.chart(
+                    figures.attention_grid(
+                        maps_b,
+                        q_tok,
+                        k_tok,
+                        cell=80,
+                        ablated=off,
+                        title=figures.titled("Without PE", state.options_note(without)),
+                    ),
+                    f"{kind}_without_pe",
+                    key=f"cmp_b_{kind}",
+                )
+            diff = [mb - ma for ma, mb in zip(maps_a, maps_b, strict=True)]
+            common.chart(
+                figures.attention_grid(
+                    diff,
+                    q_tok,
+                    k_tok,
+                    diverging=True,
+                    title=(
+                        f"Difference (without PE − with PE), {state.KINDS[kind]} — red: more attention without PE, "
+                        "blue: less"
+                    ),
+                ),
+                f"{kind}_pe_difference",
+                key=f"cmp_d_{kind}",
+            )
 
 
 def _compare_tab(out: core.Translation) -> None:
     """A live toggle: run again without PE; translations and every attention map side by side."""
     st.toggle("Run the model again without positional encoding and compare", key="compare")
     if not st.session_state.get("compare"):
-        st.caption("Turn the switch on to translate the sentence a second time with the position signal removed, "
-                   "and see every attention map side by side with the difference.")
+        st.caption(
+            "Turn the switch on to translate the sentence a second time with the position signal removed, "
+            "and see every attention map side by side with the difference."
+        )
         return
     with_pe = out.options.with_changes(positional_encoding=True)
     without = out.options.with_changes(positional_encoding=False)
@@ -106,8 +159,10 @@ def _compare_tab(out: core.Translation) -> None:
     a = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(with_pe)))
     b = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(without)))
     if a is not None and b is not None:
-        st.caption("Both runs are fed the same decoder inputs (the translation with PE), so every map has the "
-                   "same shape and can be subtracted.")
+        st.caption(
+            "Both runs are fed the same decoder inputs (the translation with PE), so every map has the "
+            "same shape and can be subtracted."
+        )
         _compare_grids(a, b, with_pe, without)
 
 
@@ -117,23 +172,38 @@ bundle = None if replaying else state.bundle()
 if out is not None and (bundle is not None or replaying):
     cfg = bundle.config if bundle is not None else None
     if cfg is None:
-        st.caption("Replaying a saved trace: the values added in this run are in the trace; the PE table and a "
-                   "run without it need the model.")
+        st.caption(
+            "Replaying a saved trace: the values added in this run are in the trace; the PE table and a "
+            "run without it need the model."
+        )
     elif cfg.positional == "sinusoidal":
-        st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
-                 r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)")
+        st.latex(
+            r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
+            r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)"
+        )
         if cfg.pe_layout == "concatenated":
-            st.caption("This model stores the sines in the first half of the dimensions and the cosines in the "
-                       "second half (the tensor2tensor / Marian layout) instead of interleaving them.")
+            st.caption(
+                "This model stores the sines in the first half of the dimensions and the cosines in the "
+                "second half (the tensor2tensor / Marian layout) instead of interleaving them."
+            )
     else:
         st.caption("This model learned one position vector per position instead of using sinusoids.")
-    tabs = st.tabs(["The PE table", "Added in this run", "Switch it off"], key="pe_tab", on_change="rerun",
-                   default="Switch it off" if st.session_state.get("compare") and not replaying
-                   else "Added in this run" if replaying else None)  # lazy: only the open tab runs
+    tabs = st.tabs(
+        ["The PE table", "Added in this run", "Switch it off"],
+        key="pe_tab",
+        on_change="rerun",
+        default="Switch it off"
+        if st.session_state.get("compare") and not replaying
+        else "Added in this run"
+        if replaying
+        else None,
+    )  # lazy: only the open tab runs
     if tabs[0].open:
         with tabs[0]:
             if replaying:
-                st.info("The PE table comes from the model; close the saved trace to see it.", icon=":material/history:")
+                st.info(
+                    "The PE table comes from the model; close the saved trace to see it.", icon=":material/history:"
+                )
             else:
                 _table_tab(state.ckpt_path())
     if tabs[1].open:

@@ -1,4 +1,5 @@
 """Step-by-step decoding: the translation built one piece at a time, with what the model weighed."""
+
 from __future__ import annotations
 
 import time
@@ -10,9 +11,11 @@ from viz_app import common, figures, state
 BEAMS = [1, 2, 4, 8]
 
 st.title("Step-by-step decoding")
-st.caption("The decoder writes the translation one piece at a time. At each step it looks at the pieces it has "
-           "written so far (masked self-attention) and at the source sentence (cross-attention), then scores "
-           "every piece of its vocabulary; the best one is appended.")
+st.caption(
+    "The decoder writes the translation one piece at a time. At each step it looks at the pieces it has "
+    "written so far (masked self-attention) and at the source sentence (cross-attention), then scores "
+    "every piece of its vocabulary; the best one is appended."
+)
 
 ss = st.session_state
 if ss.pop("_stop_playing", False):
@@ -22,13 +25,20 @@ if "_next_step" in ss:
 
 state.clamp("beam", BEAMS)
 out = common.sentence_bar()
-st.radio("Decoding", BEAMS, key="beam", horizontal=True,
-         format_func=lambda b: "greedy (best piece each step)" if b == 1 else f"beam search, {b} beams")
+st.radio(
+    "Decoding",
+    BEAMS,
+    key="beam",
+    horizontal=True,
+    format_func=lambda b: "greedy (best piece each step)" if b == 1 else f"beam search, {b} beams",
+)
 if out is not None:
     common.translation_header(out)
     if out.beam_size > 1:
-        st.caption("Beam search kept several candidate translations alive and returned the best one; the steps "
-                   "below replay that winner, showing the model's probabilities along it.")
+        st.caption(
+            "Beam search kept several candidate translations alive and returned the best one; the steps "
+            "below replay that winner, showing the model's probabilities along it."
+        )
     n = len(out.steps)
     state.clamp("step", list(range(n)))
 
@@ -36,8 +46,9 @@ if out is not None:
         ss["step"] = min(n - 1, max(0, int(ss.get("step", 0)) + delta))
 
     c0, c1, c2, c3 = st.columns([6, 1, 1, 1.3], vertical_alignment="bottom")
-    step = c0.select_slider("Step", list(range(n)), key="step",
-                            format_func=lambda t: f"{t + 1}: {figures.token_text(out.steps[t].token)}")
+    step = c0.select_slider(
+        "Step", list(range(n)), key="step", format_func=lambda t: f"{t + 1}: {figures.token_text(out.steps[t].token)}"
+    )
     c1.button("◀", on_click=_move, args=(-1,), help="previous step", width="stretch", key="prev")
     c2.button("▶", on_click=_move, args=(1,), help="next step", width="stretch", key="next")
     c3.toggle("Play", key="playing", help="Advance one step every second")
@@ -57,15 +68,26 @@ if out is not None:
         trace = out.trace
         if "decoder" in trace.kinds:
             rows = [s.attention("decoder", l) for l in range(trace.n_layers["decoder"])]
-            fig = figures.step_attention(rows, out.tgt_tokens[: step + 1], title=figures.titled(
-                f"Decoder self-attention at step {step + 1}: every layer/head over the pieces so far", note))
+            fig = figures.step_attention(
+                rows,
+                out.tgt_tokens[: step + 1],
+                title=figures.titled(
+                    f"Decoder self-attention at step {step + 1}: every layer/head over the pieces so far", note
+                ),
+            )
             common.chart(fig, f"decoder_rows_step{step + 1}", key="dec_rows")
         else:
-            st.info("This decoder has no self-attention (it is an SSRU, a recurrent unit); see its forget gates "
-                    "on the overview page.", icon=":material/info:")
+            st.info(
+                "This decoder has no self-attention (it is an SSRU, a recurrent unit); see its forget gates "
+                "on the overview page.",
+                icon=":material/info:",
+            )
         rows = [s.attention("cross", l) for l in range(trace.n_layers["cross"])]
-        fig = figures.step_attention(rows, out.src_tokens, title=figures.titled(
-            f"Cross-attention at step {step + 1}: every layer/head over the source", note))
+        fig = figures.step_attention(
+            rows,
+            out.src_tokens,
+            title=figures.titled(f"Cross-attention at step {step + 1}: every layer/head over the source", note),
+        )
         common.chart(fig, f"cross_rows_step{step + 1}", key="cross_rows")
 
     if ss.get("playing"):

@@ -1,4 +1,6 @@
-"""core.distill.student (and core.distill.data): building the self-attention student from an SSRU teacher, freezing, data, a tiny end-to-end run."""
+"""core.distill.student (and core.distill.data): building the self-attention student from an SSRU teacher,
+freezing, data, a tiny end-to-end run."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,20 +9,38 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import FIXTURES, build_tiny_checkpoint, tiny_config
+
 from core import CheckpointMeta, InferenceOptions, Transformer, load_checkpoint, save_checkpoint
 from core.config import heads
 from core.decoding import greedy
 from core.distill.data import english_sources, fortune_sentences
-from core.distill.student import add_arguments, build_student, freeze_except, init_student, make_optimizer, run, trainable_names
+from core.distill.student import (
+    add_arguments,
+    build_student,
+    freeze_except,
+    init_student,
+    make_optimizer,
+    run,
+    trainable_names,
+)
 from core.errors import CheckpointError
 from core.training.batching import collate
 from core.training.corpus import Pair, Split, write_split
-from core.training.train import Trainer, TrainConfig
+from core.training.train import TrainConfig, Trainer
 
-MARIAN = dict(decoder_self="ssru", start="zeros", pad_id=0, bos_id=0, eos_id=0, unk_id=1, norm="post",
-              output_bias=True, pe_layout="concatenated", norm_eps=1e-6)
+MARIAN = dict(
+    decoder_self="ssru",
+    start="zeros",
+    pad_id=0,
+    bos_id=0,
+    eos_id=0,
+    unk_id=1,
+    norm="post",
+    output_bias=True,
+    pe_layout="concatenated",
+    norm_eps=1e-6,
+)
 
 
 def ssru_teacher(seed: int = 0) -> Transformer:
@@ -78,7 +98,9 @@ def test_zero_out_proj_student_equals_teacher_with_ssru_output_zero() -> None:
     src, src_keep, tgt_in, tgt_keep = batch()
     s = student(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep)
     assert torch.equal(s, silenced(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep))
-    assert not torch.allclose(s, teacher(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep), atol=1e-3)  # the SSRU matters
+    assert not torch.allclose(
+        s, teacher(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep), atol=1e-3
+    )  # the SSRU matters
     a = greedy(student, src, src_keep, options=InferenceOptions(), max_len=8, top_k=1)
     b = greedy(silenced, src, src_keep, options=InferenceOptions(), max_len=8, top_k=1)
     assert torch.equal(a.tokens, b.tokens)
@@ -92,8 +114,13 @@ def test_zero_out_proj_student_equals_teacher_with_ssru_output_zero() -> None:
     assert not torch.allclose(s2, s, atol=1e-3)
     off2 = student(src, tgt_in, options=InferenceOptions(causal_mask=False), src_keep=src_keep, tgt_keep=tgt_keep)
     assert not torch.allclose(off2, s2, atol=1e-3)
-    ablated = student(src, tgt_in, options=InferenceOptions(ablate=heads("decoder", [0, 1], [0, 1])), src_keep=src_keep,
-                      tgt_keep=tgt_keep)
+    ablated = student(
+        src,
+        tgt_in,
+        options=InferenceOptions(ablate=heads("decoder", [0, 1], [0, 1])),
+        src_keep=src_keep,
+        tgt_keep=tgt_keep,
+    )
     assert not torch.allclose(ablated, s2, atol=1e-3)
 
 
@@ -123,8 +150,11 @@ def test_frozen_parameters_do_not_change_in_a_training_step(scope: str, tmp_path
 def _tiny_split(root: Path) -> Path:
     lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
     pairs = [Pair(en=lines[i], de=lines[i + 1], kind="sentence") for i in range(0, len(lines) - 1, 2)]
-    train = pairs[:8] + [Pair("a cup of tea", "eine Tasse Tee", "phrase"), Pair("the warm chair", "der warme Stuhl", "phrase"),
-                         Pair(pairs[8].en.rstrip("?.!"), "leak", "sentence")]  # leaks a held-out sentence
+    train = pairs[:8] + [
+        Pair("a cup of tea", "eine Tasse Tee", "phrase"),
+        Pair("the warm chair", "der warme Stuhl", "phrase"),
+        Pair(pairs[8].en.rstrip("?.!"), "leak", "sentence"),
+    ]  # leaks a held-out sentence
     write_split(Split(train=train, dev=pairs[8:11], test=pairs[11:14]), root)
     return root
 
@@ -132,29 +162,64 @@ def _tiny_split(root: Path) -> Path:
 def test_english_sources_hold_out_dev_and_test(tmp_path: Path) -> None:
     held, train, counts = english_sources(_tiny_split(tmp_path / "split"))
     assert counts == {"heldout": 6, "dev": 3, "sentences": 8, "phrases": 2}
-    assert len(train) == 10 and not {t.casefold().rstrip("?.!") for t in train} & {h.casefold().rstrip("?.!") for h in held}
+    assert len(train) == 10 and not {t.casefold().rstrip("?.!") for t in train} & {
+        h.casefold().rstrip("?.!") for h in held
+    }
     assert english_sources(tmp_path / "split") == (held, train, counts)  # deterministic
 
 
 def test_fortune_sentences(tmp_path: Path) -> None:
-    (tmp_path / "wisdom").write_text("Life is short, so eat dessert first.\n\t\t-- Anonymous\n%\n"
-                                     "Q: Why?\nA: Because.\n%\nToo short.\n%\nA day without sunshine is like night.\n%\n"
-                                     "life is short, so eat dessert first.\n", encoding="latin-1")
+    (tmp_path / "wisdom").write_text(
+        "Life is short, so eat dessert first.\n\t\t-- Anonymous\n%\n"
+        "Q: Why?\nA: Because.\n%\nToo short.\n%\nA day without sunshine is like night.\n%\n"
+        "life is short, so eat dessert first.\n",
+        encoding="latin-1",
+    )
     (tmp_path / "wisdom.dat").write_bytes(b"\0")
-    assert fortune_sentences(tmp_path) == ["Life is short, so eat dessert first.", "A day without sunshine is like night."]
+    assert fortune_sentences(tmp_path) == [
+        "Life is short, so eat dessert first.",
+        "A day without sunshine is like night.",
+    ]
 
 
 def test_tiny_end_to_end_distill(tmp_path: Path) -> None:
     # Marian's convention pad = start = eos, on the fixture tokenizer's </s> id (2) so the checkpoint loads
-    teacher_dir = build_tiny_checkpoint(tmp_path / "teacher", seed=1, **{**MARIAN, "pad_id": 2, "bos_id": 2,
-                                                                        "eos_id": 2, "unk_id": 3})
+    teacher_dir = build_tiny_checkpoint(
+        tmp_path / "teacher", seed=1, **{**MARIAN, "pad_id": 2, "bos_id": 2, "eos_id": 2, "unk_id": 3}
+    )
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    argv = ["--teacher", str(teacher_dir), "--out", str(tmp_path / "student"), "--split", str(_tiny_split(tmp_path / "split")),
-            "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"), "--no-fortunes",
-            "--max-steps", "3", "--eval-every", "2", "--log-every", "1", "--max-tokens", "200", "--warmup", "2",
-            "--head-sweep", "2", "--dev-chrf-sentences", "2", "--max-pieces", "200",
-            "--max-ratio", "100"]  # a random teacher's outputs run to the length cap
+    argv = [
+        "--teacher",
+        str(teacher_dir),
+        "--out",
+        str(tmp_path / "student"),
+        "--split",
+        str(_tiny_split(tmp_path / "split")),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--no-fortunes",
+        "--max-steps",
+        "3",
+        "--eval-every",
+        "2",
+        "--log-every",
+        "1",
+        "--max-tokens",
+        "200",
+        "--warmup",
+        "2",
+        "--head-sweep",
+        "2",
+        "--dev-chrf-sentences",
+        "2",
+        "--max-pieces",
+        "200",
+        "--max-ratio",
+        "100",
+    ]  # a random teacher's outputs run to the length cap
     assert run(parser.parse_args(argv)) == 0
     assert len((tmp_path / "data" / "train.pt").read_text(encoding="utf-8").splitlines()) == 10
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -178,14 +243,22 @@ def test_init_from_copies_an_earlier_student_and_rejects_another_config(tmp_path
     with torch.no_grad():
         for p in earlier.parameters():
             p.add_(0.125)  # no longer the teacher's or a fresh student's values
-    save_checkpoint(earlier, tok.path, tmp_path / "phase1", card="phase 1\n", dtype=torch.float16,
-                    meta=CheckpointMeta(name="phase1", source_language="en", target_language="pt"))
+    save_checkpoint(
+        earlier,
+        tok.path,
+        tmp_path / "phase1",
+        card="phase 1\n",
+        dtype=torch.float16,
+        meta=CheckpointMeta(name="phase1", source_language="en", target_language="pt"),
+    )
     saved, _, _ = load_checkpoint(tmp_path / "phase1")
     student = build_student(teacher, seed=0)
     init_student(student, tmp_path / "phase1")
-    assert not torch.equal(student.decoder_layers[0].self_attn.out_proj.weight, torch.zeros_like(
-        student.decoder_layers[0].self_attn.out_proj.weight))
-    for (name, mine), theirs in zip(student.state_dict().items(), saved.state_dict().values()):
+    assert not torch.equal(
+        student.decoder_layers[0].self_attn.out_proj.weight,
+        torch.zeros_like(student.decoder_layers[0].self_attn.out_proj.weight),
+    )
+    for (name, mine), theirs in zip(student.state_dict().items(), saved.state_dict().values(), strict=True):
         assert torch.equal(mine, theirs), name
     other = build_tiny_checkpoint(tmp_path / "other", seed=1, **{**ids, "decoder_self": "attention", "d_ff": 48})
     with pytest.raises(CheckpointError, match="same config"):

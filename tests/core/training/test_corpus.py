@@ -1,4 +1,5 @@
 """Tests for core.training.corpus: Ding dictionary parsing, classification, de-duplication and splits."""
+
 from __future__ import annotations
 
 import json
@@ -6,10 +7,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
-from core.training.corpus import (Pair, Split, classify, fetch_ding, make_split, normalise, parse_line,
-                                  prepare, read_ding, read_split, write_split)
+
+from core.training.corpus import (
+    Pair,
+    Split,
+    classify,
+    fetch_ding,
+    make_split,
+    normalise,
+    parse_line,
+    prepare,
+    read_ding,
+    read_split,
+    write_split,
+)
 
 FIXTURE = FIXTURES / "ding_sample.txt"
 REAL_DING = Path(__file__).resolve().parents[3] / "data/ding/usr/share/trans/de-en"
@@ -27,10 +39,8 @@ def fixture_pairs() -> list[Pair]:
 def _synthetic(n: int = 400) -> list[Pair]:
     """Sentence pairs with deliberate collisions, plus phrases/words equal to some sentences."""
     pairs = [Pair(f"Sentence number {i}.", f"Satz Nummer {i}.", "sentence") for i in range(n)]
-    pairs += [Pair(f"Another sentence {i}.", f"Satz Nummer {i}.", "sentence")
-              for i in range(0, n, 7)]
-    pairs += [Pair(f"Sentence number {i}!", f"Noch ein Satz {i}.", "sentence")
-              for i in range(0, n, 11)]
+    pairs += [Pair(f"Another sentence {i}.", f"Satz Nummer {i}.", "sentence") for i in range(0, n, 7)]
+    pairs += [Pair(f"Sentence number {i}!", f"Noch ein Satz {i}.", "sentence") for i in range(0, n, 11)]
     pairs += [Pair(f"sentence number {i}", f"satz nummer {i}", "phrase") for i in range(0, n, 3)]
     pairs += [Pair(f"word{i}", f"Wort{i}", "word") for i in range(50)]
     return pairs
@@ -47,50 +57,59 @@ def test_comments_blank_and_malformed_lines_skipped() -> None:
 
 def test_tags_stripped_and_sub_entries_aligned() -> None:
     assert parse_line("Katze {f} [zool.] | Katzen {pl} :: cat | cats") == [
-        Pair("cat", "Katze", "word"), Pair("cats", "Katzen", "word")]
+        Pair("cat", "Katze", "word"),
+        Pair("cats", "Katzen", "word"),
+    ]
 
 
 def test_alternatives_cross_product_and_max_alts() -> None:
     line = "Auto {n}; Wagen {m} | Autos {pl} :: car; automobile [Am.] | cars"
     assert {(p.de, p.en) for p in parse_line(line)} == {
-        ("Auto", "car"), ("Auto", "automobile"), ("Wagen", "car"), ("Wagen", "automobile"),
-        ("Autos", "cars")}
-    assert [(p.de, p.en) for p in parse_line(line, max_alts=1)] == [("Auto", "car"),
-                                                                    ("Autos", "cars")]
+        ("Auto", "car"),
+        ("Auto", "automobile"),
+        ("Wagen", "car"),
+        ("Wagen", "automobile"),
+        ("Autos", "cars"),
+    }
+    assert [(p.de, p.en) for p in parse_line(line, max_alts=1)] == [("Auto", "car"), ("Autos", "cars")]
 
 
 def test_mismatched_sub_entry_counts_keep_headword_only() -> None:
-    assert parse_line("Hund {m} | Hunde {pl} | Der Hund bellt. :: dog | dogs") == [
-        Pair("dog", "Hund", "word")]
+    assert parse_line("Hund {m} | Hunde {pl} | Der Hund bellt. :: dog | dogs") == [Pair("dog", "Hund", "word")]
 
 
 def test_parentheses_angle_abbreviation_and_xref_removed() -> None:
     assert parse_line("(un)glücklich {adj} :: (un)happy") == [Pair("happy", "glücklich", "word")]
     assert parse_line("Farbe {f} <Farben> :: colour [Br.]; color [Am.] <colour <col>>") == [
-        Pair("colour", "Farbe", "word"), Pair("color", "Farbe", "word")]
+        Pair("colour", "Farbe", "word"),
+        Pair("color", "Farbe", "word"),
+    ]
     assert [p.en for p in parse_line("Abfahrt {f} /Abf./; Abreise {f} :: departure /dep./")] == [
-        "departure", "departure"]
+        "departure",
+        "departure",
+    ]
     assert parse_line("Armenrecht {n} ~Prozesskostenhilfe :: poor law ~legal aid") == [
-        Pair("poor law", "Armenrecht", "phrase")]
-    pairs = parse_line("(gerade) beschäftigt sein {v} | Ich bin (gerade) beschäftigt. "
-                       ":: to be busy | I am busy (right now).")
+        Pair("poor law", "Armenrecht", "phrase")
+    ]
+    pairs = parse_line(
+        "(gerade) beschäftigt sein {v} | Ich bin (gerade) beschäftigt. :: to be busy | I am busy (right now)."
+    )
     assert pairs[1] == Pair("I am busy.", "Ich bin beschäftigt.", "sentence")
 
 
 def test_slashes_ellipsis_and_placeholders() -> None:
     assert parse_line("Die Chips/Kartoffelchips sind gut. :: The crisps/ chips are good.") == [
-        Pair("The crisps are good.", "Die Chips sind gut.", "sentence")]
+        Pair("The crisps are good.", "Die Chips sind gut.", "sentence")
+    ]
     assert parse_line("Es ist 24/7 offen. :: It is open 24/7.")[0].en == "It is open 24/7."
     # spaced " / " has unknown scope: that alternative is dropped, the other one is kept
-    assert parse_line("Sie ist vergeben / verheiratet.; Sie ist vergeben. "
-                      ":: She is taken / married.; She is taken.") == [
-        Pair("She is taken.", "Sie ist vergeben.", "sentence")]
+    assert parse_line(
+        "Sie ist vergeben / verheiratet.; Sie ist vergeben. :: She is taken / married.; She is taken."
+    ) == [Pair("She is taken.", "Sie ist vergeben.", "sentence")]
     # templates/fragments with an ellipsis are dropped
-    assert parse_line("eher … als; lieber; Abbau… :: rather … than; rather") == [
-        Pair("rather", "lieber", "word")]
+    assert parse_line("eher … als; lieber; Abbau… :: rather … than; rather") == [Pair("rather", "lieber", "word")]
     # placeholders demote a sentence-shaped pair to a phrase
-    assert parse_line("Kannst du mir etw. empfehlen? :: Could you recommend sth. for me?")[0].kind \
-        == "phrase"
+    assert parse_line("Kannst du mir etw. empfehlen? :: Could you recommend sth. for me?")[0].kind == "phrase"
 
 
 def test_fixture_file(fixture_pairs: list[Pair]) -> None:
@@ -124,13 +143,26 @@ def test_normalise() -> None:
     assert normalise("Groß") == "Groß"  # case preserved
 
 
-@pytest.mark.parametrize("text,kind", [
-    ("Is there any tea left?", "sentence"), ("I see!", "sentence"), ("It is raining.", "sentence"),
-    ("'Are you asleep?' 'No.'", "sentence"), ("Help!", "word"), ("cat", "word"),
-    ("to scavenge", "word"), ("eel soup", "phrase"), ("to lay in sth.", "phrase"),
-    ("fraud etc.", "phrase"), ("Theft etc.", "phrase"), ("the nuts and bolts", "phrase"),
-    ("To conclude, …", "phrase"), ("Wait...", "word"), ("", "word"),
-])
+@pytest.mark.parametrize(
+    "text,kind",
+    [
+        ("Is there any tea left?", "sentence"),
+        ("I see!", "sentence"),
+        ("It is raining.", "sentence"),
+        ("'Are you asleep?' 'No.'", "sentence"),
+        ("Help!", "word"),
+        ("cat", "word"),
+        ("to scavenge", "word"),
+        ("eel soup", "phrase"),
+        ("to lay in sth.", "phrase"),
+        ("fraud etc.", "phrase"),
+        ("Theft etc.", "phrase"),
+        ("the nuts and bolts", "phrase"),
+        ("To conclude, …", "phrase"),
+        ("Wait...", "word"),
+        ("", "word"),
+    ],
+)
 def test_classify(text: str, kind: str) -> None:
     assert classify(text) == kind
 
@@ -223,8 +255,9 @@ def test_real_corpus_ballpark() -> None:
 
 
 def test_fetch_deb_names_the_failing_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.training.corpus import fetch_deb
     from core.distill.data import fetch_fortunes
+    from core.training.corpus import fetch_deb
+
     (tmp_path / "fortunes-min_1.0_all.deb").write_bytes(b"not a Debian archive")  # already "downloaded": no network
     with pytest.raises(RuntimeError, match=r"dpkg-deb -x fortunes-min_1\.0_all\.deb"):
         fetch_deb("fortunes-min", tmp_path, tmp_path / "usr/share/games/fortunes/fortunes")

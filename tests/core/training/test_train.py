@@ -1,4 +1,5 @@
 """The trainer: schedule, batching, resume, a learning test on a synthetic task, and 2-process DDP."""
+
 import json
 import os
 import socket
@@ -8,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import tiny_config
+
 from core.model import Transformer
 from core.training.batching import collate, token_batches
 from core.training.recipes import run_synthetic
-from core.training.train import Trainer, TrainConfig, fit, noam_lr
+from core.training.train import TrainConfig, Trainer, fit, noam_lr
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,9 +35,9 @@ def test_noam_schedule_warms_up_then_decays():
     lrs = [noam_lr(s, 256, 100) for s in range(1, 400)]
     peak = max(range(len(lrs)), key=lrs.__getitem__) + 1
     assert peak == 100
-    assert all(a < b for a, b in zip(lrs[:98], lrs[1:99]))
-    assert all(a > b for a, b in zip(lrs[100:], lrs[101:]))
-    assert noam_lr(100, 256, 100) == pytest.approx(256 ** -0.5 * 100 ** -0.5)
+    assert all(a < b for a, b in zip(lrs[:98], lrs[1:99], strict=True))
+    assert all(a > b for a, b in zip(lrs[100:], lrs[101:], strict=False))
+    assert noam_lr(100, 256, 100) == pytest.approx(256**-0.5 * 100**-0.5)
 
 
 def test_token_batches_cover_every_example_once_within_budget():
@@ -63,7 +64,9 @@ def test_collate_shifts_targets_and_pads():
 
 def _tiny_trainer(run_dir, **kw):
     torch.manual_seed(0)
-    return Trainer(Transformer(tiny_config()), TrainConfig(warmup=10, max_tokens=200, **kw), run_dir, torch.device("cpu"))
+    return Trainer(
+        Transformer(tiny_config()), TrainConfig(warmup=10, max_tokens=200, **kw), run_dir, torch.device("cpu")
+    )
 
 
 def _batches(epoch):
@@ -82,9 +85,13 @@ def test_resume_continues_exactly(tmp_path):
     assert second.load_state() and second.step == 6
     fit(second, _batches, progress=False)
     assert second.step == 12
-    for (k, a), b in zip(straight.model.state_dict().items(), second.model.state_dict().values()):
+    for (k, a), b in zip(straight.model.state_dict().items(), second.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=k)
-    log = [json.loads(l) for l in (tmp_path / "b" / "log.jsonl").read_text().splitlines()] if (tmp_path / "b" / "log.jsonl").exists() else []
+    log = (
+        [json.loads(l) for l in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+        if (tmp_path / "b" / "log.jsonl").exists()
+        else []
+    )
     assert all(r["type"] in ("train", "eval") for r in log)
 
 
@@ -112,9 +119,25 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_process_ddp_on_cpu(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-           "--master_addr=127.0.0.1", "-m", "core", "train", "--task", "copy", "--run-dir", str(tmp_path),
-           "--max-steps", "8", "--threads", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={_free_port()}",
+        "--master_addr=127.0.0.1",
+        "-m",
+        "core",
+        "train",
+        "--task",
+        "copy",
+        "--run-dir",
+        str(tmp_path),
+        "--max-steps",
+        "8",
+        "--threads",
+        "1",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads((tmp_path / f"result_rank{r}.json").read_text()) for r in (0, 1)]
