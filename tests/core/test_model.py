@@ -1,23 +1,23 @@
 """Model-level invariants: masks, positional encodings, tracing, ablation, configs."""
+
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_config
+
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
 from core.positional import sinusoidal_table
 
-ALL = {"encoder": 2, "decoder": 2, "cross": 2}
+DEFAULTS = InferenceOptions()
 
 
-def run(model, src, tgt, options=InferenceOptions(), qkv=False):
-    rec = Recorder(qkv=qkv)
-    logits = model(src, tgt, options, rec)
-    B = src.shape[0]
-    trace = rec.freeze(options, [["x"] * src.shape[1]] * B, [["y"] * tgt.shape[1]] * B, model.config.n_heads, ALL)
-    return logits, trace
+def run(model, src, tgt, options=DEFAULTS, **recorder_kwargs):
+    rec = Recorder(model, **recorder_kwargs)
+    logits = model(src, tgt, options=options, recorder=rec)
+    return logits, rec.freeze()
 
 
 def batch(seed=0, B=2, Ts=7, Tt=5, vocab=64):
@@ -34,7 +34,7 @@ def test_config_validates_itself():
         ModelConfig.from_dict({**tiny_config().to_dict(), "flux": 1})
     with pytest.raises(ValueError, match="share_embeddings"):
         tiny_config(tgt_vocab_size=70)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         tiny_config().d_model = 32  # frozen
 
 
@@ -50,15 +50,20 @@ def test_inference_options_validate_and_are_hashable():
 def test_tracing_does_not_change_logits_and_is_detached_cpu(model):
     src, tgt = batch()
     plain = model(src, tgt)
-    traced, trace = run(model, src, tgt)
+    traced, trace = run(model, src, tgt, qkv=True, activations=True)
     torch.testing.assert_close(plain, traced, atol=1e-5, rtol=1e-5)
     for kind in ("encoder", "decoder", "cross"):
         a = trace.attention(kind, 1)
         assert isinstance(a, np.ndarray) and a.dtype == np.float32
-    model.train()  # dropout on: recording still gives detached tensors, and nothing is kept on the module
-    rec = Recorder()
-    model(src, tgt, recorder=rec).sum().backward()
-    assert all(not w.requires_grad and w.device.type == "cpu" for ws in rec._weights.values() for w in ws)
+    model.train()  # grad on: recording keeps detached copies (freezing a tensor that needs grad would raise),
+    rec = Recorder(model, qkv=True, activations=True)  # and nothing is kept on the module
+    logits = model(src, tgt, recorder=rec)
+    logits.sum().backward()
+    assert model.output.weight.grad is not None  # the recorded call still trains
+    trained = rec.freeze()
+    assert trained.keys() == trace.keys()
+    assert all(isinstance(a, np.ndarray) and not a.flags.writeable for a in trained.arrays.values())
+    np.testing.assert_allclose(trained["cross.1.weights"], trace["cross.1.weights"], atol=1e-6)  # dropout is 0
     assert not any(isinstance(v, torch.Tensor) and v.dim() == 4 for m in model.modules() for v in vars(m).values())
 
 
@@ -129,8 +134,8 @@ def test_without_pe_the_encoder_is_permutation_equivariant(model):
     perm = torch.randperm(src.shape[1], generator=torch.Generator().manual_seed(0))
     opts = InferenceOptions(positional_encoding=False)
     keep = torch.ones_like(src, dtype=torch.bool)
-    a = model.encode(src, keep, opts)
-    b = model.encode(src[:, perm], keep, opts)
+    a = model.encode(src, keep, options=opts)
+    b = model.encode(src[:, perm], keep, options=opts)
     torch.testing.assert_close(a[:, perm], b, atol=1e-5, rtol=1e-5)
     with_pe = model.encode(src[:, perm], keep)
     assert not torch.allclose(model.encode(src, keep)[:, perm], with_pe, atol=1e-4)
@@ -139,7 +144,7 @@ def test_without_pe_the_encoder_is_permutation_equivariant(model):
 def test_an_ablated_head_contributes_nothing(model):
     src, tgt = batch(5)
     opts = InferenceOptions(ablate=frozenset({("cross", 1, 1), ("encoder", 0, 0), ("decoder", 1, 0)}))
-    base = model(src, tgt, opts)
+    base = model(src, tgt, options=opts)
     tweaked = Transformer(model.config).eval()
     tweaked.load_state_dict(model.state_dict())
     d_head = model.config.d_head
@@ -147,7 +152,7 @@ def test_an_ablated_head_contributes_nothing(model):
         tweaked.decoder_layers[1].cross_attn.v_proj.weight[d_head:] += 3.0
         tweaked.encoder_layers[0].self_attn.v_proj.weight[:d_head] += 3.0
         tweaked.decoder_layers[1].self_attn.v_proj.weight[:d_head] += 3.0
-    torch.testing.assert_close(tweaked(src, tgt, opts), base, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tweaked(src, tgt, options=opts), base, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(tweaked(src, tgt), model(src, tgt), atol=1e-3)
     assert not torch.allclose(model(src, tgt), base, atol=1e-4)  # the ablation itself changes the output
 
@@ -161,31 +166,112 @@ def test_toggles_never_mutate_the_model(model):
     assert {n: {k: id(v) for k, v in vars(m).items()} for n, m in model.named_modules()} == attrs  # nothing rebound
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(norm="pre"), dict(positional="learned"), dict(share_embeddings=False, tie_output=False),
-    dict(activation="gelu", output_bias=True), dict(pe_layout="concatenated", start="zeros"),
-])
-def test_variants_run_and_trace(overrides):
+def _same_weights(source: Transformer, **overrides) -> Transformer:
+    """A model of ``source``'s config with ``overrides``, carrying every weight the two have in common."""
+    other = Transformer(tiny_config(**{**source.config.to_dict(), **overrides})).eval()
+    shared = {k: v for k, v in source.state_dict().items() if k in other.state_dict()}
+    other.load_state_dict(shared, strict=False)
+    return other
+
+
+@torch.no_grad()
+def _pre_norm(m, src, tgt, trace):
+    # pre-norm layers leave the residual stream un-normalised (post-norm ends each layer in a LayerNorm)
+    stream = trace["encoder.0.out"]  # (Ts, D)
+    assert not np.allclose(stream.std(-1), 1.0, atol=0.05)
+    post = _same_weights(m, norm="post")
+    _, post_trace = run(post, src, tgt, activations=True)
+    np.testing.assert_allclose(post_trace["encoder.0.out"].mean(-1), 0.0, atol=1e-5)
+    assert not torch.allclose(post(src, tgt), m(src, tgt), atol=1e-3)
+
+
+@torch.no_grad()
+def _learned_positions(m, src, tgt, trace):
+    table = m.positions.embedding.weight.numpy()
+    np.testing.assert_array_equal(trace.positional_encoding("src"), table[: src.shape[1]])
+    np.testing.assert_array_equal(trace.positional_encoding("tgt"), table[: tgt.shape[1]])
+    before = m(src, tgt)
+    m.positions.embedding.weight[3] += 1.0  # a trained table: its rows are what the model adds
+    assert not torch.allclose(m(src, tgt), before, atol=1e-4)
+    np.testing.assert_array_equal(run(m, src, tgt)[1].positional_encoding("src")[3], table[3])  # (a view)
+
+
+@torch.no_grad()
+def _untied(m, src, tgt, trace):
+    memory = m.encode(src)
+    logits = m(src, tgt)
+    m.tgt_embed.weight[4:] += 0.5  # the target table alone: the encoder does not read it
+    torch.testing.assert_close(m.encode(src), memory)
+    assert not torch.allclose(m(src, tgt), logits, atol=1e-3)
+    changed, before = run(m, src, tgt, activations=True)
+    m.output.weight.mul_(2.0)  # the output projection is its own matrix: the embeddings stay
+    doubled, after = run(m, src, tgt, activations=True)
+    np.testing.assert_array_equal(after["embed.tgt"], before["embed.tgt"])
+    np.testing.assert_array_equal(after["embed.src"], before["embed.src"])
+    torch.testing.assert_close(doubled, 2.0 * changed, atol=1e-4, rtol=1e-4)
+
+
+@torch.no_grad()
+def _gelu_and_output_bias(m, src, tgt, trace):
+    ffn = m.encoder_layers[0].ffn
+    x = torch.randn(1, 3, 16)
+    h = torch.nn.functional.linear(x, ffn.linear1.weight, ffn.linear1.bias)
+    assert (h < 0).any()  # negative pre-activations: where GELU and ReLU differ
+    expected = torch.nn.functional.linear(torch.nn.functional.gelu(h), ffn.linear2.weight, ffn.linear2.bias)
+    torch.testing.assert_close(ffn(x), expected)
+    before = m(src, tgt)
+    shift = torch.arange(64, dtype=torch.float32)
+    m.output.bias += shift
+    torch.testing.assert_close(m(src, tgt), before + shift, atol=1e-4, rtol=1e-5)
+
+
+@torch.no_grad()
+def _concatenated_pe_zero_start(m, src, tgt, trace):
+    np.testing.assert_allclose(
+        trace.positional_encoding("src"), sinusoidal_table(7, 16, "concatenated").numpy(), atol=1e-6
+    )
+    other = tgt.clone()
+    other[:, 0] = 9  # the first decoder input is a zero vector whatever the token
+    torch.testing.assert_close(m(src, other), m(src, tgt))
+    bos = _same_weights(m, start="bos")
+    assert not torch.allclose(bos(src, other), bos(src, tgt), atol=1e-4)  # with a <s> embedding it does matter
+
+
+VARIANTS = {
+    "pre-norm": (dict(norm="pre"), _pre_norm),
+    "learned positions": (dict(positional="learned"), _learned_positions),
+    "untied embeddings": (dict(share_embeddings=False, tie_output=False), _untied),
+    "gelu, output bias": (dict(activation="gelu", output_bias=True), _gelu_and_output_bias),
+    "concatenated PE, zero start": (dict(pe_layout="concatenated", start="zeros"), _concatenated_pe_zero_start),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_run_trace_and_do_what_they_say(variant):
+    overrides, check = VARIANTS[variant]
     torch.manual_seed(0)
     m = Transformer(tiny_config(**overrides)).eval()
     src, tgt = batch(7)
     plain = m(src, tgt)
-    traced, trace = run(m, src, tgt)
+    traced, trace = run(m, src, tgt, activations=True)
     torch.testing.assert_close(plain, traced, atol=1e-5, rtol=1e-5)
-    assert plain.shape == (2, 5, 64)
+    assert plain.shape == (2, 5, 64) and torch.isfinite(plain).all()
+    for kind in trace.kinds:
+        np.testing.assert_allclose(trace.attention(kind, 1).sum(-1), 1.0, atol=1e-5)
+    check(m, src, tgt, trace)
 
 
 def test_ssru_decoder_records_gates_and_no_self_attention():
     torch.manual_seed(0)
     m = Transformer(tiny_config(decoder_self="ssru")).eval()
     src, tgt = batch(8)
-    rec = Recorder()
-    logits = m(src, tgt, recorder=rec)
-    trace = rec.freeze(InferenceOptions(), [["x"] * 7] * 2, [["y"] * 5] * 2, 2, {"encoder": 2, "cross": 2})
+    logits, trace = run(m, src, tgt)
     assert trace.kinds == ("encoder", "cross") and trace.has_gates
+    assert not any(k.startswith("decoder.") or k == "mask.decoder" for k in trace.keys())
     g = trace.gates(1)
     assert g.shape == (5, 16) and np.all((g > 0) & (g < 1))
     torch.testing.assert_close(logits, m(src, tgt), atol=1e-5, rtol=1e-5)
     # the SSRU is causal: changing a later target token leaves earlier logits alone
-    tgt2 = tgt.clone(); tgt2[:, 3] = 5
+    tgt2 = tgt.clone()
+    tgt2[:, 3] = 5
     torch.testing.assert_close(m(src, tgt2)[:, :3], logits[:, :3], atol=1e-5, rtol=1e-5)

@@ -1,4 +1,5 @@
 """Fuzzing the text entry points with hypothesis: any string either translates or raises InputError."""
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -1,15 +1,21 @@
 """The public API on a real checkpoint folder: load, translate, trace, bad input, corrupt files, CLI."""
+
+import io
 import json
-from pathlib import Path
+import pickle
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import core
-from core import CheckpointError, InferenceOptions, InputError
+from core import CheckpointError, InferenceOptions, InputError, Recorder, Trace
 from core.cli import main
+from core.decoding import beam_search, greedy
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -34,23 +40,47 @@ def test_translate_exposes_tokens_trace_and_steps(bundle):
     assert step.top_k[0][1] >= step.top_k[-1][1] and step.top_k[0][1] == pytest.approx(step.prob)
     assert step.attention("decoder", 1).shape == (2, 2)
     np.testing.assert_allclose(step.attention("cross", 0).sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(step.attention("cross", 0), out.trace.attention("cross", 0)[:, 1])
+    assert out.source_text == "Is there any tea left?" and out.options == InferenceOptions()
+    assert out.trace.meta["model"] == bundle.name
 
 
 def test_teacher_forced_trace_of_the_output_equals_translation(bundle):
     out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
-    ids = [bundle.tokenizer.sp.piece_to_id(p) for p in out.output_tokens]
-    src_ids, _ = bundle.encode_source("The cat sleeps on the warm chair.")
-    tf = bundle._teacher_forced(src_ids, ids, InferenceOptions(), 10, True)
+    src = torch.tensor(out.trace["ids.src"][None])
+    tgt = torch.tensor(out.trace["ids.tgt"][None])
+    assert tgt.shape[1] == len(out.output_tokens) and tgt[0, 0] == bundle.config.bos_id
+    np.testing.assert_array_equal(out.trace["ids.tgt"][1:], out.trace["output.ids"][:-1])
+    rec = Recorder(bundle.model, qkv=True)
+    with torch.no_grad():
+        bundle.model(src, tgt, recorder=rec, fast=bundle.fast)
+    tf = rec.freeze(bundle.tokenizer.piece)
+    assert tf.tgt_tokens == out.tgt_tokens and tf.src_tokens == out.src_tokens
     for kind in out.trace.kinds:
         for layer in range(2):
-            np.testing.assert_allclose(out.trace.attention(kind, layer), tf.trace.attention(kind, layer), atol=1e-5)
+            np.testing.assert_allclose(out.trace.attention(kind, layer), tf.attention(kind, layer), atol=1e-5)
+            for a, b in zip(out.trace.qkv(kind, layer), tf.qkv(kind, layer), strict=True):
+                np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def test_beam_translation_is_traced(bundle):
-    out = bundle.translate("Where is the railway station?", beam_size=3, max_len=8)
+    text = "Where is the railway station?"
+    out = bundle.translate(text, beam_size=3, max_len=8)
     assert out.beam_size == 3 and out.trace.attention("cross", 0).shape[1] == len(out.tgt_tokens)
     np.testing.assert_allclose(out.trace.attention("decoder", 1).sum(-1), 1.0, atol=1e-5)
     assert [s.token for s in out.steps] == out.output_tokens
+    src_ids, _ = bundle.encode_source(text)
+    src = torch.tensor([src_ids])
+    ids = beam_search(
+        bundle.model,
+        src,
+        torch.ones_like(src, dtype=torch.bool),
+        options=InferenceOptions(),
+        max_len=8,
+        beam_size=3,
+        fast=None,
+    )
+    assert out.trace["output.ids"].tolist() == ids  # the beam's best output is what the trace holds
 
 
 def test_trace_teacher_forced_on_given_text(bundle):
@@ -59,14 +89,29 @@ def test_trace_teacher_forced_on_given_text(bundle):
     assert out.trace.attention("decoder", 1).shape[1] == len(out.tgt_tokens)
 
 
-def test_batch_has_real_padding(bundle):
-    texts, trace = bundle.translate_batch(["Hi.", "My brother bought a new car yesterday."], max_len=5)
-    assert len(texts) == 2
-    short = trace.select(0)
-    assert "<pad>" in short.src_tokens[0]
-    n_real = short.src_tokens[0].index("<pad>")
-    assert not short.mask("encoder")[:, n_real:].any()
-    assert np.all(short.attention("encoder", 0)[:, :, n_real:] == 0)
+def test_a_padded_batch_translates_each_item_as_it_would_alone(bundle):
+    sentences = ["Hi.", "My brother bought a new car yesterday.", "Where is it?"]
+    texts, trace = bundle.translate_batch(sentences, max_len=5)
+    assert trace.batch_size == 3
+    for i, sentence in enumerate(sentences):
+        alone = bundle.translate(sentence, max_len=5)
+        assert texts[i] == alone.text
+        item = trace.select(i)
+        n_real = len(alone.src_tokens)
+        assert item.src_tokens[:n_real] == alone.src_tokens
+        assert item.src_tokens[n_real:] == ["<pad>"] * (len(item.src_tokens) - n_real)
+        n = len(alone.steps)  # the batch may run more steps (after this item's eos)
+        assert item.output_tokens[:n] == alone.output_tokens
+        np.testing.assert_allclose(item["output.probs"][:n], alone.trace["output.probs"], atol=1e-5)
+        for layer in range(2):
+            enc = item.attention("encoder", layer)
+            np.testing.assert_allclose(enc[:, :n_real, :n_real], alone.trace.attention("encoder", layer), atol=1e-5)
+            assert np.all(enc[:, :, n_real:] == 0)
+            cross = item.attention("cross", layer)[:, :n]
+            np.testing.assert_allclose(cross[..., :n_real], alone.trace.attention("cross", layer), atol=1e-5)
+            assert np.all(cross[..., n_real:] == 0)
+        assert not item.mask("encoder")[:, n_real:].any() and not item.mask("cross", "padding")[:, n_real:].any()
+    assert "<pad>" in trace.select(0).src_tokens  # the short sentence really was padded
 
 
 @pytest.mark.parametrize("text", ["", "   \n\t ", "\x00\x01\x02", 42])
@@ -98,28 +143,47 @@ def test_options_switch_per_call(bundle):
 
 
 def test_checkpoint_round_trip_and_half_precision(tmp_path, bundle):
-    path = core.save_checkpoint(bundle.model, bundle.tokenizer.path, tmp_path / "copy", card="# c\n",
-                                meta=core.CheckpointMeta(name="copy"))
+    path = core.save_checkpoint(
+        bundle.model, bundle.tokenizer.path, tmp_path / "copy", card="# c\n", meta=core.CheckpointMeta(name="copy")
+    )
     again = core.load(path, device="cpu")
-    for (k, v), (k2, v2) in zip(bundle.model.state_dict().items(), again.model.state_dict().items()):
+    for (k, v), (k2, v2) in zip(bundle.model.state_dict().items(), again.model.state_dict().items(), strict=True):
         assert k == k2 and np.array_equal(v.numpy(), v2.numpy())
-    import torch
-    half = core.save_checkpoint(bundle.model, bundle.tokenizer.path, tmp_path / "half", card="# h\n",
-                                meta=core.CheckpointMeta(name="half"), dtype=torch.float16)
+    half = core.save_checkpoint(
+        bundle.model,
+        bundle.tokenizer.path,
+        tmp_path / "half",
+        card="# h\n",
+        meta=core.CheckpointMeta(name="half"),
+        dtype=torch.float16,
+    )
     h = core.load(half, device="cpu")
     w = h.model.src_embed.weight
     assert w.dtype == torch.float32 and torch.allclose(w, bundle.model.src_embed.weight, atol=1e-2)
     assert (half / "model.safetensors").stat().st_size < (path / "model.safetensors").stat().st_size * 0.6
+    if core.fast.kernel_available():  # float16 numbers: the bundle's fast path packs them, and changes nothing
+        lin = h.model.decoder_layers[0].ffn.linear1
+        with torch.no_grad():
+            assert h.fast.bind(lin.weight, lin.bias, 1)[0] is torch.fbgemm_linear_fp16_weight
+    out = h.translate("Is there any tea left?", max_len=8)
+    src = torch.tensor(out.trace["ids.src"][None])
+    reference = greedy(
+        h.model, src, torch.ones_like(src, dtype=torch.bool), options=InferenceOptions(), max_len=8, fast=None
+    )
+    assert out.trace["output.ids"].tolist() == reference.tokens[0, 1 : 1 + reference.lengths[0]].tolist()
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("missing_weights", "model.safetensors: missing"),
-    ("truncated_weights", "model.safetensors: cannot be read"),
-    ("bad_json", "config.json: not valid JSON"),
-    ("missing_tokenizer", "tokenizer.model: missing"),
-    ("mismatched", "does not match|has shape"),
-    ("missing_config", "config.json: missing"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("missing_weights", "model.safetensors: missing"),
+        ("truncated_weights", "model.safetensors: cannot be read"),
+        ("bad_json", "config.json: not valid JSON"),
+        ("missing_tokenizer", "tokenizer.model: missing"),
+        ("mismatched", "does not match|has shape"),
+        ("missing_config", "config.json: missing"),
+    ],
+)
 def test_corrupt_checkpoint_names_the_file(tmp_path, tiny_checkpoint, damage, message):
     broken = tmp_path / "broken"
     shutil.copytree(tiny_checkpoint, broken)
@@ -142,27 +206,57 @@ def test_corrupt_checkpoint_names_the_file(tmp_path, tiny_checkpoint, damage, me
         core.load(broken, device="cpu")
 
 
-def test_checkpoint_never_unpickles(tiny_checkpoint):
-    files = {p.name for p in tiny_checkpoint.iterdir()}
-    assert files == {"model.safetensors", "config.json", "tokenizer.model", "card.md"}
+class _Touch:
+    """Unpickling this creates ``marker``: a stand-in for code a malicious pickle would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
 
 
-def test_trace_exports(bundle):
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_checkpoint_never_unpickles(tmp_path, tiny_checkpoint, how):
+    marker = tmp_path / f"unpickled-{how.replace('.', '-')}"
+    payload = tmp_path / "payload"
+    if how == "pickle":
+        payload.write_bytes(pickle.dumps({"weights": _Touch(marker)}))
+    else:
+        torch.save({"weights": _Touch(marker)}, payload)
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_checkpoint, bad)
+    shutil.copyfile(payload, bad / "model.safetensors")  # the weights file is a pickle
+    with pytest.raises(CheckpointError, match="model.safetensors: cannot be read"):
+        core.load(bad, device="cpu")
+    beside = tmp_path / "beside"
+    shutil.copytree(tiny_checkpoint, beside)
+    for name in ("pytorch_model.bin", "model.pt", "model.pkl"):  # pickles next to real weights: never read
+        shutil.copyfile(payload, beside / name)
+    assert core.load(beside, device="cpu").translate("Hi.", max_len=2).text is not None
+    assert not marker.exists()
+    if how == "pickle":  # the payload is live: unpickling it does create the marker
+        pickle.loads(payload.read_bytes())
+    else:
+        torch.load(payload, weights_only=False)
+    assert marker.exists()
+
+
+def test_trace_exports_name_arrays_by_site(bundle):
     out = bundle.translate("Is there any tea left?", max_len=4)
     data = json.loads(out.trace.to_json())
-    assert data["src_tokens"][0] == out.src_tokens
-    assert len(data["arrays"]["attention.cross.0"][0]) == 2
-    assert data["arrays"]["scores.decoder.0"][0][0][0][1] is None  # -inf masked score
-    import io
-    npz = np.load(io.BytesIO(out.trace.to_npz()))
-    np.testing.assert_array_equal(npz["attention.encoder.1"][0], out.trace.attention("encoder", 1))
+    assert len(data["arrays"]["cross.0.weights"]["data"][0]) == 2  # batch item 0: two heads
+    assert data["arrays"]["decoder.0.self.scores"]["data"][0][0][0][1] is None  # -inf masked score
+    assert [data["vocab"][str(i)] for i in data["arrays"]["ids.src"]["data"][0]] == out.src_tokens
+    npz = np.load(io.BytesIO(out.trace.to_npz()), allow_pickle=False)
+    np.testing.assert_array_equal(npz["encoder.1.self.weights"][0], out.trace.attention("encoder", 1))
 
 
 def test_cli_translate_json_and_info(tiny_checkpoint, capsys):
     assert main(["translate", "--checkpoint", str(tiny_checkpoint), "--json", "How are you today?"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"text", "src_tokens", "tgt_tokens", "attention"}
-    assert np.array(data["attention"]["cross.1"]).shape[0] == 2
+    assert np.array(data["attention"]["cross.1.weights"]).shape[0] == 2
     assert main(["info", str(tiny_checkpoint)]) == 0
     assert "parameters" in capsys.readouterr().out
     assert main(["translate", "--checkpoint", str(tiny_checkpoint), " "]) == 2
@@ -170,32 +264,19 @@ def test_cli_translate_json_and_info(tiny_checkpoint, capsys):
 
 
 def test_json_export_keeps_tokens_that_look_like_nan(bundle):
-    import torch
-
-    src_ids, _ = bundle.encode_source("How are you today?")
-    src = torch.tensor([src_ids])
-    rec = core.Recorder()
-    bundle.model(src, torch.tensor([[bundle.config.bos_id, 5]]), recorder=rec)
-    tokens = ["\u2581NaN", "NaN", "Infinity"] + ["x"] * (len(src_ids) - 3)
-    trace = rec.freeze(InferenceOptions(), [tokens], [["<s>", "NaN"]], 2, {"encoder": 2, "decoder": 2, "cross": 2})
-    data = json.loads(trace.to_json())
-    assert data["src_tokens"][0] == tokens and data["tgt_tokens"][0] == ["<s>", "NaN"]
-    assert data["arrays"]["scores.decoder.0"][0][0][0][1] is None
-
-
-def test_trace_arrays_are_read_only(bundle):
-    out = bundle.translate("Is there any tea left?", max_len=3)
-    with pytest.raises(ValueError):
-        out.trace.attention("encoder", 0)[0, 0, 0] = 1.0
-
-
-def test_causal_mask_off_steps_show_what_each_step_computed(bundle):
-    out = bundle.translate("Where is the railway station?", InferenceOptions(causal_mask=False), max_len=6)
-    assert len(out.steps) >= 2
-    for step in out.steps:
-        rows = step.attention("decoder", 0)
-        assert rows.shape == (2, step.index + 1)  # this step saw the prefix so far, no more
-        np.testing.assert_allclose(rows.sum(-1), 1.0, atol=1e-5)
+    src = torch.tensor([[10, 11, 12, 13, bundle.config.eos_id]])
+    rec = Recorder(bundle.model)
+    with torch.no_grad():
+        bundle.model(src, torch.tensor([[bundle.config.bos_id, 11]]), recorder=rec)
+    weird = {10: "\u2581NaN", 11: "NaN", 12: "Infinity", 13: "-Infinity"}
+    trace = rec.freeze(lambda i: weird.get(i, f"p{i}"))
+    assert trace.src_tokens == ["\u2581NaN", "NaN", "Infinity", "-Infinity", f"p{bundle.config.eos_id}"]
+    text = trace.to_json()
+    data = json.loads(text)  # strict JSON: no bare NaN / Infinity anywhere
+    assert data["arrays"]["decoder.0.self.scores"]["data"][0][0][0][1] is None
+    back = Trace.load(text.encode("utf-8"))
+    assert back.src_tokens == trace.src_tokens and back.tgt_tokens == ["<s>", "NaN"]
+    assert np.isneginf(back.scores("decoder", 0)[0, 0, 1])
 
 
 def test_truncate_cuts_overlong_character_input_with_a_notice(bundle):
@@ -220,10 +301,6 @@ def test_corrupt_tokenizer_names_the_file(tmp_path, tiny_checkpoint):
 
 
 def test_loading_never_unpickles(monkeypatch, tiny_checkpoint):
-    import pickle
-
-    import torch
-
     def refuse(*args, **kwargs):
         raise AssertionError("a checkpoint load tried to unpickle")
 
@@ -234,22 +311,46 @@ def test_loading_never_unpickles(monkeypatch, tiny_checkpoint):
     assert core.load(tiny_checkpoint, device="cpu").translate("Hi.", max_len=2).text is not None
 
 
+def test_load_and_translate_under_inference_mode(tiny_checkpoint, bundle):
+    with torch.inference_mode():
+        loaded = core.load(tiny_checkpoint, device="cpu")
+        out = loaded.translate("Is there any tea left?", max_len=5)
+    assert out.output_tokens == bundle.translate("Is there any tea left?", max_len=5).output_tokens
+
+
 def test_cli_eval_prints_bleu_and_chrf(tiny_checkpoint, tmp_path, capsys):
-    lines = (Path(__file__).parent / "fixtures" / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
+    lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
     (tmp_path / "test.en").write_text("\n".join(lines[0::2]) + "\n", encoding="utf-8")
     (tmp_path / "test.de").write_text("\n".join(lines[1::2]) + "\n", encoding="utf-8")
-    assert main(["eval", "--checkpoint", str(tiny_checkpoint), "--split", str(tmp_path), "--beams", "1,2",
-                 "--limit", "4", "--json"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--split",
+                str(tmp_path),
+                "--beams",
+                "1,2",
+                "--limit",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     scores = json.loads(capsys.readouterr().out)
     assert set(scores) == {"greedy", "beam2"} and scores["greedy"]["n"] == 4
     model, tok, _ = core.load_checkpoint(tiny_checkpoint)
-    from core.evaluate import score, translate_many
+    from core.training.evaluate import score, translate_many
+
     hyps = translate_many(model, tok, lines[0::2][:4])
     assert scores["greedy"]["chrf"] == pytest.approx(score(hyps, lines[1::2][:4])["chrf"], abs=0.01)
 
 
 def test_translate_many_batches_by_token_budget_keeps_order_and_counts(tiny_checkpoint):
-    from core.evaluate import translate_many
+    from core.training.evaluate import translate_many
+
     model, tok, _ = core.load_checkpoint(tiny_checkpoint)
     torch.manual_seed(0)  # a new, confident output layer: varied outputs that end (eos) before max_len
     with torch.no_grad():
@@ -257,7 +358,7 @@ def test_translate_many_batches_by_token_budget_keeps_order_and_counts(tiny_chec
         model.output.weight.normal_(0, 3)
         model.output.bias.zero_()
         model.output.bias[model.config.eos_id] = 20.0
-    lines = (Path(__file__).parent / "fixtures" / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()[:9]
+    lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()[:9]
     one_by_one = [translate_many(model, tok, [s])[0] for s in lines]
     assert all(one_by_one) and len(set(one_by_one)) >= 5  # the comparison below can tell orders apart
     counts: dict[str, int] = {}
