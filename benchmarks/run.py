@@ -275,7 +275,7 @@ def limit_section(rep: Report, rounds: Rounds) -> None:
             f"layers × {S.heads} heads) on a model with d_model 16, FFN 16 and a 16-word vocabulary, whose arithmetic "
             f"is nearly free, takes {st['probe'].ms} = {paired_ratio(st['probe'], st['traced']) * 100:.0f}% of ours "
             "traced: the fixed cost of eager PyTorch's small ops (norms, views, attention, recording) and our Python. "
-            "Decoding steps already run on a per-call plan (`core.step`: weights bound once, no module calls, "
+            "Decoding steps already run on a per-call plan (`core.plan`: weights bound once, no module calls, "
             "`bmm` over heads); what is left is about 30 small ops per layer and step, which only a compiled "
             "step would fuse.",
         ],

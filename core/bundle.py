@@ -261,7 +261,7 @@ class Bundle:
             out_ids = beam_search(
                 self.model, src, keep, options=options, max_len=max_len, beam_size=beam_size, fast=self.fast
             )
-            return self._teacher_forced(
+            return self._forced_pass(
                 src_ids, out_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=beam_size, notices=notices
             )
         recorder = Recorder(self.model, qkv=record_qkv)
@@ -278,7 +278,7 @@ class Bundle:
         return src_ids, notices, cleaned
 
     @torch.inference_mode()
-    def _teacher_forced(
+    def _forced_pass(
         self,
         src_ids: list[int],
         out_ids: list[int],
@@ -303,7 +303,7 @@ class Bundle:
         return Translation(self._freeze(recorder, text=text_out, **meta))
 
     @torch.inference_mode()
-    def trace(
+    def teacher_forced(
         self,
         src_text: str,
         tgt_text: str,
@@ -317,7 +317,7 @@ class Bundle:
         options = self.check_options(options, top_k=top_k)
         src_ids, notices, cleaned = self._source(src_text, truncate)
         tgt_ids = self.tokenizer.encode(clean_text(tgt_text))[: self.max_source_tokens] + [self.config.eos_id]
-        return self._teacher_forced(
+        return self._forced_pass(
             src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=1, notices=notices, forced=True
         )
 

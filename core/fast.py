@@ -115,7 +115,7 @@ class FastWeights:
 
     def bind(self, weight: Tensor, bias: Tensor | None, rows: int) -> Linear:
         """What ``linear(x, weight, bias)`` runs for inputs of ``rows`` rows, resolved once: ``(fn, w, b)`` with
-        ``fn(x, w, b)`` equal to it. For a loop that calls the same matrices many times (``core.step``)."""
+        ``fn(x, w, b)`` equal to it. For a loop that calls the same matrices many times (``core.plan``)."""
         packed = self._packed.get(id(weight))
         if packed is not None and self._rows_ok(rows, weight):
             return torch.fbgemm_linear_fp16_weight, packed[0], packed[1] if bias is None else bias

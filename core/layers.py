@@ -15,8 +15,8 @@ from .config import ModelConfig
 from .sites import attention_site
 
 if TYPE_CHECKING:
+    from .plan import StepPlan
     from .recorder import Recorder
-    from .step import StepPlan
 
 Norm = tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
 L = TypeVar("L", bound=nn.Module)
@@ -127,7 +127,7 @@ class LayerState:
     self_len: int = 0
     ssru_cell: Tensor | None = None  # (B, D)
     cross_kv: KV | None = None  # (B, H, Ts, dh) each
-    cross_flat: KV | None = None  # the same as bmm operands, keys (B*H, dh, Ts) and values (B*H, Ts, dh) (core.step)
+    cross_flat: KV | None = None  # the same as bmm operands, keys (B*H, dh, Ts) and values (B*H, Ts, dh) (core.plan)
 
     @property
     def self_kv(self) -> KV | None:
@@ -174,7 +174,7 @@ class LayerState:
 @dataclass
 class DecoderState:
     """Incremental decoding state of one call: one LayerState per decoder layer, the positions seen so far, and
-    the per-call step plan (``core.step``) when the fast path runs."""
+    the per-call step plan (``core.plan``) when the fast path runs."""
 
     layers: list[LayerState] = field(default_factory=list)
     length: int = 0

@@ -13,10 +13,10 @@ from .attention import LinearFn
 from .config import InferenceOptions, ModelConfig
 from .layers import DecoderLayer, DecoderState, EncoderLayer, LayerStack
 from .masks import causal_mask, combine, full_mask, padding_mask
+from .plan import make_plan, run_layers
 from .positional import LearnedPositions, SinusoidalPositions
 from .recorder import Recorder
 from .sites import Side, embed_site, layer_site
-from .step import make_plan, run_layers
 
 if TYPE_CHECKING:
     from .fast import FastWeights
@@ -169,7 +169,7 @@ class Transformer(nn.Module):
         src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
         tgt_keep (B, offset + T): True = real target token (padding mask on decoder keys); None = all real.
         state: the call's incremental state (KV cache); fast: the fast path's weights (``core.fast``), with
-        which a one-position step runs the per-call plan of ``core.step``.
+        which a one-position step runs the per-call plan of ``core.plan``.
         """
         recorder = self._begin(options, recorder)
         B, T = tgt.shape

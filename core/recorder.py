@@ -4,7 +4,8 @@ A ``Recorder`` is made from the model for ONE call (it knows the kinds, layers a
 through it, and frozen once at the end into a ``Trace``: tensors are detached and moved to the CPU once,
 as numpy arrays. Incremental decoding records one query row per step; ``freeze`` stitches the rows
 together (keys padded with 0 weight / -inf score / False mask), which yields the same arrays a
-teacher-forced pass over the same output records.
+teacher-forced pass over the same output records — except the decoder's ``scores_raw`` for keys a step had
+not seen yet: a cached step never computes them, so they stay -inf.
 
 It also carries the call's interventions (``core.interventions``) and the heads that ``InferenceOptions``
 switches off, and can keep gradients at a site (``keep_grad=("embed.src",)``) for attribution.

@@ -95,7 +95,7 @@ def translate(path: str, text: str, key: OptionsKey, beam: int) -> core.Translat
 @st.cache_resource(show_spinner="Re-running on the same output …", max_entries=32)
 def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.Translation:
     """Cached teacher-forced pass: same decoder inputs, other options (for like-for-like comparisons)."""
-    return load_bundle(path).trace(text, target, options=_options(key), truncate=True)
+    return load_bundle(path).teacher_forced(text, target, options=_options(key), truncate=True)
 
 
 @st.cache_resource(show_spinner="Translating the batch …", max_entries=16)

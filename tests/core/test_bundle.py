@@ -84,7 +84,7 @@ def test_beam_translation_is_traced(bundle):
 
 
 def test_trace_teacher_forced_on_given_text(bundle):
-    out = bundle.trace("How are you today?", "Wie geht es dir heute?")
+    out = bundle.teacher_forced("How are you today?", "Wie geht es dir heute?")
     assert out.tgt_tokens[0] == "<s>" and out.output_tokens[-1] == "</s>"
     assert out.trace.attention("decoder", 1).shape[1] == len(out.tgt_tokens)
 

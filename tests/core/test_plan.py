@@ -1,4 +1,4 @@
-"""core.step: the planned decoding step (``fast=FastWeights(model)``) computes what the decoder modules compute on
+"""core.plan: the planned decoding step (``fast=FastWeights(model)``) computes what the decoder modules compute on
 the reference path (``fast=None``), and records the same."""
 
 import numpy as np
@@ -12,14 +12,14 @@ from core import FastWeights, InferenceOptions, Recorder, Transformer
 from core.decoding import beam_search, greedy
 from core.fast import kernel_available
 from core.layers import DecoderState
-from core.step import make_plan
+from core.plan import make_plan
 
 needs_kernel = pytest.mark.skipif(not kernel_available(), reason="this torch build has no fbgemm fp16 kernel")
 
 
 @pytest.fixture
 def plan_calls(monkeypatch):
-    """Counts the steps that ran on the plan (``core.step.run_layers`` as ``Transformer.decode`` calls it)."""
+    """Counts the steps that ran on the plan (``core.plan.run_layers`` as ``Transformer.decode`` calls it)."""
     count = {"n": 0}
     real = core.model.run_layers
 

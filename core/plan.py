@@ -5,7 +5,7 @@ eager PyTorch's per-call costs dominate: nn.Module calls, attribute look-ups, 4-
 ``bmm``. ``make_plan`` resolves the weights once per decoding call (the packed float16 copies of a
 ``FastWeights`` where they apply), and ``run_layers`` runs the decoder layers on it. It is the same
 computation as ``DecoderLayer.forward`` with a ``LayerState``: the same ``attend`` (with ``bmm`` operands),
-the same ``residual``, the same recorder calls and KV buffers (tests/core/test_step.py compares them).
+the same ``residual``, the same recorder calls and KV buffers (tests/core/test_plan.py compares them).
 Only for self-attention decoders in eval mode without grad; the model runs the module path otherwise.
 """
 
