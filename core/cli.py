@@ -17,6 +17,7 @@ EXTERNAL = {
     "import-bergamot": "core.importers.bergamot",
     "publish": "core.training.publish",
     "distill": "core.distill.student",
+    "explain": "core.analysis.commands",
 }
 
 

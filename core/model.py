@@ -132,10 +132,10 @@ class Transformer(nn.Module):
         recorder: Recorder | None = None,
         fast: FastWeights | None = None,
     ) -> Tensor:
-        """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: not padding)."""
+        """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: ``keep_flags``)."""
         recorder = self._begin(options, recorder)
         if src_keep is None:
-            src_keep = src != self.config.pad_id
+            src_keep = self.keep_flags(src)
         mask = padding_mask(src_keep) if options.padding_mask else None  # (B, 1, Ts)
         if recorder is not None:
             B, Ts = src.shape
@@ -228,9 +228,18 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Teacher-forced pass: src (B, Ts), decoder inputs tgt (B, Tt) -> logits (B, Tt, V)."""
         if src_keep is None:
-            src_keep = src != self.config.pad_id
+            src_keep = self.keep_flags(src)
         memory = self.encode(src, src_keep, options=options, recorder=recorder, fast=fast)
         return self.decode(tgt, memory, src_keep, options=options, recorder=recorder, tgt_keep=tgt_keep, fast=fast)
+
+    def keep_flags(self, ids: Tensor) -> Tensor:
+        """(B, T) True = a real token, inferred from ``pad_id`` — except where the pad id is also eos or bos (Marian
+        models use 0 for all three): ids cannot tell padding apart there, so every position counts as real. Pass
+        the flags yourself for a padded batch."""
+        cfg = self.config
+        if cfg.pad_id in (cfg.eos_id, cfg.bos_id):
+            return torch.ones_like(ids, dtype=torch.bool)
+        return ids != cfg.pad_id
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

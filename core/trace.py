@@ -224,7 +224,10 @@ class Trace:
     # --------------------------------------------------------------- export / import
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values())
+        unique = {
+            id(a): a for a in self.arrays.values()
+        }  # raw scores share the masked ones' array when nothing is masked
+        return sum(a.nbytes for a in unique.values())
 
     def metadata(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,18 @@
+"""Explaining a model's output: head importance (switching heads off) and attention rollout.
+
+Built on the engine's per-call interventions (``core.ScaleHeads``) and the site-keyed ``core.Trace``.
+"""
+
+from .importance import HeadEffect, HeadImportance, all_heads_but, head_importance
+from .rollout import Rollout, fuse_heads, rollout, trace_rollout
+
+__all__ = [
+    "HeadEffect",
+    "HeadImportance",
+    "Rollout",
+    "all_heads_but",
+    "fuse_heads",
+    "head_importance",
+    "rollout",
+    "trace_rollout",
+]

@@ -1,0 +1,95 @@
+"""Head importance: one batched pass equals switching each head off alone; rankings and keep-only sets."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import core
+from core import InferenceOptions
+from core.analysis import all_heads_but, head_importance
+from core.decoding import greedy
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_checkpoint):
+    return core.load(tiny_checkpoint, device="cpu")
+
+
+def logprob(model, src_ids, out_ids, options):
+    src = torch.tensor([src_ids])
+    tgt = torch.tensor([[model.config.bos_id] + out_ids[:-1]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(src, tgt, options=options).float(), -1)
+    return float(logp[0, torch.arange(len(out_ids)), out_ids].sum())
+
+
+def test_batched_rows_equal_each_head_switched_off_alone(bundle):
+    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
+    src_ids, _ = bundle.encode_source(out.source_text)
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    result = head_importance(bundle.model, src_ids, out_ids, fast=bundle.fast, max_len=6)
+    base = logprob(bundle.model, src_ids, out_ids, InferenceOptions())
+    assert result.base_logprob == pytest.approx(base, abs=1e-4)
+    assert len(result.effects) == 3 * 2 * 2  # 3 kinds x 2 layers x 2 heads
+    changed = 0
+    for e in result.effects:
+        alone = InferenceOptions(ablate=frozenset({(e.kind, e.layer, e.head)}))
+        assert e.delta_logprob == pytest.approx(logprob(bundle.model, src_ids, out_ids, alone) - base, abs=1e-4)
+        src = torch.tensor([src_ids])
+        single = greedy(bundle.model, src, torch.ones_like(src, dtype=torch.bool), options=alone, max_len=6)
+        own = tuple(single.tokens[0, 1 : 1 + single.lengths[0]].tolist())
+        assert e.output_ids == own and e.output_changed == (own != tuple(out_ids))
+        changed += e.output_changed
+    deltas = [e.delta_logprob for e in result.ranking()]
+    assert deltas == sorted(deltas) and len(set(np.round(deltas, 6))) > 1  # heads differ
+    m = result.matrix("cross")
+    assert m.shape == (2, 2) and not np.isnan(m).any()
+    assert result.to_dict()["heads"][0]["delta_logprob"] == deltas[0]
+
+
+def test_heads_the_options_switch_off_stay_off_in_every_row(bundle):
+    out = bundle.translate("Where is the station?", max_len=5)
+    src_ids, _ = bundle.encode_source(out.source_text)
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    opts = InferenceOptions(ablate=frozenset({("encoder", 0, 0)}))
+    r = head_importance(bundle.model, src_ids, out_ids, options=opts, kinds=("cross",), check_output=False)
+    assert r.base_logprob == pytest.approx(logprob(bundle.model, src_ids, out_ids, opts), abs=1e-4)
+    e = r.effects[0]
+    both = InferenceOptions(ablate=opts.ablate | {(e.kind, e.layer, e.head)})
+    assert e.delta_logprob == pytest.approx(logprob(bundle.model, src_ids, out_ids, both) - r.base_logprob, abs=1e-4)
+    assert e.output_changed is None and {x.kind for x in r.effects} == {"cross"}
+
+
+def test_keep_only_the_top_heads(bundle):
+    out = bundle.translate("The cat sleeps.", max_len=5)
+    src_ids, _ = bundle.encode_source(out.source_text)
+    r = head_importance(bundle.model, src_ids, [int(i) for i in out.trace["output.ids"]], check_output=False)
+    off = all_heads_but(r.shape, r.top(3))
+    assert len(off) == 12 - 3 and not off & set(r.top(3))
+    kept = bundle.translate("The cat sleeps.", InferenceOptions(ablate=off), max_len=5)
+    assert kept.options.ablate == off  # the translation with only those heads on runs and says so
+
+
+def test_bad_requests_are_named(bundle, tmp_path):
+    from conftest import build_tiny_checkpoint
+
+    with pytest.raises(ValueError, match="at least one token"):
+        head_importance(bundle.model, [5, 6, 2], [])
+    ssru = core.load(build_tiny_checkpoint(tmp_path / "ssru", decoder_self="ssru"), device="cpu")
+    with pytest.raises(ValueError, match="no decoder attention"):
+        head_importance(ssru.model, [5, 6, 2], [7, 2], kinds=("decoder",))
+
+
+def test_the_base_score_is_the_greedy_translation_probability_on_a_model_whose_pad_is_its_eos():
+    # the shipped default (distilled from Bergamot): pad = bos = eos = 0, so ids cannot tell padding apart
+    b = core.load(Path(__file__).resolve().parents[3] / "checkpoints" / "distilled-en-pt", device="cpu")
+    assert b.config.pad_id == b.config.eos_id
+    out = b.translate("The cat sleeps on the warm chair.", max_len=12)
+    src = torch.tensor(out.trace["ids.src"])[None]
+    assert b.model.keep_flags(src).all()  # the final eos is a real token
+    src_ids = [int(i) for i in out.trace["ids.src"]]
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    r = head_importance(b.model, src_ids, out_ids, check_output=False, kinds=("cross",), fast=b.fast)
+    assert r.base_logprob == pytest.approx(float(np.log(out.trace["output.probs"]).sum()), abs=1e-3)
