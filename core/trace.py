@@ -224,9 +224,8 @@ class Trace:
     # --------------------------------------------------------------- export / import
     @property
     def nbytes(self) -> int:
-        unique = {
-            id(a): a for a in self.arrays.values()
-        }  # raw scores share the masked ones' array when nothing is masked
+        # raw scores share the masked scores' array when nothing is masked: count it once
+        unique = {id(a): a for a in self.arrays.values()}
         return sum(a.nbytes for a in unique.values())
 
     def metadata(self) -> dict[str, Any]:
