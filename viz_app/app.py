@@ -32,6 +32,7 @@ PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
         ("masks", "Masks", "grid_on"),
         ("positional", "Positional encoding", "waves"),
         ("steps", "Step-by-step decoding", "play_circle"),
+        ("explain", "Why this word?", "psychology_alt"),
         ("learn", "Learn: attention by hand", "calculate"),
     ]
 }

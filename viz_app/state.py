@@ -18,6 +18,7 @@ from typing import Any
 import streamlit as st
 
 import core
+from core.analysis import HeadImportance, head_importance
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES: dict[str, list[str]] = {
@@ -104,6 +105,16 @@ def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> tuple
     return load_bundle(path).translate_batch(list(texts), options=_options(key), truncate=True, record_qkv=True)
 
 
+@st.cache_resource(show_spinner="Switching every head off, one at a time …", max_entries=16)
+def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
+    """Cached head importance of the current (greedy) translation: each head switched off alone."""
+    out = translate(path, text, key, 1)
+    bundle = load_bundle(path)
+    src_ids = [int(i) for i in out.trace["ids.src"]]
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    return head_importance(bundle.model, src_ids, out_ids, options=_options(key), fast=bundle.fast)
+
+
 # ----------------------------------------------------------------------------- query-parameter state
 @dataclass(frozen=True)
 class Param:
@@ -163,6 +174,7 @@ PARAMS: dict[str, Param] = {
     "query": Param(0, **_INDEX),
     "step": Param(0, **_INDEX),
     "compare": Param(False, **_BOOL),
+    "explain_fusion": Param("mean"),
 }
 
 

@@ -180,5 +180,16 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             page.wait_for_timeout(500)
             assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
             page.screenshot(path=str(ARTIFACTS / f"browser-{name}-head.png"))
+
+            page.goto(f"{url}/explain?{page.url.split('?', 1)[1]}", timeout=60_000)  # Why this word?
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                         .filter(t => t.textContent.includes('PE off')).length >= 2""",
+                timeout=120_000,
+            )
+            page.wait_for_function(idle, timeout=60_000)
+            page.wait_for_timeout(500)
+            assert any(t.startswith("Cross-attention") for t in _figure_titles(page)), _figure_titles(page)
+            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-explain.png"))
         finally:
             browser.close()

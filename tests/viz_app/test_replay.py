@@ -13,7 +13,7 @@ import core
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 90
-PAGES = ["overview", "head", "masks", "positional", "steps", "learn"]
+PAGES = ["overview", "head", "masks", "positional", "steps", "explain", "learn"]
 
 
 @pytest.fixture(scope="module")

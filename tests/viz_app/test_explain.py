@@ -1,0 +1,100 @@
+"""The "Why this word?" page (AppTest) and its pure figure builders."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import build_tiny_checkpoint
+from streamlit.testing.v1 import AppTest
+
+from viz_app import figures_explain
+
+APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("explain_checkpoints")
+    build_tiny_checkpoint(root / "tiny", seed=3)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _env(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    monkeypatch.setenv("LAB_CHECKPOINT", "tiny")
+    torch.set_num_threads(1)
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def array(value) -> np.ndarray:
+    """A Plotly JSON array: a plain list or the typed {dtype, bdata, shape} form."""
+    if isinstance(value, dict):
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
+    return np.asarray(value, dtype=float)
+
+
+def titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+
+def test_importance_maps_ranking_and_the_jump_to_a_head() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert titles(at) == [
+        f"{k} — as trained" for k in ("Encoder self-attention", "Decoder masked self-attention", "Cross-attention")
+    ]
+    table = at.dataframe[0].value
+    assert len(table) == 12 and list(table["Δ log p"]) == sorted(table["Δ log p"])  # most relied-on first
+    assert any("With only these" in m.value for m in at.markdown)
+    picked = table["head"].iloc[-1]  # the least important head
+    at.selectbox(key="explain_head").set_value(picked).run(timeout=TIMEOUT)
+    at.button(key="explain_open").click().run(timeout=TIMEOUT)
+    ok(at)
+    kind, layer, head = picked.split()
+    assert at.session_state["kind"] == kind
+    assert at.session_state["layer"] == int(layer[1:]) - 1 and at.session_state["head"] == int(head[1:]) - 1
+    assert any(
+        t.startswith(f"{'Cross' if kind == 'cross' else kind.capitalize()}") and f"head {head[1:]}" in t
+        for t in titles(at)
+    ), titles(at)  # the Head detail page shows that head
+
+
+def test_rollout_tab_draws_each_output_word_over_the_source() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["explain_tab"] = "Attention rollout"
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    ok(at)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(specs) == 1 and specs[0]["layout"]["title"]["text"].startswith("Rollout")
+    z = array(specs[0]["data"][0]["z"])
+    np.testing.assert_allclose(z.sum(-1), 1.0, atol=1e-3)  # each output word: a distribution over the source
+    at.radio(key="explain_fusion").set_value("max").run(timeout=TIMEOUT)
+    ok(at)
+    assert "max of heads" in titles(at)[0]
+
+
+def test_figure_builders() -> None:
+    m = np.array([[-4.0, 0.5], [0.0, -1.0]])
+    fig = figures_explain.importance_heatmap(m, title="t", scale=2.0)
+    heat = fig.data[0]
+    np.testing.assert_allclose(np.array(heat.z), -m)  # drawn as the loss: relied-on heads at the warm end
+    assert (heat.zmin, heat.zmax, heat.zmid) == (-2.0, 2.0, 0.0)
+    assert list(heat.x) == ["H1", "H2"] and list(heat.y) == ["L1", "L2"]
+    assert "Δ log p = -4.000" in heat.text[0][0]
+    share = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
+    fig = figures_explain.rollout_heatmap(share, ["▁O", "▁gato", "</s>"], ["▁The", "▁cat"], title="r")
+    assert np.array(fig.data[0].z).shape == (3, 2) and fig.layout.yaxis.ticktext[1] == "␣gato"

@@ -1,0 +1,75 @@
+"""Pure Plotly builders for the "Why this word?" page: head importance and attention rollout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from viz_app.figures import DECIMALS, DIVERGING_SCALE, base_layout, symmetric_range, token_axis, unique_labels
+
+
+def importance_heatmap(matrix: np.ndarray, *, title: str, scale: float | None = None) -> go.Figure:
+    """(layers, heads) change in the translation's log-probability when each head is switched off alone.
+
+    Diverging around 0 (red: the translation became less likely without the head); ``scale`` = the half-width of
+    the colour scale, shared between kinds so their colours compare (default: this matrix's largest |value|).
+    """
+    n_layers, n_heads = matrix.shape
+    z = np.round(matrix.astype(np.float64), DECIMALS)
+    m = scale if scale is not None else symmetric_range(z)
+    text = [
+        [f"layer {layer + 1} · head {h + 1}<br>Δ log p = {z[layer, h]:+.3f}" for h in range(n_heads)]
+        for layer in range(n_layers)
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            z=-z,  # drawn as the loss, so "relied on" is the warm end of the usual red-blue scale
+            x=[f"H{h + 1}" for h in range(n_heads)],
+            y=[f"L{layer + 1}" for layer in range(n_layers)],
+            text=text,
+            hovertemplate="%{text}<extra></extra>",
+            colorscale=DIVERGING_SCALE,
+            zmin=-m,
+            zmax=m,
+            zmid=0.0,
+            xgap=2,
+            ygap=2,
+            colorbar=dict(title=dict(text="−Δ log p")),
+        )
+    )
+    base_layout(fig, title, height=int(max(220, 34 * n_layers + 150)))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def rollout_heatmap(
+    per_output: np.ndarray, output_tokens: Sequence[str], src_tokens: Sequence[str], *, title: str
+) -> go.Figure:
+    """(Tt, Ts): for each output token, the share of its source-side content coming from each source token."""
+    z = np.round(per_output.astype(np.float64), DECIMALS)
+    out_labels, src_labels = unique_labels(output_tokens), unique_labels(src_tokens)
+    text = [
+        [f"output {out_labels[t]}<br>source {src_labels[j]}<br>share {z[t, j]:.3f}" for j in range(z.shape[1])]
+        for t in range(z.shape[0])
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(z.shape[1])),
+            y=list(range(z.shape[0])),
+            text=text,
+            hovertemplate="%{text}<extra></extra>",
+            colorscale="Blues",
+            zmin=0.0,
+            zmax=max(float(z.max()), 1e-6),
+            xgap=1,
+            ygap=1,
+            colorbar=dict(title=dict(text="share")),
+        )
+    )
+    base_layout(fig, title, height=int(min(1500, max(380, 22 * z.shape[0] + 190))))
+    fig.update_xaxes(**token_axis(src_tokens, "source token"), tickangle=-60)
+    fig.update_yaxes(**token_axis(output_tokens, "output token (what the decoder predicted)"), autorange="reversed")
+    return fig

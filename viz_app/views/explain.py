@@ -1,0 +1,148 @@
+"""Why this word? Which heads the translation relied on (switch each off alone) and where attention routes
+(rollout) — measures checked against the model itself, beside the raw attention maps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import core
+from core.analysis import FUSIONS, all_heads_but, trace_rollout
+from viz_app import common, figures, figures_explain, state
+
+st.title("Why this word?")
+st.caption(
+    "Attention maps show where heads look, not what the translation needed. Here the model answers for itself: "
+    "switch each head off alone and see how much less likely this translation becomes, and follow attention "
+    "through all the layers (rollout) to the source words each output word draws on."
+)
+
+
+def _show_head(label: str) -> None:
+    kind, layer, head = state.parse_head_label(label)
+    st.session_state.update(kind=kind, layer=layer, head=head, agg="single head")
+
+
+def _importance_tab(out: core.Translation) -> None:
+    with st.expander("How to read this", icon=":material/help:"):
+        st.markdown(
+            "Each square is one head. Its value is the change in the log-probability of **this** translation when "
+            "that head alone is switched off (its output zeroed) and everything else runs as before: −5 means the "
+            "translation became e⁵ ≈ 150 times less likely. Red heads are the ones this translation relied on. "
+            "It is measured on the model itself, so it is faithful — but only for this sentence and one head at a "
+            "time: two heads that back each other up each look unimportant alone. “Output changes” says whether "
+            "greedy decoding with that head off writes a different translation."
+        )
+    if state.replay() is not None:
+        st.info(
+            "Head importance runs the model once per head; close the saved trace to compute it.",
+            icon=":material/history:",
+        )
+        return
+    result = state.guarded(
+        lambda: state.importance(state.ckpt_path(), st.session_state.get("text", ""), state.options_key(out.options))
+    )
+    if result is None:
+        return
+    note = state.options_note(out.options, 1)
+    kinds = [k for k in out.trace.kinds]
+    # one colour scale for every kind, so colours compare; it saturates at the 90th percentile of |Δ| so that one
+    # dominant head does not wash out the rest (hover gives every exact value)
+    shared = max(float(np.percentile([abs(e.delta_logprob) for e in result.effects], 90)), 0.5)
+    cols = st.columns(len(kinds))
+    for col, kind in zip(cols, kinds, strict=True):
+        fig = figures_explain.importance_heatmap(
+            result.matrix(kind), title=figures.titled(state.KINDS[kind].capitalize(), note), scale=shared
+        )
+        with col:
+            common.chart(fig, f"importance_{kind}", key=f"importance_{kind}")
+    ranking = result.ranking()
+    changed = sum(bool(e.output_changed) for e in ranking)
+    st.caption(
+        f"log p(translation) = {result.base_logprob:.2f} over {result.n_tokens} tokens with every head on. "
+        f"{changed} of {len(ranking)} heads change the greedy translation when switched off alone. "
+        f"Colours saturate at ±{shared:.2f} (hover a square for its value)."
+    )
+    labels = [state.head_label(e.kind, e.layer, e.head) for e in ranking]
+    table = pd.DataFrame(
+        {
+            "head": labels,
+            "Δ log p": [round(e.delta_logprob, 3) for e in ranking],
+            "output changes": ["yes" if e.output_changed else "no" for e in ranking],
+        }
+    )
+    left, right = st.columns([3, 2])
+    left.dataframe(table, hide_index=True, height=320, width="stretch")
+    with right:
+        state.clamp("explain_head", labels)
+        picked = st.selectbox("Look at a head", labels, key="explain_head", help="Most relied-on first.")
+        if st.button("Open its attention in Head detail", icon=":material/zoom_in:", key="explain_open"):
+            _show_head(picked)
+            st.switch_page("views/head.py")
+        effect = ranking[labels.index(picked)]
+        if effect.output_ids is not None and effect.output_changed:
+            bundle = state.bundle()
+            if bundle is not None:
+                ids = [i for i in effect.output_ids if i != bundle.config.eos_id]
+                st.markdown(f"Without it: *{common.md(bundle.tokenizer.decode(ids)) or '∅'}*")
+        st.divider()
+        total = len(ranking)
+        k = st.slider("Keep only the top k heads on", 1, total, min(total, max(1, total // 4)), key="explain_k")
+        keep_only = out.options.with_changes(ablate=out.options.ablate | all_heads_but(result.shape, result.top(k)))
+        kept = state.current(beam=1, opts=keep_only)
+        if kept is not None:
+            st.markdown(f"With only these {k} of {total} heads: *{common.md(kept.text) or '∅ (no words)'}*")
+
+
+def _rollout_tab(out: core.Translation) -> None:
+    with st.expander("How to read this", icon=":material/help:"):
+        st.markdown(
+            "Rollout follows attention through every layer: each layer is counted as half attention, half the "
+            "residual connection (a position keeps its own content), heads fused by the chosen rule, and the "
+            "layers multiplied. Each row is one output word; its colours say which source words its decoder "
+            "position draws on **if information only moved along attention**. It ignores the values, the "
+            "feed-forward layers and the norms — a picture of routing, not proof of use (compare head importance)."
+        )
+    state.clamp("explain_fusion", list(FUSIONS))
+    fusion = st.radio("Fuse heads by", list(FUSIONS), horizontal=True, key="explain_fusion")
+    result = trace_rollout(out.trace, fusion)
+    for note in result.notes:
+        st.info(note, icon=":material/info:")
+    n = len(out.output_tokens)
+    fig = figures_explain.rollout_heatmap(
+        result.per_output()[:n],
+        out.output_tokens,
+        out.src_tokens,
+        title=figures.titled(
+            f"Rollout: source words behind each output word ({fusion} of heads)",
+            state.options_note(out.options, out.beam_size),
+        ),
+    )
+    common.chart(fig, f"rollout_{fusion}", key="rollout")
+    shares = result.source.sum(-1)[:n]
+    st.caption(
+        f"Share of each output position's content that comes from the source (the rest from the words already "
+        f"written): {shares.min():.2f}–{shares.max():.2f}. Rows are labelled with the word each decoder position "
+        "predicted. A column that lights up for every word (often `</s>` or the final full stop) is an attention "
+        "sink: heads with nothing to do park their attention there, so rollout counts it although little "
+        "information comes from it."
+    )
+
+
+out = common.sentence_bar()
+if out is not None:
+    common.translation_header(out)
+    tabs = st.tabs(
+        ["Head importance", "Attention rollout"],
+        key="explain_tab",
+        on_change="rerun",
+        default="Attention rollout" if state.replay() is not None else None,  # replay: what the trace can show
+    )
+    if tabs[0].open:
+        with tabs[0]:
+            _importance_tab(out)
+    if tabs[1].open:
+        with tabs[1]:
+            _rollout_tab(out)
+    common.export(out)
