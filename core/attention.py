@@ -38,6 +38,7 @@ def attend(
     recorder: Recorder | None,
     dropout: float = 0.0,
     flat: KV | None = None,
+    zeros: Tensor | None = None,
     offset: int = 0,
 ) -> Tensor:
     """softmax(q k^T / sqrt(dh) + mask) v for every head.
@@ -49,6 +50,8 @@ def attend(
     flat: the same keys and values as ``flat_kv`` gives them, kept by the caller across decoding steps; then
         the products run as ``bmm`` over B*H (one query row per sentence is small, and 4-D ``matmul`` reshapes
         and copies around the same ``bmm``).
+    zeros: with ``flat``, a (1, 1, 1) tensor on q's device that ``baddbmm`` ignores (beta=0), made once by the
+        caller so a step does not slice one out per call.
     offset: the absolute position of the first query (for interventions during incremental decoding).
     Returns each head's output (B, H, Tq, dh), after the recorder's head interventions.
     """
@@ -59,18 +62,20 @@ def attend(
     if recorder is None and flat is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout, scale=scale)
     if flat is not None:  # beta=0 ignores the input; alpha scales inside the kernel
-        scores = torch.baddbmm(flat[1][:1, :1, :1], q.reshape(B * H, Tq, dh), flat[0], beta=0.0, alpha=scale)
+        ignored = zeros if zeros is not None else flat[1][:1, :1, :1]
+        scores = torch.baddbmm(ignored, q.reshape(B * H, Tq, dh), flat[0], beta=0.0, alpha=scale)
     else:
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
     if mask4 is None and recorder is None:
         weights = torch.softmax(scores, dim=-1)  # (B*H, Tq, Tk): a decoding step, nothing to record
     else:
         raw = scores = scores.view(B, H, Tq, Tk)
-        if mask4 is not None:
-            scores = raw.masked_fill(~mask4, float("-inf"))
+        blocked = None if mask4 is None else ~mask4
+        if blocked is not None:
+            scores = raw.masked_fill(blocked, float("-inf"))
         weights = torch.softmax(scores, dim=-1)  # (B, H, Tq, Tk)
-        if mask4 is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
-            weights = weights.masked_fill(~mask4, 0.0)
+        if blocked is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
+            weights = weights.masked_fill(blocked, 0.0)
         if recorder is not None:
             recorder.attention(site, weights, scores, raw, q, k, v)
     if dropout:
@@ -79,7 +84,9 @@ def attend(
         ctx = torch.bmm(weights.reshape(B * H, Tq, Tk), flat[1]).view(B, H, Tq, dh)
     else:
         ctx = torch.matmul(weights, v)  # (B, H, Tq, dh)
-    return ctx if recorder is None else recorder.heads(site, ctx, offset)
+    if recorder is not None and recorder.wants_heads(site):
+        ctx = recorder.heads(site, ctx, offset)
+    return ctx
 
 
 class MultiHeadAttention(nn.Module):

@@ -57,6 +57,7 @@ class StepPlan:
     activation: Callable[[Tensor], Tensor]
     n_heads: int
     d_model: int
+    zeros: Tensor  # (1, 1, 1) on the model's device: ``baddbmm``'s ignored input (beta=0)
 
 
 def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | None:
@@ -98,6 +99,7 @@ def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | No
         torch.relu if cfg.activation == "relu" else F.gelu,
         cfg.n_heads,
         cfg.d_model,
+        model.output.weight.new_zeros(1, 1, 1),
     )
 
 
@@ -140,7 +142,17 @@ def _run_layer(
         qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
         k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
         # one new position sees every cached one: no mask
-        ctx = attend(qkv[:, 0], k, v, None, site=lp.self_site, recorder=recorder, flat=flat_kv(k, v), offset=offset)
+        ctx = attend(
+            qkv[:, 0],
+            k,
+            v,
+            None,
+            site=lp.self_site,
+            recorder=recorder,
+            flat=flat_kv(k, v),
+            zeros=plan.zeros,
+            offset=offset,
+        )
         return _call(lp.self_out, ctx.reshape(B, D))
 
     def cross_block(y: Tensor) -> Tensor:
@@ -149,13 +161,20 @@ def _run_layer(
             ls.cross_flat = flat_kv(*ls.cross_kv)
         q = _call(lp.cross_q, y).view(B, H, 1, dh)
         ctx = attend(
-            q, *ls.cross_kv, cross_mask, site=lp.cross_site, recorder=recorder, flat=ls.cross_flat, offset=offset
+            q,
+            *ls.cross_kv,
+            cross_mask,
+            site=lp.cross_site,
+            recorder=recorder,
+            flat=ls.cross_flat,
+            zeros=plan.zeros,
+            offset=offset,
         )
         return _call(lp.cross_out, ctx.reshape(B, D))
 
     h = residual(h, lp.self_norm, self_block, pre)
     h = residual(h, lp.cross_norm, cross_block, pre)
     h = residual(h, lp.ffn_norm, lambda y: _call(lp.ffn_out, act(_call(lp.ffn_in, y))), pre)
-    if recorder is not None:
+    if recorder is not None and recorder.wants(lp.out_site):
         h = recorder.activation(lp.out_site, h[:, None], offset)[:, 0]
     return h

@@ -24,7 +24,7 @@ from torch import Tensor
 from .config import InferenceOptions
 from .interventions import Intervention, Patch, ScaleHeads
 from .masks import causal_mask
-from .sites import AttentionKind, Side, parse_attention_site
+from .sites import AttentionKind, Side, attention_site, parse_attention_site
 from .trace import ModelShape, Trace
 
 if TYPE_CHECKING:
@@ -96,12 +96,15 @@ class Recorder:
         self._step_rows: dict[str, list[Tensor]] = {}
         self._recomputing = False
         self._outputs: dict[str, list[Tensor]] = {}
+        self._keeps: dict[str, list[Tensor | None]] = {}  # side -> keep flags per ids chunk (None: all real)
         self._leaves: dict[str, Tensor] = {}
         self._scales: dict[tuple[str, int, torch.device], Tensor | None] = {}
         self._patches: dict[str, list[Patch]] = {}
         for item in self.interventions:
             if isinstance(item, Patch):
                 self._patches.setdefault(item.site, []).append(item)
+        self._head_sites: frozenset[str] = frozenset()  # attention sites whose head outputs are touched (``begin``)
+        self._stream_sites: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -126,7 +129,19 @@ class Recorder:
             raise ValueError("one Recorder records one call: its encode and decode got different InferenceOptions")
         if self.options is None:
             self.shape.check_ablation(options.ablate)
+            scaled = {attention_site(kind, layer) for kind, layer, _ in options.ablate}
+            scaled |= {i.site for i in self.interventions if isinstance(i, ScaleHeads)}
+            self._head_sites = frozenset(scaled | {s[: -len(".heads")] for s in self._patches if s.endswith(".heads")})
+            self._stream_sites = frozenset({s for s in self._patches if not s.endswith(".heads")} | set(self.keep_grad))
         self.options = options
+
+    def wants_heads(self, site: str) -> bool:
+        """Whether this call records or changes the head outputs of attention ``site`` (cheap: asked per block)."""
+        return self.record_activations or site in self._head_sites
+
+    def wants(self, site: str) -> bool:
+        """Whether this call records, patches or differentiates the residual-stream ``site``."""
+        return self.record_activations or site in self._stream_sites
 
     @property
     def changes_heads(self) -> bool:
@@ -209,9 +224,7 @@ class Recorder:
         """Token ids (B, T) fed on ``side`` and their keep flags (True = real token; None = all real)."""
         if self.record:
             self._chunks.setdefault(f"ids.{side}", []).append(ids)
-            self._chunks.setdefault(f"keep.{side}", []).append(
-                torch.ones_like(ids, dtype=torch.bool) if keep is None else keep[:, -ids.shape[1] :]
-            )
+            self._keeps.setdefault(side, []).append(None if keep is None else keep[:, -ids.shape[1] :])
 
     def gate(self, layer: int, gates: Tensor) -> None:
         """SSRU forget gates of decoder ``layer``: (B, T, D)."""
@@ -239,6 +252,7 @@ class Recorder:
             del self._chunks[name]
         for name in [n for n in self._latest if n.startswith(("decoder.", "cross."))]:
             del self._latest[name]
+        self._keeps.pop("tgt", None)
 
     def _keep_step_rows(self) -> None:
         for name, chunks in self._chunks.items():
@@ -283,6 +297,12 @@ class Recorder:
                 shared[ident] = arrays[name]
         for name, t in self._latest.items():
             arrays[name] = _cpu(t)
+        for side, keeps in self._keeps.items():
+            parts = [
+                np.ones(tuple(ids.shape), dtype=np.bool_) if keep is None else _cpu(keep, np.bool_)
+                for ids, keep in zip(self._chunks[f"ids.{side}"], keeps, strict=True)
+            ]
+            arrays[f"keep.{side}"] = np.concatenate(parts, axis=-1)
         for name, chunks in self._step_rows.items():
             arrays[name] = _stitch(chunks, 0.0)
         for name, chunks in self._outputs.items():

@@ -4,9 +4,10 @@ Built on the engine's per-call interventions (``core.ScaleHeads``) and the site-
 """
 
 from .importance import HeadEffect, HeadImportance, all_heads_but, head_importance
-from .rollout import Rollout, fuse_heads, rollout, trace_rollout
+from .rollout import FUSIONS, Rollout, fuse_heads, rollout, trace_rollout
 
 __all__ = [
+    "FUSIONS",
     "HeadEffect",
     "HeadImportance",
     "Rollout",

@@ -1,25 +1,41 @@
-"""Explain a translation: which heads it relied on (head importance) and where attention routes (rollout)."""
+"""Explain a translation: head importance, attention rollout, activation patching, attribution."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..config import InferenceOptions
+from .attribution import attribute
 from .importance import head_importance
+from .patching import activation_patching
 from .rollout import FUSIONS, trace_rollout
 
-WHAT = ("importance", "rollout")
+if TYPE_CHECKING:
+    from ..bundle import Bundle, Translation
+
+WHAT = ("importance", "rollout", "patching", "attribution")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=WHAT, help="importance: switch each head off alone; rollout: attention rollout")
+    p.add_argument(
+        "what",
+        choices=WHAT,
+        help="importance: switch each head off alone; rollout: attention rollout; patching: copy each site from "
+        "the clean run into a corrupted one (--corrupt); attribution: gradient x input and integrated gradients",
+    )
     p.add_argument("--checkpoint", required=True, help="checkpoint folder")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--top", type=int, default=10, help="importance: how many heads to list (default 10)")
     p.add_argument("--no-output-check", action="store_true", help="importance: skip the greedy decode per head")
     p.add_argument("--fusion", choices=FUSIONS, default="mean", help="rollout: how heads are fused (default mean)")
+    p.add_argument("--corrupt", default=None, help="patching: the corrupted sentence (same number of pieces)")
+    p.add_argument("--position", type=int, default=None, help="patching/attribution: output position (1-based)")
+    p.add_argument("--steps", type=int, default=32, help="attribution: integrated-gradients steps (default 32)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("text", nargs="+", help="the sentence")
 
@@ -49,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
             changed = "" if e.output_changed is None else ("  output changes" if e.output_changed else "")
             print(f"  {e.label:<16} {e.delta_logprob:+9.3f}{changed}")
         return 0
+    if args.what == "patching":
+        return _patching(args, bundle, out)
+    if args.what == "attribution":
+        return _attribution(args, bundle, out)
     r = trace_rollout(out.trace, args.fusion)
     per_output = r.per_output()
     if args.json:
@@ -73,4 +93,75 @@ def run(args: argparse.Namespace) -> int:
         best = per_output[t].argsort()[::-1][:3]
         where = ", ".join(f"{out.src_tokens[j]} {per_output[t, j]:.2f}" for j in best)
         print(f"  {token:<14} source share {r.source[t].sum():.2f}; most: {where}")
+    return 0
+
+
+def _position(args: argparse.Namespace, n: int) -> int | None:
+    from ..errors import InputError
+
+    if args.position is None:
+        return None
+    if not 1 <= args.position <= n:
+        raise InputError(f"--position must be from 1 to {n} (the output has {n} tokens), got {args.position}")
+    return int(args.position) - 1
+
+
+def _patching(args: argparse.Namespace, bundle: Bundle, out: Translation) -> int:
+    from ..errors import InputError
+
+    if not args.corrupt:
+        raise InputError("patching needs --corrupt 'the sentence with one word replaced'")
+    clean = [int(i) for i in out.trace["ids.src"]]
+    corrupt, _ = bundle.encode_source(args.corrupt, truncate=True)
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    r = activation_patching(
+        bundle.model, clean, corrupt, out_ids, position=_position(args, len(out_ids)), fast=bundle.fast
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {"text": out.text, "src_tokens": out.src_tokens, "output_tokens": out.output_tokens, **r.to_dict()}
+            )
+        )
+        return 0
+    token = out.output_tokens[r.position]
+    print(
+        f"{out.text}\noutput token {r.position + 1} {token!r}: p = {r.p_clean:.4f} clean, {r.p_corrupt:.4f} "
+        "corrupted; share of it each single patch restores:"
+    )
+    restored = r.restored(r.encoder)
+    names = ["embeddings"] + [f"encoder layer {i + 1}" for i in range(len(restored) - 1)]
+    for name, row in zip(names, restored, strict=True):
+        j = int(np.argmax(row))
+        print(f"  {name:<16} best source position {j + 1} {out.src_tokens[j]!r}: {row[j]:+.2f}")
+    heads = r.restored(r.cross_heads)
+    layer, head = np.unravel_index(int(np.argmax(heads)), heads.shape)
+    print(f"  best cross-attention head L{layer + 1} H{head + 1}: {heads[layer, head]:+.2f}")
+    return 0
+
+
+def _attribution(args: argparse.Namespace, bundle: Bundle, out: Translation) -> int:
+    from ..errors import InputError
+
+    if args.steps < 1:
+        raise InputError(f"--steps must be at least 1, got {args.steps}")
+    src = [int(i) for i in out.trace["ids.src"]]
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    position = _position(args, len(out_ids))
+    position = 0 if position is None else position
+    a = attribute(bundle.model, src, out_ids, position, steps=args.steps, fast=bundle.fast)
+    if args.json:
+        print(
+            json.dumps(
+                {"text": out.text, "src_tokens": out.src_tokens, "output_tokens": out.output_tokens, **a.to_dict()}
+            )
+        )
+        return 0
+    print(
+        f"{out.text}\noutput token {position + 1} {out.output_tokens[position]!r}, log p = {a.logprob:.4f}; "
+        f"integrated gradients ({a.ig_steps} steps, baseline: {a.baseline}; delta {a.ig_delta:+.4f}):"
+    )
+    for j in np.argsort(-np.abs(a.source_ig))[:5]:
+        gxi = a.source_grad_x_input[j]
+        print(f"  source {out.src_tokens[j]!r:<14} IG {a.source_ig[j]:+.4f}   gradient x input {gxi:+.4f}")
     return 0
