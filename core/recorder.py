@@ -103,8 +103,13 @@ class Recorder:
         for item in self.interventions:
             if isinstance(item, Patch):
                 self._patches.setdefault(item.site, []).append(item)
-        self._head_sites: frozenset[str] = frozenset()  # attention sites whose head outputs are touched (``begin``)
-        self._stream_sites: frozenset[str] = frozenset()
+        # attention sites whose head outputs are touched (``begin`` adds the options' switched-off heads), and the
+        # residual-stream sites that are patched or differentiated: the model asks only there
+        self._head_sites = frozenset(
+            {i.site for i in self.interventions if isinstance(i, ScaleHeads)}
+            | {site[: -len(".heads")] for site in self._patches if site.endswith(".heads")}
+        )
+        self._stream_sites = frozenset({site for site in self._patches if not site.endswith(".heads")} | self.keep_grad)
 
     # ------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -129,10 +134,7 @@ class Recorder:
             raise ValueError("one Recorder records one call: its encode and decode got different InferenceOptions")
         if self.options is None:
             self.shape.check_ablation(options.ablate)
-            scaled = {attention_site(kind, layer) for kind, layer, _ in options.ablate}
-            scaled |= {i.site for i in self.interventions if isinstance(i, ScaleHeads)}
-            self._head_sites = frozenset(scaled | {s[: -len(".heads")] for s in self._patches if s.endswith(".heads")})
-            self._stream_sites = frozenset({s for s in self._patches if not s.endswith(".heads")} | set(self.keep_grad))
+            self._head_sites |= {attention_site(kind, layer) for kind, layer, _ in options.ablate}
         self.options = options
 
     def wants_heads(self, site: str) -> bool:
