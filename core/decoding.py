@@ -60,14 +60,18 @@ def iter_greedy(
     fast: FastWeights | None = None,
     top_k: int = 10,
     use_cache: bool | None = None,
+    memory: Tensor | None = None,
 ) -> Iterator[StepOutput]:
     """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
 
-    What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps."""
+    What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps.
+    memory: the encoder's output for ``src`` (B, Ts, D) when the caller has it already (e.g. one source shared by
+    many rows); None = encode here."""
     cfg = model.config
     use_cache = options.causal_mask if use_cache is None else use_cache
     B = src.shape[0]
-    memory = model.encode(src, src_keep, options=options, recorder=recorder, fast=fast)  # (B, Ts, D)
+    if memory is None:
+        memory = model.encode(src, src_keep, options=options, recorder=recorder, fast=fast)  # (B, Ts, D)
     cross_keep = _padded_or_none(src_keep)
     tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
@@ -108,6 +112,7 @@ def greedy(
     fast: FastWeights | None = None,
     top_k: int = 10,
     use_cache: bool | None = None,
+    memory: Tensor | None = None,
 ) -> DecodeResult:
     """Run ``iter_greedy`` to the end."""
     steps = list(
@@ -121,6 +126,7 @@ def greedy(
             fast=fast,
             top_k=top_k,
             use_cache=use_cache,
+            memory=memory,
         )
     )
     B = src.shape[0]

@@ -31,7 +31,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--top", type=int, default=10, help="importance: how many heads to list (default 10)")
-    p.add_argument("--no-output-check", action="store_true", help="importance: skip the greedy decode per head")
     p.add_argument("--fusion", choices=FUSIONS, default="mean", help="rollout: how heads are fused (default mean)")
     p.add_argument("--corrupt", default=None, help="patching: the corrupted sentence (same number of pieces)")
     p.add_argument("--position", type=int, default=None, help="patching/attribution: output position (1-based)")
@@ -51,9 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.what == "importance":
         src_ids, _ = bundle.encode_source(out.source_text)
         out_ids = [int(i) for i in out.trace["output.ids"]]
-        result = head_importance(
-            bundle.model, src_ids, out_ids, check_output=not args.no_output_check, fast=bundle.fast
-        )
+        result = head_importance(bundle.model, src_ids, out_ids, fast=bundle.fast)
         if args.json:
             print(json.dumps({"text": out.text, "output_tokens": out.output_tokens, **result.to_dict()}))
             return 0
@@ -62,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             f"each head switched off alone (most relied on first):"
         )
         for e in result.ranking()[: args.top]:
-            changed = "" if e.output_changed is None else ("  output changes" if e.output_changed else "")
+            changed = f"  output changes at token {e.first_change + 1}" if e.first_change is not None else ""
             print(f"  {e.label:<16} {e.delta_logprob:+9.3f}{changed}")
         return 0
     if args.what == "patching":

@@ -3,7 +3,9 @@
 For a source sentence and its translation, every head of one kind (encoder, decoder or cross) is switched off
 alone, each in its own row of ONE batched teacher-forced pass (``ScaleHeads(..., rows=(row,))``): the change in
 the translation's log-probability says how much the model relied on that head for this output. A second batched
-pass decodes greedily with each head off, to say whether the output itself changes. Faithful by construction
+pass is not needed to say whether the output itself changes: greedy decoding follows the translation for as long
+as each position's most likely token is the translation's, so the first position where a row's teacher-forced
+argmax differs is where its greedy output would change. Faithful by construction
 (it is the model's own output under the intervention), but local: one sentence, one head at a time — heads that
 back each other up each look unimportant alone.
 """
@@ -17,7 +19,6 @@ import numpy as np
 import torch
 
 from ..config import InferenceOptions
-from ..decoding import greedy
 from ..fast import FastWeights
 from ..interventions import ScaleHeads
 from ..model import Transformer
@@ -36,8 +37,8 @@ class HeadEffect:
     layer: int
     head: int
     delta_logprob: float  # log p(translation | head off) - log p(translation), nats (negative: the head helped)
-    output_changed: bool | None  # the greedy translation differs with the head off (None: not checked)
-    output_ids: tuple[int, ...] | None  # that greedy translation's ids (eos included), when checked
+    output_changed: bool  # the greedy translation differs with the head off
+    first_change: int | None  # the output position where it first differs (None: unchanged)
 
     @property
     def label(self) -> str:
@@ -79,30 +80,22 @@ class HeadImportance:
                     "head": e.head,
                     "delta_logprob": e.delta_logprob,
                     "output_changed": e.output_changed,
+                    "first_change": e.first_change,
                 }
                 for e in self.ranking()
             ],
         }
 
 
-def _score_rows(
-    model: Transformer,
-    src: torch.Tensor,
-    out_ids: list[int],
-    options: InferenceOptions,
-    recorder: Recorder | None,
-    fast: FastWeights | None,
-) -> torch.Tensor:
-    """Log-probability of ``out_ids`` (eos included) given ``src`` (B, Ts), teacher-forced, per batch row: (B,)."""
-    cfg = model.config
-    B = src.shape[0]
-    dec_inputs = [cfg.bos_id] + out_ids[:-1]
-    tgt = torch.tensor([dec_inputs], dtype=torch.long, device=src.device).expand(B, -1)  # (B, Tt)
-    keep = torch.ones_like(src, dtype=torch.bool)  # one unpadded sentence per row
-    logits = model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=fast)  # (B, Tt, V)
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    target = torch.tensor(out_ids, device=src.device)[None, :, None].expand(B, -1, 1)
-    return logp.gather(-1, target)[..., 0].sum(-1)  # (B,)
+def _score(logits: torch.Tensor, out_ids: list[int]) -> tuple[torch.Tensor, list[int | None]]:
+    """Per batch row of teacher-forced logits (B, Tt, V): log p(out_ids) (B,), and the first position whose most
+    likely token is not the translation's (None: greedy decoding would write the translation unchanged)."""
+    logits = logits.float()
+    target = torch.tensor(out_ids, device=logits.device)[None, :].expand(logits.shape[0], -1)  # (B, Tt)
+    logp = logits.gather(-1, target[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)  # (B, Tt)
+    differs = logits.argmax(-1) != target  # (B, Tt)
+    first = [int(row.nonzero()[0]) if bool(row.any()) else None for row in differs]
+    return logp.sum(-1), first
 
 
 @torch.no_grad()
@@ -113,15 +106,13 @@ def head_importance(
     *,
     options: InferenceOptions = InferenceOptions(),
     kinds: tuple[AttentionKind, ...] | None = None,
-    check_output: bool = True,
-    max_len: int | None = None,
     fast: FastWeights | None = None,
 ) -> HeadImportance:
-    """Switch off each head alone and measure the translation ``out_ids`` (eos included) of ``src_ids``.
+    """Switch off each head alone and measure the greedy translation ``out_ids`` (eos included) of ``src_ids``.
 
-    One batched teacher-forced pass per kind (a row per head); with ``check_output`` one batched greedy decode
-    per kind too, which says whether the output changes. ``options`` are the other switches in effect (heads it
-    already switches off stay off in every row). kinds: which kinds (default: all the model has).
+    One batched teacher-forced pass per kind, a row per head. The encoder runs once for the decoder and
+    cross-attention kinds (their switches leave it unchanged). ``options`` are the other switches in effect
+    (heads they switch off stay off in every row). kinds: which kinds (default: all the model has).
     """
     if not out_ids:
         raise ValueError("head_importance needs a translation of at least one token (eos counts)")
@@ -130,31 +121,32 @@ def head_importance(
     for kind in kinds:
         if kind not in shape.kinds:
             raise ValueError(f"this model has no {kind} attention (it has {', '.join(shape.kinds)})")
+    cfg = model.config
     device = next(model.parameters()).device
     src1 = torch.tensor([src_ids], dtype=torch.long, device=device)  # (1, Ts)
-    base = float(_score_rows(model, src1, out_ids, options, None, fast)[0])
-    max_len = max_len or len(out_ids) + 10
+    keep1 = torch.ones_like(src1, dtype=torch.bool)  # one unpadded sentence per row
+    tgt1 = torch.tensor([[cfg.bos_id] + out_ids[:-1]], dtype=torch.long, device=device)  # (1, Tt)
+    memory1 = model.encode(src1, keep1, options=options, fast=fast)  # (1, Ts, D): the same for every non-encoder row
+    base_logp, _ = _score(model.decode(tgt1, memory1, None, options=options, fast=fast), out_ids)
+    base = float(base_logp[0])
     effects: list[HeadEffect] = []
     for kind in kinds:
         heads = [(layer, h) for layer in range(shape.n_layers[kind]) for h in range(shape.n_heads)]
+        rows = len(heads)
         switches = [
             ScaleHeads(attention_site(kind, layer), (h,), 0.0, rows=(row,)) for row, (layer, h) in enumerate(heads)
         ]
-        src = src1.expand(len(heads), -1)  # (rows, Ts)
-        scores = _score_rows(model, src, out_ids, options, Recorder(model, record=False, interventions=switches), fast)
-        outputs: list[tuple[int, ...] | None] = [None] * len(heads)
-        if check_output:
-            rec = Recorder(model, record=False, interventions=switches)
-            keep = torch.ones_like(src, dtype=torch.bool)
-            result = greedy(model, src, keep, options=options, max_len=max_len, recorder=rec, top_k=1, fast=fast)
-            outputs = [tuple(result.tokens[row, 1 : 1 + n].tolist()) for row, n in enumerate(result.lengths)]
-        for row, (layer, h) in enumerate(heads):
-            out = outputs[row]
-            effects.append(
-                HeadEffect(
-                    kind, layer, h, float(scores[row]) - base, None if out is None else out != tuple(out_ids), out
-                )
+        rec = Recorder(model, record=False, interventions=switches)
+        if kind == "encoder":
+            memory = model.encode(
+                src1.expand(rows, -1), keep1.expand(rows, -1), options=options, recorder=rec, fast=fast
             )
+        else:
+            memory = memory1.expand(rows, -1, -1)
+        logits = model.decode(tgt1.expand(rows, -1), memory, None, options=options, recorder=rec, fast=fast)
+        scores, first = _score(logits, out_ids)
+        for row, (layer, h) in enumerate(heads):
+            effects.append(HeadEffect(kind, layer, h, float(scores[row]) - base, first[row] is not None, first[row]))
     return HeadImportance(base, len(out_ids), tuple(effects), shape)
 
 

@@ -81,11 +81,15 @@ def _importance_tab(out: core.Translation) -> None:
             _show_head(picked)
             st.switch_page("views/head.py")
         effect = ranking[labels.index(picked)]
-        if effect.output_ids is not None and effect.output_changed:
-            bundle = state.bundle()
-            if bundle is not None:
-                ids = [i for i in effect.output_ids if i != bundle.config.eos_id]
-                st.markdown(f"Without it: *{common.md(bundle.tokenizer.decode(ids)) or '∅'}*")
+        if effect.output_changed:
+            alone = out.options.with_changes(ablate=out.options.ablate | {(effect.kind, effect.layer, effect.head)})
+            without = state.current(beam=1, opts=alone)
+            if without is not None:
+                st.markdown(
+                    f"Without it (changes at word {effect.first_change + 1}): *{common.md(without.text) or '∅'}*"
+                )
+        else:
+            st.markdown("Without it the translation stays the same.")
         st.divider()
         total = len(ranking)
         k = st.slider("Keep only the top k heads on", 1, total, min(total, max(1, total // 4)), key="explain_k")
