@@ -8,7 +8,6 @@ With no per-call ``Recorder`` the computation is ``F.scaled_dot_product_attentio
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -57,7 +56,7 @@ def attend(
     """
     B, H, Tq, dh = q.shape
     Tk = k.shape[2]
-    scale = 1.0 / math.sqrt(dh)
+    scale = dh**-0.5
     mask4 = None if mask is None else mask[:, None]  # (B, 1, Tq|1, Tk)
     if recorder is None and flat is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout, scale=scale)

@@ -130,6 +130,8 @@ class Recorder:
 
     def begin(self, options: InferenceOptions) -> None:
         """Called by the model at the start of encode/decode: the options this call runs with."""
+        if options is self.options:  # every decoding step of a call: nothing new
+            return
         if self.options is not None and self.options != options:
             raise ValueError("one Recorder records one call: its encode and decode got different InferenceOptions")
         if self.options is None:
@@ -300,6 +302,9 @@ class Recorder:
         for name, t in self._latest.items():
             arrays[name] = _cpu(t)
         for side, keeps in self._keeps.items():
+            if all(keep is None for keep in keeps):  # no padding given: every position is real
+                arrays[f"keep.{side}"] = np.ones(arrays[f"ids.{side}"].shape, dtype=np.bool_)
+                continue
             parts = [
                 np.ones(tuple(ids.shape), dtype=np.bool_) if keep is None else _cpu(keep, np.bool_)
                 for ids, keep in zip(self._chunks[f"ids.{side}"], keeps, strict=True)
