@@ -73,3 +73,66 @@ def rollout_heatmap(
     fig.update_xaxes(**token_axis(src_tokens, "source token"), tickangle=-60)
     fig.update_yaxes(**token_axis(output_tokens, "output token (what the decoder predicted)"), autorange="reversed")
     return fig
+
+
+def labelled_heatmap(
+    matrix: np.ndarray,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    *,
+    title: str,
+    value_name: str,
+    zmin: float = 0.0,
+    zmax: float = 1.0,
+) -> go.Figure:
+    """A small (rows, cols) map with named rows and columns (layers, heads, tokens) and exact values on hover."""
+    z = np.round(matrix.astype(np.float64), DECIMALS)
+    text = [
+        [f"{r} · {c}<br>{value_name} {z[i, j]:+.3f}" for j, c in enumerate(col_labels)]
+        for i, r in enumerate(row_labels)
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(len(col_labels))),
+            y=list(range(len(row_labels))),
+            text=text,
+            hovertemplate="%{text}<extra></extra>",
+            colorscale=DIVERGING_SCALE,
+            zmin=-max(abs(zmin), abs(zmax)),
+            zmax=max(abs(zmin), abs(zmax)),
+            zmid=0.0,
+            xgap=1,
+            ygap=1,
+            colorbar=dict(title=dict(text=value_name)),
+        )
+    )
+    base_layout(fig, title, height=int(min(900, max(240, 26 * len(row_labels) + 170))))
+    fig.update_xaxes(tickmode="array", tickvals=list(range(len(col_labels))), ticktext=list(col_labels), tickangle=-60)
+    fig.update_yaxes(
+        tickmode="array", tickvals=list(range(len(row_labels))), ticktext=list(row_labels), autorange="reversed"
+    )
+    return fig
+
+
+def attribution_bars(tokens: Sequence[str], series: dict[str, np.ndarray], *, title: str) -> go.Figure:
+    """Grouped bars over ``tokens``, one group per measure, each scaled to its largest |value| (shapes compare)."""
+    labels = unique_labels(tokens)
+    fig = go.Figure()
+    for name, values in series.items():
+        top = float(np.abs(values).max()) or 1.0
+        fig.add_trace(
+            go.Bar(
+                x=list(range(len(tokens))),
+                y=np.round(values / top, DECIMALS),
+                name=name,
+                text=[f"{labels[j]}: {values[j]:+.4f}" for j in range(len(tokens))],
+                hovertemplate="%{text}<extra>" + name + "</extra>",
+                textposition="none",  # the values are in the hover, not printed on the bars
+            )
+        )
+    base_layout(fig, title, height=380)
+    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.35))
+    fig.update_xaxes(**token_axis(tokens, "source token"), tickangle=-60)
+    fig.update_yaxes(title=dict(text="scaled to the largest |value|"), zeroline=True)
+    return fig

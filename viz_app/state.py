@@ -19,6 +19,8 @@ import streamlit as st
 
 import core
 from core.analysis import HeadImportance, head_importance
+from core.analysis.attribution import Attribution, attribute
+from core.analysis.patching import PatchingResult, activation_patching
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES: dict[str, list[str]] = {
@@ -113,6 +115,38 @@ def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
     src_ids = [int(i) for i in out.trace["ids.src"]]
     out_ids = [int(i) for i in out.trace["output.ids"]]
     return head_importance(bundle.model, src_ids, out_ids, options=_options(key), fast=bundle.fast)
+
+
+@st.cache_resource(show_spinner="Patching every site from the clean run into the corrupted one …", max_entries=16)
+def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int | None) -> PatchingResult:
+    """Cached activation patching of the current translation against a corrupted source sentence."""
+    out = translate(path, text, key, 1)
+    bundle = load_bundle(path)
+    corrupt_ids, _ = bundle.encode_source(corrupt, truncate=True)
+    return activation_patching(
+        bundle.model,
+        [int(i) for i in out.trace["ids.src"]],
+        corrupt_ids,
+        [int(i) for i in out.trace["output.ids"]],
+        position=position,
+        options=_options(key),
+        fast=bundle.fast,
+    )
+
+
+@st.cache_resource(show_spinner="Integrating gradients …", max_entries=32)
+def attribution(path: str, text: str, key: OptionsKey, position: int) -> Attribution:
+    """Cached gradient x input and integrated gradients for output token ``position``."""
+    out = translate(path, text, key, 1)
+    bundle = load_bundle(path)
+    return attribute(
+        bundle.model,
+        [int(i) for i in out.trace["ids.src"]],
+        [int(i) for i in out.trace["output.ids"]],
+        position,
+        options=_options(key),
+        fast=bundle.fast,
+    )
 
 
 # ----------------------------------------------------------------------------- query-parameter state

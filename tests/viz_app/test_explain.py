@@ -98,3 +98,43 @@ def test_figure_builders() -> None:
     share = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
     fig = figures_explain.rollout_heatmap(share, ["▁O", "▁gato", "</s>"], ["▁The", "▁cat"], title="r")
     assert np.array(fig.data[0].z).shape == (3, 2) and fig.layout.yaxis.ticktext[1] == "␣gato"
+
+
+def test_patching_tab_restores_the_replaced_word_and_names_bad_pairs() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["text"] = "The cat sleeps on the warm chair."
+    at.session_state["explain_tab"] = "Patching"
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert not at.get("plotly_chart")  # nothing until the corrupted sentence is typed
+    at.text_input(key="explain_corrupt").set_value("The car sleeps on the warm chair.").run(timeout=TIMEOUT)
+    ok(at)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert [s["layout"]["title"]["text"].split(" — ")[0] for s in specs] == [
+        "Source position × encoder layer: share restored",
+        "One cross-attention head: share restored",
+        "Decoder input position × layer: share restored",
+    ]
+    restored = array(specs[0]["data"][0]["z"])
+    ticks = specs[0]["layout"]["xaxis"]["ticktext"]
+    assert restored.shape == (3, len(ticks))
+    # the clean embedding at the replaced piece ("c|at" -> "c|ar": the piece after "␣c") brings it all back
+    replaced = ticks.index("at")
+    assert restored[0, replaced] == pytest.approx(1.0, abs=1e-3)
+    assert np.abs(np.delete(restored[0], replaced)).max() < 1e-3
+    at.text_input(key="explain_corrupt").set_value("A dog.").run(timeout=TIMEOUT)
+    assert not at.exception
+    assert any("same number of pieces" in w.value for w in at.warning)
+
+
+def test_attribution_tab_compares_attribution_with_attention() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["explain_tab"] = "Attribution"
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    ok(at)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = [d["name"] for d in spec["data"]]
+    assert names[0] == "integrated gradients |IG|" and "rollout" in names and len(names) == 4
+    assert any("agrees best with the attribution" in m.value for m in at.markdown)
+    assert any("convergence delta" in c.value for c in at.caption)
+    assert len(at.dataframe[0].value) == 4  # 2 cross layers x 2 heads, each with its rank correlation

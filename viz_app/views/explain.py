@@ -9,6 +9,7 @@ import streamlit as st
 
 import core
 from core.analysis import FUSIONS, all_heads_but, trace_rollout
+from core.analysis.attribution import spearman
 from viz_app import common, figures, figures_explain, state
 
 st.title("Why this word?")
@@ -134,11 +135,154 @@ def _rollout_tab(out: core.Translation) -> None:
     )
 
 
+def _needs_model() -> bool:
+    if state.replay() is not None:
+        st.info("This runs the model again; close the saved trace to compute it.", icon=":material/history:")
+        return True
+    return False
+
+
+def _patching_tab(out: core.Translation) -> None:
+    with st.expander("How to read this", icon=":material/help:"):
+        st.markdown(
+            "Type the sentence again with **one word replaced** (the same number of pieces). Both sentences are "
+            "run on this translation; the corrupted one makes an output word less likely. Then one site at a time "
+            "is copied from the clean run into the corrupted run, and the map shows how much of the clean word's "
+            "probability that single copy brings back (1 = all of it, 0 = none). A source position that restores "
+            "it carries the word; a head that restores it moves it to the decoder. Heads that share the work each "
+            "restore little alone."
+        )
+    if _needs_model():
+        return
+    corrupt = st.text_input(
+        "Corrupted sentence (one word replaced)", key="explain_corrupt", placeholder=out.source_text
+    ).strip()
+    tokens = out.output_tokens
+    choice = st.selectbox(
+        "Output word to explain",
+        ["the most affected"] + [f"{t + 1}: {figures.token_text(tok)}" for t, tok in enumerate(tokens)],
+        key="explain_patch_position",
+    )
+    if not corrupt:
+        st.caption("Type the corrupted sentence above (e.g. replace one noun).")
+        return
+    position = None if choice == "the most affected" else int(choice.split(":")[0]) - 1
+    key = state.options_key(out.options)
+    result = state.guarded(
+        lambda: state.patching(state.ckpt_path(), st.session_state.get("text", ""), corrupt, key, position)
+    )
+    if result is None:
+        return
+    word = figures.token_text(tokens[result.position])
+    st.markdown(
+        f"Output word {result.position + 1} **{common.md(word)}**: p = {result.p_clean:.3f} with the clean "
+        f"sentence, {result.p_corrupt:.3f} with the corrupted one."
+    )
+    if abs(result.p_clean - result.p_corrupt) < 1e-3:
+        st.info("The corruption hardly changes this word's probability: pick another word or another corruption.")
+    note = state.options_note(out.options, 1)
+    src = [figures.token_label(t) for t in out.src_tokens]
+    layers = ["embeddings"] + [f"encoder L{i + 1}" for i in range(result.encoder.shape[0] - 1)]
+    fig = figures_explain.labelled_heatmap(
+        result.restored(result.encoder),
+        layers,
+        src,
+        value_name="restored",
+        title=figures.titled("Source position × encoder layer: share restored", note),
+    )
+    common.chart(fig, "patching_encoder", key="patching_encoder")
+    c1, c2 = st.columns(2)
+    with c1:
+        heads = result.cross_heads
+        fig = figures_explain.labelled_heatmap(
+            result.restored(heads),
+            [f"cross L{i + 1}" for i in range(heads.shape[0])],
+            [f"H{h + 1}" for h in range(heads.shape[1])],
+            value_name="restored",
+            title="One cross-attention head: share restored",
+        )
+        common.chart(fig, "patching_cross", key="patching_cross")
+    with c2:
+        dec = result.decoder
+        prefix = [figures.token_label(t) for t in out.tgt_tokens[: dec.shape[1]]]
+        fig = figures_explain.labelled_heatmap(
+            result.restored(dec),
+            [f"decoder L{i + 1}" for i in range(dec.shape[0])],
+            prefix,
+            value_name="restored",
+            title="Decoder input position × layer: share restored",
+        )
+        common.chart(fig, "patching_decoder", key="patching_decoder")
+
+
+def _attribution_tab(out: core.Translation) -> None:
+    with st.expander("How to read this", icon=":material/help:"):
+        st.markdown(
+            "For one output word: **integrated gradients** add up, along a path from “no tokens, positions kept” "
+            "to the real input, how the word's log-probability responds to each source token — they sum to the "
+            "total change (the *delta* says how closely). **Gradient × input** is the same at the input only; it "
+            "vanishes when the model is already certain. Next to them: the word's cross-attention (mean of heads, "
+            "last layer) and rollout. ρ is the rank correlation with integrated gradients: high ρ means the "
+            "attention points where the attribution does — agreement, not proof."
+        )
+    if _needs_model():
+        return
+    tokens = out.output_tokens
+    t = st.select_slider(
+        "Output word",
+        list(range(len(tokens))),
+        key="explain_attr_position",
+        format_func=lambda i: f"{i + 1}: {figures.token_text(tokens[i])}",
+    )
+    key = state.options_key(out.options)
+    a = state.guarded(lambda: state.attribution(state.ckpt_path(), st.session_state.get("text", ""), key, t))
+    if a is None:
+        return
+    trace = out.trace
+    last = trace.n_layers["cross"] - 1
+    cross = trace.attention("cross", last)[:, t]  # (H, Ts)
+    roll = trace_rollout(trace).per_output()[t]
+    ig = np.abs(a.source_ig)
+    series = {
+        "integrated gradients |IG|": ig,
+        "gradient × input |g·x|": np.abs(a.source_grad_x_input),
+        f"cross-attention L{last + 1} (mean of heads)": cross.mean(0),
+        "rollout": roll,
+    }
+    fig = figures_explain.attribution_bars(
+        out.src_tokens,
+        series,
+        title=figures.titled(
+            f"Output word {t + 1} “{figures.token_label(tokens[t])}”: attribution and attention",
+            state.options_note(out.options, 1),
+        ),
+    )
+    common.chart(fig, f"attribution_{t + 1}", key="attribution")
+    rhos = {
+        state.head_label("cross", layer, h): spearman(ig, trace.attention("cross", layer)[h, t])
+        for layer in range(trace.n_layers["cross"])
+        for h in range(trace.n_heads)
+    }
+    finite = {k: v for k, v in rhos.items() if np.isfinite(v)}
+    if finite:
+        best = max(finite, key=lambda k: finite[k])
+        st.markdown(
+            f"**{common.md(best)}** agrees best with the attribution for this word (ρ = {finite[best]:.2f}); "
+            f"rollout ρ = {spearman(ig, roll):.2f}, mean cross-attention ρ = {spearman(ig, cross.mean(0)):.2f}."
+        )
+    st.caption(
+        f"log p = {a.logprob:.4f}; integrated gradients: {a.ig_steps} steps, baseline: {a.baseline}, "
+        f"convergence delta {a.ig_delta:+.4f} (0 = the attributions add up exactly)."
+    )
+    table = pd.DataFrame({"head": list(rhos), "ρ with |IG|": [round(v, 3) for v in rhos.values()]})
+    st.dataframe(table.sort_values("ρ with |IG|", ascending=False), hide_index=True, height=240, width="stretch")
+
+
 out = common.sentence_bar()
 if out is not None:
     common.translation_header(out)
     tabs = st.tabs(
-        ["Head importance", "Attention rollout"],
+        ["Head importance", "Attention rollout", "Patching", "Attribution"],
         key="explain_tab",
         on_change="rerun",
         default="Attention rollout" if state.replay() is not None else None,  # replay: what the trace can show
@@ -149,4 +293,10 @@ if out is not None:
     if tabs[1].open:
         with tabs[1]:
             _rollout_tab(out)
+    if tabs[2].open:
+        with tabs[2]:
+            _patching_tab(out)
+    if tabs[3].open:
+        with tabs[3]:
+            _attribution_tab(out)
     common.export(out)
