@@ -75,18 +75,28 @@ def norm_of(norm: nn.LayerNorm) -> Norm:
     return norm.weight, norm.bias, norm.eps
 
 
+def sublayer_input(x: Tensor, norm: Norm, pre: bool) -> Tensor:
+    """What a sub-layer reads: norm(x) with pre-norm, x itself with post-norm (the paper's)."""
+    return torch.layer_norm(x, (x.shape[-1],), *norm) if pre else x
+
+
+def sublayer_output(x: Tensor, y: Tensor, norm: Norm, pre: bool) -> Tensor:
+    """The residual connection around a sub-layer's output y: x + y with pre-norm, norm(x + y) with post-norm."""
+    return x + y if pre else torch.layer_norm(x + y, (x.shape[-1],), *norm)
+
+
 def residual(
     x: Tensor, norm: Norm, fn: Callable[[Tensor], Tensor], pre: bool, dropout: nn.Dropout | None = None
 ) -> Tensor:
-    """Post-norm: norm(x + drop(fn(x))); pre-norm: x + drop(fn(norm(x))). One sub-layer, for every path.
+    """Post-norm: norm(x + drop(fn(x))); pre-norm: x + drop(fn(norm(x))). One sub-layer, built from the two
+    halves every path uses (the decoding plan calls them around its own sub-layers).
 
     Calls torch.layer_norm directly (the C binding) and skips dropout outside training: this runs three times
     per layer at every decoding step, where module call overhead costs as much as the one-token matmuls."""
-    D = x.shape[-1]
-    y = fn(torch.layer_norm(x, (D,), *norm) if pre else x)
+    y = fn(sublayer_input(x, norm, pre))
     if dropout is not None and dropout.training:
         y = dropout(y)
-    return x + y if pre else torch.layer_norm(x + y, (D,), *norm)
+    return sublayer_output(x, y, norm, pre)
 
 
 class EncoderLayer(nn.Module):

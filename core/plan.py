@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from .attention import attend, flat_kv
 from .fast import FastWeights, Linear
-from .layers import Norm, norm_of, residual
+from .layers import Norm, norm_of, sublayer_input, sublayer_output
 from .sites import attention_site, layer_site
 
 if TYPE_CHECKING:
@@ -132,49 +132,48 @@ def _run_layer(
     recorder: Recorder | None,
     offset: int,
 ) -> Tensor:
-    """One decoder layer of a step: h (B, D) -> (B, D)."""
+    """One decoder layer of a step: h (B, D) -> (B, D). The sub-layers are written out (no closures per step)
+    between the same ``sublayer_input`` / ``sublayer_output`` halves of the residual that the modules use."""
     B = h.shape[0]
     H, D = plan.n_heads, plan.d_model
     dh = D // H
-    pre, act = plan.pre, plan.activation
-
-    def self_block(y: Tensor) -> Tensor:
-        qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
-        k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
-        # one new position sees every cached one: no mask
-        ctx = attend(
-            qkv[:, 0],
-            k,
-            v,
-            None,
-            site=lp.self_site,
-            recorder=recorder,
-            flat=flat_kv(k, v),
-            zeros=plan.zeros,
-            offset=offset,
-        )
-        return _call(lp.self_out, ctx.reshape(B, D))
-
-    def cross_block(y: Tensor) -> Tensor:
-        assert ls.cross_kv is not None
-        if ls.cross_flat is None:  # the source's keys and values are the same at every step
-            ls.cross_flat = flat_kv(*ls.cross_kv)
-        q = _call(lp.cross_q, y).view(B, H, 1, dh)
-        ctx = attend(
-            q,
-            *ls.cross_kv,
-            cross_mask,
-            site=lp.cross_site,
-            recorder=recorder,
-            flat=ls.cross_flat,
-            zeros=plan.zeros,
-            offset=offset,
-        )
-        return _call(lp.cross_out, ctx.reshape(B, D))
-
-    h = residual(h, lp.self_norm, self_block, pre)
-    h = residual(h, lp.cross_norm, cross_block, pre)
-    h = residual(h, lp.ffn_norm, lambda y: _call(lp.ffn_out, act(_call(lp.ffn_in, y))), pre)
+    pre = plan.pre
+    # masked self-attention: one new position sees every cached one, so no mask
+    y = sublayer_input(h, lp.self_norm, pre)
+    qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
+    k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
+    ctx = attend(
+        qkv[:, 0],
+        k,
+        v,
+        None,
+        site=lp.self_site,
+        recorder=recorder,
+        flat=flat_kv(k, v),
+        zeros=plan.zeros,
+        offset=offset,
+    )
+    h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, D)), lp.self_norm, pre)
+    # cross-attention: the source's keys and values are the same at every step
+    y = sublayer_input(h, lp.cross_norm, pre)
+    assert ls.cross_kv is not None
+    if ls.cross_flat is None:
+        ls.cross_flat = flat_kv(*ls.cross_kv)
+    q = _call(lp.cross_q, y).view(B, H, 1, dh)
+    ctx = attend(
+        q,
+        *ls.cross_kv,
+        cross_mask,
+        site=lp.cross_site,
+        recorder=recorder,
+        flat=ls.cross_flat,
+        zeros=plan.zeros,
+        offset=offset,
+    )
+    h = sublayer_output(h, _call(lp.cross_out, ctx.reshape(B, D)), lp.cross_norm, pre)
+    # feed-forward
+    y = sublayer_input(h, lp.ffn_norm, pre)
+    h = sublayer_output(h, _call(lp.ffn_out, plan.activation(_call(lp.ffn_in, y))), lp.ffn_norm, pre)
     if recorder is not None and recorder.wants(lp.out_site):
         h = recorder.activation(lp.out_site, h[:, None], offset)[:, 0]
     return h
