@@ -370,6 +370,10 @@ def beam_section(rep: Report, model: core.Transformer, rounds: int) -> None:
 
 # ----------------------------------------------------------------------------- 8. head importance
 IMPORTANCE_SENTENCE = "The old man who lives next door bought a new car yesterday and drove it to the city."
+IMPORTANCE_LONG = (
+    "When the last train had left the station and the lights in the waiting room were switched off, the old guard "
+    "locked the doors, walked slowly home through the empty streets and thought about the years he had spent there."
+)
 
 
 def importance_section(rep: Report, rounds: int) -> None:
@@ -399,6 +403,13 @@ def importance_section(rep: Report, rounds: int) -> None:
     )
     rows = [[k, v.ms, x(v, st["translate (traced, the app's)"])] for k, v in st.items()]
     full = st["whole ranking (log-probability and 'output changes')"]
+    long_out = bundle.translate(IMPORTANCE_LONG)
+    long_src = [int(i) for i in long_out.trace["ids.src"]]
+    long_ids = [int(i) for i in long_out.trace["output.ids"]]
+    long = interleaved(
+        {"long": lambda: head_importance(bundle.model, long_src, long_ids, fast=bundle.fast)}, rounds=3, warmup=1
+    )["long"]
+    rows.append([f"whole ranking, a long sentence ({len(long_src)} → {len(long_ids)} tokens)", long.ms, "–"])
     rep.section(
         title,
         ["work", "time", "÷ one traced translation"],

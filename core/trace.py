@@ -22,6 +22,7 @@ from .sites import ATTENTION_KINDS, SIDES, AttentionKind, Side, attention_site
 
 FORMAT = "attention-lab-trace/1"
 START_PIECE, PAD_PIECE = "<s>", "<pad>"
+UNBATCHED = ("pe.", "analysis.")  # positional encodings, and analysis results added to a one-sentence trace
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,23 @@ class Trace:
                 )
             )
         a = self.arrays[name]
-        return a if name.startswith("pe.") else a[self.item]
+        return a if name.startswith(UNBATCHED) else a[self.item]
 
     @property
     def batch_size(self) -> int:
         return int(self.arrays["ids.src"].shape[0]) if "ids.src" in self.arrays else 1
+
+    def with_analysis(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Trace:
+        """A new trace that also holds analysis results (``core.analysis``): arrays named 'analysis.*' and their
+        JSON-able details under meta['analysis'], so an export carries them and a replay can show them."""
+        bad = [name for name in arrays if not name.startswith("analysis.")]
+        if bad:
+            raise ValueError(f"analysis arrays are named 'analysis.*', got {bad}")
+        added = {name: np.array(a, copy=True) for name, a in arrays.items()}
+        for a in added.values():
+            a.flags.writeable = False
+        merged_meta = {**dict(self.meta), "analysis": {**dict(self.meta.get("analysis", {})), **dict(meta)}}
+        return replace(self, arrays={**self.arrays, **added}, meta=merged_meta)
 
     def select(self, item: int) -> Trace:
         """The same trace, viewed at batch element ``item``."""

@@ -30,6 +30,7 @@ from ..fast import FastWeights
 from ..interventions import Patch
 from ..model import Transformer
 from ..recorder import Recorder
+from ..trace import Trace
 
 
 def integrated_gradients(
@@ -70,6 +71,23 @@ class Attribution:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (v.round(6).tolist() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
+
+    ARRAYS = ("source_grad_x_input", "target_grad_x_input", "source_ig", "target_ig")
+
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """For ``Trace.with_analysis``: this output position's four vectors, and the details."""
+        arrays = {f"analysis.attribution.{self.position}.{k}": getattr(self, k) for k in self.ARRAYS}
+        details = {k: v for k, v in self.__dict__.items() if k not in self.ARRAYS}
+        return arrays, {f"attribution.{self.position}": details}
+
+    @classmethod
+    def from_trace(cls, trace: Trace, position: int) -> Attribution | None:
+        """The attribution of output ``position`` stored in ``trace``, or None."""
+        details = dict(trace.meta.get("analysis", {})).get(f"attribution.{position}")
+        if not details or f"analysis.attribution.{position}.source_ig" not in trace:
+            return None
+        vectors = {k: np.asarray(trace[f"analysis.attribution.{position}.{k}"]) for k in cls.ARRAYS}
+        return cls(**{**details, **vectors})
 
 
 def attribute(

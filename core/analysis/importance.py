@@ -24,7 +24,7 @@ from ..interventions import ScaleHeads
 from ..model import Transformer
 from ..recorder import Recorder
 from ..sites import AttentionKind, attention_site
-from ..trace import ModelShape
+from ..trace import ModelShape, Trace
 
 Head = tuple[AttentionKind, int, int]
 
@@ -68,6 +68,38 @@ class HeadImportance:
 
     def top(self, k: int) -> list[Head]:
         return [(e.kind, e.layer, e.head) for e in self.ranking()[:k]]
+
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """For ``Trace.with_analysis``: per kind the (layers, heads) Δ log p and first changed position (-1: none)."""
+        arrays: dict[str, np.ndarray] = {}
+        for kind in sorted({e.kind for e in self.effects}):
+            first = np.full((self.shape.n_layers[kind], self.shape.n_heads), -1, dtype=np.int64)
+            for e in self.effects:
+                if e.kind == kind and e.first_change is not None:
+                    first[e.layer, e.head] = e.first_change
+            arrays[f"analysis.importance.{kind}.delta"] = self.matrix(kind)
+            arrays[f"analysis.importance.{kind}.first_change"] = first
+        return arrays, {"importance": {"base_logprob": self.base_logprob, "n_tokens": self.n_tokens}}
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> HeadImportance | None:
+        """The importance stored in ``trace`` by ``Trace.with_analysis``, or None."""
+        info = dict(trace.meta.get("analysis", {})).get("importance")
+        if not info:
+            return None
+        effects = []
+        for kind in trace.shape.kinds:
+            name = f"analysis.importance.{kind}.delta"
+            if name not in trace:
+                continue
+            delta, first = trace[name], trace[f"analysis.importance.{kind}.first_change"]
+            for layer in range(delta.shape[0]):
+                for h in range(delta.shape[1]):
+                    change = int(first[layer, h])
+                    effects.append(
+                        HeadEffect(kind, layer, h, float(delta[layer, h]), change >= 0, change if change >= 0 else None)
+                    )
+        return cls(float(info["base_logprob"]), int(info["n_tokens"]), tuple(effects), trace.shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {

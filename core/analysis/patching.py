@@ -45,6 +45,33 @@ class PatchingResult:
             return np.zeros_like(probs)
         return (probs - self.p_corrupt) / gap
 
+    def to_arrays(self, corrupt_text: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """For ``Trace.with_analysis``: the three probability tables, and the details."""
+        arrays = {f"analysis.patching.{k}": getattr(self, k) for k in ("encoder", "cross_heads", "decoder")}
+        details = {k: v for k, v in self.to_dict().items() if k not in ("encoder", "cross_heads", "decoder")}
+        return arrays, {"patching": {**details, "corrupt_text": corrupt_text}}
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> tuple[PatchingResult, str] | None:
+        """The patching result stored in ``trace`` and its corrupted sentence, or None."""
+        info = dict(trace.meta.get("analysis", {})).get("patching")
+        if not info or "analysis.patching.encoder" not in trace:
+            return None
+        encoder, cross_heads, decoder = (
+            np.asarray(trace[f"analysis.patching.{k}"]) for k in ("encoder", "cross_heads", "decoder")
+        )
+        result = cls(
+            int(info["position"]),
+            int(info["token_id"]),
+            float(info["p_clean"]),
+            float(info["p_corrupt"]),
+            encoder,
+            cross_heads,
+            decoder,
+            tuple(int(j) for j in info["changed_positions"]),
+        )
+        return result, str(info.get("corrupt_text", ""))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "position": self.position,

@@ -59,3 +59,22 @@ def test_a_file_that_is_not_a_trace_is_named_and_nothing_is_lost(tmp_path: Path)
     assert not at.exception
     shown = "\n".join([i.value for i in at.info] + [m.value for m in at.markdown])
     assert "Replaying" not in shown
+
+
+def test_analyses_exported_with_the_trace_replay_on_why_this_word(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from core.analysis import head_importance
+
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
+    src = [int(i) for i in out.trace["ids.src"]]
+    ids = [int(i) for i in out.trace["output.ids"]]
+    path = out.trace.with_analysis(*head_importance(bundle.model, src, ids).to_arrays()).save(tmp_path / "t.json")
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["_replay"] = core.Translation(core.Trace.load(path))
+    at.session_state["explain_tab"] = "Head importance"
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    assert not at.exception and not at.error
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert len(titles) == 3 and titles[2].startswith("Cross-attention")
+    assert len(at.dataframe[0].value) == 12
+    assert not any("holds no head importance" in i.value for i in at.info)

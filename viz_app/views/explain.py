@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 import core
-from core.analysis import FUSIONS, all_heads_but, trace_rollout
-from core.analysis.attribution import spearman
+from core.analysis import FUSIONS, HeadImportance, all_heads_but, trace_rollout
+from core.analysis.attribution import Attribution, spearman
+from core.analysis.patching import PatchingResult
 from viz_app import common, figures, figures_explain, state
 
 st.title("Why this word?")
@@ -35,17 +38,25 @@ def _importance_tab(out: core.Translation) -> None:
             "time: two heads that back each other up each look unimportant alone. “Output changes” says whether "
             "greedy decoding with that head off writes a different translation."
         )
-    if state.replay() is not None:
-        st.info(
-            "Head importance runs the model once per head; close the saved trace to compute it.",
-            icon=":material/history:",
+    replaying = state.replay() is not None
+    if replaying:
+        result = HeadImportance.from_trace(out.trace)
+        if result is None:
+            st.info(
+                "This saved trace holds no head importance (export it from this page after computing it); close the "
+                "trace to compute it with the model.",
+                icon=":material/history:",
+            )
+            return
+    else:
+        result = state.guarded(
+            lambda: state.importance(
+                state.ckpt_path(), st.session_state.get("text", ""), state.options_key(out.options)
+            )
         )
-        return
-    result = state.guarded(
-        lambda: state.importance(state.ckpt_path(), st.session_state.get("text", ""), state.options_key(out.options))
-    )
-    if result is None:
-        return
+        if result is None:
+            return
+        _remember(out, *result.to_arrays())
     note = state.options_note(out.options, 1)
     kinds = [k for k in out.trace.kinds]
     # one colour scale for every kind, so colours compare; it saturates at the 90th percentile of |Δ| so that one
@@ -58,6 +69,11 @@ def _importance_tab(out: core.Translation) -> None:
         )
         with col:
             common.chart(fig, f"importance_{kind}", key=f"importance_{kind}")
+    if "decoder" not in kinds:
+        st.caption(
+            "This model's decoder reads the target with an SSRU (a recurrence), not self-attention: its heads are the "
+            "encoder's and the cross-attention's."
+        )
     ranking = result.ranking()
     changed = sum(bool(e.output_changed) for e in ranking)
     st.caption(
@@ -82,6 +98,9 @@ def _importance_tab(out: core.Translation) -> None:
             _show_head(picked)
             st.switch_page("views/head.py")
         effect = ranking[labels.index(picked)]
+        if replaying:
+            st.caption("The translations without a head need the model: close the saved trace to see them.")
+            return
         if effect.output_changed:
             alone = out.options.with_changes(ablate=out.options.ablate | {(effect.kind, effect.layer, effect.head)})
             without = state.current(beam=1, opts=alone)
@@ -135,6 +154,28 @@ def _rollout_tab(out: core.Translation) -> None:
     )
 
 
+def _analysis_key(out: core.Translation) -> str:
+    return f"{state.selected()}|{out.source_text}|{state.options_key(out.options)}"
+
+
+def _remember(out: core.Translation, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Keep a computed analysis for this translation, so the export below carries it (per session)."""
+    store = st.session_state.setdefault("_analysis", {})
+    if store.get("key") != _analysis_key(out):
+        store.clear()
+        store["key"] = _analysis_key(out)
+    store.setdefault("arrays", {}).update(arrays)
+    store.setdefault("meta", {}).update(meta)
+
+
+def _with_analysis(out: core.Translation) -> core.Translation:
+    """The translation whose trace also holds what this session computed on this page (for the export)."""
+    store = st.session_state.get("_analysis", {})
+    if state.replay() is not None or store.get("key") != _analysis_key(out) or not store.get("arrays"):
+        return out
+    return core.Translation(out.trace.with_analysis(store["arrays"], store["meta"]))
+
+
 def _needs_model() -> bool:
     if state.replay() is not None:
         st.info("This runs the model again; close the saved trace to compute it.", icon=":material/history:")
@@ -152,7 +193,14 @@ def _patching_tab(out: core.Translation) -> None:
             "it carries the word; a head that restores it moves it to the decoder. Heads that share the work each "
             "restore little alone."
         )
-    if _needs_model():
+    if state.replay() is not None:
+        stored = PatchingResult.from_trace(out.trace)
+        if stored is None:
+            _needs_model()
+            return
+        result, corrupt = stored
+        st.markdown(f"Corrupted sentence (from the saved trace): *{common.md(corrupt)}*")
+        _show_patching(out, result)
         return
     corrupt = st.text_input(
         "Corrupted sentence (one word replaced)", key="explain_corrupt", placeholder=out.source_text
@@ -173,6 +221,12 @@ def _patching_tab(out: core.Translation) -> None:
     )
     if result is None:
         return
+    _remember(out, *result.to_arrays(corrupt))
+    _show_patching(out, result)
+
+
+def _show_patching(out: core.Translation, result: PatchingResult) -> None:
+    tokens = out.output_tokens
     word = figures.token_text(tokens[result.position])
     st.markdown(
         f"Output word {result.position + 1} **{common.md(word)}**: p = {result.p_clean:.3f} with the clean "
@@ -225,17 +279,25 @@ def _attribution_tab(out: core.Translation) -> None:
             "last layer) and rollout. ρ is the rank correlation with integrated gradients: high ρ means the "
             "attention points where the attribution does — agreement, not proof."
         )
-    if _needs_model():
-        return
     tokens = out.output_tokens
+    replaying = state.replay() is not None
+    stored = [t for t in range(len(tokens)) if Attribution.from_trace(out.trace, t) is not None]
+    if replaying and not stored:
+        _needs_model()
+        return
     t = st.select_slider(
         "Output word",
-        list(range(len(tokens))),
+        stored if replaying else list(range(len(tokens))),
         key="explain_attr_position",
         format_func=lambda i: f"{i + 1}: {figures.token_text(tokens[i])}",
     )
-    key = state.options_key(out.options)
-    a = state.guarded(lambda: state.attribution(state.ckpt_path(), st.session_state.get("text", ""), key, t))
+    if replaying:
+        a = Attribution.from_trace(out.trace, t)
+    else:
+        key = state.options_key(out.options)
+        a = state.guarded(lambda: state.attribution(state.ckpt_path(), st.session_state.get("text", ""), key, t))
+        if a is not None:
+            _remember(out, *a.to_arrays())
     if a is None:
         return
     trace = out.trace
@@ -299,4 +361,5 @@ if out is not None:
     if tabs[3].open:
         with tabs[3]:
             _attribution_tab(out)
-    common.export(out)
+    common.export(_with_analysis(out))
+    st.caption("The export holds the analyses computed above for this sentence; opened again, they replay here.")
