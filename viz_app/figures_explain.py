@@ -115,7 +115,9 @@ def labelled_heatmap(
     return fig
 
 
-def attribution_bars(tokens: Sequence[str], series: dict[str, np.ndarray], *, title: str) -> go.Figure:
+def attribution_bars(
+    tokens: Sequence[str], series: dict[str, np.ndarray], *, title: str, axis_title: str = "source token"
+) -> go.Figure:
     """Grouped bars over ``tokens``, one group per measure, each scaled to its largest |value| (shapes compare)."""
     labels = unique_labels(tokens)
     fig = go.Figure()
@@ -133,6 +135,6 @@ def attribution_bars(tokens: Sequence[str], series: dict[str, np.ndarray], *, ti
         )
     base_layout(fig, title, height=380)
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.35))
-    fig.update_xaxes(**token_axis(tokens, "source token"), tickangle=-60)
+    fig.update_xaxes(**token_axis(tokens, axis_title), tickangle=-60)
     fig.update_yaxes(title=dict(text="scaled to the largest |value|"), zeroline=True)
     return fig

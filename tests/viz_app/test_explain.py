@@ -104,6 +104,7 @@ def test_patching_tab_restores_the_replaced_word_and_names_bad_pairs() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["text"] = "The cat sleeps on the warm chair."
     at.session_state["explain_tab"] = "Patching"
+    at.session_state["explain_how"] = "typing the sentence"
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
     assert not at.get("plotly_chart")  # nothing until the corrupted sentence is typed
@@ -134,7 +135,22 @@ def test_attribution_tab_compares_attribution_with_attention() -> None:
     ok(at)
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     names = [d["name"] for d in spec["data"]]
-    assert names[0] == "integrated gradients |IG|" and "rollout" in names and len(names) == 4
+    assert names[0] == "integrated gradients |IG|" and "rollout" in names and len(names) == 5
+    prefix = json.loads(at.get("plotly_chart")[1].proto.spec)
+    assert prefix["layout"]["title"]["text"].startswith("… and over the words already written")
     assert any("agrees best with the attribution" in m.value for m in at.markdown)
     assert any("convergence delta" in c.value for c in at.caption)
     assert len(at.dataframe[0].value) == 4  # 2 cross layers x 2 heads, each with its rank correlation
+
+
+def test_patching_by_picking_a_word() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["text"] = "The cat sleeps on the warm chair."
+    at.session_state["explain_tab"] = "Patching"
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    ok(at)
+    at.selectbox(key="explain_word").set_value(1)  # "cat"
+    at.text_input(key="explain_replacement").set_value("car").run(timeout=TIMEOUT)
+    ok(at)
+    assert any("The car sleeps on the warm chair." in c.value for c in at.caption)
+    assert len(at.get("plotly_chart")) == 3

@@ -202,9 +202,22 @@ def _patching_tab(out: core.Translation) -> None:
         st.markdown(f"Corrupted sentence (from the saved trace): *{common.md(corrupt)}*")
         _show_patching(out, result)
         return
-    corrupt = st.text_input(
-        "Corrupted sentence (one word replaced)", key="explain_corrupt", placeholder=out.source_text
-    ).strip()
+    how = st.radio("Corrupt it by", ["picking a word", "typing the sentence"], horizontal=True, key="explain_how")
+    if how == "picking a word":
+        words = out.source_text.split()
+        c1, c2 = st.columns(2)
+        state.clamp("explain_word", list(range(len(words))))
+        j = c1.selectbox(
+            "Word to replace", list(range(len(words))), key="explain_word", format_func=lambda i: f"{i + 1}: {words[i]}"
+        )
+        replacement = c2.text_input("Replace it with", key="explain_replacement", placeholder="e.g. dog").strip()
+        corrupt = " ".join(replacement if i == j else w for i, w in enumerate(words)) if replacement else ""
+        if corrupt:
+            st.caption(f"Corrupted sentence: *{common.md(corrupt)}*")
+    else:
+        corrupt = st.text_input(
+            "Corrupted sentence (one word replaced)", key="explain_corrupt", placeholder=out.source_text
+        ).strip()
     tokens = out.output_tokens
     choice = st.selectbox(
         "Output word to explain",
@@ -309,6 +322,7 @@ def _attribution_tab(out: core.Translation) -> None:
         "integrated gradients |IG|": ig,
         "gradient × input |g·x|": np.abs(a.source_grad_x_input),
         f"cross-attention L{last + 1} (mean of heads)": cross.mean(0),
+        f"cross-attention L{last + 1} (max of heads)": cross.max(0),
         "rollout": roll,
     }
     fig = figures_explain.attribution_bars(
@@ -320,6 +334,14 @@ def _attribution_tab(out: core.Translation) -> None:
         ),
     )
     common.chart(fig, f"attribution_{t + 1}", key="attribution")
+    prefix = out.tgt_tokens[: t + 1]
+    fig = figures_explain.attribution_bars(
+        prefix,
+        {"integrated gradients |IG|": np.abs(a.target_ig), "gradient × input |g·x|": np.abs(a.target_grad_x_input)},
+        title=f"… and over the words already written (decoder inputs 1–{t + 1})",
+        axis_title="decoder input",
+    )
+    common.chart(fig, f"attribution_prefix_{t + 1}", key="attribution_prefix")
     rhos = {
         state.head_label("cross", layer, h): spearman(ig, trace.attention("cross", layer)[h, t])
         for layer in range(trace.n_layers["cross"])
