@@ -410,6 +410,30 @@ def importance_section(rep: Report, rounds: int) -> None:
         {"long": lambda: head_importance(bundle.model, long_src, long_ids, fast=bundle.fast)}, rounds=3, warmup=1
     )["long"]
     rows.append([f"whole ranking, a long sentence ({len(long_src)} → {len(long_ids)} tokens)", long.ms, "–"])
+    from core.analysis.attribution import attribute
+    from core.analysis.patching import activation_patching
+
+    for label, text, corrupt in (
+        ("", IMPORTANCE_SENTENCE, IMPORTANCE_SENTENCE.replace("car", "dog")),
+        (", the long sentence", IMPORTANCE_LONG, IMPORTANCE_LONG.replace("guard", "man")),
+    ):
+        tr = bundle.translate(text)
+        s_ids, o_ids = [int(i) for i in tr.trace["ids.src"]], [int(i) for i in tr.trace["output.ids"]]
+        c_ids, _ = bundle.encode_source(corrupt)
+        timed = interleaved(
+            {
+                "patching": lambda s=s_ids, c=c_ids, o=o_ids: activation_patching(
+                    bundle.model, s, c, o, fast=bundle.fast
+                ),
+                "attribution": lambda s=s_ids, o=o_ids: attribute(bundle.model, s, o, 1, steps=32, fast=bundle.fast),
+            },
+            rounds=3,
+            warmup=1,
+        )
+        rows.append(
+            [f"activation patching, every site{label} ({len(s_ids)} → {len(o_ids)} tokens)", timed["patching"].ms, "–"]
+        )
+        rows.append([f"attribution of one output token, IG 32 steps{label}", timed["attribution"].ms, "–"])
     rep.section(
         title,
         ["work", "time", "÷ one traced translation"],
