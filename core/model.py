@@ -163,8 +163,10 @@ class Transformer(nn.Module):
         state: DecoderState | None = None,
         tgt_keep: Tensor | None = None,
         fast: FastWeights | None = None,
+        last_only: bool = False,
     ) -> Tensor:
-        """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V).
+        """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V), or (B, 1, V)
+        for the last position only with ``last_only`` (the vocabulary projection is most of a probe's cost).
 
         src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
         tgt_keep (B, offset + T): True = real target token (padding mask on decoder keys); None = all real.
@@ -213,6 +215,8 @@ class Transformer(nn.Module):
                 x = recorder.activation(layer_site("decoder", i), x, offset)
         if state is not None:
             state.length = n_key
+        if last_only:
+            x = x[:, -1:]
         return lin(self.decoder_norm(x), self.output.weight, self.output.bias)  # (B, T, V)
 
     def forward(
@@ -225,12 +229,23 @@ class Transformer(nn.Module):
         src_keep: Tensor | None = None,
         tgt_keep: Tensor | None = None,
         fast: FastWeights | None = None,
+        last_only: bool = False,
     ) -> Tensor:
-        """Teacher-forced pass: src (B, Ts), decoder inputs tgt (B, Tt) -> logits (B, Tt, V)."""
+        """Teacher-forced pass: src (B, Ts), decoder inputs tgt (B, Tt) -> logits (B, Tt, V) ((B, 1, V) with
+        ``last_only``)."""
         if src_keep is None:
             src_keep = self.keep_flags(src)
         memory = self.encode(src, src_keep, options=options, recorder=recorder, fast=fast)
-        return self.decode(tgt, memory, src_keep, options=options, recorder=recorder, tgt_keep=tgt_keep, fast=fast)
+        return self.decode(
+            tgt,
+            memory,
+            src_keep,
+            options=options,
+            recorder=recorder,
+            tgt_keep=tgt_keep,
+            fast=fast,
+            last_only=last_only,
+        )
 
     def keep_flags(self, ids: Tensor) -> Tensor:
         """(B, T) True = a real token, inferred from ``pad_id`` — except where the pad id is also eos or bos (Marian

@@ -62,9 +62,9 @@ class Attribution:
     token_id: int
     logprob: float  # log p(y_t) at the input
     source_grad_x_input: np.ndarray  # (Ts,)
-    target_grad_x_input: np.ndarray  # (t + 1,): decoder inputs 0..t (later ones cannot influence y_t)
+    target_grad_x_input: np.ndarray  # (t + 1,): decoder inputs 0..t (all of them with the causal mask off)
     source_ig: np.ndarray  # (Ts,)
-    target_ig: np.ndarray  # (t + 1,)
+    target_ig: np.ndarray  # like target_grad_x_input
     ig_delta: float  # convergence delta of integrated gradients
     ig_steps: int
     baseline: str  # "position" (positional encodings only) or "zero" (all-zero embeddings)
@@ -109,20 +109,22 @@ def attribute(
     cfg = model.config
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)
-    tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=device)[:, : position + 1]  # later inputs don't matter
+    tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=device)  # (1, Tt)
+    if options.causal_mask:
+        tgt = tgt[:, : position + 1]  # later decoder inputs cannot change this position
     keep = torch.ones_like(src, dtype=torch.bool)
     token_id = out_ids[position]
 
     def logp(recorder: Recorder, rows: int) -> Tensor:
-        logits = model(
-            src.expand(rows, -1),
-            tgt.expand(rows, -1),
-            options=options,
-            recorder=recorder,
-            src_keep=keep.expand(rows, -1),
-            fast=fast,
-        )
-        return torch.log_softmax(logits[:, position].float(), -1)[:, token_id]  # (rows,)
+        src_rows, tgt_rows, keep_rows = src.expand(rows, -1), tgt.expand(rows, -1), keep.expand(rows, -1)
+        if options.causal_mask:  # the prefix ends at this position: its logits only
+            logits = model(
+                src_rows, tgt_rows, options=options, recorder=recorder, src_keep=keep_rows, fast=fast, last_only=True
+            )[:, -1]
+        else:
+            logits = model(src_rows, tgt_rows, options=options, recorder=recorder, src_keep=keep_rows, fast=fast)
+            logits = logits[:, position]
+        return torch.log_softmax(logits.float(), -1)[:, token_id]  # (rows,)
 
     # gradient x input: one pass with gradient leaves at both embeddings
     rec = Recorder(model, keep_grad=("embed.src", "embed.tgt"))

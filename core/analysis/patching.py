@@ -97,8 +97,13 @@ def _probs(
 ) -> torch.Tensor:
     """p(token_id at ``position``) per batch row: (B,)."""
     keep = torch.ones_like(src, dtype=torch.bool)
-    logits = model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=fast)  # (B, Tt, V)
-    return torch.softmax(logits[:, position].float(), dim=-1)[:, token_id]
+    if options.causal_mask:  # later decoder inputs cannot change this position: its prefix, and its logits only
+        logits = model(
+            src, tgt[:, : position + 1], options=options, recorder=recorder, src_keep=keep, fast=fast, last_only=True
+        )[:, -1]  # (B, V)
+    else:  # without the causal mask every decoder input can
+        logits = model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=fast)[:, position]
+    return torch.softmax(logits.float(), dim=-1)[:, token_id]
 
 
 @torch.no_grad()

@@ -137,7 +137,7 @@ def test_attribution_tab_compares_attribution_with_attention() -> None:
     names = [d["name"] for d in spec["data"]]
     assert names[0] == "integrated gradients |IG|" and "rollout" in names and len(names) == 5
     prefix = json.loads(at.get("plotly_chart")[1].proto.spec)
-    assert prefix["layout"]["title"]["text"].startswith("… and over the words already written")
+    assert prefix["layout"]["title"]["text"].startswith("… and over the decoder inputs")
     assert any("agrees best with the attribution" in m.value for m in at.markdown)
     assert any("convergence delta" in c.value for c in at.caption)
     assert len(at.dataframe[0].value) == 4  # 2 cross layers x 2 heads, each with its rank correlation

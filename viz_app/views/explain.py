@@ -334,11 +334,11 @@ def _attribution_tab(out: core.Translation) -> None:
         ),
     )
     common.chart(fig, f"attribution_{t + 1}", key="attribution")
-    prefix = out.tgt_tokens[: t + 1]
+    prefix = out.tgt_tokens[: len(a.target_ig)]  # up to this word (every decoder input with the causal mask off)
     fig = figures_explain.attribution_bars(
         prefix,
         {"integrated gradients |IG|": np.abs(a.target_ig), "gradient × input |g·x|": np.abs(a.target_grad_x_input)},
-        title=f"… and over the words already written (decoder inputs 1–{t + 1})",
+        title=f"… and over the decoder inputs (1–{len(prefix)})",
         axis_title="decoder input",
     )
     common.chart(fig, f"attribution_prefix_{t + 1}", key="attribution_prefix")

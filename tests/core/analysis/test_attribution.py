@@ -64,3 +64,13 @@ def test_spearman():
     assert spearman(np.array([1.0, 2, 3, 4]), np.array([4.0, 3, 2, 1])) == pytest.approx(-1.0)
     assert spearman(np.array([1.0, 2, 2, 3]), np.array([1.0, 2, 3, 4])) == pytest.approx(0.9486833, abs=1e-6)
     assert np.isnan(spearman(np.ones(3), np.arange(3.0)))
+
+
+def test_with_the_causal_mask_off_every_decoder_input_is_attributed(bundle):
+    opts = core.InferenceOptions(causal_mask=False)
+    out = bundle.translate("The cat sleeps on the warm chair.", opts, max_len=6)
+    src_ids = [int(i) for i in out.trace["ids.src"]]
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    a = attribute(bundle.model, src_ids, out_ids, 0, steps=8, options=opts)
+    assert a.target_ig.shape == (len(out_ids),)  # later inputs can change position 0 now
+    assert np.abs(a.target_grad_x_input[1:]).sum() > 0

@@ -80,3 +80,14 @@ def test_bad_pairs_are_named(bundle, case):
         activation_patching(bundle.model, clean, clean, out_ids)
     with pytest.raises(InputError, match="position must be"):
         activation_patching(bundle.model, clean, corrupt, out_ids, position=99)
+
+
+def test_patching_with_the_causal_mask_off_reads_the_whole_prefix(bundle, case):
+    clean, corrupt, out_ids = case
+    opts = core.InferenceOptions(causal_mask=False)
+    r = activation_patching(bundle.model, clean, corrupt, out_ids, position=0, options=opts)
+    src, tgt = torch.tensor([corrupt]), torch.tensor([[bundle.config.bos_id] + out_ids[:-1]])
+    with torch.no_grad():
+        logits = bundle.model(src, tgt, options=opts, src_keep=torch.ones_like(src, dtype=torch.bool))
+    assert r.p_corrupt == pytest.approx(float(torch.softmax(logits[0, 0], -1)[out_ids[0]]), abs=1e-5)
+    assert r.decoder.shape == (2, 1)
