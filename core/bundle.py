@@ -138,6 +138,9 @@ def clean_text(text: Any) -> str:
         )
     text = unicodedata.normalize("NFC", text)
     text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs", "Co") else ch for ch in text)
+    # invisible format characters (zero-width spaces, a byte-order mark, ...) carry no words: a text of only
+    # those is empty; the joiners that shape a script (ZWJ, ZWNJ) stay inside words
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf" or ch in "\u200c\u200d")
     text = " ".join(text.split())
     if not text:
         raise InputError("The text is empty (or only spaces and control characters). Type a sentence to translate.")

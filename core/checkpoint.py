@@ -118,7 +118,13 @@ def load_checkpoint(
     directory = Path(directory)
     data = read_config(directory)
     config = ModelConfig.from_dict(data["model"])
-    tok_path = directory / data.get("tokenizer", TOKENIZER)
+    name = data.get("tokenizer", TOKENIZER)
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or Path(name).name != name:
+        raise CheckpointError(
+            f"{directory / CONFIG}: 'tokenizer' must name a file inside the checkpoint folder (e.g. "
+            f"'{TOKENIZER}'), got {name!r}"
+        )
+    tok_path = directory / name
     if not tok_path.is_file():
         raise CheckpointError(f"{tok_path}: missing — the SentencePiece model must sit in the checkpoint folder")
     try:

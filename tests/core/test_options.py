@@ -94,3 +94,29 @@ def test_cli_json_survives_an_ascii_terminal(tiny_checkpoint):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert "cross.0.weights" in data["attention"] and data["src_tokens"]
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200b", "\ufeff", " \u2060 \u200b ", "\u200e"])
+def test_only_invisible_format_characters_is_empty(bundle, text):
+    with pytest.raises(InputError, match="empty"):
+        bundle.translate(text)
+
+
+def test_invisible_characters_inside_words_are_dropped(bundle):
+    plain = bundle.translate("Is there any tea left?", max_len=5)
+    hidden = bundle.translate("Is\u200b there any\ufeff tea left?", max_len=5)
+    assert hidden.src_tokens == plain.src_tokens and hidden.text == plain.text
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../other/tokenizer.model", "sub/tokenizer.model", 5, None, ""])
+def test_the_tokenizer_must_sit_in_the_checkpoint_folder(tiny_checkpoint, tmp_path, name):
+    import json
+    import shutil
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["tokenizer"] = name
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(core.CheckpointError, match="'tokenizer' must name a file inside the checkpoint folder"):
+        core.load(folder, device="cpu")
