@@ -102,6 +102,8 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: not valid JSON ({exc}); the file is truncated or corrupt") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: nested too deeply to be a checkpoint config") from None
     if not isinstance(data, dict) or "model" not in data:
         raise CheckpointError(f"{path}: has no 'model' section")
     try:
@@ -163,11 +165,16 @@ def load_checkpoint(
             f"{'...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}"
         )
     for name in wanted:
-        if tuple(state[name].shape) != tuple(expected[name].shape):
+        tensor = state[name]
+        if tuple(tensor.shape) != tuple(expected[name].shape):
             raise CheckpointError(
-                f"{weights}: tensor {name} has shape {tuple(state[name].shape)}, "
+                f"{weights}: tensor {name} has shape {tuple(tensor.shape)}, "
                 f"{CONFIG} implies {tuple(expected[name].shape)}"
             )
+        if not tensor.is_floating_point():
+            raise CheckpointError(f"{weights}: tensor {name} holds {tensor.dtype} values; weights are floating point")
+        if not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{weights}: tensor {name} holds NaN or infinite values; the weights are broken")
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(state, strict=False)
     model.to(device).eval()

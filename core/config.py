@@ -8,6 +8,19 @@ from typing import Any, Literal
 
 from .sites import ATTENTION_KINDS, AttentionKind
 
+# Upper bounds that keep a broken config from allocating a machine's memory before anything is checked (far
+# above every model this lab opens: the imported ones have d_model 256-1024, vocabularies of 32k-64k).
+LIMITS = {
+    "src_vocab_size": 1_000_000,
+    "tgt_vocab_size": 1_000_000,
+    "d_model": 8192,
+    "n_heads": 256,
+    "d_ff": 65_536,
+    "max_positions": 1 << 20,
+    "n_encoder_layers": 128,
+    "n_decoder_layers": 128,
+}
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -49,14 +62,23 @@ class ModelConfig:
 
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
             need(
-                isinstance(getattr(self, name), int) and getattr(self, name) > 0,
-                f"{name} must be a positive int, got {getattr(self, name)!r}",
+                isinstance(getattr(self, name), int)
+                and not isinstance(getattr(self, name), bool)
+                and 0 < getattr(self, name) <= LIMITS[name],
+                f"{name} must be a whole number from 1 to {LIMITS[name]:,}, got {getattr(self, name)!r}",
             )
         for name in ("n_encoder_layers", "n_decoder_layers"):
             need(
-                isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
-                f"{name} must be >= 1, got {getattr(self, name)!r}",
+                isinstance(getattr(self, name), int)
+                and not isinstance(getattr(self, name), bool)
+                and 1 <= getattr(self, name) <= LIMITS[name],
+                f"{name} must be a whole number from 1 to {LIMITS[name]}, got {getattr(self, name)!r}",
             )
+        need(isinstance(self.dropout, (int, float)), f"dropout must be a number, got {self.dropout!r}")
+        need(isinstance(self.norm_eps, (int, float)), f"norm_eps must be a number, got {self.norm_eps!r}")
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an int, got {value!r}")
         need(
             self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
         )

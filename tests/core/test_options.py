@@ -120,3 +120,53 @@ def test_the_tokenizer_must_sit_in_the_checkpoint_folder(tiny_checkpoint, tmp_pa
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(core.CheckpointError, match="'tokenizer' must name a file inside the checkpoint folder"):
         core.load(folder, device="cpu")
+
+
+def _broken_copy(tiny_checkpoint, tmp_path, edit):
+    import json
+    import shutil
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("d_ff", 10**8, "d_ff must be a whole number from 1 to 65,536"),
+        ("d_model", "256", "d_model must be a whole number"),
+        ("n_encoder_layers", 10**6, "n_encoder_layers must be a whole number from 1 to 128"),
+        ("dropout", "high", "dropout must be a number"),
+        ("eos_id", None, "eos_id must be an int"),
+    ],
+)
+def test_a_broken_config_is_named_before_anything_is_built(tiny_checkpoint, tmp_path, field, value, message):
+    folder = _broken_copy(tiny_checkpoint, tmp_path, lambda c: c["model"].__setitem__(field, value))
+    with pytest.raises(core.CheckpointError, match=message):
+        core.load(folder, device="cpu")
+
+
+def test_deeply_nested_json_and_broken_weights_are_named(tiny_checkpoint, tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "nested"
+    folder.mkdir()
+    (folder / "config.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(core.CheckpointError, match="nested too deeply"):
+        core.load(folder, device="cpu")
+    for label, change, message in (
+        ("nan", lambda t: torch.full_like(t, float("nan")), "NaN or infinite"),
+        ("int8", lambda t: t.to(torch.int8), "holds torch.int8 values"),
+    ):
+        folder = _broken_copy(tiny_checkpoint, tmp_path / label, lambda c: None)
+        state = load_file(str(folder / "model.safetensors"))
+        name = next(k for k in state if k.endswith("ffn.linear1.weight"))
+        state[name] = change(state[name])
+        save_file(state, str(folder / "model.safetensors"))
+        with pytest.raises(core.CheckpointError, match=f"tensor {name} {message}" if label == "int8" else message):
+            core.load(folder, device="cpu")
