@@ -22,7 +22,8 @@ from viz_app import common, state  # noqa: E402
 # one sentence at a time is translated per session, and more threads mostly contend on a small machine.
 if torch.get_num_threads() != state.threads():
     torch.set_num_threads(state.threads())
-st.set_page_config(page_title="Transformer Attention Lab", page_icon=":material/visibility:", layout="wide")
+# the icon ships with the app (a ":material/..." or emoji page icon makes the browser fetch an image from a CDN)
+st.set_page_config(page_title="Transformer Attention Lab", page_icon=str(REPO / "viz_app" / "icon.png"), layout="wide")
 
 PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
     key: st.Page(f"views/{key}.py", title=title, icon=f":material/{icon}:", url_path=key, default=key == "overview")

@@ -89,6 +89,8 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2200})
+            requested: list[str] = []
+            page.on("request", lambda request: requested.append(request.url))
             page.goto(url, timeout=120_000)
             page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=120_000)
             box = page.locator(".st-key-text input")
@@ -191,5 +193,8 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             page.wait_for_timeout(500)
             assert any(t.startswith("Cross-attention") for t in _figure_titles(page)), _figure_titles(page)
             page.screenshot(path=str(ARTIFACTS / f"browser-{name}-explain.png"))
+            # the page loads nothing from outside the machine: every request went to the app's own origin
+            outside = [u for u in requested if not u.startswith(url) and not u.startswith(("data:", "blob:"))]
+            assert requested and not outside, outside[:5]
         finally:
             browser.close()
