@@ -100,6 +100,11 @@ def sidebar() -> bool:
         if not names:
             return False
         if ss.get("ckpt") not in names:
+            if ss.get("ckpt"):  # e.g. a link's ?ckpt= naming a folder that is not listed (its text is not repeated)
+                st.warning(
+                    "The link names a checkpoint that is not one of the listed ones; the default is shown.",
+                    icon=":material/inventory_2:",
+                )
             ss["ckpt"] = state.default_checkpoint()
         st.selectbox(
             "Checkpoint",

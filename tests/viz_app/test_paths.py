@@ -56,3 +56,18 @@ def test_a_listed_checkpoint_still_loads(tmp_path: Path, monkeypatch: pytest.Mon
     assert not at.exception and not at.error
     assert any("bundle loaded: True" in m.value for m in at.markdown)
     assert not any("refused" in m.value for m in at.markdown)
+
+
+def test_a_link_naming_an_unlisted_checkpoint_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root"
+    build_tiny_checkpoint(root / "tiny", seed=1)
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    app = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=90)
+    at.query_params["ckpt"] = "../secret-folder"
+    at.run(timeout=90)
+    assert not at.exception
+    warnings = [w.value for w in at.warning]
+    assert any("not one of the listed ones; the default is shown" in w for w in warnings)
+    assert not any("secret-folder" in w for w in warnings)
+    assert at.session_state["ckpt"] == "tiny"
