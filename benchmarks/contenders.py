@@ -72,11 +72,6 @@ def our_model(s: Sizes = SIZES, seed: int = 0) -> core.Transformer:
     return model
 
 
-def _freeze(rec: core.Recorder) -> core.Trace:
-    """Recorder -> Trace, as Bundle does (token strings are the ids: no tokenizer here)."""
-    return rec.freeze()
-
-
 def ours_forward(model: core.Transformer, src: Tensor, tgt: Tensor, traced: bool, qkv: bool = False) -> Work:
     """One teacher-forced pass; traced = with a Recorder, frozen into a Trace (what the app receives)."""
     opts, keep, fast = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool), core.FastWeights(model)
@@ -87,7 +82,7 @@ def ours_forward(model: core.Transformer, src: Tensor, tgt: Tensor, traced: bool
             return model(src, tgt, options=opts, src_keep=keep, fast=fast)
         rec = core.Recorder(model, qkv=qkv)
         model(src, tgt, options=opts, recorder=rec, src_keep=keep, fast=fast)
-        return _freeze(rec)
+        return rec.freeze()
 
     return run
 
@@ -102,7 +97,7 @@ def ours_greedy(
     def run() -> object:
         rec = core.Recorder(model, qkv=qkv) if traced else None
         out = greedy(model, src, keep, options=opts, max_len=n, recorder=rec, fast=fast)
-        return _freeze(rec) if rec is not None else out
+        return rec.freeze() if rec is not None else out
 
     return run
 

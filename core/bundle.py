@@ -181,6 +181,11 @@ class Bundle:
     # ----------------------------------------------------------------- pieces
     def encode_source(self, text: str, *, truncate: bool = False) -> tuple[list[int], list[str]]:
         """Source ids (eos appended) and notices for the person. Raises InputError on unusable text."""
+        ids, notices, _ = self._source(text, truncate)
+        return ids, notices
+
+    def _source(self, text: str, truncate: bool) -> tuple[list[int], list[str], str]:
+        """``encode_source`` plus the cleaned text it encoded."""
         notices = []
         if truncate and isinstance(text, str) and len(text) > MAX_CHARS:
             notices.append(
@@ -206,15 +211,11 @@ class Bundle:
             )
         if not ids:
             raise InputError("Nothing translatable is left in the text after tokenisation.")
-        return ids + [self.config.eos_id], notices
+        return ids + [self.config.eos_id], notices, text
 
     def _tensor(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         src = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, Ts)
         return src, torch.ones_like(src, dtype=torch.bool)
-
-    def recorder(self, *, qkv: bool = False, **kwargs: Any) -> Recorder:
-        """A per-call Recorder for this bundle's model (see ``core.Recorder``)."""
-        return Recorder(self.model, qkv=qkv, **kwargs)
 
     def _freeze(self, recorder: Recorder, **meta: Any) -> Trace:
         return recorder.freeze(self.tokenizer.piece, meta={"model": self.name, **meta})
@@ -274,11 +275,6 @@ class Bundle:
         out_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
         text_out = self.tokenizer.decode([i for i in out_ids if i != self.config.eos_id])
         return Translation(self._freeze(recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices))
-
-    def _source(self, text: str, truncate: bool) -> tuple[list[int], list[str], str]:
-        src_ids, notices = self.encode_source(text, truncate=truncate)
-        cleaned = clean_text(text[:MAX_CHARS] if truncate and isinstance(text, str) else text)
-        return src_ids, notices, cleaned
 
     @torch.inference_mode()
     def _forced_pass(

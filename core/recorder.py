@@ -85,7 +85,6 @@ class Recorder:
         keep_grad: Iterable[str] = (),
     ) -> None:
         self.shape = ModelShape.of(model.config)
-        self.pad_id = model.config.pad_id
         self.record, self.record_qkv, self.record_activations = record, qkv, activations
         self.interventions = tuple(interventions)
         self.keep_grad = frozenset(keep_grad)
@@ -146,10 +145,6 @@ class Recorder:
     def wants(self, site: str) -> bool:
         """Whether this call records, patches or differentiates the residual-stream ``site``."""
         return self.record_activations or site in self._stream_sites
-
-    @property
-    def changes_heads(self) -> bool:
-        return bool(self.options and self.options.ablate) or any(isinstance(i, ScaleHeads) for i in self.interventions)
 
     # ------------------------------------------------------------ interventions
     def _head_scale(self, site: str, rows: int, device: torch.device) -> Tensor | None:
@@ -278,27 +273,21 @@ class Recorder:
             self._keep_step_rows()
             self._recomputing = False
         arrays: dict[str, np.ndarray] = {}
-        shared: dict[int, np.ndarray] = {}
         for name, chunks in self._chunks.items():
             if name.startswith("pe."):
                 arrays[name] = _cpu(torch.cat(chunks, dim=0))
-            elif name.startswith(("ids.", "keep.")) or name.endswith((".out", ".gate")) or name.startswith("embed."):
-                dtype = np.int64 if name.startswith("ids.") else np.bool_ if name.startswith("keep.") else np.float32
-                arrays[name] = _cpu(
-                    torch.cat(chunks, dim=-2 if name.endswith((".out", ".gate")) or name.startswith("embed.") else -1),
-                    dtype,
-                )
+            elif name.startswith("ids."):
+                arrays[name] = _cpu(torch.cat(chunks, dim=-1), np.int64)
+            elif name.startswith("embed.") or name.endswith((".out", ".gate")):
+                arrays[name] = _cpu(torch.cat(chunks, dim=-2))  # (B, T, D) chunks along T
             elif name.startswith("mask."):
                 arrays[name] = _stitch(chunks, False, np.bool_)
+            elif name.endswith(".scores_raw") and all(
+                a is b for a, b in zip(chunks, self._chunks[name[: -len("_raw")]], strict=True)
+            ):
+                arrays[name] = arrays[name[: -len("_raw")]]  # nothing was masked: the scores themselves, one array
             else:
-                ident = id(chunks[-1])
-                if name.endswith(".scores_raw") and all(
-                    a is b for a, b in zip(chunks, self._chunks[name[:-4]], strict=True)
-                ):
-                    arrays[name] = shared[id(self._chunks[name[:-4]][-1])]  # no mask: raw scores are the scores
-                    continue
                 arrays[name] = _stitch(chunks, FILL.get(name.rsplit(".", 1)[1], 0.0))
-                shared[ident] = arrays[name]
         for name, t in self._latest.items():
             arrays[name] = _cpu(t)
         for side, keeps in self._keeps.items():

@@ -40,7 +40,6 @@ Stack = Literal["encoder", "decoder"]
 
 ATTENTION_KINDS: tuple[AttentionKind, ...] = get_args(AttentionKind)
 SIDES: tuple[Side, ...] = get_args(Side)
-ATTENTION_ARRAYS = ("weights", "scores", "scores_raw", "q", "k", "v", "step_rows")
 
 
 def attention_site(kind: AttentionKind, layer: int) -> str:
@@ -67,8 +66,3 @@ def layer_site(stack: Stack, layer: int) -> str:
 
 def embed_site(side: Side) -> str:
     return f"embed.{side}"
-
-
-def heads_site(kind: AttentionKind, layer: int) -> str:
-    """Each head's output of an attention block (before the output projection): 'cross.1.heads'."""
-    return f"{attention_site(kind, layer)}.heads"
