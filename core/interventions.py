@@ -87,8 +87,10 @@ class Patch:
         object.__setattr__(self, "heads", _ints("heads", self.heads, "Patch"))
         object.__setattr__(self, "rows", _ints("rows", self.rows, "Patch"))
 
-    def apply(self, x: Tensor, offset: int) -> Tensor:
-        """x (B, T, D) or (B, H, T, dh) covering positions [offset, offset + T) -> patched copy."""
+    def write(self, out: Tensor, offset: int) -> None:
+        """Write the patch into ``out`` in place: (B, T, D) or (B, H, T, dh) covering positions [offset, offset + T).
+        ``out`` is the caller's copy of the site's value (one copy for every patch of a site)."""
+        x = out
         T = x.shape[-2]
         assert isinstance(self.value, Tensor)  # __post_init__ made it one
         value = self.value.to(device=x.device, dtype=x.dtype)
@@ -103,7 +105,7 @@ class Patch:
         )
         positions = [p for p in wanted if p < value.shape[-2]]
         if not positions:
-            return x
+            return
         local = torch.tensor([p - offset for p in positions], device=x.device)
         source = torch.tensor(positions, device=x.device)
         rows = (
@@ -111,7 +113,6 @@ class Patch:
             if self.rows is None
             else torch.tensor([r for r in self.rows if r < x.shape[0]], dtype=torch.long, device=x.device)
         )
-        out = x.clone()
         if x.dim() == 4:  # (B, H, T, dh)
             heads = (
                 torch.arange(x.shape[1], device=x.device)
@@ -122,7 +123,6 @@ class Patch:
             out[rows[:, None, None], heads[None, :, None], local[None, None, :]] = patch[None]
         else:  # (B, T, D)
             out[rows[:, None], local[None, :]] = value.index_select(0, source)[None]
-        return out
 
 
 Intervention = ScaleHeads | Patch

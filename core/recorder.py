@@ -175,8 +175,11 @@ class Recorder:
 
     def activation(self, site: str, x: Tensor, offset: int = 0) -> Tensor:
         """A residual-stream or head-output value: patched, made a gradient leaf, recorded, as asked."""
-        for patch in self._patches.get(site, ()):
-            x = patch.apply(x, offset)
+        patches = self._patches.get(site)
+        if patches:
+            x = x.clone()  # one copy for all of this site's patches (a batch may patch a different place per row)
+            for patch in patches:
+                patch.write(x, offset)
         if site in self.keep_grad:
             if not torch.is_grad_enabled():
                 raise RuntimeError(f"keep_grad={site!r} needs gradients: call the model with torch.enable_grad()")
