@@ -154,3 +154,13 @@ def test_patching_by_picking_a_word() -> None:
     ok(at)
     assert any("The car sleeps on the warm chair." in c.value for c in at.caption)
     assert len(at.get("plotly_chart")) == 3
+
+
+def test_with_beam_search_on_the_page_explains_the_greedy_translation() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["beam"] = "3"
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert any("explains the greedy translation" in c.value for c in at.caption)
+    assert any("beam" not in c.value and "as trained" in c.value for c in at.caption)  # the header's options note
+    assert len(at.get("plotly_chart")) == 3

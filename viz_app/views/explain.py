@@ -23,21 +23,25 @@ st.caption(
 )
 
 
+def _how_to_read(text: str) -> None:
+    with st.expander("How to read this", icon=":material/help:"):
+        st.markdown(text)
+
+
 def _show_head(label: str) -> None:
     kind, layer, head = state.parse_head_label(label)
     st.session_state.update(kind=kind, layer=layer, head=head, agg="single head")
 
 
 def _importance_tab(out: core.Translation) -> None:
-    with st.expander("How to read this", icon=":material/help:"):
-        st.markdown(
-            "Each square is one head. Its value is the change in the log-probability of **this** translation when "
-            "that head alone is switched off (its output zeroed) and everything else runs as before: −5 means the "
-            "translation became e⁵ ≈ 150 times less likely. Red heads are the ones this translation relied on. "
-            "It is measured on the model itself, so it is faithful — but only for this sentence and one head at a "
-            "time: two heads that back each other up each look unimportant alone. “Output changes” says whether "
-            "greedy decoding with that head off writes a different translation."
-        )
+    _how_to_read(
+        "Each square is one head. Its value is the change in the log-probability of **this** translation when "
+        "that head alone is switched off (its output zeroed) and everything else runs as before: −5 means the "
+        "translation became e⁵ ≈ 150 times less likely. Red heads are the ones this translation relied on. "
+        "It is measured on the model itself, so it is faithful — but only for this sentence and one head at a "
+        "time: two heads that back each other up each look unimportant alone. “Output changes” says whether "
+        "greedy decoding with that head off writes a different translation."
+    )
     replaying = state.replay() is not None
     if replaying:
         result = HeadImportance.from_trace(out.trace)
@@ -120,14 +124,13 @@ def _importance_tab(out: core.Translation) -> None:
 
 
 def _rollout_tab(out: core.Translation) -> None:
-    with st.expander("How to read this", icon=":material/help:"):
-        st.markdown(
-            "Rollout follows attention through every layer: each layer is counted as half attention, half the "
-            "residual connection (a position keeps its own content), heads fused by the chosen rule, and the "
-            "layers multiplied. Each row is one output word; its colours say which source words its decoder "
-            "position draws on **if information only moved along attention**. It ignores the values, the "
-            "feed-forward layers and the norms — a picture of routing, not proof of use (compare head importance)."
-        )
+    _how_to_read(
+        "Rollout follows attention through every layer: each layer is counted as half attention, half the "
+        "residual connection (a position keeps its own content), heads fused by the chosen rule, and the "
+        "layers multiplied. Each row is one output word; its colours say which source words its decoder "
+        "position draws on **if information only moved along attention**. It ignores the values, the "
+        "feed-forward layers and the norms — a picture of routing, not proof of use (compare head importance)."
+    )
     state.clamp("explain_fusion", list(FUSIONS))
     fusion = st.radio("Fuse heads by", list(FUSIONS), horizontal=True, key="explain_fusion")
     result = trace_rollout(out.trace, fusion)
@@ -184,15 +187,14 @@ def _needs_model() -> bool:
 
 
 def _patching_tab(out: core.Translation) -> None:
-    with st.expander("How to read this", icon=":material/help:"):
-        st.markdown(
-            "Type the sentence again with **one word replaced** (the same number of pieces). Both sentences are "
-            "run on this translation; the corrupted one makes an output word less likely. Then one site at a time "
-            "is copied from the clean run into the corrupted run, and the map shows how much of the clean word's "
-            "probability that single copy brings back (1 = all of it, 0 = none). A source position that restores "
-            "it carries the word; a head that restores it moves it to the decoder. Heads that share the work each "
-            "restore little alone."
-        )
+    _how_to_read(
+        "Type the sentence again with **one word replaced** (the same number of pieces). Both sentences are "
+        "run on this translation; the corrupted one makes an output word less likely. Then one site at a time "
+        "is copied from the clean run into the corrupted run, and the map shows how much of the clean word's "
+        "probability that single copy brings back (1 = all of it, 0 = none). A source position that restores "
+        "it carries the word; a head that restores it moves it to the decoder. Heads that share the work each "
+        "restore little alone."
+    )
     if state.replay() is not None:
         stored = PatchingResult.from_trace(out.trace)
         if stored is None:
@@ -283,15 +285,14 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
 
 
 def _attribution_tab(out: core.Translation) -> None:
-    with st.expander("How to read this", icon=":material/help:"):
-        st.markdown(
-            "For one output word: **integrated gradients** add up, along a path from “no tokens, positions kept” "
-            "to the real input, how the word's log-probability responds to each source token — they sum to the "
-            "total change (the *delta* says how closely). **Gradient × input** is the same at the input only; it "
-            "vanishes when the model is already certain. Next to them: the word's cross-attention (mean of heads, "
-            "last layer) and rollout. ρ is the rank correlation with integrated gradients: high ρ means the "
-            "attention points where the attribution does — agreement, not proof."
-        )
+    _how_to_read(
+        "For one output word: **integrated gradients** add up, along a path from “no tokens, positions kept” "
+        "to the real input, how the word's log-probability responds to each source token — they sum to the "
+        "total change (the *delta* says how closely). **Gradient × input** is the same at the input only; it "
+        "vanishes when the model is already certain. Next to them: the word's cross-attention (mean of heads, "
+        "last layer) and rollout. ρ is the rank correlation with integrated gradients: high ρ means the "
+        "attention points where the attribution does — agreement, not proof."
+    )
     tokens = out.output_tokens
     replaying = state.replay() is not None
     stored = [t for t in range(len(tokens)) if Attribution.from_trace(out.trace, t) is not None]
@@ -363,6 +364,9 @@ def _attribution_tab(out: core.Translation) -> None:
 
 
 out = common.sentence_bar()
+if out is not None and out.beam_size != 1:  # the analyses explain greedy decoding ("output changes" follows it)
+    st.caption("Beam search is on in the sidebar; this page explains the greedy translation (beam 1).")
+    out = state.current(beam=1)
 if out is not None:
     common.translation_header(out)
     tabs = st.tabs(
