@@ -14,18 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import core
-from viz_app.serve import streamlit_server
+from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 SHORT = [
     "The old man walked slowly to the market this morning.",
     "My sister bought a red bicycle for her young son.",

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from core import CheckpointMeta, ModelConfig, Tokenizer, Transformer, save_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def plotly_array(value) -> np.ndarray:
+    """A Plotly JSON array from a chart's spec: a plain list or the typed {dtype, bdata, shape} form."""
+    if isinstance(value, dict):
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
+    return np.asarray(value, dtype=float)
 
 
 def tiny_config(**overrides) -> ModelConfig:

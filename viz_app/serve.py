@@ -16,6 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
+# Debian's Chromium, as the browser test and the app benchmark drive it (Playwright cannot fetch its own here);
+# without the background-networking flags Chromium keeps dialling out of this closed machine
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 
 
 def free_port() -> int:

@@ -7,7 +7,6 @@ Plotly spec each chart element carries (titles, shapes), everything else through
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import build_tiny_checkpoint
+from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
 
 import core
@@ -60,14 +60,6 @@ def specs(at: AppTest) -> list[dict]:
 
 def titles(at: AppTest) -> list[str]:
     return [s["layout"]["title"]["text"] for s in specs(at)]
-
-
-def array(value) -> np.ndarray:
-    """A Plotly JSON array: a plain list or the typed {dtype, bdata, shape} form."""
-    if isinstance(value, dict):
-        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
-    return np.asarray(value, dtype=float)
 
 
 def texts(at: AppTest) -> str:

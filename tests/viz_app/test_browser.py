@@ -16,21 +16,12 @@ import torch
 from conftest import build_tiny_checkpoint
 
 import core
-from viz_app.serve import streamlit_server
+from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 SENTENCE = "The cat sleeps on the warm chair."
 
 

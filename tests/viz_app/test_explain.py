@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import build_tiny_checkpoint
+from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
 
 from viz_app import figures_explain
@@ -36,14 +36,6 @@ def ok(at: AppTest) -> AppTest:
     assert not at.exception, [e.message for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     return at
-
-
-def array(value) -> np.ndarray:
-    """A Plotly JSON array: a plain list or the typed {dtype, bdata, shape} form."""
-    if isinstance(value, dict):
-        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
-    return np.asarray(value, dtype=float)
 
 
 def titles(at: AppTest) -> list[str]:

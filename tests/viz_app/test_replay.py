@@ -52,9 +52,32 @@ def test_every_page_renders_from_a_reloaded_trace(saved: tuple[Path, core.Transl
         assert original.text.replace(".", "") in shown.replace("\\", "").replace(".", "")
 
 
-def test_a_file_that_is_not_a_trace_is_named_and_nothing_is_lost(tmp_path: Path) -> None:
+def _open(data: bytes) -> None:  # runs inside AppTest.from_function
+    import streamlit as st
+
+    from viz_app import state as s
+
+    st.session_state["text"] = "kept"
+    st.write(f"error: {s.open_trace(data)}")
+    st.write(f"replaying: {s.replay() is not None}; text: {st.session_state['text']}")
+
+
+def test_a_file_that_is_not_a_trace_is_named_and_nothing_is_lost(
+    saved: tuple[Path, core.Translation],
+) -> None:
+    at = AppTest.from_function(_open, args=(b"PK\x03\x04 not really a zip",), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    shown = "\n".join(m.value for m in at.markdown)
+    assert "error: This file is not a trace the lab can open" in shown
+    assert "replaying: False; text: kept" in shown
+    at = AppTest.from_function(_open, args=(saved[0].read_bytes(),), default_timeout=TIMEOUT).run()
+    shown = "\n".join(m.value for m in at.markdown)
+    assert "error: None" in shown and "replaying: True" in shown
+
+
+def test_anything_but_a_translation_in_the_replay_slot_is_ignored() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.session_state["_replay"] = "not a translation"  # anything but a Translation is ignored
+    at.session_state["_replay"] = "not a translation"
     at.run(timeout=TIMEOUT)
     assert not at.exception
     shown = "\n".join([i.value for i in at.info] + [m.value for m in at.markdown])
