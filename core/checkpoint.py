@@ -1,7 +1,8 @@
 """Checkpoint folders: model.safetensors + config.json + tokenizer.model + card.md.
 
 Loading never unpickles anything. Every problem names the file and what is wrong with it.
-Writes go to a temporary folder that is renamed into place, so a crash never leaves half a checkpoint.
+Writes go to a temporary folder, synced to disk, that is renamed into place: a crash never leaves half a
+checkpoint, and one between the two renames of a replacement is undone by the next save or load.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .config import ModelConfig
+from .durable import fsync_path, fsync_tree
 from .errors import CheckpointError
 from .model import Transformer
 from .tokenizer import Tokenizer
 
 WEIGHTS, CONFIG, TOKENIZER, CARD = "model.safetensors", "config.json", "tokenizer.model", "card.md"
+TMP_SUFFIX = ".partial"  # a folder being written; never loaded, removed by the next save
 FORMAT_VERSION = 1
 
 
@@ -56,7 +59,9 @@ def save_checkpoint(
         for k, v in model.state_dict().items()
         if k not in aliases
     }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    recover(directory)
+    _remove_stale_temporaries(directory)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=TMP_SUFFIX, dir=directory.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes 0700 folders; a checkpoint is meant to be shared
     try:
         save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt", "core_format": str(FORMAT_VERSION)})
@@ -75,22 +80,51 @@ def save_checkpoint(
         (tmp / CARD).write_text(card)
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
+        fsync_tree(tmp)  # the bytes are on disk before any rename makes them the checkpoint
         if directory.exists():
-            old = directory.with_name(f".{directory.name}.old")
+            # The swap: directory -> .old, tmp -> directory, drop .old. A crash between the two renames
+            # leaves only .old, which recover() (run by every later save and load) puts back.
+            old = _old(directory)
             shutil.rmtree(old, ignore_errors=True)
             os.replace(directory, old)
+            fsync_path(directory.parent)
             os.replace(tmp, directory)
+            fsync_path(directory.parent)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, directory)
+            fsync_path(directory.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return directory
 
 
+def _old(directory: Path) -> Path:
+    return directory.with_name(f".{directory.name}.old")
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Half-written folders a crashed save left beside ``directory`` (never a finished checkpoint)."""
+    for stale in directory.parent.glob(f".{directory.name}.*{TMP_SUFFIX}"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def recover(directory: str | Path) -> bool:
+    """Undo a save that crashed mid-swap: when ``directory`` is gone but its ``.old`` copy is there, put the
+    copy back. Returns whether it did. Runs before every save and load."""
+    directory = Path(directory)
+    old = _old(directory)
+    if directory.exists() or not (old / CONFIG).is_file():
+        return False
+    os.replace(old, directory)
+    fsync_path(directory.parent)
+    return True
+
+
 def read_config(directory: str | Path) -> dict[str, Any]:
     """Parse and check config.json of a checkpoint folder."""
     directory = Path(directory)
+    recover(directory)
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint folder {directory} does not exist")
     path = directory / CONFIG
@@ -182,10 +216,16 @@ def load_checkpoint(
 
 
 def list_checkpoints(root: str | Path = "checkpoints") -> list[Path]:
-    """Checkpoint folders directly under ``root`` (those with a config.json), sorted by name."""
+    """Checkpoint folders directly under ``root`` (those with a config.json), sorted by name; one whose
+    replacement crashed mid-swap is put back first (see ``recover``)."""
     root = Path(root)
     if not root.is_dir():
         return []
+    for old in root.glob(".*.old"):
+        try:
+            recover(old.with_name(old.name[1 : -len(".old")]))
+        except OSError:
+            pass  # a read-only root: list what is there
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file())
 
 

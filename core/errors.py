@@ -15,3 +15,7 @@ class InputError(LabError, ValueError):
 
 class CheckpointError(LabError):
     """A checkpoint folder is missing a file, or a file is truncated or does not match."""
+
+
+class ResumeError(LabError, ValueError):
+    """A training run's saved state cannot be resumed (unreadable, from another model, or inconsistent)."""

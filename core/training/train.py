@@ -20,11 +20,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm import tqdm
 
 from ..config import ModelConfig
+from ..durable import replace_durably
+from ..errors import ResumeError
 from ..model import Transformer
 from .batching import Batch, collate, token_batches
 
@@ -44,14 +47,24 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # 0 = no limit
     epochs: int = 100
+    save_minutes: float = 1.0  # resume state saved at least this often (wall time), evaluations or not; 0 = only then
     anneal_start: int = 0  # from this step on (0 = never) the schedule's rate is scaled down linearly ...
     anneal_steps: int = 0  # ... reaching 0 after this many steps (a cool-down at the end of a time-boxed run)
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 16 or self.warmup < 1 or self.lr_factor <= 0 or not 0 <= self.label_smoothing < 1:
+        if (
+            self.max_tokens < 16
+            or self.warmup < 1
+            or self.lr_factor <= 0
+            or not 0 <= self.label_smoothing < 1
+            or self.save_minutes < 0
+        ):
             raise ValueError(f"TrainConfig: invalid values {self}")
         if self.anneal_start < 0 or self.anneal_steps < 0 or (self.anneal_start > 0) != (self.anneal_steps > 0):
             raise ValueError(f"TrainConfig: anneal_start and anneal_steps go together (both > 0), got {self}")
+
+
+STATE_KEY = "core_train_state"  # the safetensors metadata entry holding the counters
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -141,6 +154,9 @@ class Trainer:
 
     # ------------------------------------------------------------ resume (no pickle: safetensors + JSON)
     def save_state(self) -> None:
+        """Weights, Adam moments and counters as ONE file (``state.safetensors``, counters in its metadata),
+        written to a temporary name, fsynced and renamed: a crash leaves the previous state or the new one,
+        never a mix. ``state.json`` is a copy of the counters for people; resume never reads it."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         aliases = self.model.tied_aliases()  # once, not once per tensor
         tensors = {
@@ -153,8 +169,6 @@ class Trainer:
                 tensors[f"adam.{i}.exp_avg"] = st["exp_avg"].cpu().contiguous()
                 tensors[f"adam.{i}.exp_avg_sq"] = st["exp_avg_sq"].cpu().contiguous()
                 tensors[f"adam.{i}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1).cpu()
-        tmp = self.run_dir / "state.safetensors.tmp"
-        save_file(tensors, str(tmp))
         meta = {
             "step": self.step,
             "epoch": self.epoch,
@@ -165,19 +179,42 @@ class Trainer:
             "train_config": asdict(self.config),
             "model_config": self.model.config.to_dict(),
         }
-        (self.run_dir / "state.json.tmp").write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, self.run_dir / "state.safetensors")
-        os.replace(self.run_dir / "state.json.tmp", self.run_dir / "state.json")
+        tmp = self.run_dir / "state.safetensors.tmp"
+        save_file(tensors, str(tmp), metadata={STATE_KEY: json.dumps(meta)})
+        replace_durably(tmp, self.run_dir / "state.safetensors")
+        readable = self.run_dir / "state.json.tmp"
+        readable.write_text(json.dumps(meta, indent=1))
+        os.replace(readable, self.run_dir / "state.json")
 
     def load_state(self) -> bool:
-        """Resume from run_dir if a saved state exists and matches this model. Returns whether it resumed."""
-        meta_path, tensor_path = self.run_dir / "state.json", self.run_dir / "state.safetensors"
-        if not (meta_path.is_file() and tensor_path.is_file()):
+        """Resume from run_dir if a saved state exists and matches this model. Returns whether it resumed.
+
+        Raises ResumeError (a ValueError) naming the file when the state is unreadable, from another model,
+        or inconsistent (the optimizer's step count differs from the saved step: resuming would replay
+        batches on the wrong weights)."""
+        tensor_path = self.run_dir / "state.safetensors"
+        if not tensor_path.is_file():
             return False
-        meta = json.loads(meta_path.read_text())
+        try:
+            with safe_open(str(tensor_path), "pt") as f:
+                raw = (f.metadata() or {}).get(STATE_KEY)
+            tensors = load_file(str(tensor_path))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ResumeError(f"{tensor_path}: cannot be read ({exc}); delete it to start this run afresh") from None
+        if raw is None:
+            raise ResumeError(
+                f"{tensor_path}: holds no step counters (written by an older version, whose state was two files "
+                "that a crash could leave out of step); delete it to start this run afresh"
+            )
+        meta = json.loads(raw)
         if meta["model_config"] != self.model.config.to_dict():
-            raise ValueError(f"{meta_path}: saved for a different model config; use another --run-dir")
-        tensors = load_file(str(tensor_path))
+            raise ResumeError(f"{tensor_path}: saved for a different model config; use another --run-dir")
+        steps = {float(v) for k, v in tensors.items() if k.startswith("adam.") and k.endswith(".step")}
+        if steps and steps != {float(meta["step"])}:
+            raise ResumeError(
+                f"{tensor_path}: inconsistent — the counters say step {meta['step']} but the optimizer state is at "
+                f"step(s) {sorted(int(s) for s in steps)}; delete it to start this run afresh"
+            )
         self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
         for i, p in enumerate(self.model.parameters()):
             if f"adam.{i}.exp_avg" in tensors:
@@ -189,6 +226,26 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
         self.best, self.tokens_seen, self.elapsed = meta["best"], meta["tokens_seen"], meta.get("elapsed", 0.0)
         return True
+
+
+def trim_log(log_path: Path, step: int) -> None:
+    """Drop log entries past ``step`` (written after the state a run resumes from, so they are about to be
+    redone): the log then lists every step once."""
+    if not log_path.is_file():
+        return
+    lines = log_path.read_text(encoding="utf-8").splitlines()
+    kept = []
+    for line in lines:
+        try:
+            entry_step = json.loads(line).get("step", 0)
+        except (json.JSONDecodeError, AttributeError):
+            continue  # a line cut off by the crash
+        if entry_step <= step:
+            kept.append(line)
+    if len(kept) != len(lines):
+        tmp = log_path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, log_path)
 
 
 def fit(
@@ -204,7 +261,9 @@ def fit(
     """The training loop. ``make_epoch(epoch)`` returns that epoch's batches (already sharded for this rank).
 
     Every ``eval_every`` steps (and at the end) ``evaluate()`` runs on rank 0; when its ``higher_is_better``
-    metric improves ``on_best`` is called. State is saved after each evaluation so a cut-off loses little.
+    metric improves ``on_best`` is called. State is saved after each evaluation and at least every
+    ``save_minutes`` of wall time, so a cut-off loses at most that much work; log entries past the resumed
+    step are dropped first, so a resumed run's log lists every step once.
     """
     cfg = trainer.config
     start_time = time.perf_counter() - trainer.elapsed
@@ -216,7 +275,10 @@ def fit(
         dynamic_ncols=True,
         desc="train",
     )
+    if log_path and is_main():
+        trim_log(log_path, trainer.step)
     log = open(log_path, "a", encoding="utf-8") if (log_path and is_main()) else None
+    last_save = time.perf_counter()
     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
 
     def out_of_budget() -> bool:
@@ -224,6 +286,13 @@ def fit(
         return bool(
             (cfg.max_steps and trainer.step >= cfg.max_steps) or (cfg.max_minutes and minutes >= cfg.max_minutes)
         )
+
+    def save() -> None:
+        nonlocal last_save
+        trainer.elapsed = time.perf_counter() - start_time
+        if is_main():
+            trainer.save_state()
+        last_save = time.perf_counter()
 
     def run_eval() -> None:
         nonlocal last
@@ -245,8 +314,7 @@ def fit(
                 log.flush()
             bar.write(json.dumps(result))
             last = result
-        if is_main():
-            trainer.save_state()
+        save()
         if dist.is_initialized():
             dist.barrier()
 
@@ -277,6 +345,8 @@ def fit(
                     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
                 if cfg.eval_every and trainer.step % cfg.eval_every == 0:
                     run_eval()
+                elif cfg.save_minutes and time.perf_counter() - last_save >= cfg.save_minutes * 60:
+                    save()  # rank 0 only, no barrier: the other ranks carry on
                 if out_of_budget():
                     break
             else:

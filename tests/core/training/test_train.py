@@ -143,3 +143,74 @@ def test_two_process_ddp_on_cpu(tmp_path):
     results = [json.loads((tmp_path / f"result_rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in results] == [2, 2] and [r["steps"] for r in results] == [8, 8]
     assert results[0]["checksum"] == results[1]["checksum"]  # DDP kept the replicas identical
+
+
+def test_state_is_saved_on_a_time_interval_without_evaluations(tmp_path):
+    """A crash part-way loses at most save_minutes of work, though no evaluation ever ran."""
+
+    def crashing(epoch):
+        return [*_batches(epoch)[:2], None]  # the 3rd "batch" crashes the step, as a kill would stop it
+
+    t = _tiny_trainer(tmp_path, max_steps=20, eval_every=0, save_minutes=1e-9)
+    with pytest.raises(AttributeError):
+        fit(t, crashing, progress=False)
+    resumed = _tiny_trainer(tmp_path, max_steps=20, eval_every=0)
+    assert resumed.load_state() and resumed.step == 2  # saved after every step (interval ~0)
+    never = _tiny_trainer(tmp_path / "never", max_steps=20, eval_every=0, save_minutes=0)
+    with pytest.raises(AttributeError):
+        fit(never, crashing, progress=False)
+    assert not (tmp_path / "never" / "state.safetensors").exists()  # 0 = only at evaluations
+
+
+def test_state_is_one_file_and_an_inconsistent_one_is_refused(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    t = _tiny_trainer(tmp_path, max_steps=4, eval_every=0)
+    fit(t, _batches, progress=False)
+    path = tmp_path / "state.safetensors"
+    (tmp_path / "state.json").unlink()  # the readable copy is not needed to resume
+    assert _tiny_trainer(tmp_path).load_state()
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()["core_train_state"])
+    tensors = load_file(str(path))
+    save_file(tensors, str(path), metadata={"core_train_state": json.dumps({**meta, "step": 2})})
+    with pytest.raises(ValueError, match="inconsistent.*step 2.*optimizer state is at step.*4"):
+        _tiny_trainer(tmp_path).load_state()
+    save_file(tensors, str(path))  # the old two-file format: no counters inside
+    with pytest.raises(ValueError, match="holds no step counters"):
+        _tiny_trainer(tmp_path).load_state()
+    path.write_bytes(b"\0" * 10)
+    with pytest.raises(ValueError, match="cannot be read"):
+        _tiny_trainer(tmp_path).load_state()
+
+
+def test_kill_9_mid_run_loses_little_and_the_log_lists_each_step_once(tmp_path):
+    """`train --task copy` killed hard part-way resumes from a time-interval save, not from step 0."""
+    import signal
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    base = [sys.executable, "-m", "core", "train", "--task", "copy", "--run-dir", str(tmp_path), "--threads", "1"]
+    proc = subprocess.Popen([*base, "--max-steps", "100000", "--save-minutes", "0.005"], cwd=ROOT, env=env)
+    state = tmp_path / "state.json"
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline:
+            if state.is_file() and json.loads(state.read_text())["step"] >= 40:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no state saved within 120 s")
+        time.sleep(0.5)  # let it run past the save, so the log holds entries beyond it
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    saved = json.loads(state.read_text())["step"]
+    assert saved >= 40
+    target = saved + 40
+    done = subprocess.run([*base, "--max-steps", str(target)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == target
+    steps = [json.loads(line)["step"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] > saved  # every logged step once, in order
