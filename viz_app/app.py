@@ -16,7 +16,7 @@ if str(REPO) not in sys.path:  # `streamlit run viz_app/app.py` puts only viz_ap
 import streamlit as st  # noqa: E402
 import torch  # noqa: E402
 
-from viz_app import common, state  # noqa: E402
+from viz_app import common, guard, state  # noqa: E402
 
 # The server's thread count, set here at its entry and nowhere else (loading a model changes nothing global):
 # one sentence at a time is translated per session, and more threads mostly contend on a small machine.
@@ -24,6 +24,15 @@ if torch.get_num_threads() != state.threads():
     torch.set_num_threads(state.threads())
 # the icon ships with the app (a ":material/..." or emoji page icon makes the browser fetch an image from a CDN)
 st.set_page_config(page_title="Transformer Attention Lab", page_icon=str(REPO / "viz_app" / "icon.png"), layout="wide")
+
+# Safe however it was started: loopback, no usage statistics, a local Host name (see viz_app/guard.py). A refused
+# session gets no widget at all, so no message it sends can load anything.
+_refusal = guard.settings_problem(
+    st.get_option("server.address"), bool(st.get_option("browser.gatherUsageStats"))
+) or guard.host_problem(st.context.headers.get("Host"))
+if _refusal:
+    st.error(_refusal, icon=":material/gpp_bad:")
+    st.stop()
 
 PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
     key: st.Page(f"views/{key}.py", title=title, icon=f":material/{icon}:", url_path=key, default=key == "overview")

@@ -37,9 +37,19 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def streamlit_server(
-    root: Path, checkpoint: str, log_path: Path, *, timeout: float = 90.0, extra_env: dict[str, str] | None = None
+    root: Path,
+    checkpoint: str,
+    log_path: Path,
+    *,
+    timeout: float = 90.0,
+    extra_env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    flags: tuple[str, ...] = ("--browser.gatherUsageStats", "false"),
 ) -> Iterator[str]:
     """Yield the base URL of a running app on ``root``/``checkpoint``; stop the server on exit.
+
+    It starts from the repository's root (where ``.streamlit/config.toml`` is read) unless ``cwd`` says
+    otherwise; ``flags`` are extra ``streamlit run`` options.
 
     Raises RuntimeError (naming the log file) if the server does not become healthy in ``timeout`` seconds.
     """
@@ -58,10 +68,9 @@ def streamlit_server(
                 str(port),
                 "--server.headless",
                 "true",
-                "--browser.gatherUsageStats",
-                "false",
+                *flags,
             ],
-            cwd=APP.parents[1],
+            cwd=cwd or APP.parents[1],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,93 @@
+"""The server's promises however it is started: loopback only, no usage statistics, local Host names only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import build_tiny_checkpoint
+
+from viz_app import guard
+from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+
+
+@pytest.mark.parametrize("host", ["localhost:8501", "127.0.0.1:8501", "[::1]:8501", "LOCALHOST", "localhost"])
+def test_local_host_names_pass(host: str) -> None:
+    assert guard.host_problem(host) is None
+
+
+@pytest.mark.parametrize("host", ["evil.example:8501", "evil.example", "127.0.0.1.evil.example:80", "[::2]:8501", ""])
+def test_other_host_names_are_refused(host: str) -> None:
+    assert "Host header is not local" in (guard.host_problem(host) or "")
+
+
+def test_allowed_hosts_extend_the_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_ALLOWED_HOSTS", "lab.example, other.example")
+    assert guard.host_problem("lab.example:8501") is None and guard.host_problem("evil.example") is not None
+
+
+def test_unsafe_settings_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LAB_SERVE_NETWORK", raising=False)
+    assert guard.settings_problem("localhost", False) is None
+    assert "every network interface" in (guard.settings_problem(None, False) or "")
+    assert "'0.0.0.0'" in (guard.settings_problem("0.0.0.0", False) or "")
+    assert "usage statistics" in (guard.settings_problem("127.0.0.1", True) or "")
+    monkeypatch.setenv("LAB_SERVE_NETWORK", "1")  # serving a network on purpose
+    assert guard.settings_problem("0.0.0.0", False) is None
+    assert guard.settings_problem("0.0.0.0", True) is not None  # statistics stay off regardless
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as /proc writes them) of sockets listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+@pytest.mark.browser
+def test_safe_from_any_folder_and_refused_when_made_unsafe_or_reached_under_another_name(tmp_path: Path) -> None:
+    """Real servers: started from viz_app/ and from a folder with no config (both safe: loopback only, the app
+    works), reached under a foreign name as a DNS-rebinding page would (refused), and started with flags that
+    make it listen everywhere with statistics on (refused)."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser)")
+    root = tmp_path / "ckpts"
+    build_tiny_checkpoint(root / "tiny", seed=1)
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc writes them
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.example 127.0.0.1"],
+        )
+        try:
+            for n, cwd in enumerate([REPO / "viz_app", tmp_path]):
+                with streamlit_server(root, "tiny", ARTIFACTS / f"server-guard-{n}.log", cwd=cwd, flags=()) as url:
+                    addresses = _listening_addresses(int(url.rsplit(":", 1)[1]))
+                    assert addresses and addresses <= loopback, (cwd, addresses)
+                    page = browser.new_page()
+                    page.goto(url)
+                    page.get_by_text("Source pieces").first.wait_for(timeout=60_000)  # the app runs
+                    assert page.get_by_text("Collecting usage statistics").count() == 0
+                    if n == 0:
+                        rebound = browser.new_page()
+                        rebound.goto(url.replace("localhost", "evil.example"))
+                        rebound.get_by_text("Host header is not local").wait_for(timeout=60_000)
+                        assert rebound.get_by_text("Source pieces").count() == 0  # nothing ran, no widget
+            unsafe = ("--server.address", "0.0.0.0", "--browser.gatherUsageStats", "true")
+            with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-2.log", cwd=tmp_path, flags=unsafe) as url:
+                page = browser.new_page()
+                page.goto(url)
+                page.get_by_text("without the lab's safe settings").wait_for(timeout=60_000)
+                assert page.get_by_text("'0.0.0.0'").count() == 1 and page.get_by_text("Source pieces").count() == 0
+        finally:
+            browser.close()
