@@ -184,9 +184,9 @@ def no_checkpoint() -> None:
     st.info(HOW_TO_GET_ONE.format(root=state.checkpoint_root()), icon=":material/inventory_2:")
 
 
-def sentence_bar(label: str = "Sentence to translate") -> core.Translation | None:
-    """Text input (Enter translates) with example sentences; returns the cached translation or None.
-    While a saved trace is replayed: its source sentence, and the trace."""
+def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> core.Translation | None:
+    """Text input (Enter translates) with example sentences; returns the cached translation (with q/k/v
+    when ``qkv``) or None. While a saved trace is replayed: its source sentence, and the trace."""
     saved = state.replay()
     if saved is not None:
         st.markdown(f"**{label} (from the saved trace):** {md(saved.source_text) or '—'}")
@@ -206,7 +206,7 @@ def sentence_bar(label: str = "Sentence to translate") -> core.Translation | Non
     right.selectbox(
         "…or pick an example", examples, index=None, key="example", on_change=_example_picked, placeholder="Examples"
     )
-    out = state.current()
+    out = state.current(qkv=qkv)
     if out is not None:
         state.show_notices(out)
     return out

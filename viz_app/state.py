@@ -1,8 +1,9 @@
 """App state: cached model loaders and translations, the query-parameter state, defaults.
 
 The model is loaded once per process (``st.cache_resource`` keyed on the checkpoint path) and
-never mutated: every toggle travels as a frozen ``core.InferenceOptions``. Translations are
-cached on (checkpoint, text, options, beam). Everything a link should restore lives in
+never mutated: every toggle travels as a frozen ``core.InferenceOptions``. Translations and analyses are
+cached on (checkpoint, text, options, beam) in one cache bounded by bytes for all sessions (``viz_app/cache.py``,
+``LAB_CACHE_MB``). Everything a link should restore lives in
 ``st.session_state`` under the keys of ``PARAMS`` and is mirrored into ``st.query_params``.
 """
 
@@ -21,6 +22,7 @@ import core
 from core.analysis import HeadImportance, head_importance
 from core.analysis.attribution import Attribution, attribute
 from core.analysis.patching import PatchingResult, activation_patching
+from viz_app.cache import cached
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES: dict[str, list[str]] = {
@@ -89,25 +91,26 @@ def _options(key: OptionsKey) -> core.InferenceOptions:
     )
 
 
-@st.cache_resource(show_spinner="Translating …", max_entries=64)
-def translate(path: str, text: str, key: OptionsKey, beam: int) -> core.Translation:
-    """Cached ``Bundle.translate`` (long inputs truncated with a notice)."""
-    return load_bundle(path).translate(text, options=_options(key), beam_size=beam, truncate=True)
+@cached("Translating …")
+def translate(path: str, text: str, key: OptionsKey, beam: int, qkv: bool = False) -> core.Translation:
+    """Cached ``Bundle.translate`` (long inputs truncated with a notice). q/k/v are recorded only when asked
+    (the Learn page): they are most of a long trace's bytes and no other page reads them."""
+    return load_bundle(path).translate(text, options=_options(key), beam_size=beam, truncate=True, record_qkv=qkv)
 
 
-@st.cache_resource(show_spinner="Re-running on the same output …", max_entries=32)
+@cached("Re-running on the same output …")
 def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.Translation:
     """Cached teacher-forced pass: same decoder inputs, other options (for like-for-like comparisons)."""
-    return load_bundle(path).teacher_forced(text, target, options=_options(key), truncate=True)
+    return load_bundle(path).teacher_forced(text, target, options=_options(key), truncate=True, record_qkv=False)
 
 
-@st.cache_resource(show_spinner="Translating the batch …", max_entries=16)
+@cached("Translating the batch …")
 def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> tuple[list[str], core.Trace]:
-    """Cached padded batch (``Bundle.translate_batch``), with q/k/v recorded."""
-    return load_bundle(path).translate_batch(list(texts), options=_options(key), truncate=True, record_qkv=True)
+    """Cached padded batch (``Bundle.translate_batch``), without q/k/v (the Masks page reads weights and scores)."""
+    return load_bundle(path).translate_batch(list(texts), options=_options(key), truncate=True, record_qkv=False)
 
 
-@st.cache_resource(show_spinner="Switching every head off, one at a time …", max_entries=16)
+@cached("Switching every head off, one at a time …")
 def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
     """Cached head importance of the current (greedy) translation: each head switched off alone."""
     out = translate(path, text, key, 1)
@@ -117,7 +120,7 @@ def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
     return head_importance(bundle.model, src_ids, out_ids, options=_options(key), fast=bundle.fast)
 
 
-@st.cache_resource(show_spinner="Patching every site from the clean run into the corrupted one …", max_entries=16)
+@cached("Patching every site from the clean run into the corrupted one …")
 def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int | None) -> PatchingResult:
     """Cached activation patching of the current translation against a corrupted source sentence."""
     out = translate(path, text, key, 1)
@@ -134,7 +137,7 @@ def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int 
     )
 
 
-@st.cache_resource(show_spinner="Integrating gradients …", max_entries=32)
+@cached("Integrating gradients …")
 def attribution(path: str, text: str, key: OptionsKey, position: int) -> Attribution:
     """Cached gradient x input and integrated gradients for output token ``position``."""
     out = translate(path, text, key, 1)
@@ -353,7 +356,9 @@ def close_trace() -> None:
     st.session_state.pop(REPLAY, None)
 
 
-def current(beam: int | None = None, opts: core.InferenceOptions | None = None) -> core.Translation | None:
+def current(
+    beam: int | None = None, opts: core.InferenceOptions | None = None, *, qkv: bool = False
+) -> core.Translation | None:
     """The translation of the current sentence with the sidebar options (cached), or None after a message.
 
     While a saved trace is replayed: that trace, or None (with a note) when another run is asked for."""
@@ -373,7 +378,7 @@ def current(beam: int | None = None, opts: core.InferenceOptions | None = None) 
     text = st.session_state.get("text", "")
     beam = int(st.session_state.get("beam", 1)) if beam is None else beam
     key = options_key(opts or options())
-    return guarded(lambda: translate(str(checkpoint_root() / name), text, key, beam))
+    return guarded(lambda: translate(str(checkpoint_root() / name), text, key, beam, qkv))
 
 
 def show_notices(out: core.Translation) -> None:

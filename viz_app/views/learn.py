@@ -28,8 +28,14 @@ def _frame(matrix: np.ndarray, rows: list[str], prefix: str) -> pd.DataFrame:
     return pd.DataFrame(np.round(matrix, DIGITS), index=rows, columns=[f"{prefix}{j}" for j in range(matrix.shape[1])])
 
 
-out = common.sentence_bar()
-if out is not None:
+out = common.sentence_bar(qkv=True)
+if out is not None and "encoder.0.self.q" not in out.trace:  # a saved trace from another page
+    st.info(
+        "This saved trace holds no queries, keys and values (only this page records them, to keep traces "
+        "small); close it in the sidebar to recompute this page with the model.",
+        icon=":material/history:",
+    )
+elif out is not None:
     trace = out.trace
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
@@ -47,7 +53,7 @@ if out is not None:
             "from this position the model "
             f"predicted the next piece, “{common.md(figures.token_text(out.output_tokens[i]))}”."
         )
-    Q, K, V = trace.qkv(kind, layer)  # the app records them for every run (state.translate_batch, Bundle)
+    Q, K, V = trace.qkv(kind, layer)  # recorded for this page's runs (state.translate with qkv=True)
     q, keys, vals = Q[head, i].astype(np.float64), K[head].astype(np.float64), V[head].astype(np.float64)
     d_k = q.shape[0]
     labels = [f"{j} {figures.token_text(t)}" for j, t in enumerate(k_tokens)]
