@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -45,11 +45,13 @@ def streamlit_server(
     extra_env: dict[str, str] | None = None,
     cwd: Path | None = None,
     flags: tuple[str, ...] = ("--browser.gatherUsageStats", "false"),
+    on_start: Callable[[subprocess.Popen], None] | None = None,
 ) -> Iterator[str]:
     """Yield the base URL of a running app on ``root``/``checkpoint``; stop the server on exit.
 
     It starts from the repository's root (where ``.streamlit/config.toml`` is read) unless ``cwd`` says
-    otherwise; ``flags`` are extra ``streamlit run`` options.
+    otherwise; ``flags`` are extra ``streamlit run`` options; ``on_start`` receives the server process (e.g. to
+    watch its memory).
 
     Raises RuntimeError (naming the log file) if the server does not become healthy in ``timeout`` seconds.
     """
@@ -75,6 +77,8 @@ def streamlit_server(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        if on_start is not None:
+            on_start(proc)
         try:
             url = f"http://localhost:{port}"
             deadline = time.time() + timeout
