@@ -12,7 +12,7 @@ import torch
 
 from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig
-from .decoding import beam_search, default_max_len, greedy
+from .decoding import beam_search, default_max_len, greedy, suppress
 from .errors import InputError
 from .fast import FastWeights
 from .model import Transformer
@@ -292,7 +292,7 @@ class Bundle:
         tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
         recorder = Recorder(self.model, qkv=record_qkv)
         logits = self.model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast)  # (1, Tt, V)
-        probs = torch.softmax(logits.float(), dim=-1)  # (1, Tt, V)
+        probs = torch.softmax(suppress(logits.float(), cfg), dim=-1)  # (1, Tt, V)
         top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
         targets = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
         chosen = probs.gather(-1, targets[..., None])[..., 0]  # (1, Tt)
@@ -315,7 +315,7 @@ class Bundle:
         """Teacher-forced pass on a given translation ``tgt_text`` (eos appended)."""
         options = self.check_options(options, top_k=top_k)
         src_ids, notices, cleaned = self._source(src_text, truncate)
-        tgt_ids = self.tokenizer.encode(clean_text(tgt_text))[: self.max_source_tokens] + [self.config.eos_id]
+        tgt_ids = self.tokenizer.encode_target(clean_text(tgt_text))[: self.max_source_tokens] + [self.config.eos_id]
         return self._forced_pass(
             src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=1, notices=notices, forced=True
         )

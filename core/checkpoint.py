@@ -1,5 +1,7 @@
 """Checkpoint folders: model.safetensors + config.json + tokenizer.model + card.md.
 
+(A Marian vocabulary replaces tokenizer.model with source.spm + target.spm + vocab.json: ``open_tokenizer``.)
+
 Loading never unpickles anything. Every problem names the file and what is wrong with it.
 Writes go to a temporary folder, synced to disk, that is renamed into place: a crash never leaves half a
 checkpoint, and one between the two renames of a replacement is undone by the next save or load.
@@ -23,7 +25,7 @@ from .config import ModelConfig
 from .durable import fsync_path, fsync_tree
 from .errors import CheckpointError
 from .model import Transformer
-from .tokenizer import Tokenizer
+from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, read_vocab
 
 WEIGHTS, CONFIG, TOKENIZER, CARD = "model.safetensors", "config.json", "tokenizer.model", "card.md"
 TMP_SUFFIX = ".partial"  # a folder being written; never loaded, removed by the next save
@@ -147,6 +149,55 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     return data
 
 
+def _tokenizer_file(directory: Path, name: Any, field: str) -> Path:
+    """The file ``name`` that config.json's ``field`` names: a plain file name inside the checkpoint folder."""
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or Path(name).name != name:
+        raise CheckpointError(
+            f"{directory / CONFIG}: {field} must name a file inside the checkpoint folder (e.g. "
+            f"'{TOKENIZER}'), got {name!r}"
+        )
+    path = directory / name
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing — the tokenizer's files must sit in the checkpoint folder")
+    return path
+
+
+def _sentencepiece(path: Path) -> Tokenizer:
+    """The SentencePiece model at ``path``; CheckpointError naming it when it is not one."""
+    try:
+        return Tokenizer(path)
+    except Exception as exc:  # sentencepiece raises RuntimeError/OSError with C++ text
+        raise CheckpointError(f"{path}: not a readable SentencePiece model ({exc})") from None
+
+
+def open_tokenizer(directory: str | Path, spec: Any = TOKENIZER) -> Tokenizer:
+    """The tokenizer config.json's ``tokenizer`` names: a file name (one SentencePiece model, e.g.
+    'tokenizer.model'), or ``{"type": "marian-vocab", "source": ..., "target": ..., "vocab": ...}`` (a Marian
+    vocabulary: ``MarianVocabTokenizer``). Every file must sit in the folder; CheckpointError names what is wrong."""
+    directory = Path(directory)
+    if not isinstance(spec, dict):
+        return _sentencepiece(_tokenizer_file(directory, spec, "'tokenizer'"))
+    where = f"{directory / CONFIG}: 'tokenizer'"
+    if spec.get("type") != MARIAN_VOCAB:
+        raise CheckpointError(
+            f"{where} has type {spec.get('type')!r}; the one kind of tokenizer table is {MARIAN_VOCAB!r}"
+        )
+    files = {
+        key: _tokenizer_file(directory, spec.get(key), f"'tokenizer.{key}'") for key in ("source", "target", "vocab")
+    }
+    pieces = {}
+    for key in ("unk_piece", "eos_piece", "pad_piece"):
+        if not isinstance(spec.get(key), str) or not spec[key]:
+            raise CheckpointError(f"{where}.{key} must be a piece (e.g. '<unk>'), got {spec.get(key)!r}")
+        pieces[key] = spec[key]
+    _sentencepiece(files["source"])
+    _sentencepiece(files["target"])
+    try:
+        return MarianVocabTokenizer(files["source"], files["target"], read_vocab(files["vocab"]), **pieces)
+    except ValueError as exc:
+        raise CheckpointError(f"{files['vocab']}: {exc}") from None
+
+
 def load_checkpoint(
     directory: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[Transformer, Tokenizer, dict[str, Any]]:
@@ -154,19 +205,9 @@ def load_checkpoint(
     directory = Path(directory)
     data = read_config(directory)
     config = ModelConfig.from_dict(data["model"])
-    name = data.get("tokenizer", TOKENIZER)
-    if not isinstance(name, str) or not name or Path(name).is_absolute() or Path(name).name != name:
-        raise CheckpointError(
-            f"{directory / CONFIG}: 'tokenizer' must name a file inside the checkpoint folder (e.g. "
-            f"'{TOKENIZER}'), got {name!r}"
-        )
-    tok_path = directory / name
-    if not tok_path.is_file():
-        raise CheckpointError(f"{tok_path}: missing — the SentencePiece model must sit in the checkpoint folder")
-    try:
-        tokenizer = Tokenizer(tok_path)
-    except Exception as exc:  # sentencepiece raises RuntimeError/OSError with C++ text
-        raise CheckpointError(f"{tok_path}: not a readable SentencePiece model ({exc})") from None
+    tokenizer = open_tokenizer(directory, data.get("tokenizer", TOKENIZER))
+    # the file that sets the ids: the SentencePiece model, or a Marian vocabulary's piece -> id map
+    tok_path = directory / data["tokenizer"]["vocab"] if isinstance(tokenizer, MarianVocabTokenizer) else tokenizer.path
     vocab = min(config.src_vocab_size, config.tgt_vocab_size)
     if tokenizer.vocab_size > vocab:
         raise CheckpointError(

@@ -27,8 +27,8 @@ class ModelConfig:
     """Shape and variant of an encoder-decoder Transformer.
 
     The defaults are the paper's base architecture scaled down; the variant fields
-    (``pe_layout``, ``decoder_self``, ``output_bias``, ``start``) let imported
-    production models (Marian/Bergamot) run on the same code.
+    (``activation``, ``pe_layout``, ``scale_embedding``, ``decoder_self``, ``output_bias``, ``start``,
+    ``suppress_ids``) let imported production models (Marian/Bergamot, Hugging Face Marian) run on the same code.
     """
 
     src_vocab_size: int
@@ -39,12 +39,15 @@ class ModelConfig:
     n_decoder_layers: int = 3
     d_ff: int = 1024
     dropout: float = 0.1
-    activation: Literal["relu", "gelu"] = "relu"
+    activation: Literal["relu", "gelu", "swish"] = "relu"  # swish = SiLU, x * sigmoid(x) (Marian's default)
     norm: Literal["post", "pre"] = "post"
     norm_eps: float = 1e-5
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
-    pe_layout: Literal["interleaved", "concatenated"] = "interleaved"
+    # interleaved: the paper's; concatenated: sines then cosines, tensor2tensor / Marian C++ frequencies;
+    # concatenated_hf: sines then cosines at the paper's frequencies (Hugging Face's MarianMTModel). core.positional
+    pe_layout: Literal["interleaved", "concatenated", "concatenated_hf"] = "interleaved"
     max_positions: int = 1024
+    scale_embedding: bool = True  # token embeddings times sqrt(d_model) before the positions are added
     share_embeddings: bool = True  # source and target embeddings are one matrix
     tie_output: bool = True  # output projection = target embedding (transposed)
     output_bias: bool = False
@@ -54,6 +57,7 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    suppress_ids: tuple[int, ...] = ()  # target ids decoding never chooses (e.g. Marian's <pad>, the start token)
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -74,6 +78,16 @@ class ModelConfig:
                 and 1 <= getattr(self, name) <= LIMITS[name],
                 f"{name} must be a whole number from 1 to {LIMITS[name]}, got {getattr(self, name)!r}",
             )
+        need(
+            isinstance(self.scale_embedding, bool),
+            f"scale_embedding must be true or false, got {self.scale_embedding!r}",
+        )
+        need(
+            isinstance(self.suppress_ids, (tuple, list))
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in self.suppress_ids),
+            f"suppress_ids must be a list of token ids, got {self.suppress_ids!r}",
+        )
+        object.__setattr__(self, "suppress_ids", tuple(sorted(set(self.suppress_ids))))  # JSON gives a list
         need(isinstance(self.dropout, (int, float)), f"dropout must be a number, got {self.dropout!r}")
         need(isinstance(self.norm_eps, (int, float)), f"norm_eps must be a number, got {self.norm_eps!r}")
         for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
@@ -86,10 +100,10 @@ class ModelConfig:
         need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.norm_eps > 0, f"norm_eps must be > 0, got {self.norm_eps}")
         choices = {
-            "activation": ("relu", "gelu"),
+            "activation": ("relu", "gelu", "swish"),
             "norm": ("post", "pre"),
             "positional": ("sinusoidal", "learned"),
-            "pe_layout": ("interleaved", "concatenated"),
+            "pe_layout": ("interleaved", "concatenated", "concatenated_hf"),
             "decoder_self": ("attention", "ssru"),
             "start": ("bos", "zeros"),
         }
@@ -104,13 +118,19 @@ class ModelConfig:
             need(
                 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size), f"{name}={value} is outside the vocabulary"
             )
+        for value in self.suppress_ids:
+            need(0 <= value < self.tgt_vocab_size, f"suppress_ids: {value} is outside the target vocabulary")
+        need(self.eos_id not in self.suppress_ids, f"suppress_ids holds eos_id {self.eos_id}: decoding could not stop")
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as JSON has them (lists, not tuples), so a dict read back from a file compares equal."""
+        data = asdict(self)
+        data["suppress_ids"] = list(self.suppress_ids)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

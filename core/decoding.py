@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .config import InferenceOptions
+from .config import InferenceOptions, ModelConfig
 from .fast import FastWeights
 from .layers import DecoderState
 from .model import Transformer
@@ -46,6 +46,15 @@ class DecodeResult:
 
 def default_max_len(src_len: int, cap: int = 256) -> int:
     return min(cap, 2 * src_len + 10)
+
+
+def suppress(logits: Tensor, config: ModelConfig) -> Tensor:
+    """logits (..., V) with the ids decoding never chooses (``config.suppress_ids``, e.g. Marian's <pad>) at -inf;
+    ``logits`` itself when there are none."""
+    if not config.suppress_ids:
+        return logits
+    index = torch.tensor(config.suppress_ids, device=logits.device)
+    return logits.index_fill(-1, index, float("-inf"))
 
 
 @torch.no_grad()
@@ -88,7 +97,7 @@ def iter_greedy(
             logits = model.decode(tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast)[
                 :, -1
             ]  # (B, V)
-        probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
+        probs = torch.softmax(suppress(logits.float(), cfg), dim=-1)  # (B, V)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         next_ids = top_ids[:, 0].masked_fill(finished, cfg.eos_id)  # (B,)
         if recorder is not None:
@@ -182,7 +191,7 @@ def beam_search(
             logits = model.decode(tokens[:, -1:], mem, keep, options=options, state=state, fast=fast)[:, -1]
         else:
             logits = model.decode(tokens, mem, keep, options=options, fast=fast)[:, -1]  # (beams, V)
-        logp = torch.log_softmax(logits.float(), dim=-1) + scores[:, None]  # (beams, V)
+        logp = torch.log_softmax(suppress(logits.float(), cfg), dim=-1) + scores[:, None]  # (beams, V)
         V = logp.shape[-1]
         top_scores, flat = logp.view(-1).topk(beam_size)  # (k,)
         origin, ids = flat // V, flat % V

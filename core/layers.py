@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 Norm = tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
 L = TypeVar("L", bound=nn.Module)
+# The feed-forward activations ModelConfig.activation names (swish = SiLU, x * sigmoid(x)).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
 
 class LayerStack(nn.ModuleList, Generic[L]):
@@ -39,7 +41,7 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation: Callable[[Tensor], Tensor] = F.relu if activation == "relu" else F.gelu
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor, lin: LinearFn = F.linear) -> Tensor:
         h = self.activation(lin(x, self.linear1.weight, self.linear1.bias))  # (B, T, d_ff)

@@ -52,6 +52,7 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if final_norm else nn.Identity()
         self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self._init_weights()
         if cfg.tie_output:
             self.output.weight = self.tgt_embed.weight
@@ -103,10 +104,13 @@ class Transformer(nn.Module):
         offset: int = 0,
         recorder: Recorder | None = None,
     ) -> Tensor:
-        """tokens (B, T) at positions [offset, offset + T) -> (B, T, D): embedding * sqrt(D) + positional
-        encoding (zeros when off). The result is the site 'embed.src' / 'embed.tgt'."""
+        """tokens (B, T) at positions [offset, offset + T) -> (B, T, D): embedding * sqrt(D) (unscaled when the config
+        says ``scale_embedding=False``) + positional encoding (zeros when off). The result is the site 'embed.src' /
+        'embed.tgt'."""
         table = self.src_embed if side == "src" else self.tgt_embed
-        x = table(tokens) * math.sqrt(self.config.d_model)  # (B, T, D)
+        x = table(tokens)  # (B, T, D)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         if side == "tgt" and offset == 0 and self.config.start == "zeros":
             x = torch.cat([torch.zeros_like(x[:, :1]), x[:, 1:]], dim=1)  # first input is a zero vector
         T = tokens.shape[1]

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attend, flat_kv
 from .fast import FastWeights, Linear
-from .layers import Norm, norm_of, sublayer_input, sublayer_output
+from .layers import ACTIVATIONS, Norm, norm_of, sublayer_input, sublayer_output
 from .sites import attention_site, layer_site
 
 if TYPE_CHECKING:
@@ -96,7 +95,7 @@ def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | No
         bind(model.output),
         norm_of(final) if final is not None else None,
         cfg.norm == "pre",
-        torch.relu if cfg.activation == "relu" else F.gelu,
+        ACTIVATIONS[cfg.activation],
         cfg.n_heads,
         cfg.d_model,
         model.output.weight.new_zeros(1, 1, 1),

@@ -1,4 +1,4 @@
-"""Positional encodings: the paper's sinusoids (two layouts) and learned positions (table row E)."""
+"""Positional encodings: the paper's sinusoids (three layouts) and learned positions (table row E)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved"
     """(n_positions, d_model) float32 table.
 
     ``interleaved`` (the paper): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).
-    ``concatenated`` (tensor2tensor / Marian): the d/2 sines then the d/2 cosines, with
+    ``concatenated`` (tensor2tensor / Marian C++): the d/2 sines then the d/2 cosines, with
     frequencies exp(-i * ln(10000) / (d/2 - 1)), i = 0 .. d/2-1.
+    ``concatenated_hf`` (Hugging Face's MarianMTModel, ``MarianSinusoidalPositionalEmbedding``): the d/2 sines then
+    the d/2 cosines at the paper's frequencies 1 / 10000^(2i/d) — not quite Marian C++'s.
     """
     pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
     half = d_model // 2
@@ -23,6 +25,9 @@ def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved"
         table = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(
             n_positions, d_model
         )  # (P, d/2, 2) -> (P, d)
+    elif layout == "concatenated_hf":
+        angle = pos / torch.pow(10000.0, 2 * i / d_model)  # (P, d/2)
+        table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)  # (P, d)
     elif layout == "concatenated":
         inv = torch.exp(-i * math.log(10000.0) / max(half - 1, 1))  # (1, d/2)
         angle = pos * inv  # (P, d/2)

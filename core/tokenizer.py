@@ -1,11 +1,16 @@
-"""A thin wrapper around one SentencePiece model shared by source and target."""
+"""Text <-> ids: one SentencePiece model shared by source and target (``Tokenizer``), or a Marian vocabulary as
+Hugging Face's Marian folders hold it — a SentencePiece model per side and one piece -> id map
+(``MarianVocabTokenizer``). A checkpoint's config.json says which (``core.checkpoint``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import sentencepiece as spm
+
+SPACE = "\u2581"  # SentencePiece's word-start mark
 
 
 class Tokenizer:
@@ -33,6 +38,10 @@ class Tokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [list(x) for x in self.sp.encode(texts, out_type=int)]
+
+    def encode_target(self, text: str) -> list[int]:
+        """Target-language text (a reference translation) -> ids; the same model as the source here."""
+        return self.encode(text)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.sp.decode([int(i) for i in ids])
@@ -76,3 +85,102 @@ class Tokenizer:
             hard_vocab_limit=False,
         )
         return prefix.with_suffix(".model")
+
+
+def read_vocab(path: str | Path) -> dict[str, int]:
+    """A Marian ``vocab.json``: piece -> id. Raises ValueError saying what is wrong with it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError("must be a non-empty JSON object mapping pieces to ids")
+    for piece, index in data.items():
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError(f"piece {piece!r} has id {index!r}; ids are whole numbers >= 0")
+    return data
+
+
+class MarianVocabTokenizer(Tokenizer):
+    """A Marian vocabulary the way Hugging Face's ``MarianTokenizer`` reads a folder: source text through one
+    SentencePiece model, target text through another, and the pieces of both through ONE piece -> id map
+    (``vocab.json``). The ids are the map's (the SentencePiece models' own ids are never used); a piece the map
+    lacks is ``unk``. A leading language code such as ``>>fra<<`` (multilingual Opus-MT models) is a token of its
+    own. ``decode`` drops eos, pad and unk, as ``MarianTokenizer.decode(ids, skip_special_tokens=True)`` does.
+    """
+
+    def __init__(
+        self,
+        source_model: str | Path,
+        target_model: str | Path,
+        vocab: Mapping[str, int],
+        *,
+        unk_piece: str = "<unk>",
+        eos_piece: str = "</s>",
+        pad_piece: str = "<pad>",
+    ) -> None:
+        super().__init__(source_model)  # self.sp: the source side's model
+        self.target_path = Path(target_model)
+        self.target_sp = spm.SentencePieceProcessor(model_file=str(self.target_path))
+        for what, piece in (("unk", unk_piece), ("eos", eos_piece)):
+            if piece not in vocab:
+                raise ValueError(f"the vocabulary has no {what} piece {piece!r}")
+        self.vocab = dict(vocab)
+        self.piece_of = {index: piece for piece, index in self.vocab.items()}  # a shared id keeps its last piece
+        self.unk_piece, self.eos_piece, self.pad_piece = unk_piece, eos_piece, pad_piece
+        self.unk_id, self.eos_id = self.vocab[unk_piece], self.vocab[eos_piece]
+        self.pad_id = self.vocab.get(pad_piece, -1)
+        self._not_text = {self.eos_id, self.pad_id, self.unk_id}
+
+    @property
+    def vocab_size(self) -> int:
+        """One more than the largest id (the ids a model needs rows for)."""
+        return max(self.vocab.values()) + 1
+
+    def special_ids(self) -> dict[str, int]:
+        return {"pad_id": self.pad_id, "bos_id": -1, "eos_id": self.eos_id, "unk_id": self.unk_id}
+
+    def _ids(self, sp: spm.SentencePieceProcessor, text: str) -> list[int]:
+        code: list[str] = []
+        end = text.find("<<") if text.startswith(">>") else -1
+        if end != -1:  # '>>fra<< text': the code is one token (transformers' MarianTokenizer.remove_language_code)
+            code, text = [text[: end + 2]], text[end + 2 :]
+        return [self.vocab.get(piece, self.unk_id) for piece in code + sp.encode(text, out_type=str)]
+
+    def encode(self, text: str) -> list[int]:
+        return self._ids(self.sp, text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(text) for text in texts]
+
+    def encode_target(self, text: str) -> list[int]:
+        return self._ids(self.target_sp, text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Target ids -> text through the target model's pieces (special ids dropped)."""
+        pieces = [self.piece(i) for i in ids if int(i) not in self._not_text]
+        return self.target_sp.decode_pieces(pieces).replace(SPACE, " ").strip()
+
+    def piece(self, token_id: int) -> str:
+        return self.piece_of.get(int(token_id), self.unk_piece)
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.piece(i) for i in ids]
+
+    def is_unknown(self, token_id: int) -> bool:
+        return int(token_id) == self.unk_id
+
+    def spec(self, *, source: str, target: str, vocab: str) -> dict[str, str]:
+        """What a checkpoint's config.json says about this tokenizer, given the file names in the folder."""
+        return {
+            "type": MARIAN_VOCAB,
+            "source": source,
+            "target": target,
+            "vocab": vocab,
+            "unk_piece": self.unk_piece,
+            "eos_piece": self.eos_piece,
+            "pad_piece": self.pad_piece,
+        }
+
+
+MARIAN_VOCAB = "marian-vocab"  # config.json's {"tokenizer": {"type": ...}} for a MarianVocabTokenizer
