@@ -1,0 +1,109 @@
+"""Head statistics over the built-in sentences and alignment scores on gold data, for a loaded checkpoint.
+
+The set statistics take a while (a few hundred translations), so they are computed once per checkpoint and
+kept on disk in a user cache (``$LAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attention-lab``, else
+``~/.cache/attention-lab``) under a digest of the weights: changed weights never reuse old figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..model import Transformer
+from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
+from .heads import HeadStatistics, sentence_statistics, total
+from .sentences import builtin_sentences
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
+
+STATS_VERSION = 1  # bump when the statistics change meaning: old cache entries are then ignored
+GOLD_DIR = Path(__file__).resolve().parents[2] / "tests" / "data"  # hand-aligned pairs (align_<src>_<tgt>.tsv)
+
+
+def weights_digest(model: Transformer) -> str:
+    """A digest of every weight's bytes and the model's shape (16 hex digits)."""
+    h = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True).encode())
+    with torch.no_grad():
+        for name, tensor in sorted(model.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("LAB_CACHE_DIR") or (
+        str(Path(os.environ["XDG_CACHE_HOME"]) / "attention-lab")
+        if os.environ.get("XDG_CACHE_HOME")
+        else str(Path.home() / ".cache" / "attention-lab")
+    )
+    return Path(base)
+
+
+def set_statistics(bundle: Bundle, sentences: list[str]) -> HeadStatistics:
+    """Statistics summed over the greedy translations of ``sentences`` (as trained)."""
+    return total(sentence_statistics(bundle.translate(s, truncate=True, record_qkv=False).trace) for s in sentences)
+
+
+def builtin_statistics(bundle: Bundle, *, use_cache: bool = True) -> tuple[HeadStatistics, str]:
+    """(statistics over the built-in sentences, language of those sentences), from the disk cache when there."""
+    sentences, language = builtin_sentences(bundle.languages[0])
+    path = cache_dir() / f"head-stats-v{STATS_VERSION}-{weights_digest(bundle.model)}-{len(sentences)}.json"
+    if use_cache and path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return HeadStatistics.from_dict(data["stats"]), str(data["language"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache entry is recomputed
+    stats = set_statistics(bundle, sentences)
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"language": language, "stats": stats.to_dict()}, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: the figures are still returned
+    return stats, language
+
+
+# ----------------------------------------------------------------------------- gold alignments
+def gold_pairs(source: str, target: str, directory: Path = GOLD_DIR) -> list[GoldPair] | None:
+    """Hand-aligned pairs for this language direction: ``align_<src>_<tgt>.tsv``, or the reverse file with
+    its sides and links swapped; None when there is neither."""
+    direct, reverse = directory / f"align_{source}_{target}.tsv", directory / f"align_{target}_{source}.tsv"
+    if direct.is_file():
+        return read_gold(direct)
+    if reverse.is_file():
+        return [
+            GoldPair(
+                g.target,
+                g.source,
+                frozenset((j, i) for i, j in g.sure),
+                frozenset((j, i) for i, j in g.possible),
+            )
+            for g in read_gold(reverse)
+        ]
+    return None
+
+
+def alignment_scores(bundle: Bundle, gold: list[GoldPair]) -> AlignmentScores:
+    """Every cross head scored on ``gold``: each pair's target is fed through the model (teacher forcing), so
+    the links are read off the attention the model has on exactly those words."""
+    maps, src_pieces, out_pieces = [], [], []
+    for g in gold:
+        trace = bundle.teacher_forced(g.source, g.target, record_qkv=False).trace
+        n_layers = trace.n_layers["cross"]
+        maps.append(np.stack([trace.attention("cross", layer) for layer in range(n_layers)]))  # (L, H, Tq, Tk)
+        src_pieces.append(trace.src_tokens)
+        out_pieces.append(trace.output_tokens)
+    return score_heads(maps, src_pieces, out_pieces, gold)
