@@ -18,6 +18,7 @@ EXTERNAL = {
     "publish": "core.training.publish",
     "distill": "core.distill.student",
     "explain": "core.analysis.commands",
+    "heads": "core.analysis.head_commands",
 }
 
 

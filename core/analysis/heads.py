@@ -49,7 +49,7 @@ LABEL_RULES: tuple[tuple[str, str, float, tuple[str, ...]], ...] = (
     ("punctuation", "punctuation", 0.5, ("encoder", "decoder", "cross")),
     ("broad/uniform", "entropy", 0.85, ("encoder", "decoder", "cross")),
 )
-ALIGNMENT_AER = 0.5  # a cross head whose alignment error rate on gold data is at most this is an alignment head
+ALIGNMENT_AER = 0.3  # a cross head whose alignment error rate on gold data is at most this is an alignment head
 
 
 def is_punctuation(piece: str) -> bool:

@@ -77,9 +77,10 @@ def builtin_statistics(bundle: Bundle, *, use_cache: bool = True) -> tuple[HeadS
 
 
 # ----------------------------------------------------------------------------- gold alignments
-def gold_pairs(source: str, target: str, directory: Path = GOLD_DIR) -> list[GoldPair] | None:
+def gold_pairs(source: str, target: str, directory: Path | None = None) -> list[GoldPair] | None:
     """Hand-aligned pairs for this language direction: ``align_<src>_<tgt>.tsv``, or the reverse file with
     its sides and links swapped; None when there is neither."""
+    directory = directory or GOLD_DIR
     direct, reverse = directory / f"align_{source}_{target}.tsv", directory / f"align_{target}_{source}.tsv"
     if direct.is_file():
         return read_gold(direct)
