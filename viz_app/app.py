@@ -43,6 +43,7 @@ PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
         ("positional", "Positional encoding", "waves"),
         ("steps", "Step-by-step decoding", "play_circle"),
         ("explain", "Why this word?", "psychology_alt"),
+        ("heads", "What does each head do?", "category"),
         ("learn", "Learn: attention by hand", "calculate"),
     ]
 }

@@ -123,6 +123,13 @@ def shared() -> ByteBudgetCache:
     return ByteBudgetCache(budget_bytes())
 
 
+def peek(fn: Callable[..., R], *args: Any) -> R | None:
+    """What ``fn(*args)`` (a ``cached`` function) returned before, without computing it; None if not cached."""
+    key = (getattr(fn, "__qualname__", ""), args, ())
+    entry = shared()._entries.get(key)
+    return None if entry is None else entry[0]
+
+
 def cached(spinner: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Cache a function's results in the shared budget, keyed on its name and (hashable) arguments; shows
     ``spinner`` while computing. Exceptions are not cached."""

@@ -240,16 +240,32 @@ def kind_picker(kinds: Sequence[str], key: str = "kind") -> str:
     return st.radio("Attention", list(kinds), key=key, horizontal=True, format_func=lambda k: state.KINDS[k])
 
 
-def layer_head_pickers(n_layers: int, n_heads: int, with_head: bool = True) -> tuple[int, int]:
-    """Layer and head selects (1-based labels, 0-based values)."""
+def layer_head_pickers(n_layers: int, n_heads: int, with_head: bool = True, kind: str | None = None) -> tuple[int, int]:
+    """Layer and head selects (1-based labels, 0-based values). With ``kind``, each head's option carries its
+    labels from "What does each head do?" once that page has measured the checkpoint."""
     state.clamp("layer", list(range(n_layers)))
     state.clamp("head", list(range(n_heads)))
     cols = st.columns(2)
     layer = cols[0].selectbox("Layer", list(range(n_layers)), key="layer", format_func=lambda i: f"Layer {i + 1}")
+    labels = head_labels(kind) if kind else {}
     head = cols[1].selectbox(
-        "Head", list(range(n_heads)), key="head", format_func=lambda i: f"Head {i + 1}", disabled=not with_head
+        "Head",
+        list(range(n_heads)),
+        key="head",
+        format_func=lambda i: f"Head {i + 1}" + (f" · {', '.join(labels[(layer, i)])}" if (layer, i) in labels else ""),
+        disabled=not with_head,
     )
     return int(layer), int(head)
+
+
+def head_labels(kind: str) -> dict[tuple[int, int], list[str]]:
+    """(layer, head) -> labels of the current checkpoint's ``kind`` heads, if already measured (never computes)."""
+    if state.replay() is not None or state.selected() is None:
+        return {}
+    try:
+        return state.known_labels(state.ckpt_path(), kind)
+    except core.LabError:
+        return {}
 
 
 def chart(fig: go.Figure, name: str, **kwargs: Any) -> Any:

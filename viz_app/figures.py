@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -221,6 +221,7 @@ def attention_grid(
     selected: tuple[int, int] | None = None,
     diverging: bool = False,
     cell: int = 120,
+    head_labels: Mapping[tuple[int, int], str] | None = None,
 ) -> go.Figure:
     """Every layer × head as small heatmaps in one figure: one subplot row per layer ('L1' …), the
     heads side by side in it ('H1' …), separated by a blank column.
@@ -228,7 +229,8 @@ def attention_grid(
     ``maps[layer]`` is (H, Tq, Tk). One trace per layer (far fewer subplots for the browser to
     draw than one per head); hovering names layer, head, query and key. One shared colour scale:
     0..max for weights, or symmetric around 0 with ``diverging`` (differences). ``ablated``
-    heads are marked 'off'; ``selected`` (layer, head) is outlined.
+    heads are marked 'off'; ``selected`` (layer, head) is outlined; ``head_labels`` (layer, head) -> text is
+    written small under each labelled head's square (what "What does each head do?" found).
     """
     n_layers, (n_heads, n_q, n_k) = len(maps), maps[0].shape
     width = n_k + 1  # one blank column between heads
@@ -309,6 +311,20 @@ def attention_grid(
                 )
             if selected == (l, h):
                 shapes.append(dict(type="rect", line=dict(color="#e4572e", width=3), **box))
+            if head_labels and (l, h) in head_labels:
+                notes.append(
+                    dict(
+                        text=html.escape(head_labels[(l, h)]),
+                        x=h * width + (n_k - 1) / 2,
+                        y=n_q - 0.5,
+                        xref=f"x{i}",
+                        yref=f"y{i}",
+                        yanchor="top",
+                        showarrow=False,
+                        font=dict(size=9, color="#444"),
+                        name=f"label L{l + 1} H{h + 1}",
+                    )
+                )
     layout.update(annotations=notes, shapes=shapes)
     return go.Figure(data=data, layout=layout)
 

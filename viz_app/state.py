@@ -20,9 +20,12 @@ import streamlit as st
 
 import core
 from core.analysis import HeadImportance, head_importance
+from core.analysis.alignment import AlignmentScores
 from core.analysis.attribution import Attribution, attribute
+from core.analysis.heads import HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
-from viz_app.cache import cached
+from core.analysis.survey import alignment_scores, builtin_statistics, cached_builtin_statistics, gold_pairs
+from viz_app.cache import cached, peek
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES: dict[str, list[str]] = {
@@ -150,6 +153,38 @@ def attribution(path: str, text: str, key: OptionsKey, position: int) -> Attribu
         options=_options(key),
         fast=bundle.fast,
     )
+
+
+@cached("Measuring every head on the built-in sentences (once per checkpoint; kept on disk) …")
+def head_survey(path: str) -> tuple[HeadStatistics, str]:
+    """Head statistics over the built-in sentences of the checkpoint's source language, and that language."""
+    return builtin_statistics(load_bundle(path))
+
+
+@cached("Scoring every cross-attention head on the hand-aligned sentences …")
+def alignment(path: str) -> AlignmentScores | None:
+    """Every cross head's AER on the shipped gold pairs of the checkpoint's languages (None: no gold data)."""
+    bundle = load_bundle(path)
+    gold = gold_pairs(*bundle.languages)
+    return alignment_scores(bundle, gold) if gold else None
+
+
+def known_labels(path: str, kind: str) -> dict[tuple[int, int], list[str]]:
+    """(layer, head) -> labels of ``kind``'s heads, from figures already computed (on disk or in the cache);
+    empty until "What does each head do?" has measured this checkpoint. Never computes anything."""
+    bundle = load_bundle(path)
+    found = peek(head_survey, path) or cached_builtin_statistics(bundle)
+    if found is None:
+        return {}
+    stats = found[0]
+    scores = peek(alignment, path)
+    if scores is not None:
+        stats = stats.with_alignment(scores.head_aer)
+    out: dict[tuple[int, int], list[str]] = {}
+    for x in stats.labels():
+        if x.kind == kind:
+            out.setdefault((x.layer, x.head), []).append(x.label)
+    return out
 
 
 # ----------------------------------------------------------------------------- query-parameter state

@@ -53,16 +53,30 @@ def set_statistics(bundle: Bundle, sentences: list[str]) -> HeadStatistics:
     return total(sentence_statistics(bundle.translate(s, truncate=True, record_qkv=False).trace) for s in sentences)
 
 
+def _cache_file(bundle: Bundle, n: int) -> Path:
+    return cache_dir() / f"head-stats-v{STATS_VERSION}-{weights_digest(bundle.model)}-{n}.json"
+
+
+def cached_builtin_statistics(bundle: Bundle) -> tuple[HeadStatistics, str] | None:
+    """The built-in set's statistics if they are on disk already (never computes); None otherwise."""
+    sentences, _ = builtin_sentences(bundle.languages[0])
+    path = _cache_file(bundle, len(sentences))
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return HeadStatistics.from_dict(data["stats"]), str(data["language"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a damaged cache entry: recomputed by builtin_statistics
+
+
 def builtin_statistics(bundle: Bundle, *, use_cache: bool = True) -> tuple[HeadStatistics, str]:
     """(statistics over the built-in sentences, language of those sentences), from the disk cache when there."""
     sentences, language = builtin_sentences(bundle.languages[0])
-    path = cache_dir() / f"head-stats-v{STATS_VERSION}-{weights_digest(bundle.model)}-{len(sentences)}.json"
-    if use_cache and path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return HeadStatistics.from_dict(data["stats"]), str(data["language"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a damaged cache entry is recomputed
+    path = _cache_file(bundle, len(sentences))
+    found = cached_builtin_statistics(bundle) if use_cache else None
+    if found is not None:
+        return found
     stats = set_statistics(bundle, sentences)
     if use_cache:
         try:
@@ -77,6 +91,16 @@ def builtin_statistics(bundle: Bundle, *, use_cache: bool = True) -> tuple[HeadS
 
 
 # ----------------------------------------------------------------------------- gold alignments
+def gold_source(source: str, target: str, directory: Path | None = None) -> str | None:
+    """Which shipped file ``gold_pairs`` reads for this direction (e.g. 'align_en_pt.tsv, read in reverse')."""
+    directory = directory or GOLD_DIR
+    if (directory / f"align_{source}_{target}.tsv").is_file():
+        return f"align_{source}_{target}.tsv"
+    if (directory / f"align_{target}_{source}.tsv").is_file():
+        return f"align_{target}_{source}.tsv, read in reverse"
+    return None
+
+
 def gold_pairs(source: str, target: str, directory: Path | None = None) -> list[GoldPair] | None:
     """Hand-aligned pairs for this language direction: ``align_<src>_<tgt>.tsv``, or the reverse file with
     its sides and links swapped; None when there is neither."""
@@ -108,3 +132,30 @@ def alignment_scores(bundle: Bundle, gold: list[GoldPair]) -> AlignmentScores:
         src_pieces.append(trace.src_tokens)
         out_pieces.append(trace.output_tokens)
     return score_heads(maps, src_pieces, out_pieces, gold)
+
+
+def alignment_card_section(scores: AlignmentScores, gold_name: str) -> str:
+    """The "Alignment heads" section of a checkpoint card (Markdown), from measured scores."""
+    layer, head = scores.best_head
+    combo = " + ".join(f"L{a + 1} H{b + 1}" for a, b in scores.best_k)
+    rows = [
+        f"| best head: cross-attention layer {layer + 1} head {head + 1} | {scores.head_aer[layer, head]:.3f} |",
+        f"| best combination (greedy, averaged): {combo} | {scores.best_k_aer:.3f} |",
+        *[f"| layer {i + 1}, heads averaged | {v:.3f} |" for i, v in enumerate(scores.layer_aer)],
+        f"| every cross head averaged | {scores.all_aer:.3f} |",
+        *[f"| baseline: {k} | {v:.3f} |" for k, v in scores.baselines.items()],
+    ]
+    return "\n".join(
+        [
+            "## Alignment heads (word alignment from cross-attention)",
+            "",
+            f"Alignment error rate (AER, lower is better) of word links read off each cross-attention head "
+            f"({scores.method}, shift {scores.shift}) against {scores.n_pairs} hand-aligned sentence pairs "
+            f"(`tests/data/{gold_name}`); measured with `python -m core heads --checkpoint <this folder>`.",
+            "",
+            "| read from | AER |",
+            "|---|---|",
+            *rows,
+            "",
+        ]
+    )

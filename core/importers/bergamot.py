@@ -21,7 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ from .bergamot_wheel import (
     model_files,
 )
 from .marian_format import read_marian_bin
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
 
 LANGUAGE_NAMES = {"en": "English", "pt": "Portuguese"}
 SAMPLES = {
@@ -252,6 +255,16 @@ def _model_info(model_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def _alignment_section(bundle: Bundle) -> str:
+    """The card's alignment-heads table, measured now on the shipped gold pairs of these languages ('' if none)."""
+    from ..analysis.survey import alignment_card_section, alignment_scores, gold_pairs, gold_source
+
+    gold, name = gold_pairs(*bundle.languages), gold_source(*bundle.languages)
+    if not gold or name is None:
+        return ""
+    return "\n" + alignment_card_section(alignment_scores(bundle, gold), name)
+
+
 def _card(
     direction: str,
     model_dir: Path,
@@ -376,6 +389,7 @@ def convert(
     card = _card(
         direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype, translated, command
     )
+    card += _alignment_section(bundle)
     extra = {
         "origin": {
             "package": REQUIREMENT,

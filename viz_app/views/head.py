@@ -19,7 +19,10 @@ if out is not None:
     common.translation_header(out)
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(
-        trace.n_layers[kind], trace.n_heads, with_head=st.session_state.get("agg", "single head") == "single head"
+        trace.n_layers[kind],
+        trace.n_heads,
+        with_head=st.session_state.get("agg", "single head") == "single head",
+        kind=kind,
     )
     c1, c2, c3 = st.columns([1.7, 1.4, 1])
     state.clamp("agg", ["single head", "mean", "max"])

@@ -58,7 +58,10 @@ if out is not None:
                 else None
             )
             title = figures.titled(f"{state.KINDS[kind].capitalize()}: every layer × head", note)
-            fig = figures.attention_grid(maps, q_tokens, k_tokens, ablated=ablated, selected=selected, title=title)
+            labels = {h: ", ".join(x) for h, x in common.head_labels(kind).items()}
+            fig = figures.attention_grid(
+                maps, q_tokens, k_tokens, ablated=ablated, selected=selected, title=title, head_labels=labels
+            )
             common.chart(fig, f"{kind}_grid", key=f"grid_{kind}")
             st.caption(
                 "Hover a square for the exact weights; pick a head below to open it large (it gets a red outline here)."
@@ -66,7 +69,7 @@ if out is not None:
 
     st.subheader("One head, large", divider="gray")
     kind = common.kind_picker(trace.kinds)
-    layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
+    layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads, kind=kind)
     q_tokens, k_tokens = axes[kind]
     fig = figures.head_heatmap(
         trace.attention(kind, layer)[head],

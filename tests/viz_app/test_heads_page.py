@@ -1,0 +1,133 @@
+"""The "What does each head do?" page: statistics per head with labels, word alignment, the gold-scored heads,
+labels on the overview grid and the head picker, and the export that replays — on a self-attention and an SSRU
+checkpoint, and on the shipped default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import build_tiny_checkpoint
+from streamlit.testing.v1 import AppTest
+
+import core
+from viz_app import cache
+
+APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
+REPO = APP.parents[1]
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("heads_checkpoints")
+    build_tiny_checkpoint(root / "tiny", seed=3)
+    build_tiny_checkpoint(root / "tiny-ssru", seed=0, decoder_self="ssru", pe_layout="concatenated", start="zeros")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _env(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("core.analysis.survey.builtin_sentences", _few)
+    cache.shared().clear()
+    torch.set_num_threads(1)
+
+
+def _few(language: str, n: int = 0) -> tuple[list[str], str]:
+    from core.analysis.sentences import builtin_sentences
+
+    return builtin_sentences(language)[0][:8], "en"
+
+
+def _page(checkpoint: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    monkeypatch.setenv("LAB_CHECKPOINT", checkpoint)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.switch_page("views/heads.py")
+    return at.run(timeout=TIMEOUT)
+
+
+def _ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def _titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+
+@pytest.mark.parametrize("checkpoint", ["tiny", "tiny-ssru"])
+def test_statistics_alignment_and_scores_on_each_kind_of_model(checkpoint: str, monkeypatch) -> None:
+    at = _ok(_page(checkpoint, monkeypatch))
+    titles = _titles(at)
+    assert any(t.startswith("Encoder self-attention: entropy") for t in titles), titles
+    assert ("Decoder masked self-attention: entropy (0 = one key, 1 = uniform)" in titles) == (checkpoint == "tiny")
+    assert any(t.startswith("Links read from") for t in titles) and "Alignment matrix" in titles
+    # the tiny models are en→de: the shipped en→de gold scores their cross heads
+    assert [m.label.split(" · ")[0] for m in at.metric] == [
+        "Best head",
+        "Best combination",
+        "Every cross head averaged",
+    ]
+    assert any("AER of each cross head" in t for t in titles)
+    table = at.dataframe[0].value
+    assert {"entropy", "previous", "labels", "evidence"} <= set(table.columns)
+    at.selectbox(key="heads_stat").set_value("eos").run(timeout=TIMEOUT)
+    assert any(t.startswith("Encoder self-attention: weight on </s>") for t in _titles(_ok(at)))
+    at.radio(key="heads_scope").set_value("set").run(timeout=TIMEOUT)
+    shown = "\n".join(c.value for c in _ok(at).caption)
+    assert "Over the greedy translations of 8 built-in en sentences" in shown
+    at.selectbox(key="align_by").set_value("L1 H1").run(timeout=TIMEOUT)
+    at.radio(key="align_method").set_value("threshold").run(timeout=TIMEOUT)
+    assert any(t == "Links read from L1 H1" for t in _titles(_ok(at)))
+
+
+def test_labels_reach_the_overview_grid_and_the_head_picker_once_measured(monkeypatch) -> None:
+    at = _ok(_page("tiny", monkeypatch))
+    at.radio(key="heads_scope").set_value("set").run(timeout=TIMEOUT)
+    labels = core.analysis.survey.cached_builtin_statistics(core.load(Path(_env_root()) / "tiny"))
+    assert labels is not None  # measured and kept on disk
+    expected = {(x.layer, x.head) for x in labels[0].labels() if x.kind == "encoder"}
+    at.switch_page("views/overview.py").run(timeout=TIMEOUT)
+    spec = json.loads(_ok(at).get("plotly_chart")[0].proto.spec)
+    named = {a["name"] for a in spec["layout"]["annotations"] if a.get("name", "").startswith("label ")}
+    assert named == {f"label L{layer + 1} H{head + 1}" for layer, head in expected}
+    at.radio(key="kind").set_value("encoder").run(timeout=TIMEOUT)
+    options = at.selectbox(key="head").options
+    assert any(" · " in o for o in options) == any(layer == 0 for layer, _ in expected)
+
+
+def _env_root() -> str:
+    import os
+
+    return os.environ["LAB_CHECKPOINT_ROOT"]
+
+
+def test_the_export_carries_the_statistics_and_replays_them(monkeypatch) -> None:
+    at = _ok(_page("tiny", monkeypatch))
+    bundle = core.load(Path(_env_root()) / "tiny")
+    out = bundle.translate(at.session_state["text"])
+    from core.analysis.heads import sentence_statistics
+
+    stats = sentence_statistics(out.trace)
+    arrays, details = stats.to_arrays()
+    saved = core.Translation(out.trace.with_analysis(arrays, details))
+    again = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    again.session_state["_replay"] = core.Translation(core.Trace.load(saved.trace.to_json().encode()))
+    again.switch_page("views/heads.py").run(timeout=TIMEOUT)
+    _ok(again)
+    assert any(t.startswith("Encoder self-attention: entropy") for t in _titles(again))
+    assert any("holds no alignment scores" in i.value for i in again.info)
+
+
+def test_the_default_checkpoint_names_its_guided_alignment_head(monkeypatch) -> None:
+    if not (REPO / "checkpoints" / "distilled-en-pt").is_dir():
+        pytest.skip("the shipped default checkpoint is not there")
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(REPO / "checkpoints"))
+    at = _ok(_page("distilled-en-pt", monkeypatch))
+    best = next(m for m in at.metric if m.label.startswith("Best head"))
+    assert best.value == "L2 H1" and float(best.label.split("AER ")[1]) < 0.1
