@@ -150,13 +150,16 @@ class InferenceOptions:
 
     ``ablate`` holds ``(kind, layer, head)`` triples; an ablated head's output is zeroed
     before the output projection (its attention weights are still recorded).
-    Defaults reproduce training.
+    ``positional_encoding=False`` removes positions on both sides; ``encoder_pe`` / ``decoder_pe`` remove them
+    on one side only (the source embeddings / the decoder inputs). Defaults reproduce training.
     """
 
     positional_encoding: bool = True
     causal_mask: bool = True
     padding_mask: bool = True
     ablate: frozenset[Head] = field(default_factory=frozenset)
+    encoder_pe: bool = True
+    decoder_pe: bool = True
 
     def __post_init__(self) -> None:
         triples = []
@@ -170,6 +173,10 @@ class InferenceOptions:
                 raise ValueError(f"InferenceOptions.ablate: layer and head must be >= 0 in {item!r}")
             triples.append((kind, int(layer), int(head)))
         object.__setattr__(self, "ablate", frozenset(triples))
+
+    def pe_on(self, side: str) -> bool:
+        """Whether positions are added on ``side`` ('src': the encoder's input, 'tgt': the decoder's)."""
+        return self.positional_encoding and (self.encoder_pe if side == "src" else self.decoder_pe)
 
     def ablated_heads(self, kind: AttentionKind, layer: int) -> tuple[int, ...]:
         return tuple(sorted(h for k, l, h in self.ablate if k == kind and l == layer))
@@ -185,6 +192,8 @@ class InferenceOptions:
             "causal_mask": self.causal_mask,
             "padding_mask": self.padding_mask,
             "ablate": sorted([list(t) for t in self.ablate]),
+            "encoder_pe": self.encoder_pe,
+            "decoder_pe": self.decoder_pe,
         }
 
     @classmethod
@@ -194,13 +203,19 @@ class InferenceOptions:
             causal_mask=bool(data.get("causal_mask", True)),
             padding_mask=bool(data.get("padding_mask", True)),
             ablate=frozenset(tuple(t) for t in data.get("ablate", ())),
+            encoder_pe=bool(data.get("encoder_pe", True)),
+            decoder_pe=bool(data.get("decoder_pe", True)),
         )
 
     def describe(self) -> str:
         """A short human label, e.g. 'PE off, causal mask off, 2 heads ablated'."""
         parts = []
-        if not self.positional_encoding:
+        if not self.positional_encoding or not (self.encoder_pe or self.decoder_pe):
             parts.append("PE off")
+        elif not self.encoder_pe:
+            parts.append("encoder PE off")
+        elif not self.decoder_pe:
+            parts.append("decoder PE off")
         if not self.causal_mask:
             parts.append("causal mask off")
         if not self.padding_mask:

@@ -114,7 +114,7 @@ class Transformer(nn.Module):
         if side == "tgt" and offset == 0 and self.config.start == "zeros":
             x = torch.cat([torch.zeros_like(x[:, :1]), x[:, 1:]], dim=1)  # first input is a zero vector
         T = tokens.shape[1]
-        if options.positional_encoding:
+        if options.pe_on(side):
             pe = self.positions(T, offset)  # (T, D)
         else:
             pe = x.new_zeros(T, self.config.d_model)

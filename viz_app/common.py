@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 import torch
 
 import core
-from viz_app import state
+from viz_app import figures, state
 from viz_app.figures import plot_config, token_text
 
 HOW_TO_GET_ONE = (
@@ -47,7 +49,7 @@ def _count(n: int) -> str:
 
 
 def _reset() -> None:
-    st.session_state.update(pe=True, causal=True, padding=True, ablate=[])
+    st.session_state.update(pe=True, pe_side="both", causal=True, padding=True, ablate=[], beam=1)
 
 
 def _trace_uploaded() -> None:
@@ -138,6 +140,16 @@ def sidebar() -> bool:
         st.caption(f"Running on **{device_label}** · {bundle.name}")
         st.subheader("Switches", divider="gray")
         st.toggle("Positional encoding", key="pe", help="Add the position signal to the token embeddings.")
+        if not ss.get("pe", True):
+            state.clamp("pe_side", list(state.PE_SIDES))
+            st.radio(
+                "Positions removed on",
+                list(state.PE_SIDES),
+                key="pe_side",
+                horizontal=True,
+                format_func=state.PE_SIDES.get,
+                help="The encoder's input (the source words), the decoder's input (the translation so far), or both.",
+            )
         ssru = cfg.decoder_self == "ssru"
         st.toggle(
             "Causal mask (decoder)",
@@ -173,7 +185,7 @@ def sidebar() -> bool:
             on_click=_reset,
             key="reset",
             icon=":material/restart_alt:",
-            disabled=state.options() == core.InferenceOptions(),
+            disabled=state.options() == core.InferenceOptions() and int(ss.get("beam", 1)) == 1,
         )
     return True
 
@@ -213,15 +225,82 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
 
 
 def translation_header(out: core.Translation) -> None:
-    """The translation in large type plus the options it was made with."""
+    """The translation in large type plus the options it was made with; with switches on, the as-trained
+    translation beside it (changed words marked) and what the switches do to its probabilities."""
     note = state.options_note(out.options, out.beam_size)
-    st.markdown(f"#### {md(out.text) or '∅ (the model produced no words)'}")
+    st.markdown(f"#### {md(out.text) or EMPTY}")
     st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
-    if not out.text and note != "as trained" and state.replay() is None:
+    if out.options != core.InferenceOptions() and state.replay() is None:
+        before_after(out)
+
+
+EMPTY = "∅ (the model produced no words)"
+
+
+def marked_words(before: str, after: str) -> tuple[str, str]:
+    """Both texts as Markdown with the words that differ between them highlighted (user text escaped)."""
+    a, b = before.split(), after.split()
+    out_a: list[str] = []
+    out_b: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        for words, side, colour in ((a[i1:i2], out_a, "red"), (b[j1:j2], out_b, "green")):
+            side.extend(md(w) if op == "equal" else f":{colour}-background[{md(w)}]" for w in words)
+    return " ".join(out_a) or EMPTY, " ".join(out_b) or EMPTY
+
+
+def before_after(out: core.Translation) -> None:
+    """As trained next to the current translation, and the as-trained output's tokens scored by both models."""
+    note = state.options_note(out.options, out.beam_size)
+    if not out.text:
+        why = (
+            "Without positions in the decoder every step looks alike to it, and this model answers by ending the "
+            "sentence at once. "
+            if not out.options.pe_on("tgt")
+            else ""
+        )
         st.caption(
-            f"With these switches ({note}) the model ends the sentence at once: it depends on what was "
-            "switched off. The attention maps below show what it looked at instead; **Reset switches** in "
-            "the sidebar brings the normal translation back."
+            f"With these switches ({note}) the model ends the sentence at once. {why}The maps below show what it "
+            "looked at instead; the token-by-token comparison feeds the as-trained translation through the "
+            "switched model, so you still see what changes. **Reset switches** in the sidebar brings the normal "
+            "translation back."
+        )
+        if state.selected() and (not out.options.pe_on("src") or not out.options.pe_on("tgt")):
+            st.page_link(
+                "views/positional.py", label="Compare the maps with and without positions", icon=":material/waves:"
+            )
+    trained = state.current(beam=out.beam_size, opts=core.InferenceOptions()) if state.selected() else None
+    if trained is None:
+        return
+    if trained.text == out.text:
+        st.caption(
+            f"As trained the translation is the same: the switches ({note}) change the attention, not the words."
+        )
+    else:
+        before, after = marked_words(trained.text, out.text)
+        c1, c2 = st.columns(2)
+        c1.markdown(f"**As trained:** {before}")
+        c2.markdown(f"**With {md(note)}:** {after}")
+    if not trained.text:
+        return
+    path = state.ckpt_path()
+    text = st.session_state.get("text", "")
+    forced = state.guarded(lambda: state.teacher_forced(path, text, trained.text, state.options_key(out.options)))
+    if forced is None:
+        return
+    with st.expander("How likely is the as-trained translation with these switches? (token by token)"):
+        tokens = [token_text(t) for t in trained.output_tokens]
+        p_trained = np.asarray(trained.trace["output.probs"], dtype=np.float64)
+        p_switched = np.asarray(forced.trace["output.probs"], dtype=np.float64)
+        n = min(len(tokens), len(p_trained), len(p_switched))
+        chart(
+            figures.token_logprob_bars(tokens[:n], p_trained[:n], p_switched[:n], note=note),
+            "as-trained-logprobs",
+            key="before_after_logp",
+        )
+        st.caption(
+            "Each as-trained output piece, fed to the decoder one after the other (teacher forcing): its "
+            "log-probability as trained and with the switches. A bar far below its partner is a piece the switched "
+            "model would not have written there."
         )
 
 

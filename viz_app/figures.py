@@ -29,10 +29,16 @@ ALLOW, BLOCK = "#5fa8d3", "#2b2d42"  # mask colours: may attend / blocked
 
 
 # ----------------------------------------------------------------------------- helpers
-def query_key_tokens(kind: str, src: Sequence[str], tgt: Sequence[str]) -> tuple[Sequence[str], Sequence[str]]:
+def query_key_tokens(
+    kind: str, src: Sequence[str], tgt: Sequence[str], predicted: Sequence[str] = ()
+) -> tuple[Sequence[str], Sequence[str]]:
     """The tokens on the query (rows) and key (columns) axes of an attention ``kind``: encoder = source × source,
-    decoder = decoder inputs × decoder inputs, cross = decoder inputs × source."""
-    return (src if kind == "encoder" else tgt), (tgt if kind == "decoder" else src)
+    decoder = decoder inputs × decoder inputs, cross = decoder inputs × source. With ``predicted`` (the output
+    pieces), decoder and cross rows read 'input → predicted' (the row of input '␣O' is where 'gato' was chosen)."""
+    rows: Sequence[str] = src if kind == "encoder" else tgt
+    if kind != "encoder" and predicted:
+        rows = [f"{q} → {predicted[i]}" if i < len(predicted) else q for i, q in enumerate(tgt)]
+    return rows, (tgt if kind == "decoder" else src)
 
 
 def token_text(piece: str) -> str:
@@ -52,8 +58,9 @@ def token_labels(tokens: Sequence[str]) -> list[str]:
 
 
 def unique_labels(tokens: Sequence[str]) -> list[str]:
-    """Labels that are unique even for repeated pieces ('3 ␣the'), for categorical axes and hovers."""
-    return [f"{i} {token_label(t)}" for i, t in enumerate(tokens)]
+    """Labels that are unique even for repeated pieces ('3 ␣the', 1-based like layers, heads and steps), for
+    categorical axes and hovers."""
+    return [f"{i + 1} {token_label(t)}" for i, t in enumerate(tokens)]
 
 
 def rounded(a: np.ndarray, decimals: int = DECIMALS) -> np.ndarray:
@@ -99,15 +106,22 @@ def base_layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
+MAX_TICKS = 50  # above this many tokens an axis labels every k-th one (hover and zoom still name each)
+
+
 def token_axis(tokens: Sequence[str], title: str, scale: float = 1.0) -> dict[str, Any]:
-    """Axis settings for a token axis: integer positions, pieces as tick text, smaller font when crowded."""
+    """Axis settings for a token axis: integer positions, pieces as tick text, smaller font when crowded, and
+    beyond MAX_TICKS tokens only every k-th labelled (with its 1-based position) so the labels stay legible."""
     n = len(tokens)
     size = 12 if n * scale <= 30 else 10 if n * scale <= 60 else 8
+    step = -(-n // MAX_TICKS)
+    labels = token_labels(tokens)
+    shown = list(range(0, n, step))
     return dict(
-        title=dict(text=title),
+        title=dict(text=title if step == 1 else f"{title} — every {step}th labelled; hover or zoom for each"),
         tickmode="array",
-        tickvals=list(range(n)),
-        ticktext=token_labels(tokens),
+        tickvals=shown,
+        ticktext=[labels[i] if step == 1 else f"{i + 1} {labels[i]}" for i in shown],
         tickfont=dict(size=size),
         showgrid=False,
         zeroline=False,
@@ -119,7 +133,7 @@ def _hover_text(q_tokens: Sequence[str], k_tokens: Sequence[str], z: np.ndarray,
     return [
         [
             f"query {ql[i]}<br>key {kl[j]}<br>{name} "
-            + ("−∞ (masked)" if np.isnan(z[i, j]) else f"{z[i, j]:.{DECIMALS}f}")
+            + ("blocked by the mask" if np.isnan(z[i, j]) else f"{z[i, j]:.{DECIMALS}f}")
             for j in range(z.shape[1])
         ]
         for i in range(z.shape[0])
@@ -141,13 +155,17 @@ def head_heatmap(
     title: str,
     values: str = "weights",
     fixed_scale: bool = False,
+    mask: np.ndarray | None = None,
 ) -> go.Figure:
     """One large (Tq, Tk) map with tokens on both axes and exact values on hover.
 
     ``values``: 'weights' (0..max, or 0..1 with ``fixed_scale``), 'scores' (pre-softmax, diverging
-    around 0, −∞ as grey gaps) or 'difference' (symmetric diverging scale).
+    around 0, −∞ as grey gaps) or 'difference' (symmetric diverging scale). ``mask`` (Tq, Tk), True where a
+    query may attend: blocked cells are drawn grey, distinct from a weight of zero.
     """
     z = rounded(matrix)
+    if mask is not None and mask.shape == z.shape:
+        z = np.where(mask, z, np.nan).astype(np.float32)
     trace: dict[str, Any] = dict(
         z=z,
         x=list(range(z.shape[1])),
@@ -172,7 +190,7 @@ def head_heatmap(
         )
     fig = go.Figure(go.Heatmap(**trace))
     masked = ~np.isfinite(z)
-    if values != "weights" and masked.any():  # masked cells in grey (a second, scale-less layer)
+    if masked.any():  # masked cells in grey (a second, scale-less layer)
         fig.add_trace(
             go.Heatmap(
                 z=np.where(masked, 1.0, np.nan).astype(np.float32),
@@ -222,6 +240,7 @@ def attention_grid(
     diverging: bool = False,
     cell: int = 120,
     head_labels: Mapping[tuple[int, int], str] | None = None,
+    mask: np.ndarray | None = None,
 ) -> go.Figure:
     """Every layer × head as small heatmaps in one figure: one subplot row per layer ('L1' …), the
     heads side by side in it ('H1' …), separated by a blank column.
@@ -230,13 +249,17 @@ def attention_grid(
     draw than one per head); hovering names layer, head, query and key. One shared colour scale:
     0..max for weights, or symmetric around 0 with ``diverging`` (differences). ``ablated``
     heads are marked 'off'; ``selected`` (layer, head) is outlined; ``head_labels`` (layer, head) -> text is
-    written small under each labelled head's square (what "What does each head do?" found).
+    written small under each labelled head's square (what "What does each head do?" found). ``mask`` (Tq, Tk),
+    True where a query may attend: blocked cells are left grey, distinct from a weight of zero.
     """
     n_layers, (n_heads, n_q, n_k) = len(maps), maps[0].shape
     width = n_k + 1  # one blank column between heads
     height = n_layers * (cell + 16) + 110
     layout = copy.deepcopy(_grid_layout(n_layers, height))
     zs = [rounded(m) for m in maps]
+    if mask is not None and mask.shape == (n_q, n_k) and not mask.all():
+        zs = [np.where(mask[None], z, np.nan).astype(np.float32) for z in zs]
+        layout["plot_bgcolor"] = MASKED_BG
     if diverging:
         top = symmetric_range(*zs)
         layout["coloraxis"] = dict(
@@ -515,3 +538,25 @@ def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Fi
     fig.update_yaxes(range=[0, 1], row=2, col=1)
     fig.update_layout(showlegend=False)
     return base_layout(fig, title, height=560)
+
+
+def token_logprob_bars(tokens: Sequence[str], p_trained: np.ndarray, p_switched: np.ndarray, *, note: str) -> go.Figure:
+    """Grouped bars: each output piece's log-probability as trained and with the switches (same decoder inputs)."""
+    floor = -30.0  # log(0) would be -inf: drawn at the floor, with the exact value on hover
+    lp = [np.maximum(np.log(np.clip(p, 1e-300, None)), floor) for p in (p_trained, p_switched)]
+    x = [f"{i + 1} {html.escape(t)}" for i, t in enumerate(tokens)]
+    fig = go.Figure(
+        [
+            go.Bar(x=x, y=lp[0], name="as trained", marker_color="#4c72b0", customdata=p_trained),
+            go.Bar(x=x, y=lp[1], name=html.escape(note), marker_color="#dd8452", customdata=p_switched),
+        ]
+    )
+    fig.update_traces(hovertemplate="%{x}<br>log p %{y:.3f} (p %{customdata:.4f})<extra>%{fullData.name}</extra>")
+    base_layout(
+        fig,
+        titled("Log-probability of each as-trained output piece: as trained (blue) and with the switches", note),
+        height=320,
+    )
+    fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
+    fig.update_yaxes(title=dict(text="log p"))
+    return fig

@@ -45,7 +45,7 @@ EXAMPLES: dict[str, list[str]] = {
     "de": ["Ist noch Tee übrig?", "Die Katze schläft auf dem warmen Stuhl.", "Ich hätte gern eine Tasse Kaffee."],
 }
 KINDS = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
-OptionsKey = tuple[bool, bool, bool, tuple[tuple[str, int, int], ...]]
+OptionsKey = tuple[bool, bool, bool, tuple[tuple[str, int, int], ...], bool, bool]
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -84,13 +84,25 @@ def load_bundle(path: str) -> core.Bundle:
 
 def options_key(options: core.InferenceOptions) -> OptionsKey:
     """A small hashable key for the cache (never hash the model or the options object)."""
-    return (options.positional_encoding, options.causal_mask, options.padding_mask, tuple(sorted(options.ablate)))
+    return (
+        options.positional_encoding,
+        options.causal_mask,
+        options.padding_mask,
+        tuple(sorted(options.ablate)),
+        options.encoder_pe,
+        options.decoder_pe,
+    )
 
 
 def _options(key: OptionsKey) -> core.InferenceOptions:
-    pe, causal, padding, ablate = key
+    pe, causal, padding, ablate, encoder_pe, decoder_pe = key
     return core.InferenceOptions(
-        positional_encoding=pe, causal_mask=causal, padding_mask=padding, ablate=frozenset(ablate)
+        positional_encoding=pe,
+        causal_mask=causal,
+        padding_mask=padding,
+        ablate=frozenset(ablate),
+        encoder_pe=encoder_pe,
+        decoder_pe=decoder_pe,
     )
 
 
@@ -233,6 +245,7 @@ PARAMS: dict[str, Param] = {
     "text": Param(""),
     "text2": Param(""),
     "pe": Param(True, **_BOOL),
+    "pe_side": Param("both"),
     "causal": Param(True, **_BOOL),
     "padding": Param(True, **_BOOL),
     "ablate": Param([], _ablate_parse, _ablate_dump),
@@ -247,6 +260,10 @@ PARAMS: dict[str, Param] = {
     "step": Param(0, **_INDEX),
     "compare": Param(False, **_BOOL),
     "explain_fusion": Param("mean"),
+    "overview_tab": Param("Encoder self-attention"),
+    "heads_scope": Param("sentence"),
+    "heads_stat": Param("entropy"),
+    "overview_show": Param("run"),
 }
 
 
@@ -305,12 +322,18 @@ def clamp(name: str, choices: list[Any]) -> None:
         st.session_state[name] = choices[0]
 
 
+PE_SIDES = {"both": "both sides", "encoder": "encoder only", "decoder": "decoder only"}
+
+
 def options() -> core.InferenceOptions:
     """The InferenceOptions chosen in the sidebar."""
     ss = st.session_state
     ablate = frozenset(parse_head_label(label) for label in ss.get("ablate", []))
+    pe, side = bool(ss.get("pe", True)), ss.get("pe_side", "both")
     return core.InferenceOptions(
-        positional_encoding=bool(ss.get("pe", True)),
+        positional_encoding=pe or side in ("encoder", "decoder"),
+        encoder_pe=pe or side != "encoder",
+        decoder_pe=pe or side != "decoder",
         causal_mask=bool(ss.get("causal", True)),
         padding_mask=bool(ss.get("padding", True)),
         ablate=ablate,

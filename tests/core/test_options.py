@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import core
@@ -170,3 +171,26 @@ def test_deeply_nested_json_and_broken_weights_are_named(tiny_checkpoint, tmp_pa
         save_file(state, str(folder / "model.safetensors"))
         with pytest.raises(core.CheckpointError, match=f"tensor {name} {message}" if label == "int8" else message):
             core.load(folder, device="cpu")
+
+
+def test_positional_encoding_switches_off_per_side(bundle):
+    text = "The cat sleeps on the warm chair."
+    both = bundle.teacher_forced(text, "Die Katze schläft.", options=InferenceOptions(positional_encoding=False))
+    runs = {
+        side: bundle.teacher_forced(text, "Die Katze schläft.", options=InferenceOptions(**{f"{side}_pe": False}))
+        for side in ("encoder", "decoder")
+    }
+    trained = bundle.teacher_forced(text, "Die Katze schläft.")
+    enc, dec = runs["encoder"].trace, runs["decoder"].trace
+    assert not enc.positional_encoding("src").any() and enc.positional_encoding("tgt").any()
+    assert dec.positional_encoding("src").any() and not dec.positional_encoding("tgt").any()
+    # the encoder's attention is the as-trained one when only the decoder loses its positions, and vice versa
+    np.testing.assert_allclose(dec.attention("encoder", 0), trained.trace.attention("encoder", 0), atol=1e-6)
+    assert not np.allclose(enc.attention("encoder", 0), trained.trace.attention("encoder", 0))
+    np.testing.assert_allclose(enc.attention("encoder", 0), both.trace.attention("encoder", 0), atol=1e-6)
+    assert InferenceOptions(encoder_pe=False).describe() == "encoder PE off"
+    assert InferenceOptions(decoder_pe=False).describe() == "decoder PE off"
+    assert InferenceOptions(encoder_pe=False, decoder_pe=False).describe() == "PE off"
+    opts = InferenceOptions(decoder_pe=False)
+    assert InferenceOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+    assert core.Trace.load(dec.to_json().encode()).options == opts

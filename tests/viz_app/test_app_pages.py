@@ -59,7 +59,9 @@ def specs(at: AppTest) -> list[dict]:
 
 
 def titles(at: AppTest) -> list[str]:
-    return [s["layout"]["title"]["text"] for s in specs(at)]
+    """Titles of the page's own figures (not the before/after chart every page shows with switches on)."""
+    found = [s["layout"]["title"]["text"] for s in specs(at)]
+    return [t for t in found if not t.startswith("Log-probability of each as-trained output piece")]
 
 
 def texts(at: AppTest) -> str:

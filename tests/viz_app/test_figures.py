@@ -54,7 +54,7 @@ def test_token_labels_mark_word_starts_and_escape_html() -> None:
 def test_unique_labels_keep_duplicate_pieces_apart() -> None:
     labels = figures.unique_labels(SRC)
     assert len(set(labels)) == len(SRC)
-    assert labels[1] == "1 ␣the" and labels[3] == "3 ␣the"
+    assert labels[1] == "2 ␣the" and labels[3] == "4 ␣the"  # 1-based, like layers, heads and steps
 
 
 def test_plot_config_exports_png() -> None:
@@ -77,7 +77,7 @@ def test_head_heatmap_uses_tokens_as_tick_labels_and_rounds() -> None:
     assert hm.zmin == 0 and hm.zmax == pytest.approx(float(z.max()), abs=1e-6)
     assert fig.layout.title.text.endswith("— PE off")
     assert fig.layout.yaxis.autorange == "reversed"  # first query at the top, like a matrix
-    assert "query 0 &lt;s&gt;" in hm.text[0][0] and "key 3 ␣the" in hm.text[0][3]
+    assert "query 1 &lt;s&gt;" in hm.text[0][0] and "key 4 ␣the" in hm.text[0][3]
 
 
 def test_head_heatmap_fixed_scale_is_zero_to_one() -> None:
@@ -93,7 +93,7 @@ def test_head_heatmap_scores_show_masked_cells_as_gaps_with_a_grey_layer() -> No
     z = np.asarray(main.z, dtype=np.float64)
     assert np.isnan(z[0, 1]) and np.isnan(z[1, 2]) and z[1, 1] == pytest.approx(-2.0)
     assert main.zmid == 0 and main.zmin == -main.zmax == pytest.approx(-2.0)  # symmetric around 0
-    assert "−∞ (masked)" in main.text[0][1]
+    assert "blocked by the mask" in main.text[0][1]
     g = np.asarray(grey.z, dtype=np.float64)
     assert g[0, 1] == 1 and np.isnan(g[0, 0]) and grey.showscale is False
 
@@ -119,7 +119,7 @@ def test_attention_grid_shows_every_layer_and_head() -> None:
     np.testing.assert_allclose(z[:, n_k + 1 : 2 * n_k + 1], np.round(maps[1][1], 4), atol=1e-6)  # L2 H2
     assert np.isnan(z[:, n_k]).all()
     assert list(hms[0].y) == figures.unique_labels(TGT)
-    assert hms[0].x[0] == "H1 · key 0 ␣Is" and hms[0].x[n_k + 1 + 3] == "H2 · key 3 ␣the"
+    assert hms[0].x[0] == "H1 · key 1 ␣Is" and hms[0].x[n_k + 1 + 3] == "H2 · key 4 ␣the"
     assert len(set(hms[0].x)) == len(hms[0].x)  # categorical labels must be unique
     labels = [a.text for a in fig.layout.annotations]
     assert labels[:3] == ["H1", "H2", "H3"] and "L1" in labels and "L2" in labels

@@ -54,13 +54,15 @@ if out is not None:
     else:
         with np.errstate(invalid="ignore"):
             matrix, which = figures.aggregate(data, agg), f"{agg} over {trace.n_heads} heads"
-    q_tokens, k_tokens = figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens)
+    q_tokens, k_tokens = figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens)
     what = "weights" if values == "weights" else "scaled scores QKᵀ/√d_k (grey = masked, −∞)"
     title = figures.titled(
         f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · {which} · {what}",
         state.options_note(out.options, out.beam_size),
     )
-    fig = figures.head_heatmap(matrix, q_tokens, k_tokens, title=title, values=values, fixed_scale=fixed)
+    fig = figures.head_heatmap(
+        matrix, q_tokens, k_tokens, title=title, values=values, fixed_scale=fixed, mask=trace.mask(kind)
+    )
     common.chart(fig, f"{kind}_L{layer + 1}_{which.replace(' ', '_')}_{values}", key="head_detail")
 
     if agg == "single head" and (kind, layer, head) in out.options.ablate:

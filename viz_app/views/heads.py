@@ -44,6 +44,7 @@ out = common.sentence_bar()
 if out is not None:
     replaying = state.replay() is not None
     path = "" if replaying else state.ckpt_path()
+    state.clamp("heads_scope", ["sentence", "set"])
     scope = st.radio(
         "Statistics over",
         ["sentence", "set"],
@@ -72,6 +73,7 @@ if out is not None:
         if scores is not None:
             stats = stats.with_alignment(scores.head_aer)
         st.subheader("Every head, one statistic at a time")
+        state.clamp("heads_stat", list(STATS))
         stat = st.selectbox("Statistic", list(STATS), key="heads_stat", format_func=lambda s: STAT_TITLES[s])
         labels_by_kind: dict[str, dict[tuple[int, int], list[str]]] = {}
         for x in stats.labels():

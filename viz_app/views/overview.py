@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+import core
 from viz_app import common, figures, state
 
 st.title("Translate & overview")
@@ -12,6 +13,25 @@ st.caption(
     "looked at. Each small square is one head: rows are the tokens that ask (queries), columns the "
     "tokens they look at (keys); darker = more attention."
 )
+
+
+def _difference_runs(out: core.Translation) -> tuple[core.Translation, core.Translation] | None:
+    """The as-trained translation fed (teacher-forced) through the model as trained and with the switches: the
+    same decoder inputs, so every map has the same shape and the difference is the switches' doing."""
+    if out.options == core.InferenceOptions() or state.replay() is not None:
+        return None
+    trained = state.current(beam=out.beam_size, opts=core.InferenceOptions())
+    if trained is None or not trained.text:
+        return None
+    path, text = state.ckpt_path(), st.session_state.get("text", "")
+    runs = state.guarded(
+        lambda: tuple(
+            state.teacher_forced(path, text, trained.text, state.options_key(o))
+            for o in (core.InferenceOptions(), out.options)
+        )
+    )
+    return (runs[0], runs[1]) if runs else None
+
 
 out = common.sentence_bar()
 if out is not None:
@@ -29,10 +49,24 @@ if out is not None:
     note = state.options_note(out.options, out.beam_size)
     kinds = ["encoder", "decoder", "cross"]
     labels = [state.KINDS[k].capitalize() if k in trace.kinds else "Decoder (SSRU, no self-attention)" for k in kinds]
+    diff = _difference_runs(out)  # (as trained, switched), both fed the as-trained translation; None: no switches
+    show = "run"
+    if diff is not None:
+        state.clamp("overview_show", ["run", "difference"])
+        show = st.radio(
+            "The maps show",
+            ["run", "difference"],
+            key="overview_show",
+            horizontal=True,
+            format_func=lambda v: (
+                "this run"
+                if v == "run"
+                else "what the switches change (with switches − as trained, on the as-trained translation)"
+            ),
+        )
     state.clamp("overview_tab", labels)
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
-    axes = {kind: figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens) for kind in kinds}
-
+    axes = {kind: figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens) for kind in kinds}
     for kind, tab in zip(kinds, tabs, strict=True):
         if not tab.open:
             continue
@@ -51,6 +85,17 @@ if out is not None:
                 continue
             q_tokens, k_tokens = axes[kind]
             maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
+            mask = trace.mask(kind)
+            if show == "difference" and diff is not None:
+                trained_run, switched_run = diff
+                maps = [
+                    switched_run.trace.attention(kind, layer) - trained_run.trace.attention(kind, layer)
+                    for layer in range(trace.n_layers[kind])
+                ]
+                q_tokens, k_tokens = figures.query_key_tokens(
+                    kind, trained_run.src_tokens, trained_run.tgt_tokens, trained_run.output_tokens
+                )
+                mask = None
             ablated = [(l, h) for k, l, h in out.options.ablate if k == kind]
             selected = (
                 (st.session_state.get("layer", 0), st.session_state.get("head", 0))
@@ -59,8 +104,18 @@ if out is not None:
             )
             title = figures.titled(f"{state.KINDS[kind].capitalize()}: every layer × head", note)
             labels = {h: ", ".join(x) for h, x in common.head_labels(kind).items()}
+            if show == "difference":
+                title = f"{state.KINDS[kind].capitalize()}: every layer × head — change made by {note}"
             fig = figures.attention_grid(
-                maps, q_tokens, k_tokens, ablated=ablated, selected=selected, title=title, head_labels=labels
+                maps,
+                q_tokens,
+                k_tokens,
+                ablated=ablated,
+                selected=selected,
+                title=title,
+                head_labels=labels,
+                diverging=show == "difference",
+                mask=mask,
             )
             common.chart(fig, f"{kind}_grid", key=f"grid_{kind}")
             st.caption(
@@ -71,12 +126,27 @@ if out is not None:
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads, kind=kind)
     q_tokens, k_tokens = axes[kind]
-    fig = figures.head_heatmap(
-        trace.attention(kind, layer)[head],
-        q_tokens,
-        k_tokens,
-        title=figures.titled(f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1}", note),
-    )
+    name = f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1}"
+    if show == "difference" and diff is not None:
+        trained_run, switched_run = diff
+        q_tokens, k_tokens = figures.query_key_tokens(
+            kind, trained_run.src_tokens, trained_run.tgt_tokens, trained_run.output_tokens
+        )
+        fig = figures.head_heatmap(
+            switched_run.trace.attention(kind, layer)[head] - trained_run.trace.attention(kind, layer)[head],
+            q_tokens,
+            k_tokens,
+            title=f"{name} — change made by {note} (red: more attention with the switches)",
+            values="difference",
+        )
+    else:
+        fig = figures.head_heatmap(
+            trace.attention(kind, layer)[head],
+            q_tokens,
+            k_tokens,
+            title=figures.titled(name, note),
+            mask=trace.mask(kind),
+        )
     common.chart(fig, f"{kind}_L{layer + 1}_H{head + 1}", key="overview_head")
     st.page_link(
         "views/head.py",
