@@ -399,3 +399,37 @@ def test_an_empty_translation_under_switches_says_why_and_how_back(text: str, pe
     assert ("**Reset switches**" in shown) == hint  # only when a switch is off and nothing came out
     if hint:
         assert "With these switches (PE off)" in shown
+
+
+def test_switches_show_the_as_trained_translation_and_what_changed() -> None:
+    plain = ok(run({"text": LONGER}))
+    trained_text = plain.markdown[0].value if plain.markdown else ""
+    at = ok(run({"text": LONGER, "ablate": "cross.1.1,cross.1.2,cross.2.1,cross.2.2,encoder.1.1"}))
+    shown = texts(at)
+    assert "**As trained:**" in shown or "As trained the translation is the same" in shown
+    bars = [s for s in specs(at) if s["layout"]["title"]["text"].startswith("Log-probability of each as-trained")]
+    assert bars and bars[0]["layout"]["title"]["text"].endswith("— 5 heads ablated")
+    at.radio(key="overview_show").set_value("difference").run(timeout=TIMEOUT)
+    grid = next(s for s in specs(ok(at)) if "every layer × head" in s["layout"]["title"]["text"])
+    assert grid["layout"]["title"]["text"].endswith("change made by 5 heads ablated")
+    assert grid["layout"]["coloraxis"]["cmid"] == 0.0  # a diverging scale around no change
+    assert "overview_show=difference" in "&".join(f"{k}={v}" for k, v in at.query_params.items())
+    assert trained_text  # the plain run drew its header
+
+
+def test_positional_encoding_can_be_removed_on_one_side() -> None:
+    at = ok(run({"text": SENTENCE, "pe": "0"}))
+    at.radio(key="pe_side").set_value("decoder").run(timeout=TIMEOUT)
+    ok(at)
+    assert "Options in effect: **decoder PE off**" in [m.value for m in at.sidebar.markdown]
+    assert any(t.endswith("— decoder PE off") for t in titles(at))
+    at.button(key="reset").click().run(timeout=TIMEOUT)
+    assert "Options in effect: **as trained**" in [m.value for m in ok(at).sidebar.markdown]
+    assert at.session_state["pe"] is True and at.session_state["beam"] == 1
+
+
+def test_the_large_head_labels_rows_input_to_predicted() -> None:
+    at = ok(run({"text": SENTENCE, "kind": "cross"}))
+    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Cross-attention · layer 1 · head 1"))
+    rows = spec["layout"]["yaxis"]["ticktext"]
+    assert rows[0].startswith("&lt;s&gt; → ") and all(" → " in r for r in rows)

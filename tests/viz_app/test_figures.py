@@ -213,3 +213,39 @@ def test_positional_encoding_figures() -> None:
 def test_rounded_turns_infinities_into_gaps() -> None:
     r = figures.rounded(np.array([1.234567, -math.inf, math.inf]))
     assert r[0] == pytest.approx(1.2346) and np.isnan(r[1]) and np.isnan(r[2]) and r.dtype == np.float32
+
+
+def test_decoder_and_cross_rows_read_input_then_predicted() -> None:
+    q, k = figures.query_key_tokens("cross", SRC, TGT, ["▁Ist", "▁noch", "▁Tee", "</s>"])
+    assert list(q) == ["<s> → ▁Ist", "▁Ist → ▁noch", "▁noch → ▁Tee", "▁noch → </s>"] and list(k) == SRC
+    assert figures.token_label(q[1]) == "␣Ist → ␣noch"
+    q, k = figures.query_key_tokens("encoder", SRC, TGT, ["x"])
+    assert list(q) == list(k) == SRC  # encoder rows are source pieces, nothing predicted there
+
+
+def test_masked_weights_are_grey_and_named_not_zero() -> None:
+    w = _weights(1, 4, 4)[0]
+    mask = np.tril(np.ones((4, 4), dtype=bool))
+    fig = figures.head_heatmap(w, TGT, TGT, title="t", mask=mask)
+    main, grey = _heatmaps(fig)
+    assert np.isnan(np.asarray(main.z, dtype=float)[0, 1]) and not np.isnan(np.asarray(main.z, dtype=float)[1, 0])
+    assert "blocked by the mask" in main.text[0][1] and grey.name == "masked (−∞)"
+    grid = figures.attention_grid([_weights(2, 4, 4)], TGT, TGT, title="g", mask=mask)
+    assert grid.layout.plot_bgcolor == figures.MASKED_BG
+    assert np.isnan(np.asarray(_heatmaps(grid)[0].z, dtype=float)[0, 1])
+
+
+def test_long_axes_label_every_kth_token_with_its_position() -> None:
+    tokens = [f"▁w{i}" for i in range(120)]
+    axis = figures.token_axis(tokens, "key")
+    assert len(axis["tickvals"]) == 40 and axis["tickvals"][:3] == [0, 3, 6]
+    assert axis["ticktext"][1] == "4 ␣w3" and "every 3th labelled" in axis["title"]["text"]
+    assert len(figures.token_axis(tokens[:50], "key")["tickvals"]) == 50  # short axes: every token
+
+
+def test_token_logprob_bars_compare_the_two_runs() -> None:
+    fig = figures.token_logprob_bars(["▁O", "▁gato"], np.array([0.9, 0.8]), np.array([0.5, 0.0]), note="PE off")
+    trained, switched = fig.data
+    assert list(trained.y) == pytest.approx([math.log(0.9), math.log(0.8)])
+    assert switched.y[1] == -30.0 and switched.name == "PE off"  # log 0 drawn at the floor
+    assert list(trained.x) == ["1 ▁O", "2 ▁gato"] and fig.layout.title.text.endswith("— PE off")

@@ -42,6 +42,7 @@ with st.expander("How to read this", icon=":material/help:"):
 
 out = common.sentence_bar()
 if out is not None:
+    common.translation_header(out)
     replaying = state.replay() is not None
     path = "" if replaying else state.ckpt_path()
     state.clamp("heads_scope", ["sentence", "set"])

@@ -167,6 +167,8 @@ def _compare_tab(out: core.Translation) -> None:
 
 
 out = common.sentence_bar()
+if out is not None:
+    common.translation_header(out)
 replaying = state.replay() is not None
 bundle = None if replaying else state.bundle()
 if out is not None and (bundle is not None or replaying):
@@ -181,7 +183,7 @@ if out is not None and (bundle is not None or replaying):
             r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
             r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)"
         )
-        if cfg.pe_layout == "concatenated":
+        if cfg.pe_layout in ("concatenated", "concatenated_hf"):
             st.caption(
                 "This model stores the sines in the first half of the dimensions and the cosines in the "
                 "second half (the tensor2tensor / Marian layout) instead of interleaving them."
