@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import torch
 
 from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig
-from .decoding import beam_search, default_max_len, greedy, suppress
+from .decoding import BeamStep, beam_search, default_max_len, greedy, suppress
 from .errors import InputError
 from .fast import FastWeights
 from .model import Transformer
@@ -114,6 +115,11 @@ class Translation:
     def truncated(self) -> bool:
         return any(n.startswith("Truncated") for n in self.notices)
 
+    @property
+    def forced_prefix(self) -> int:
+        """How many first output pieces were forced (``Bundle.translate(prefix=...)``); 0 for a free translation."""
+        return int(self.trace.meta.get("forced_prefix", 0))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "text": self.text,
@@ -125,6 +131,60 @@ class Translation:
             "notices": list(self.notices),
             "steps": [{"index": s.index, "token": s.token, "prob": s.prob, "top_k": s.top_k} for s in self.steps],
         }
+
+
+@dataclass(frozen=True)
+class BeamTree:
+    """Every hypothesis beam search weighed for one sentence (``Bundle.beam_tree``), step by step.
+
+    ``steps[t]`` is the ``BeamStep`` of output position t. ``output_ids`` is what ``beam_search`` returned (eos
+    included if produced), ``greedy_ids`` the greedy translation's ids, for comparison."""
+
+    steps: tuple[BeamStep, ...]
+    output_ids: tuple[int, ...]
+    greedy_ids: tuple[int, ...]
+    src_tokens: tuple[str, ...]
+    vocab: Mapping[int, str] = field(repr=False)
+    beam_size: int
+    alpha: float
+    options: InferenceOptions
+    eos_id: int
+    meta: Mapping[str, Any] = field(default_factory=dict)  # source_text, text, greedy_text, model
+
+    def piece(self, token_id: int) -> str:
+        return self.vocab.get(int(token_id), f"<{int(token_id)}>")
+
+    @property
+    def winner_path(self) -> tuple[int, ...]:
+        """For each output position, the index of the winner's candidate in that step's candidates."""
+        out = list(self.output_ids)
+        if not out:
+            return ()
+        last = self.steps[len(out) - 1]
+        matches = [j for j in range(last.n_kept) if last.path(j) == out]
+        if not matches:
+            raise ValueError("the winner is not among the recorded hypotheses")
+        path = [matches[0]]
+        for t in range(len(out) - 1, 0, -1):
+            row = int(self.steps[t].candidate_parents[path[-1]])
+            path.append(self.steps[t - 1].alive[row])
+        return tuple(reversed(path))
+
+    @property
+    def divergence(self) -> int | None:
+        """The first output position where greedy decoding chose another piece than the winning beam (it chose
+        the same ones before); None when both give the same output."""
+        a, b = self.output_ids, self.greedy_ids
+        for t in range(max(len(a), len(b))):
+            if t >= len(a) or t >= len(b) or a[t] != b[t]:
+                return t
+        return None
+
+    def parent_candidate(self, step: int, candidate: int) -> int | None:
+        """The candidate of step ``step - 1`` that candidate ``candidate`` of ``step`` extends (None at step 0)."""
+        if step == 0:
+            return None
+        return self.steps[step - 1].alive[int(self.steps[step].candidate_parents[candidate])]
 
 
 def clean_text(text: Any) -> str:
@@ -254,27 +314,128 @@ class Bundle:
         top_k: int = 10,
         truncate: bool = False,
         record_qkv: bool = True,
+        record_activations: bool = False,
+        prefix: Sequence[int] | None = None,
     ) -> Translation:
         """Translate ``text`` and record every head. Greedy with beam_size=1, else beam search
-        (the beam's best output is then traced teacher-forced, which gives the same arrays)."""
+        (the beam's best output is then traced teacher-forced, which gives the same arrays).
+
+        record_activations: also record the residual stream and each head's output (``embed.*``, ``*.out``,
+        ``*.heads`` sites). prefix: output ids to force at the first steps ("what if the model had picked ...");
+        greedy after them, recorded like any translation, ``meta['forced_prefix']`` = how many were forced."""
         options = self.check_options(options, beam_size=beam_size, max_len=max_len, top_k=top_k)
         src_ids, notices, cleaned = self._source(text, truncate)
         src, keep = self._tensor(src_ids)
         max_len = max_len or default_max_len(len(src_ids))
+        forced = self._check_prefix(prefix, beam_size, max_len)
         if beam_size > 1:
             out_ids = beam_search(
                 self.model, src, keep, options=options, max_len=max_len, beam_size=beam_size, fast=self.fast
             )
             return self._forced_pass(
-                src_ids, out_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=beam_size, notices=notices
+                src_ids,
+                out_ids,
+                options,
+                top_k,
+                record_qkv,
+                record_activations=record_activations,
+                source_text=cleaned,
+                beam_size=beam_size,
+                notices=notices,
             )
-        recorder = Recorder(self.model, qkv=record_qkv)
+        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
         result = greedy(
-            self.model, src, keep, options=options, max_len=max_len, recorder=recorder, top_k=top_k, fast=self.fast
+            self.model,
+            src,
+            keep,
+            options=options,
+            max_len=max_len,
+            recorder=recorder,
+            top_k=top_k,
+            fast=self.fast,
+            prefix=forced,
         )
         out_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
         text_out = self.tokenizer.decode([i for i in out_ids if i != self.config.eos_id])
-        return Translation(self._freeze(recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices))
+        extra = {"forced_prefix": len(forced)} if forced else {}
+        return Translation(
+            self._freeze(recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices, **extra)
+        )
+
+    def _check_prefix(self, prefix: Sequence[int] | None, beam_size: int, max_len: int) -> list[int]:
+        """``prefix`` as a list of target ids, checked; InputError naming what is wrong."""
+        if prefix is None:
+            return []
+        if isinstance(prefix, (str, bytes)) or not isinstance(prefix, Sequence):
+            raise InputError(f"prefix must be a list of target token ids, got {type(prefix).__name__}")
+        cfg = self.config
+        ids = list(prefix)
+        for i in ids:
+            if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or not 0 <= int(i) < cfg.tgt_vocab_size:
+                raise InputError(f"prefix ids must be whole numbers from 0 to {cfg.tgt_vocab_size - 1}, got {i!r}")
+            if int(i) in cfg.suppress_ids:
+                raise InputError(f"prefix id {int(i)} is a piece this model never produces")
+        if cfg.eos_id in ids[:-1]:
+            raise InputError("the end of the sentence (eos) can only be the last id of a prefix")
+        if ids and beam_size > 1:
+            raise InputError("a forced prefix is continued greedily: use beam_size=1")
+        if len(ids) > max_len:
+            raise InputError(f"the prefix has {len(ids)} ids, more than max_len={max_len}")
+        return [int(i) for i in ids]
+
+    @torch.inference_mode()
+    def beam_tree(
+        self,
+        text: str,
+        options: InferenceOptions | None = None,
+        *,
+        beam_size: int = 4,
+        alpha: float = 1.0,
+        max_len: int | None = None,
+        truncate: bool = False,
+    ) -> BeamTree:
+        """Beam search on ``text`` with its whole history: every hypothesis per step with its score, the pruned
+        next best, each live beam's cross-attention; its winner is ``translate(text, beam_size=...)``'s output.
+        The greedy translation's ids come along, to show where the two diverge."""
+        options = self.check_options(options, beam_size=beam_size, max_len=max_len)
+        src_ids, _, cleaned = self._source(text, truncate)
+        src, keep = self._tensor(src_ids)
+        max_len = max_len or default_max_len(len(src_ids))
+        history: list[BeamStep] = []
+        out_ids = beam_search(
+            self.model,
+            src,
+            keep,
+            options=options,
+            max_len=max_len,
+            beam_size=beam_size,
+            alpha=alpha,
+            fast=self.fast,
+            history=history,
+        )
+        result = greedy(self.model, src, keep, options=options, max_len=max_len, fast=self.fast)
+        greedy_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
+        used = set(src_ids) | set(out_ids) | set(greedy_ids)
+        for step in history:
+            used |= {int(i) for i in step.candidate_ids} | {int(i) for i in step.tokens.ravel()}
+        eos = self.config.eos_id
+        return BeamTree(
+            steps=tuple(history),
+            output_ids=tuple(out_ids),
+            greedy_ids=tuple(greedy_ids),
+            src_tokens=tuple(self.tokenizer.piece(i) for i in src_ids),
+            vocab={i: self.tokenizer.piece(i) for i in sorted(used)},
+            beam_size=beam_size,
+            alpha=alpha,
+            options=options,
+            eos_id=eos,
+            meta={
+                "model": self.name,
+                "source_text": cleaned,
+                "text": self.tokenizer.decode([i for i in out_ids if i != eos]),
+                "greedy_text": self.tokenizer.decode([i for i in greedy_ids if i != eos]),
+            },
+        )
 
     @torch.inference_mode()
     def _forced_pass(
@@ -284,15 +445,17 @@ class Bundle:
         options: InferenceOptions,
         top_k: int,
         record_qkv: bool,
+        *,
+        record_activations: bool = False,
         **meta: Any,
     ) -> Translation:
         cfg = self.config
         src, keep = self._tensor(src_ids)
         dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
         tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
-        recorder = Recorder(self.model, qkv=record_qkv)
+        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
         logits = self.model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast)  # (1, Tt, V)
-        probs = torch.softmax(suppress(logits.float(), cfg), dim=-1)  # (1, Tt, V)
+        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0)  # (1, Tt, V)
         top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
         targets = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
         chosen = probs.gather(-1, targets[..., None])[..., 0]  # (1, Tt)

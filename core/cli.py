@@ -1,4 +1,4 @@
-"""Command line: ``python -m core {translate,info,train,eval,import-bergamot} ...``."""
+"""Command line: ``python -m core {translate,info,train,eval,import-bergamot,import-hf,export-hf,export-ct2} ...``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ EXTERNAL = {
     "train": "core.training.recipes",
     "eval": "core.training.evaluate",
     "import-bergamot": "core.importers.bergamot",
+    "import-hf": "core.importers.hf_marian",
+    "export-hf": "core.exporters.hf_marian",
+    "export-ct2": "core.exporters.ct2",
     "publish": "core.training.publish",
     "distill": "core.distill.student",
     "explain": "core.analysis.commands",

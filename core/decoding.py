@@ -7,9 +7,10 @@ valid (earlier positions would see later ones), so each step recomputes the whol
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -44,17 +45,55 @@ class DecodeResult:
     steps: list[StepOutput]
 
 
+@dataclass(frozen=True)
+class BeamStep:
+    """What beam search weighed at one output position (recorded only when ``beam_search`` gets a ``history``).
+
+    step: the 0-based output position.
+    tokens: (n, step) the generated ids of the n live hypotheses extended at this step (start token left out).
+    scores: (n,) their cumulative log-probabilities (natural log).
+    candidate_ids, candidate_parents, candidate_logp, candidate_scores: (c,) the best extensions, best first:
+        the token, the row of ``tokens`` it extends, its log-probability given that hypothesis, and
+        ``scores[parent] + logp``. The first ``n_kept`` were kept, the rest (the next best, up to as many again)
+        were pruned.
+    finished: (c,) True for a kept candidate that ends in eos (a finished hypothesis, not extended further).
+    cross_attention: (n, L, H, Ts) each live hypothesis's cross-attention row at this step (weights after softmax).
+    """
+
+    step: int
+    tokens: np.ndarray
+    scores: np.ndarray
+    candidate_ids: np.ndarray
+    candidate_parents: np.ndarray
+    candidate_logp: np.ndarray
+    candidate_scores: np.ndarray
+    n_kept: int
+    finished: np.ndarray
+    cross_attention: np.ndarray
+
+    @property
+    def alive(self) -> list[int]:
+        """Candidates kept and not finished, in order: row r of the next step's ``tokens`` is ``alive[r]``."""
+        return [j for j in range(self.n_kept) if not self.finished[j]]
+
+    def path(self, candidate: int) -> list[int]:
+        """The generated ids of hypothesis ``candidate``: its parent's tokens, then its own token."""
+        parent = int(self.candidate_parents[candidate])
+        return [int(i) for i in self.tokens[parent]] + [int(self.candidate_ids[candidate])]
+
+
 def default_max_len(src_len: int, cap: int = 256) -> int:
     return min(cap, 2 * src_len + 10)
 
 
-def suppress(logits: Tensor, config: ModelConfig) -> Tensor:
-    """logits (..., V) with the ids decoding never chooses (``config.suppress_ids``, e.g. Marian's <pad>) at -inf;
-    ``logits`` itself when there are none."""
+def suppress(scores: Tensor, config: ModelConfig, fill: float) -> Tensor:
+    """Probabilities or log-probabilities (..., V) with the ids decoding never chooses (``config.suppress_ids``, e.g.
+    Marian's <pad>) set to ``fill`` (0 or -inf); ``scores`` itself when there are none. Applied after the softmax,
+    as transformers' ``bad_words_ids`` is: the other ids keep the model's own probabilities (not renormalised), so
+    beam scores are the same as transformers'."""
     if not config.suppress_ids:
-        return logits
-    index = torch.tensor(config.suppress_ids, device=logits.device)
-    return logits.index_fill(-1, index, float("-inf"))
+        return scores
+    return scores.index_fill(-1, torch.tensor(config.suppress_ids, device=scores.device), fill)
 
 
 @torch.no_grad()
@@ -70,12 +109,15 @@ def iter_greedy(
     top_k: int = 10,
     use_cache: bool | None = None,
     memory: Tensor | None = None,
+    prefix: Sequence[int] = (),
 ) -> Iterator[StepOutput]:
     """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
 
     What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps.
     memory: the encoder's output for ``src`` (B, Ts, D) when the caller has it already (e.g. one source shared by
-    many rows); None = encode here."""
+    many rows); None = encode here.
+    prefix: output ids forced at the first steps (every item), greedy after them; a forced step records the
+    forced id and its probability, and the model's own top-k."""
     cfg = model.config
     use_cache = options.causal_mask if use_cache is None else use_cache
     B = src.shape[0]
@@ -97,12 +139,16 @@ def iter_greedy(
             logits = model.decode(tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast)[
                 :, -1
             ]  # (B, V)
-        probs = torch.softmax(suppress(logits.float(), cfg), dim=-1)  # (B, V)
+        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0)  # (B, V)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
-        next_ids = top_ids[:, 0].masked_fill(finished, cfg.eos_id)  # (B,)
+        next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
+        if step < len(prefix):  # a forced step
+            next_ids = torch.full_like(next_ids, prefix[step])
+            chosen = probs[:, prefix[step]]
+        next_ids = next_ids.masked_fill(finished, cfg.eos_id)
         if recorder is not None:
-            recorder.output(next_ids, top_probs[:, 0], top_ids, top_probs)
-        yield StepOutput(step, next_ids, top_probs[:, 0], top_ids, top_probs)
+            recorder.output(next_ids, chosen, top_ids, top_probs)
+        yield StepOutput(step, next_ids, chosen, top_ids, top_probs)
         tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (B, t + 1)
         finished |= next_ids == cfg.eos_id
         if bool(finished.all()):
@@ -122,6 +168,7 @@ def greedy(
     top_k: int = 10,
     use_cache: bool | None = None,
     memory: Tensor | None = None,
+    prefix: Sequence[int] = (),
 ) -> DecodeResult:
     """Run ``iter_greedy`` to the end."""
     steps = list(
@@ -136,6 +183,7 @@ def greedy(
             top_k=top_k,
             use_cache=use_cache,
             memory=memory,
+            prefix=prefix,
         )
     )
     B = src.shape[0]
@@ -167,12 +215,16 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 1.0,
     fast: FastWeights | None = None,
+    history: list[BeamStep] | None = None,
 ) -> list[int]:
     """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
 
     At each step the ``beam_size`` best extensions of the live beams are kept; those ending in eos
     are finished. Finished hypotheses are ranked by log-prob / length**alpha. With beam_size=1 this
     is exactly greedy decoding.
+
+    history: a list that receives one ``BeamStep`` per step (every hypothesis, its score, the pruned next best,
+    each live beam's cross-attention); None (the default) records nothing and runs the fast path.
     """
     if src.shape[0] != 1:
         raise ValueError("beam_search decodes one sentence at a time (src batch of 1)")
@@ -184,17 +236,23 @@ def beam_search(
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
     scores = torch.zeros(1, device=src.device)  # (beams,)
     finished: list[tuple[float, list[int]]] = []
-    for _ in range(max_len):
+    for step in range(max_len):
         n = tokens.shape[0]
         mem, keep = memory.expand(n, -1, -1), None if cross_keep is None else cross_keep.expand(n, -1)
+        recorder = None if history is None else Recorder(model)  # this step's attention, per beam
         if use_cache:
-            logits = model.decode(tokens[:, -1:], mem, keep, options=options, state=state, fast=fast)[:, -1]
+            logits = model.decode(
+                tokens[:, -1:], mem, keep, options=options, state=state, fast=fast, recorder=recorder
+            )[:, -1]
         else:
-            logits = model.decode(tokens, mem, keep, options=options, fast=fast)[:, -1]  # (beams, V)
-        logp = torch.log_softmax(suppress(logits.float(), cfg), dim=-1) + scores[:, None]  # (beams, V)
+            logits = model.decode(tokens, mem, keep, options=options, fast=fast, recorder=recorder)[:, -1]  # (beams, V)
+        token_logp = suppress(torch.log_softmax(logits.float(), dim=-1), cfg, float("-inf"))  # (beams, V)
+        logp = token_logp + scores[:, None]  # (beams, V)
         V = logp.shape[-1]
         top_scores, flat = logp.view(-1).topk(beam_size)  # (k,)
         origin, ids = flat // V, flat % V
+        if history is not None and recorder is not None:
+            history.append(_beam_step(step, tokens, scores, token_logp, logp, flat, recorder, cfg.eos_id))
         alive: list[int] = []
         for j in range(beam_size):
             if int(ids[j]) == cfg.eos_id:
@@ -214,3 +272,40 @@ def beam_search(
             seq = tokens[j, 1:].tolist()
             finished.append((float(scores[j]) / (max(len(seq), 1) ** alpha), seq))
     return max(finished, key=lambda item: item[0])[1]
+
+
+def _beam_step(
+    step: int,
+    tokens: Tensor,
+    scores: Tensor,
+    token_logp: Tensor,
+    logp: Tensor,
+    kept: Tensor,
+    recorder: Recorder,
+    eos_id: int,
+) -> BeamStep:
+    """The record of one beam-search step: the kept candidates ``kept`` (flat indices into logp (n, V)), then the
+    next best ones that were pruned (up to as many again), and each live beam's cross-attention rows."""
+    n, V = logp.shape
+    best = logp.view(-1).topk(min(2 * kept.shape[0], n * V)).indices  # (c,)
+    seen = set(kept.tolist())
+    pruned = [int(i) for i in best.tolist() if int(i) not in seen and bool(torch.isfinite(logp.view(-1)[i]))]
+    flat = torch.cat([kept, torch.tensor(pruned, dtype=kept.dtype, device=kept.device)])  # (c,)
+    parents, ids = flat // V, flat % V
+    trace = recorder.freeze()
+    n_layers = sum(1 for name in trace.arrays if name.startswith("cross.") and name.endswith(".weights"))
+    cross = np.stack([trace.arrays[f"cross.{layer}.weights"][:, :, -1] for layer in range(n_layers)], axis=1)
+    finished = np.zeros(flat.shape[0], dtype=np.bool_)
+    finished[: kept.shape[0]] = (ids[: kept.shape[0]] == eos_id).cpu().numpy()
+    return BeamStep(
+        step=step,
+        tokens=tokens[:, 1:].cpu().numpy(),
+        scores=scores.float().cpu().numpy(),
+        candidate_ids=ids.cpu().numpy(),
+        candidate_parents=parents.cpu().numpy(),
+        candidate_logp=token_logp[parents, ids].cpu().numpy(),
+        candidate_scores=logp[parents, ids].cpu().numpy(),
+        n_kept=int(kept.shape[0]),
+        finished=finished,
+        cross_attention=cross,  # (n, L, H, Ts)
+    )

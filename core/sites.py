@@ -17,7 +17,7 @@ Arrays under an attention site (``Trace`` keys are ``site + "." + array``)::
 
 Other sites::
 
-    embed.src, embed.tgt           (B, T, D) token embedding * sqrt(D) + positional encoding: the layers' input
+    embed.src, embed.tgt           (B, T, D) token embedding * sqrt(D) (if scale_embedding) + positional encoding
     encoder.{layer}.out            (B, Ts, D) the residual stream after an encoder layer
     decoder.{layer}.out            (B, Tt, D) the residual stream after a decoder layer
     mask.{kind}                    (B, Tq, Tk) bool, the mask applied (True = may attend)

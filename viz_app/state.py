@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,38 @@ def alignment(path: str) -> AlignmentScores | None:
     return alignment_scores(bundle, gold) if gold else None
 
 
+def quality_line(bundle: core.Bundle) -> str:
+    """One line on how good the checkpoint is: config.json's 'quality', else the card's first sentence."""
+    quality = bundle.info.get("quality")
+    if isinstance(quality, str) and quality.strip():
+        return quality.strip()[:240]
+    card = card_text()
+    for para in card.split("\n\n"):
+        para = " ".join(para.split())
+        if para and not para.startswith(("#", "|", "-")):
+            return (para.split(". ")[0].rstrip(".") + ".")[:240]
+    return ""
+
+
+def card_text() -> str:
+    """The selected checkpoint's card.md ('' when there is none or it cannot be read)."""
+    name = selected()
+    if name is None:
+        return ""
+    try:
+        return (checkpoint_root() / name / "card.md").read_text(encoding="utf-8")[:200_000]
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def export_stem(out: core.Translation) -> str:
+    """'distilled-en-pt_the-cat-sleeps-on': a file name from the checkpoint and the sentence's first words."""
+    model = str(out.trace.meta.get("model") or selected() or "trace")
+    words = re.findall(r"\w+", out.source_text.lower())[:5]
+    stem = "_".join(filter(None, [re.sub(r"[^\w.-]+", "-", model).strip("-"), "-".join(words)]))
+    return stem[:80] or "trace"
+
+
 def known_labels(path: str, kind: str) -> dict[tuple[int, int], list[str]]:
     """(layer, head) -> labels of ``kind``'s heads, from figures already computed (on disk or in the cache);
     empty until "What does each head do?" has measured this checkpoint. Never computes anything."""
@@ -258,6 +291,7 @@ PARAMS: dict[str, Param] = {
     "fixed": Param(False, **_BOOL),
     "query": Param(0, **_INDEX),
     "step": Param(0, **_INDEX),
+    "whatif": Param((), lambda t: tuple(int(i) for i in t.split(".")), lambda v: ".".join(map(str, v))),
     "compare": Param(False, **_BOOL),
     "explain_fusion": Param("mean"),
     "overview_tab": Param("Encoder self-attention"),

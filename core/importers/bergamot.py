@@ -391,6 +391,7 @@ def convert(
     )
     card += _alignment_section(bundle)
     extra = {
+        "quality": "Production quality: Mozilla's Firefox Translations model, converted unchanged (float weights).",
         "origin": {
             "package": REQUIREMENT,
             "model_folder": model_dir.name,

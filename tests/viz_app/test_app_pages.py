@@ -8,6 +8,7 @@ Plotly spec each chart element carries (titles, shapes), everything else through
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -200,7 +201,7 @@ def test_bad_query_params_fall_back_to_defaults() -> None:
 def test_checkpoint_picker_lists_only_checkpoint_folders() -> None:
     at = ok(run())
     assert at.selectbox(key="ckpt").options == ["tiny", "tiny-ssru"]
-    assert "Running on **CPU**" in at.sidebar.caption[-1].value
+    assert any("Running on **CPU**" in c.value for c in at.sidebar.caption)
 
 
 def test_ssru_decoder_shows_gates_instead_of_self_attention() -> None:
@@ -433,3 +434,42 @@ def test_the_large_head_labels_rows_input_to_predicted() -> None:
     spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Cross-attention · layer 1 · head 1"))
     rows = spec["layout"]["yaxis"]["ticktext"]
     assert rows[0].startswith("&lt;s&gt; → ") and all(" → " in r for r in rows)
+
+
+def test_the_sidebar_shows_the_quality_line_and_the_card(app_root: Path) -> None:
+    at = ok(run({"text": SENTENCE}))
+    captions = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("Quality: Random weights, for tests only.") for c in captions), captions
+    assert any("tiny test checkpoint" in m.value for m in at.sidebar.markdown)  # the card, in its popover
+
+
+def test_exports_are_named_after_the_checkpoint_and_the_sentence() -> None:
+    from viz_app import state
+
+    out = core.load(Path(os.environ["LAB_CHECKPOINT_ROOT"]) / "tiny").translate("Is there any tea left?")
+    assert state.export_stem(out) == "tiny-test_is-there-any-tea-left"
+
+
+def test_the_head_grid_switches_whole_layers_and_keeps_only_the_checked() -> None:
+    at = ok(run({"text": SENTENCE, "ablate": "encoder.1.1"}))
+    at.button(key="invert_encoder").click().run(timeout=TIMEOUT)
+    assert sorted(ok(at).session_state["ablate"]) == ["encoder L1 H2", "encoder L2 H1", "encoder L2 H2"]
+    assert "Options in effect: **3 heads ablated**" in [m.value for m in at.sidebar.markdown]
+    at.button(key="clear_encoder").click().run(timeout=TIMEOUT)
+    assert ok(at).session_state["ablate"] == []
+
+
+def _edit_matrix() -> None:  # runs inside AppTest.from_function: the grid's change callback, as an edit fires it
+    import streamlit as st
+
+    from viz_app import common as cm
+
+    st.session_state.setdefault("ablate", ["cross L1 H1"])
+    st.session_state["m"] = {"edited_rows": {1: {"whole layer": True}, 0: {"H2": True}}, "added_rows": []}
+    cm._matrix_edited("decoder", "m", 2)
+    st.write(", ".join(sorted(st.session_state["ablate"])))
+
+
+def test_a_grid_edit_sets_heads_and_whole_layers_of_its_kind_only() -> None:
+    at = ok(AppTest.from_function(_edit_matrix, default_timeout=TIMEOUT).run())
+    assert at.markdown[0].value == "cross L1 H1, decoder L1 H2, decoder L2 H1, decoder L2 H2"

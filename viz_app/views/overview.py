@@ -64,6 +64,9 @@ if out is not None:
                 else "what the switches change (with switches − as trained, on the as-trained translation)"
             ),
         )
+    bundle = state.bundle() if state.replay() is None else None
+    if bundle is not None:
+        common.head_matrix(bundle.config)
     state.clamp("overview_tab", labels)
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
     axes = {kind: figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens) for kind in kinds}

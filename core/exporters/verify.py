@@ -1,0 +1,118 @@
+"""Check an export against the checkpoint it came from: the same sentence through core and through the exported
+model (transformers for a Hugging Face folder, CTranslate2 for a CTranslate2 model). Each library is imported only
+here, only when a check runs, and a missing one is reported instead of raised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..bundle import Bundle
+from ..errors import CheckpointError
+from ..model import Transformer
+from ..tokenizer import Tokenizer
+
+DEFAULT_TEXT = "The weather is nice today, so we went for a walk in the park."
+MAX_TOKENS = 24
+
+
+def probe_text(info: dict[str, Any], text: str | None) -> str:
+    samples = info.get("samples") or []
+    if text:
+        return text
+    if samples and isinstance(samples[0], dict) and samples[0].get("source"):
+        return str(samples[0]["source"])
+    return DEFAULT_TEXT
+
+
+def core_greedy(
+    model: Transformer, tokenizer: Tokenizer, info: dict[str, Any], text: str
+) -> tuple[list[int], list[int]]:
+    """(source ids with eos, greedy output ids with eos when produced) from core."""
+    out = Bundle(model, tokenizer, info).translate(text, max_len=MAX_TOKENS, record_qkv=False)
+    return [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
+
+
+def verify_hf(
+    folder: Path, model: Transformer, tokenizer: Tokenizer, info: dict[str, Any], *, text: str | None = None
+) -> dict[str, Any]:
+    """Load ``folder`` with transformers and compare with core on one sentence: source ids, greedy ids and the
+    logits of the teacher-forced greedy output."""
+    try:
+        from transformers import MarianMTModel, MarianTokenizer
+    except ImportError:
+        return {"verified": False, "reason": "transformers is not installed (pip install -e '.[test]')"}
+    text = probe_text(info, text)
+    src_ids, out_ids = core_greedy(model, tokenizer, info, text)
+    hf = MarianMTModel.from_pretrained(folder).eval()
+    hf_src = MarianTokenizer.from_pretrained(folder)([text]).input_ids[0]
+    src = torch.tensor([src_ids])
+    hf.generation_config.forced_eos_token_id = None  # transformers would end at its length limit with eos; core not
+    with torch.inference_mode():
+        generated = hf.generate(
+            input_ids=src,
+            attention_mask=torch.ones_like(src),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=len(out_ids),
+        )
+        start = hf.config.decoder_start_token_id
+        hf_logits = hf(input_ids=src, decoder_input_ids=torch.tensor([[start] + out_ids[:-1]])).logits
+        ours = model(src, torch.tensor([[model.config.bos_id] + out_ids[:-1]]))
+    report = {
+        "verified": True,
+        "library": "transformers",
+        "text": text,
+        "same_source_ids": hf_src == src_ids,
+        "same_greedy_ids": generated[0, 1:].tolist() == out_ids,
+        "tokens": len(out_ids),
+        "max_abs_logit_difference": float((hf_logits[..., : ours.shape[-1]] - ours).abs().max()),
+    }
+    return report
+
+
+def check(report: dict[str, Any], out: Path) -> None:
+    """CheckpointError naming ``out`` when a check found different ids (the export is wrong)."""
+    if report.get("verified") and not (report.get("same_source_ids", True) and report["same_greedy_ids"]):
+        raise CheckpointError(f"{out}: the export does not reproduce the checkpoint: {describe(report)}")
+
+
+def verify_ct2(
+    folder: Path, model: Transformer, tokenizer: Tokenizer, info: dict[str, Any], *, text: str | None = None
+) -> dict[str, Any]:
+    """Load the CTranslate2 model in ``folder`` and compare its greedy tokens with core's on one sentence."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return {"verified": False, "reason": "ctranslate2 is not installed (pip install -e '.[ct2]')"}
+    text = probe_text(info, text)
+    src_ids, out_ids = core_greedy(model, tokenizer, info, text)
+    translator = ctranslate2.Translator(str(folder), device="cpu")
+    result = translator.translate_batch([tokenizer.pieces(src_ids)], beam_size=1, max_decoding_length=len(out_ids))
+    ours = tokenizer.pieces([i for i in out_ids if i != model.config.eos_id])
+    return {
+        "verified": True,
+        "library": "ctranslate2",
+        "text": text,
+        "same_greedy_ids": result[0].hypotheses[0] == ours,
+        "tokens": len(out_ids),
+    }
+
+
+def describe(report: dict[str, Any]) -> str:
+    if not report.get("verified"):
+        return f"not checked: {report.get('reason')}"
+    parts = [f"checked with {report['library']} on {report['text']!r} ({report['tokens']} tokens):"]
+    if "same_source_ids" in report:
+        parts.append(f"source ids {'the same' if report['same_source_ids'] else 'DIFFER'},")
+    parts.append(f"greedy output {'the same' if report['same_greedy_ids'] else 'DIFFERS'}")
+    if "max_abs_logit_difference" in report:
+        parts.append(f"(max |logit difference| {report['max_abs_logit_difference']:.2e})")
+    return " ".join(parts)
+
+
+def append_check(readme: Path, report: dict[str, Any]) -> None:
+    with readme.open("a", encoding="utf-8") as fh:
+        fh.write(f"\n## Check at export\n\n{describe(report)}\n")

@@ -1,0 +1,90 @@
+"""The card (card.md) of a checkpoint imported from a Hugging Face Marian folder: where it came from, its licence,
+and what the conversion did and did not carry over."""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import ModelConfig
+from ..tokenizer import MarianVocabTokenizer
+from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS, HFMarianFolder
+
+# generation settings transformers' generate reads that core's decoding does not (it has its own options)
+GENERATION_FIELDS = (
+    "num_beams",
+    "max_length",
+    "max_new_tokens",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "early_stopping",
+)
+
+
+def card_text(
+    *,
+    name: str,
+    f: HFMarianFolder,
+    cfg: ModelConfig,
+    tokenizer: MarianVocabTokenizer,
+    languages: tuple[str, str],
+    n_params: int,
+    dtype: torch.dtype,
+    command: str,
+) -> str:
+    generation = f.generation_config or f.config
+    ignored = [f"`{key}={generation[key]!r}`" for key in GENERATION_FIELDS if generation.get(key) is not None]
+    banned_in = GENERATION_CONFIG if f.generation_config else CONFIG
+    suppressed = ", ".join(f"{i} (`{tokenizer.piece(i)}`)" for i in cfg.suppress_ids) or "none"
+    embeddings = (
+        "one matrix for source, target and output"
+        if cfg.share_embeddings and cfg.tie_output
+        else f"source {'and target share one matrix' if cfg.share_embeddings else 'and target have their own'}, "
+        f"output {'tied to the target embedding' if cfg.tie_output else 'its own matrix'}"
+    )
+    version = f.config.get("transformers_version") or "not recorded"
+    return f"""# {name}: imported from a Hugging Face Marian folder
+
+Converted from the local folder `{f.folder.resolve()}` (written by transformers {version}). All credit for the
+model goes to its authors; this checkpoint only converts it so the lab can show its attention.
+
+## Licence
+
+licence: {f.licence}
+
+Keep the original folder's licence and credits with this checkpoint.
+
+## Model
+
+* {languages[0]} → {languages[1]}; {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model {cfg.d_model},
+  {cfg.n_heads} heads, FFN {cfg.d_ff} ({cfg.activation}), {n_params:,} parameters, saved as
+  {str(dtype).replace("torch.", "")}.
+* Vocabulary: {cfg.src_vocab_size:,} source / {cfg.tgt_vocab_size:,} target ids; embeddings: {embeddings};
+  embeddings {"scaled by sqrt(d_model)" if cfg.scale_embedding else "not scaled"}; output bias
+  {"(final_logits_bias)" if cfg.output_bias else "none (final_logits_bias is all zeros or absent)"}.
+
+## Conversion
+
+```
+{command}
+```
+
+`core/importers/hf_marian.py` read `{CONFIG}` and `{WEIGHTS}` (safetensors; a pickled `pytorch_model.bin` is never
+opened) and mapped every tensor by name onto the core Transformer, which runs transformers' `MarianMTModel`
+computation as configuration:
+
+* positions: sines then cosines at the paper's frequencies, from position 0 (`pe_layout: concatenated_hf`,
+  transformers' `MarianSinusoidalPositionalEmbedding`; position tables in the file, if any, were checked equal to it);
+* post-norm layers, LayerNorm eps {cfg.norm_eps:g} (transformers' fixed value), scores scaled by 1/sqrt(d_head);
+* the decoder starts from the embedding of `decoder_start_token_id` {cfg.bos_id} (`{tokenizer.piece(cfg.bos_id)}`);
+  eos {cfg.eos_id} (`{tokenizer.piece(cfg.eos_id)}`), pad {cfg.pad_id}, unk {cfg.unk_id};
+* ids decoding never chooses (`bad_words_ids` / `suppress_tokens` of {banned_in}): {suppressed};
+* tokenizer: `source.spm`, `target.spm` and `vocab.json` copied as they are: source text goes through `source.spm`,
+  reference translations through `target.spm`, and both sides' pieces through the one `vocab.json` map, as
+  transformers' `MarianTokenizer` does (a leading language code like `>>fra<<` is one token).
+
+Not carried over: generation settings ({", ".join(ignored) or "none set"}) — choose greedy or beam search in the app
+or the command line; `forced_eos_token_id` (transformers puts eos at `max_length`; core stops at its length limit
+without one). Beam search here shrinks the beam as hypotheses finish (like Marian's own decoder), while transformers
+keeps `num_beams` running, so beam outputs can differ once a hypothesis ends early; greedy outputs are the same.
+`config.json` records the source under `imported_from`.
+"""

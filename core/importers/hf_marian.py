@@ -1,0 +1,187 @@
+"""Import a local Hugging Face Marian folder (Opus-MT and the like) as a core checkpoint.
+
+    python -m core import-hf FOLDER --out checkpoints/NAME
+
+The folder is read and checked by ``hf_folder`` (safetensors only, never a pickle). transformers' ``MarianMTModel``
+is the same network as core's ``Transformer`` once its variants are set as configuration: concatenated sinusoids at
+the paper's frequencies starting at position 0 (``pe_layout='concatenated_hf'``), embeddings scaled by sqrt(d_model)
+only when ``scale_embedding``, post-norm layers with LayerNorm eps 1e-5, scores scaled by 1/sqrt(d_head), the FFN
+activation ``activation_function``, ``final_logits_bias`` as the output bias, the decoder starting from the
+``decoder_start_token_id`` embedding (Marian's <pad>), shared / tied embeddings as the weights are, and the ids
+generation_config.json bans (``bad_words_ids``) as ``suppress_ids``. Anything else is refused by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint
+from ..config import ModelConfig
+from ..errors import CheckpointError
+from ..model import Transformer
+from ..positional import sinusoidal_table
+from ..tokenizer import MarianVocabTokenizer
+from .hf_card import card_text
+from .hf_config import (
+    BIAS,
+    DEC_EMB,
+    ENC_EMB,
+    HEAD,
+    POSITIONS,
+    SHARED,
+    config_from_hf,
+    embeddings,
+    field,
+    layer_names,
+    special_pieces,
+)
+from .hf_folder import CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, WEIGHTS, HFMarianFolder, read_folder
+from .staging import save_with_files
+
+FORMAT = "huggingface-marian"
+
+
+# --------------------------------------------------------------------------- weights
+def state_from_hf(f: HFMarianFolder, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Core parameter name -> tensor (aliases included); CheckpointError for missing, unknown or misshapen tensors."""
+    weights = f.path(WEIGHTS)
+    share = field(f.config, "share_encoder_decoder_embeddings", bool, f.path(CONFIG))
+    tie = field(f.config, "tie_word_embeddings", bool, f.path(CONFIG))
+    enc, dec, head = embeddings(f, share=share, tie=tie)
+    state = {"src_embed.weight": enc, "tgt_embed.weight": dec, "output.weight": head}
+    if cfg.output_bias:
+        state["output.bias"] = f.tensors[BIAS].reshape(-1)
+    used = {SHARED, ENC_EMB, DEC_EMB, HEAD, BIAS}  # model.shared.weight is unused by transformers when untied
+    for ours, theirs in layer_names(cfg).items():
+        if theirs not in f.tensors:
+            raise CheckpointError(
+                f"{weights}: tensor {theirs} is missing ({CONFIG} says "
+                f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers)"
+            )
+        state[ours] = f.tensors[theirs]
+        used.add(theirs)
+    table = sinusoidal_table(cfg.max_positions, cfg.d_model, "concatenated_hf")
+    for name in POSITIONS:
+        if name in f.tensors:
+            if f.tensors[name].shape != table.shape or not torch.allclose(f.tensors[name], table, atol=1e-5):
+                raise CheckpointError(
+                    f"{weights}: tensor {name} is not transformers' sinusoid table (max_position_embeddings x "
+                    "d_model); learned or other positions are not supported"
+                )
+            used.add(name)
+    unknown = sorted(set(f.tensors) - used)
+    if unknown:
+        raise CheckpointError(
+            f"{weights}: tensors a MarianMTModel of this {CONFIG} does not have: "
+            f"{unknown[:6]}{'...' if len(unknown) > 6 else ''}"
+        )
+    expected = Transformer(cfg).state_dict()
+    for name, tensor in expected.items():
+        if name in state and tuple(state[name].shape) != tuple(tensor.shape):
+            theirs = layer_names(cfg).get(name, name)
+            raise CheckpointError(
+                f"{weights}: tensor {theirs} has shape {tuple(state[name].shape)}, "
+                f"{CONFIG} implies {tuple(tensor.shape)}"
+            )
+    return state
+
+
+def build_model(f: HFMarianFolder) -> Transformer:
+    """The core Transformer (eval mode) holding the folder's weights."""
+    cfg = config_from_hf(f)
+    model = Transformer(cfg)
+    model.load_state_dict(state_from_hf(f, cfg), strict=True)
+    return model.eval()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert(
+    folder: str | Path,
+    out: str | Path,
+    *,
+    dtype: torch.dtype = torch.float32,
+    languages: tuple[str | None, str | None] = (None, None),
+    command: str = "",
+) -> Path:
+    """Read ``folder``, convert it and write the checkpoint folder ``out``. Returns ``out``."""
+    f = read_folder(folder)
+    model = build_model(f)
+    cfg = model.config
+    tokenizer = MarianVocabTokenizer(f.path(SOURCE_SPM), f.path(TARGET_SPM), f.vocab, **special_pieces(f))
+    src = languages[0] or f.tokenizer_config.get("source_lang") or "src"
+    tgt = languages[1] or f.tokenizer_config.get("target_lang") or "tgt"
+    out = Path(out)
+    origin = {
+        "format": FORMAT,
+        "folder": str(f.folder.resolve()),
+        "licence": f.licence,
+        "weights_sha256": _sha256(f.path(WEIGHTS)),
+        "transformers_version": f.config.get("transformers_version"),
+        "command": command,
+    }
+    card = card_text(
+        name=out.name,
+        f=f,
+        cfg=cfg,
+        tokenizer=tokenizer,
+        languages=(str(src), str(tgt)),
+        n_params=model.n_parameters(),
+        dtype=dtype,
+        command=command,
+    )
+    meta = CheckpointMeta(
+        name=out.name,
+        source_language=str(src),
+        target_language=str(tgt),
+        dtype=str(dtype).replace("torch.", ""),
+        extra={"tokenizer": tokenizer.spec(source=SOURCE_SPM, target=TARGET_SPM, vocab=VOCAB), "imported_from": origin},
+    )
+    files = {SOURCE_SPM: f.path(SOURCE_SPM), TARGET_SPM: f.path(TARGET_SPM), VOCAB: f.path(VOCAB)}
+    return save_with_files(model, files, out, card=card, meta=meta, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- command line
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "folder", help="a local Hugging Face Marian folder (config.json, model.safetensors, source.spm, ...)"
+    )
+    parser.add_argument("--out", default=None, help="checkpoint folder to write (default: checkpoints/<folder name>)")
+    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="saved weight precision")
+    parser.add_argument("--source-language", default=None, help="source language code (default: tokenizer_config.json)")
+    parser.add_argument("--target-language", default=None, help="target language code (default: tokenizer_config.json)")
+    parser.add_argument("--force", action="store_true", help="replace --out when it exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    out = Path(args.out) if args.out else Path("checkpoints") / folder.resolve().name
+    if out.exists() and not args.force:
+        raise CheckpointError(f"{out}: already exists; pass --force to replace it")
+    command = f"python -m core import-hf {folder} --out {out} --dtype {args.dtype}"
+    start = time.perf_counter()
+    path = convert(
+        folder,
+        out,
+        dtype=torch.float16 if args.dtype == "float16" else torch.float32,
+        languages=(args.source_language, args.target_language),
+        command=command,
+    )
+    load_checkpoint(path, "cpu")  # what was written loads
+    print(
+        f"import-hf: wrote {path} ({folder_mb(path):.1f} MB) from {folder} in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+    )
+    return 0
