@@ -195,6 +195,7 @@ def sidebar() -> bool:
                 f"- positions: {cfg.positional} ({cfg.pe_layout})"
             )
         st.caption(f"Running on **{device_label}** · {bundle.name}")
+        st.caption(state.provenance(bundle.info))
         quality = state.quality_line(bundle)
         if quality:
             st.caption(f"Quality: {md(quality)}")

@@ -195,6 +195,22 @@ def quality_line(bundle: core.Bundle) -> str:
     return ""
 
 
+def provenance(info: dict[str, Any]) -> str:
+    """Where a checkpoint came from, from its config.json: imported (from which folder or package) or made here."""
+    imported = info.get("imported_from")
+    if isinstance(imported, dict):
+        folder = Path(str(imported.get("folder", "?"))).name
+        licence = imported.get("licence") or "not stated"
+        return f"Imported from the Hugging Face Marian folder `{folder}` (licence: {licence})."
+    origin = info.get("origin")
+    if isinstance(origin, dict):
+        return (
+            f"Converted from `{origin.get('package', '?')}` ({origin.get('authors', '?')}; licence "
+            f"{origin.get('licence', '?')})."
+        )
+    return "Made in this project (trained or distilled here; see its card)."
+
+
 def card_text() -> str:
     """The selected checkpoint's card.md ('' when there is none or it cannot be read)."""
     name = selected()
