@@ -473,3 +473,19 @@ def _edit_matrix() -> None:  # runs inside AppTest.from_function: the grid's cha
 def test_a_grid_edit_sets_heads_and_whole_layers_of_its_kind_only() -> None:
     at = ok(AppTest.from_function(_edit_matrix, default_timeout=TIMEOUT).run())
     assert at.markdown[0].value == "cross L1 H1, decoder L1 H2, decoder L2 H1, decoder L2 H2"
+
+
+def test_causal_mask_off_shows_the_rows_each_step_computed() -> None:
+    at = ok(run({"text": SENTENCE, "causal": "0", "overview_tab": "Decoder masked self-attention"}))
+    assert at.radio(key="causal_rows_decoder").value == "generation"
+    shown = texts(at)
+    assert "the later words did not exist yet" in shown
+    grid = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Decoder masked self-attention: every"))
+    z = array(grid["data"][0]["z"])
+    assert np.isnan(z[0, 1])  # step 1 could not see the second piece: it was not written yet
+    at.radio(key="causal_rows_decoder").set_value("recompute").run(timeout=TIMEOUT)
+    grid = next(
+        s for s in specs(ok(at)) if s["layout"]["title"]["text"].startswith("Decoder masked self-attention: every")
+    )
+    z = array(grid["data"][0]["z"])
+    assert not np.isnan(z[0, 1])  # recomputed: the first row sees the later pieces

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 import core
@@ -31,6 +32,20 @@ def _difference_runs(out: core.Translation) -> tuple[core.Translation, core.Tran
         )
     )
     return (runs[0], runs[1]) if runs else None
+
+
+def _generation_rows(out: core.Translation, kind: str) -> tuple[list[np.ndarray], np.ndarray | None] | None:
+    """With the causal mask off: each decoding step's own rows (what the model computed while generating), and
+    for decoder self-attention the mask of keys that existed at that step; None when there is nothing to show."""
+    trace = out.trace
+    if out.options.causal_mask or kind == "encoder" or kind not in trace.kinds:
+        return None
+    if trace.step_rows(kind, 0) is None:
+        return None
+    maps = [trace.step_rows(kind, layer) for layer in range(trace.n_layers[kind])]
+    n_q, n_k = maps[0].shape[1:]
+    mask = np.tril(np.ones((n_q, n_k), dtype=bool)) if kind == "decoder" else None
+    return [np.asarray(m) for m in maps], mask
 
 
 out = common.sentence_bar()
@@ -89,6 +104,30 @@ if out is not None:
             q_tokens, k_tokens = axes[kind]
             maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
             mask = trace.mask(kind)
+            as_generated = _generation_rows(out, kind)
+            if as_generated is not None and show != "difference":
+                rows = st.radio(
+                    "Rows shown (the causal mask is off)",
+                    ["generation", "recompute"],
+                    key=f"causal_rows_{kind}",
+                    horizontal=True,
+                    format_func=lambda v: (
+                        "as each step computed them during generation"
+                        if v == "generation"
+                        else "recomputed over the finished output (what a teacher-forced pass sees)"
+                    ),
+                )
+                if rows == "generation":
+                    maps, mask = as_generated
+                    st.caption(
+                        "With the causal mask off nothing stops a position from looking ahead — but while the "
+                        "translation was being written, the later words did not exist yet: step *t* saw only the "
+                        "pieces before it (grey = not written yet). That is why switching the mask off does not "
+                        "change the output. The other view recomputes every row over the finished output: there "
+                        "early rows look at later words, which never happened during generation. To see the leak "
+                        "itself, open the token-by-token comparison at the top: fed the as-trained translation, "
+                        "each position can read the piece it must predict next."
+                    )
             if show == "difference" and diff is not None:
                 trained_run, switched_run = diff
                 maps = [
