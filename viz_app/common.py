@@ -13,6 +13,7 @@ import streamlit as st
 import torch
 
 import core
+from core.segment import split_sentences
 from viz_app import figures, state
 from viz_app.figures import plot_config, token_text
 
@@ -283,10 +284,41 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
     right.selectbox(
         "…or pick an example", examples, index=None, key="example", on_change=_example_picked, placeholder="Examples"
     )
+    _sentence_picker()
     out = state.current(qkv=qkv)
     if out is not None:
         state.show_notices(out)
     return out
+
+
+def _sentence_picker() -> None:
+    """When the text has several sentences: say so, let the person pick the one to look inside, and show the
+    whole text's translation (each sentence translated on its own, as production translators do)."""
+    found = state.sentences()
+    total = len(split_sentences(str(st.session_state.get("text", ""))))
+    if len(found) < 2:
+        return
+    state.clamp("sentence", list(range(len(found))))
+    st.info(
+        f"This text has {total} sentences. Like production translators, the lab translates one sentence at a "
+        "time; pick the one to look inside."
+        + (f" Only the first {len(found)} are offered." if total > len(found) else ""),
+        icon=":material/segment:",
+    )
+    st.selectbox(
+        "Sentence",
+        list(range(len(found))),
+        key="sentence",
+        format_func=lambda i: f"{i + 1} · {found[i][:90]}{'…' if len(found[i]) > 90 else ''}",
+    )
+    bundle = state.bundle()
+    if bundle is None or state.replay() is not None:
+        return
+    path, key = state.ckpt_path(), state.options_key(state.options())
+    beam = int(st.session_state.get("beam", 1))
+    parts = state.guarded(lambda: [state.translate(path, s, key, beam).text for s in found])
+    if parts:
+        st.caption("Whole text, sentence by sentence: " + " ".join(md(p) or "∅" for p in parts))
 
 
 def translation_header(out: core.Translation) -> None:
@@ -348,7 +380,7 @@ def before_after(out: core.Translation) -> None:
     if not trained.text:
         return
     path = state.ckpt_path()
-    text = st.session_state.get("text", "")
+    text = state.sentence()
     forced = state.guarded(lambda: state.teacher_forced(path, text, trained.text, state.options_key(out.options)))
     if forced is None:
         return

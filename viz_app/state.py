@@ -26,6 +26,7 @@ from core.analysis.attribution import Attribution, attribute
 from core.analysis.heads import HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.survey import alignment_scores, builtin_statistics, cached_builtin_statistics, gold_pairs
+from core.segment import split_sentences
 from viz_app.cache import cached, peek
 
 REPO = Path(__file__).resolve().parents[1]
@@ -314,6 +315,7 @@ PARAMS: dict[str, Param] = {
     "heads_scope": Param("sentence"),
     "heads_stat": Param("entropy"),
     "overview_show": Param("run"),
+    "sentence": Param(0, **_INDEX),
 }
 
 
@@ -483,10 +485,25 @@ def current(
     name = selected()
     if not name or bundle() is None:
         return None
-    text = st.session_state.get("text", "")
+    text = sentence()
     beam = int(st.session_state.get("beam", 1)) if beam is None else beam
     key = options_key(opts or options())
     return guarded(lambda: translate(str(checkpoint_root() / name), text, key, beam, qkv))
+
+
+MAX_SENTENCES = 40  # a pasted text is split into at most this many sentences (the rest is named in a notice)
+
+
+def sentences() -> list[str]:
+    """The text box's sentences (split as production translators do), at most MAX_SENTENCES."""
+    return split_sentences(str(st.session_state.get("text", "")))[:MAX_SENTENCES] or [""]
+
+
+def sentence() -> str:
+    """The sentence the pages look inside: the text itself, or the picked one when the text has several."""
+    found = sentences()
+    index = st.session_state.get("sentence", 0)
+    return found[index] if isinstance(index, int) and 0 <= index < len(found) else found[0]
 
 
 def show_notices(out: core.Translation) -> None:

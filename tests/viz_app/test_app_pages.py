@@ -489,3 +489,20 @@ def test_causal_mask_off_shows_the_rows_each_step_computed() -> None:
     )
     z = array(grid["data"][0]["z"])
     assert not np.isnan(z[0, 1])  # recomputed: the first row sees the later pieces
+
+
+def test_a_text_of_several_sentences_is_translated_one_sentence_at_a_time(app_root: Path) -> None:
+    text = "The cat sleeps on the warm chair. Where is the station? Is there any tea left?"
+    at = ok(run({"text": text}))
+    assert any("This text has 3 sentences" in i.value for i in at.info)
+    bundle = core.load(app_root / "tiny", device="cpu")
+    first, second = (bundle.translate(s).text for s in ("The cat sleeps on the warm chair.", "Where is the station?"))
+    assert at.selectbox(key="sentence").value == 0
+    assert at.markdown[0].value == f"#### {md(first) or '∅ (the model produced no words)'}"  # the first sentence's
+    whole = next(c.value for c in at.caption if c.value.startswith("Whole text, sentence by sentence:"))
+    assert (md(first) or "∅") in whole and (md(second) or "∅") in whole
+    at.selectbox(key="sentence").set_value(1).run(timeout=TIMEOUT)
+    ok(at)
+    assert at.markdown[0].value == f"#### {md(second) or '∅ (the model produced no words)'}"
+    assert at.session_state["text"] == text  # nothing typed is lost
+    assert at.query_params["sentence"] == ["2"] or at.query_params["sentence"] == "2"

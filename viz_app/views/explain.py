@@ -54,9 +54,7 @@ def _importance_tab(out: core.Translation) -> None:
             return
     else:
         result = state.guarded(
-            lambda: state.importance(
-                state.ckpt_path(), st.session_state.get("text", ""), state.options_key(out.options)
-            )
+            lambda: state.importance(state.ckpt_path(), state.sentence(), state.options_key(out.options))
         )
         if result is None:
             return
@@ -231,9 +229,7 @@ def _patching_tab(out: core.Translation) -> None:
         return
     position = None if choice == "the most affected" else int(choice.split(":")[0]) - 1
     key = state.options_key(out.options)
-    result = state.guarded(
-        lambda: state.patching(state.ckpt_path(), st.session_state.get("text", ""), corrupt, key, position)
-    )
+    result = state.guarded(lambda: state.patching(state.ckpt_path(), state.sentence(), corrupt, key, position))
     if result is None:
         return
     _remember(out, *result.to_arrays(corrupt))
@@ -309,7 +305,7 @@ def _attribution_tab(out: core.Translation) -> None:
         a = Attribution.from_trace(out.trace, t)
     else:
         key = state.options_key(out.options)
-        a = state.guarded(lambda: state.attribution(state.ckpt_path(), st.session_state.get("text", ""), key, t))
+        a = state.guarded(lambda: state.attribution(state.ckpt_path(), state.sentence(), key, t))
         if a is not None:
             _remember(out, *a.to_arrays())
     if a is None:

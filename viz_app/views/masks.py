@@ -42,9 +42,7 @@ if out is not None:
     trace, texts = out.trace, [out.text]
     if second:
         batch = state.guarded(
-            lambda: state.translate_batch(
-                state.ckpt_path(), (st.session_state["text"], second), state.options_key(opts)
-            )
+            lambda: state.translate_batch(state.ckpt_path(), (state.sentence(), second), state.options_key(opts))
         )
         if batch is not None:
             texts, batch_trace = batch

@@ -24,7 +24,7 @@ def _difference_runs(out: core.Translation) -> tuple[core.Translation, core.Tran
     trained = state.current(beam=out.beam_size, opts=core.InferenceOptions())
     if trained is None or not trained.text:
         return None
-    path, text = state.ckpt_path(), st.session_state.get("text", "")
+    path, text = state.ckpt_path(), state.sentence()
     runs = state.guarded(
         lambda: tuple(
             state.teacher_forced(path, text, trained.text, state.options_key(o))

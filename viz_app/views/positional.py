@@ -155,7 +155,7 @@ def _compare_tab(out: core.Translation) -> None:
     if not base.text:
         st.info("The model produced no words, so there is no output to compare attention on.")
         return
-    path, text = state.ckpt_path(), st.session_state["text"]
+    path, text = state.ckpt_path(), state.sentence()
     a = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(with_pe)))
     b = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(without)))
     if a is not None and b is not None:
