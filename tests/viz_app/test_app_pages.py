@@ -506,3 +506,23 @@ def test_a_text_of_several_sentences_is_translated_one_sentence_at_a_time(app_ro
     assert at.markdown[0].value == f"#### {md(second) or '∅ (the model produced no words)'}"
     assert at.session_state["text"] == text  # nothing typed is lost
     assert at.query_params["sentence"] == ["2"] or at.query_params["sentence"] == "2"
+
+
+def test_the_pe_page_shows_this_models_formula_and_the_word_order_pairs(app_root: Path, monkeypatch) -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.switch_page("views/positional.py")
+    at.query_params.update({"text": SENTENCE})
+    at.session_state["pe_tab"] = "Switch it off"
+    at.run(timeout=TIMEOUT)
+    ok(at)
+    assert any("The paper's layout" in c.value for c in at.caption)  # the tiny model interleaves
+    table = at.dataframe[0].value
+    assert list(table["sentence"])[:2] == ["The dog bit the man.", "The man bit the dog."]
+    bundle = core.load(app_root / "tiny", device="cpu")
+    off = core.InferenceOptions(positional_encoding=False)
+    assert list(table["without PE"])[0] == (bundle.translate("The dog bit the man.", options=off).text or "∅")
+    monkeypatch.setenv("LAB_CHECKPOINT", "tiny-ssru")  # concatenated sinusoids: the formula says so
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.switch_page("views/positional.py")
+    at.run(timeout=TIMEOUT)
+    assert any("first half of the dimensions" in c.value for c in ok(at).caption)

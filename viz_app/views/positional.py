@@ -17,6 +17,28 @@ st.caption(
 )
 
 
+PE_FORMULAS = {  # the formula this model really uses, by layout (core.positional.sinusoidal_table)
+    "interleaved": r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
+    r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)",
+    "concatenated_hf": r"PE_{(pos,\,i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
+    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)",
+    "concatenated": r"PE_{(pos,\,i)} = \sin\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right) \qquad "
+    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right)",
+}
+PE_NOTES = {
+    "interleaved": "The paper's layout: sines in the even dimensions, cosines in the odd ones (i = 0 … d_model/2 − 1).",
+    "concatenated_hf": "Hugging Face's Marian layout: the sines fill the first half of the dimensions and the "
+    "cosines the second half, at the paper's frequencies (so dimensions 0 and 1 are both sines).",
+    "concatenated": "The tensor2tensor / Marian layout: the sines fill the first half of the dimensions and the "
+    "cosines the second half, with frequencies spread evenly on a log scale from 1 to 1/10000 (so dimensions 0 "
+    "and 1 are both sines).",
+}
+WORD_ORDER = {  # pairs whose meaning is in the order alone: without positions the encoder cannot tell them apart
+    "en": [("The dog bit the man.", "The man bit the dog."), ("Anna called Peter.", "Peter called Anna.")],
+    "pt": [("O cão mordeu o homem.", "O homem mordeu o cão."), ("A Ana ligou ao Pedro.", "O Pedro ligou à Ana.")],
+}
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
 def _table(path: str, n: int) -> np.ndarray:
     """(n, d_model) PE table of the checkpoint as the model adds it (``model.positions``): sinusoids, or the
@@ -91,52 +113,70 @@ def _compare_grids(
             maps_a = [a.trace.attention(kind, l) for l in range(n_layers)]
             maps_b = [b.trace.attention(kind, l) for l in range(n_layers)]
             off = [(l, h) for k, l, h in with_pe.ablate if k == kind]
-            l1, l2 = st.columns(2)
-            with l1:
-                common.chart(
-                    figures.attention_grid(
-                        maps_a,
-                        q_tok,
-                        k_tok,
-                        cell=80,
-                        ablated=off,
-                        title=figures.titled("With PE", state.options_note(with_pe)),
-                    ),
-                    f"{kind}_with_pe",
-                    key=f"cmp_a_{kind}",
+            show = st.radio(
+                "Show",
+                ["with", "without", "difference"],
+                key=f"pe_cmp_show_{kind}",
+                horizontal=True,
+                index=2,
+                format_func={
+                    "with": "with PE",
+                    "without": "without PE",
+                    "difference": "the difference (without − with)",
+                }.get,
+            )  # one grid at full width: two side by side leave a few pixels per token
+            if show == "difference":
+                maps = [mb - ma for ma, mb in zip(maps_a, maps_b, strict=True)]
+                title = (
+                    f"Difference (without PE − with PE), {state.KINDS[kind]} — red: more attention without PE, "
+                    "blue: less"
                 )
-            with l2:
-                common.chart(
-                    figures.attention_grid(
-                        maps_b,
-                        q_tok,
-                        k_tok,
-                        cell=80,
-                        ablated=off,
-                        title=figures.titled("Without PE", state.options_note(without)),
-                    ),
-                    f"{kind}_without_pe",
-                    key=f"cmp_b_{kind}",
-                )
-            diff = [mb - ma for ma, mb in zip(maps_a, maps_b, strict=True)]
+            else:
+                maps = maps_a if show == "with" else maps_b
+                opts = with_pe if show == "with" else without
+                title = figures.titled("With PE" if show == "with" else "Without PE", state.options_note(opts))
             common.chart(
-                figures.attention_grid(
-                    diff,
-                    q_tok,
-                    k_tok,
-                    diverging=True,
-                    title=(
-                        f"Difference (without PE − with PE), {state.KINDS[kind]} — red: more attention without PE, "
-                        "blue: less"
-                    ),
-                ),
-                f"{kind}_pe_difference",
-                key=f"cmp_d_{kind}",
+                figures.attention_grid(maps, q_tok, k_tok, ablated=off, diverging=show == "difference", title=title),
+                f"{kind}_pe_{show}",
+                key=f"cmp_{kind}",
             )
+
+
+def _word_order(out: core.Translation) -> None:
+    """Built-in pairs whose meaning is in the word order alone, translated with and without positions."""
+    bundle = state.bundle()
+    if bundle is None or state.replay() is not None:
+        return
+    pairs = WORD_ORDER.get(bundle.languages[0], [])
+    if not pairs:
+        return
+    st.markdown("##### Who did what to whom? Word order without positions")
+    path, beam = state.ckpt_path(), 1
+    with_pe, without = (state.options_key(out.options.with_changes(positional_encoding=v)) for v in (True, False))
+    rows = state.guarded(
+        lambda: [
+            (s, state.translate(path, s, with_pe, beam).text, state.translate(path, s, without, beam).text)
+            for pair in pairs
+            for s in pair
+        ]
+    )
+    if rows:
+        st.dataframe(
+            [{"sentence": s, "with PE": a or "∅", "without PE": b or "∅"} for s, a, b in rows],
+            hide_index=True,
+            width="stretch",
+        )
+        st.caption(
+            "Each pair has the same words in another order. Without positions the encoder receives the same set of "
+            "vectors for both sentences (only shuffled), so its output is the same set too: whatever the model "
+            "writes cannot depend on who did what to whom. Put one of them in the text box and turn on the "
+            "comparison below to see the attention maps change."
+        )
 
 
 def _compare_tab(out: core.Translation) -> None:
     """A live toggle: run again without PE; translations and every attention map side by side."""
+    _word_order(out)
     st.toggle("Run the model again without positional encoding and compare", key="compare")
     if not st.session_state.get("compare"):
         st.caption(
@@ -179,15 +219,8 @@ if out is not None and (bundle is not None or replaying):
             "run without it need the model."
         )
     elif cfg.positional == "sinusoidal":
-        st.latex(
-            r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
-            r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)"
-        )
-        if cfg.pe_layout in ("concatenated", "concatenated_hf"):
-            st.caption(
-                "This model stores the sines in the first half of the dimensions and the cosines in the "
-                "second half (the tensor2tensor / Marian layout) instead of interleaving them."
-            )
+        st.latex(PE_FORMULAS[cfg.pe_layout])
+        st.caption(PE_NOTES[cfg.pe_layout] + f" Here d_model = {cfg.d_model}.")
     else:
         st.caption("This model learned one position vector per position instead of using sinusoids.")
     tabs = st.tabs(
