@@ -332,11 +332,12 @@ def test_positional_page_table_run_and_comparison() -> None:
     at.toggle(key="compare").set_value(True).run(timeout=TIMEOUT)
     ok(at)
     assert "**With PE:**" in texts(at) and "**Without PE:**" in texts(at)
-    names = titles(at)
-    assert "Without PE — PE off" in names
     diff = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Difference (without PE − with PE)"))
     axis = diff["layout"]["coloraxis"]
     assert axis["cmin"] == pytest.approx(-axis["cmax"])
+    kind = next(k for k in ("encoder", "decoder", "cross") if f"pe_cmp_show_{k}" in at.session_state)
+    at.radio(key=f"pe_cmp_show_{kind}").set_value("without").run(timeout=TIMEOUT)
+    assert "Without PE — PE off" in titles(ok(at))  # one grid at a time, at full width
 
 
 # ----------------------------------------------------------------------------- 5 · step by step
