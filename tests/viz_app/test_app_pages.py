@@ -290,6 +290,7 @@ def test_masks_page_with_a_padded_batch_and_live_toggles(app_root: Path) -> None
     ok(at)
     assert "has no `<pad>` tokens" in texts(at)
     at.text_input(key="text2").input(LONGER).run(timeout=TIMEOUT)
+    at.radio(key="mask_kind").set_value("cross").run(timeout=TIMEOUT)
     ok(at)
     batch_texts, _ = core.load(app_root / "tiny").translate_batch([SENTENCE, LONGER])
     assert f"**Translation 2:** {md(batch_texts[1])}" in texts(at)
@@ -307,7 +308,7 @@ def test_masks_page_with_a_padded_batch_and_live_toggles(app_root: Path) -> None
     applied = array(specs(at)[0]["data"][2]["z"])
     assert applied.all()  # nothing blocked any more
 
-    at.radio(key="kind").set_value("decoder masked self-attention")
+    at.radio(key="mask_kind").set_value("decoder")
     at.toggle(key="masks_causal").set_value(False).run(timeout=TIMEOUT)
     ok(at)
     assert array(specs(at)[0]["data"][2]["z"]).all()
@@ -527,3 +528,18 @@ def test_the_pe_page_shows_this_models_formula_and_the_word_order_pairs(app_root
     at.switch_page("views/positional.py")
     at.run(timeout=TIMEOUT)
     assert any("first half of the dimensions" in c.value for c in ok(at).caption)
+
+
+def test_the_masks_page_opens_on_the_decoder_and_names_truncation_and_padding() -> None:
+    at = run({"text": SENTENCE, "kind": "cross"})  # cross picked elsewhere: the masks page still opens on the decoder
+    at.switch_page("views/masks.py").run(timeout=TIMEOUT)
+    assert ok(at).radio(key="mask_kind").value == "decoder"
+    long = " ".join(["the warm chair and the cat"] * 60)  # far beyond the longest source the model takes
+    at.text_input(key="text2").set_value(long).run(timeout=TIMEOUT)
+    shown = texts(ok(at))
+    assert "Sentence 2: Truncated" in shown
+    at.radio(key="mask_kind").set_value("encoder").run(timeout=TIMEOUT)
+    at.radio(key="mask_item").set_value(1).run(timeout=TIMEOUT)
+    assert "Sentence 2 is the longest of the batch" in texts(ok(at))
+    titles_now = [a["text"] for s in specs(at) for a in s["layout"].get("annotations", []) if a.get("text")]
+    assert {"padding", "causal (not used)", "applied"} <= set(titles_now)

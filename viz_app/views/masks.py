@@ -40,6 +40,7 @@ if out is not None:
     note = state.options_note(opts, out.beam_size)
     second = "" if replaying else st.session_state.get("text2", "").strip()
     trace, texts = out.trace, [out.text]
+    texts_in = (state.sentence(), second)
     if second:
         batch = state.guarded(
             lambda: state.translate_batch(state.ckpt_path(), (state.sentence(), second), state.options_key(opts))
@@ -66,31 +67,42 @@ if out is not None:
         if ref is not None:
             st.caption(f"With both masks on the translation is: *{common.md(ref.text) or '∅'}*")
 
-    kind = common.kind_picker(trace.kinds)
+    if "mask_kind" not in st.session_state:  # this page opens on the decoder, where both masks are at work
+        st.session_state["mask_kind"] = "decoder" if "decoder" in trace.kinds else trace.kinds[0]
+    kind = common.kind_picker(trace.kinds, key="mask_kind")
     q_tokens, k_tokens = figures.query_key_tokens(kind, src, tgt)
     n_q, n_k = len(q_tokens), len(k_tokens)
     padding = trace.mask(kind, "padding")  # the mask's parts, as the trace recorded them
     causal = trace.mask(kind, "causal") if kind == "decoder" else np.ones((n_q, n_k), dtype=bool)
-    pad_title = (
-        "padding mask"
-        + ("" if kind != "decoder" else " (targets: not used)")
-        + ("" if opts.padding_mask else " — switched off")
-    )
-    causal_title = (
-        "causal mask"
-        + (" (not used here)" if kind != "decoder" else "")
-        + ("" if opts.causal_mask or kind != "decoder" else " — switched off")
-    )
-    panels = {pad_title: padding, causal_title: causal, "applied (combined)": trace.mask(kind)}
+    pad_title = "padding" + ("" if opts.padding_mask else " (off)")
+    causal_title = "causal" + (" (not used)" if kind != "decoder" else "" if opts.causal_mask else " (off)")
+    panels = {pad_title: padding, causal_title: causal, "applied": trace.mask(kind)}  # short: titles never overlap
     fig = figures.mask_panels(
         panels, q_tokens, k_tokens, title=figures.titled(f"Masks of the {state.KINDS[kind]}", note)
     )
     common.chart(fig, f"masks_{kind}", key="mask_panels")
+    st.caption(
+        "Left: the padding mask (the decoder's own inputs are never padded here, so for decoder self-attention it "
+        "allows everything); middle: the causal mask (decoder self-attention only); right: what was applied, both "
+        "combined."
+    )
+    bundle = state.bundle() if second else None
+    if bundle is not None:  # the batch's sentences are truncated like single ones: say so for each
+        for i, text in enumerate(texts_in):
+            for notice in state.guarded(lambda t=text: bundle.encode_source(t, truncate=True)[1]) or ():
+                st.warning(f"Sentence {i + 1}: {notice}", icon=":material/info:")
     if PAD not in src:
-        st.caption(
-            "This sentence has no `<pad>` tokens, so the padding mask allows everything. "
-            "Add a second, longer sentence above to see it at work."
-        )
+        if second:
+            picked = int(st.session_state.get("mask_item", 0)) + 1
+            st.caption(
+                f"Sentence {picked} is the longest of the batch, so it has no `<pad>` tokens and its padding mask "
+                f"allows everything: look at sentence {3 - picked} to see the mask at work."
+            )
+        else:
+            st.caption(
+                "This sentence has no `<pad>` tokens, so the padding mask allows everything. "
+                "Add a second, longer sentence above to see it at work."
+            )
 
     st.subheader("One query through the three stages", divider="gray")
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
