@@ -118,6 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beams", default="1,4", help="comma-separated beam sizes (1 = greedy)")
     parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences (0 = all)")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+    parser.add_argument(
+        "--by-length",
+        action="store_true",
+        help="fidelity to --teacher by source length (1–15, 16–30, 31–60, 61–120 pieces) on held-out inputs",
+    )
+    parser.add_argument("--teacher", default=None, help="--by-length: the teacher checkpoint folder")
+    parser.add_argument("--per-bucket", type=int, default=100, help="--by-length: inputs per length bucket")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     split_dir = Path(args.split)
     if not (split_dir / f"{args.set}.en").is_file():
         prepare(split_dir)
+    if args.by_length:
+        return _by_length(args, split_dir)
     sources = (split_dir / f"{args.set}.en").read_text(encoding="utf-8").splitlines()
     refs = (split_dir / f"{args.set}.de").read_text(encoding="utf-8").splitlines()
     if args.limit:
@@ -142,4 +151,32 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.set} {name:7s} BLEU {r['bleu']:6.2f}  chrF {r['chrf']:6.2f}  "
                 f"({r['n']} sentences, {r['seconds']} s)"
             )
+    return 0
+
+
+def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
+    """The student's fidelity to its teacher per source-length bucket (``core.distill.fidelity``)."""
+    from ..checkpoint import load_checkpoint
+    from ..distill.data import english_sources
+    from ..distill.fidelity import HEADER, fidelity, inputs_by_length, portuguese_words
+    from ..errors import InputError
+
+    if not args.teacher:
+        raise InputError("--by-length needs --teacher CHECKPOINT (the model the student was distilled from)")
+    if args.per_bucket < 1:
+        raise InputError(f"--per-bucket must be at least 1, got {args.per_bucket}")
+    student, tokenizer, info = load_checkpoint(args.checkpoint)
+    teacher, teacher_tokenizer, _ = load_checkpoint(args.teacher)
+    held, _, _ = english_sources(split_dir)
+    buckets = inputs_by_length(held, tokenizer, per_bucket=args.per_bucket)
+    start = time.perf_counter()
+    word_list = portuguese_words() if str(info.get("target_language", "")) == "pt" else set()
+    rows = fidelity(student, teacher, tokenizer, buckets, teacher_tokenizer=teacher_tokenizer, word_list=word_list)
+    if args.json:
+        print(json.dumps([vars(r) for r in rows]))
+    else:
+        print(HEADER)
+        for r in rows:
+            print(r.row())
+        print(f"({time.perf_counter() - start:.0f} s; greedy, held-out Ding English, joined where longer)")
     return 0

@@ -1,0 +1,140 @@
+"""How faithfully a student reproduces its teacher, by source length: ``python -m core eval --by-length``.
+
+Held-out inputs per bucket of source pieces (1–15, 16–30, 31–60, 61–120) are made from the held-out Ding
+English sentences (dev + test, never used for distillation): single sentences for the short buckets and runs of
+consecutive ones, joined, for the long ones (as a pasted paragraph would be). Per bucket: chrF and BLEU of the
+student's greedy output with the teacher's as the reference, the share of outputs shorter than 85 % of the
+teacher's (in characters: dropped endings), and non-words — words of the student's output found neither in the
+teacher's translations of the held-out inputs nor in Debian's Portuguese word lists (wbrazilian, wportuguese).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model import Transformer
+from ..tokenizer import Tokenizer
+from ..training.evaluate import score, translate_many
+
+BUCKETS: tuple[tuple[int, int], ...] = ((1, 15), (16, 30), (31, 60), (61, 120))
+SHORT = 0.85  # an output under this share of the teacher's length counts as cut short
+WORD = re.compile(r"[^\W\d_]+(?:[-'’][^\W\d_]+)*")
+
+
+def bucket_of(n: int) -> int | None:
+    """Index of the bucket holding ``n`` source pieces (None: outside every bucket)."""
+    return next((i for i, (lo, hi) in enumerate(BUCKETS) if lo <= n <= hi), None)
+
+
+def inputs_by_length(
+    sentences: Sequence[str], tokenizer: Tokenizer, *, per_bucket: int = 100, seed: int = 0
+) -> list[list[str]]:
+    """``per_bucket`` inputs for each bucket (fewer when the sentences run out), deterministic for ``seed``:
+    single sentences where they fit, else runs of consecutive sentences joined with a space."""
+    rng = random.Random(seed)
+    lengths = [len(ids) for ids in tokenizer.encode_batch(list(sentences))]
+    out: list[list[str]] = [[] for _ in BUCKETS]
+    starts = list(range(len(sentences)))
+    rng.shuffle(starts)
+    for start in starts:  # one input per start: the run ending in the emptiest bucket that still has room
+        options: dict[int, int] = {}  # bucket -> end of the first run from ``start`` that lands in it
+        total = 0
+        for end in range(start, len(sentences)):
+            total += lengths[end] + (1 if end > start else 0)
+            if total > BUCKETS[-1][1]:
+                break
+            b = bucket_of(total)
+            if b is not None and len(out[b]) < per_bucket:
+                options.setdefault(b, end + 1)
+        if options:
+            b = min(options, key=lambda k: (len(out[k]), k))
+            out[b].append(" ".join(sentences[start : options[b]]))
+        if all(len(o) >= per_bucket for o in out):
+            break
+    return out
+
+
+WORDLISTS = {"wbrazilian": "usr/share/dict/brazilian", "wportuguese": "usr/share/dict/portuguese"}  # Debian, GPL
+
+
+def portuguese_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
+    """Every word of Debian's Brazilian and European Portuguese word lists (fetched once with apt-get into
+    ``cache_dir``), lower-cased; an empty set, with a note on stderr, when they cannot be fetched."""
+    from ..training.corpus import fetch_deb
+
+    found: set[str] = set()
+    for package, member in WORDLISTS.items():
+        path = cache_dir / member
+        try:
+            if not path.is_file():
+                fetch_deb(package, cache_dir, path)
+            found |= {line.strip().lower() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+        except (RuntimeError, OSError, UnicodeDecodeError) as exc:
+            print(f"note: word list {package} not available ({exc}); non-words are judged without it", file=sys.stderr)
+    return found
+
+
+def words(text: str) -> list[str]:
+    return [w.lower() for w in WORD.findall(text)]
+
+
+@dataclass(frozen=True)
+class BucketFidelity:
+    pieces: tuple[int, int]
+    n: int
+    chrf: float
+    bleu: float
+    short_share: float  # outputs under SHORT of the teacher's length
+    non_words: int  # student words in neither the teacher's output nor the teacher's word list
+    examples: tuple[str, ...]  # a few non-words, to look at
+
+    def row(self) -> str:
+        lo, hi = self.pieces
+        return (
+            f"| {lo}–{hi} | {self.n} | {self.chrf:.2f} | {self.bleu:.2f} | {100 * self.short_share:.1f} % | "
+            f"{self.non_words} ({100 * self.non_words / max(self.n, 1):.1f} per 100) | {', '.join(self.examples)} |"
+        )
+
+
+HEADER = (
+    "| source pieces | inputs | chrF vs teacher | BLEU vs teacher | outputs < 85 % of the teacher's length | "
+    "non-words | e.g. |\n|---|---|---|---|---|---|---|"
+)
+
+
+def fidelity(
+    student: Transformer,
+    teacher: Transformer,
+    tokenizer: Tokenizer,
+    buckets: Sequence[Sequence[str]],
+    *,
+    teacher_tokenizer: Tokenizer | None = None,
+    word_list: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[BucketFidelity]:
+    """Score the student's greedy output against the teacher's, bucket by bucket (see the module doc); a word
+    in ``word_list`` (e.g. ``portuguese_words()``) is never a non-word."""
+    teacher_outputs = [translate_many(teacher, teacher_tokenizer or tokenizer, list(b)) for b in buckets]
+    known = {w for outs in teacher_outputs for text in outs for w in words(text)} | set(word_list)
+    result = []
+    for (lo, hi), inputs, reference in zip(BUCKETS, buckets, teacher_outputs, strict=True):
+        if not inputs:
+            result.append(BucketFidelity((lo, hi), 0, float("nan"), float("nan"), float("nan"), 0, ()))
+            continue
+        hyps = translate_many(student, tokenizer, list(inputs))
+        s = score(hyps, reference)
+        short = sum(len(h) < SHORT * len(r) for h, r in zip(hyps, reference, strict=True)) / len(hyps)
+        odd = [
+            w
+            for h, r in zip(hyps, reference, strict=True)
+            for w in words(h)
+            if w not in known and w not in set(words(r))
+        ]
+        result.append(
+            BucketFidelity((lo, hi), len(inputs), s["chrf"], s["bleu"], short, len(odd), tuple(sorted(set(odd)))[:6])
+        )
+    return result
