@@ -248,7 +248,17 @@ class Recorder:
             n
             for n in self._chunks
             if n.startswith(
-                ("decoder.", "cross.", "mask.decoder", "mask.cross", "pe.tgt", "ssru.", "ids.tgt", "keep.tgt")
+                (
+                    "decoder.",
+                    "cross.",
+                    "mask.decoder",
+                    "mask.cross",
+                    "pe.tgt",
+                    "ssru.",
+                    "ids.tgt",
+                    "keep.tgt",
+                    "embed.tgt",
+                )
             )
         ]:
             del self._chunks[name]

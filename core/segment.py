@@ -23,7 +23,7 @@ def split_sentences(text: str) -> list[str]:
     for m in _BOUNDARY.finditer(text):
         candidate = text[start : m.start(1)].strip()
         words = candidate.split()
-        last = words[-1].lower().lstrip("\"“‘«([") if words else ""
+        last = words[-1].lower().lstrip('"“‘«([') if words else ""
         if last in ABBREVIATIONS or re.fullmatch(r"(?:[^\W\d_]\.)+", last):
             continue  # 'Dr. Smith', 'J. R. R. Tolkien', 'e.g. this'
         if candidate:

@@ -161,3 +161,16 @@ def test_recorder_is_made_from_the_model_and_freezes_once_it_ran(model):
     assert trace.kinds == ("encoder", "decoder", "cross") and trace.n_heads == model.config.n_heads
     with pytest.raises(RuntimeError, match="record=False"):
         Recorder(model, record=False).freeze()
+
+
+def test_the_decoder_stream_is_recorded_once_when_each_step_recomputes_the_prefix(tiny_checkpoint):
+    """With the causal mask off every step re-runs the whole prefix; the record keeps the last pass only."""
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    out = bundle.translate(
+        "The cat sleeps on the warm chair.",
+        options=core.InferenceOptions(causal_mask=False),
+        max_len=6,
+        record_activations=True,
+    )
+    n = len(out.tgt_tokens)
+    assert out.trace["embed.tgt"].shape[-2] == n and out.trace["decoder.0.out"].shape[-2] == n

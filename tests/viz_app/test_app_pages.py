@@ -377,8 +377,8 @@ def test_learn_page_recomputes_the_recorded_weights() -> None:
     ok(at)
     assert "recomputed softmax equals" in at.success[0].value
     table = at.dataframe[3].value
-    assert list(table["mask M"])[:4] == ["0", "0", "0", "−∞"]  # query 2 may see keys 0..2
-    assert any("query 2" in t for t in titles(at))
+    assert list(table["mask M"])[:4] == ["0", "0", "0", "−∞"]  # query 3 may see keys 1..3 (1-based)
+    assert any("query 3" in t for t in titles(at))
 
 
 def _header_of(text: str, pe: bool) -> None:  # runs inside AppTest.from_function (its own module scope)

@@ -1,12 +1,18 @@
-"""Step-by-step decoding: the translation built one piece at a time, with what the model weighed."""
+"""Step-by-step decoding: the translation built one piece at a time, with what the model weighed; "what if the
+model had picked another piece"; and, for beam search, the tree of every hypothesis it weighed."""
 
 from __future__ import annotations
 
+import html
 import time
+from collections.abc import Sequence
 
 import streamlit as st
 
-from viz_app import common, figures, state
+import core
+from core.bundle import BeamTree
+from viz_app import common, figures, figures_steps, state
+from viz_app.cache import cached
 
 BEAMS = [1, 2, 4, 8]
 
@@ -17,11 +23,200 @@ st.caption(
     "every piece of its vocabulary; the best one is appended."
 )
 
+
+@cached("Decoding on from the piece you picked …")
+def steps_what_if(path: str, text: str, key: state.OptionsKey, prefix: tuple[int, ...]) -> core.Translation:
+    """The translation forced to start with ``prefix`` and continued greedily (cached like any translation)."""
+    return state.load_bundle(path).translate(
+        text, options=state._options(key), truncate=True, record_qkv=False, prefix=list(prefix)
+    )
+
+
+@cached("Running beam search with its whole history …")
+def steps_beam_tree(path: str, text: str, key: state.OptionsKey, beam: int) -> BeamTree:
+    """Every hypothesis beam search weighed for the current sentence (``Bundle.beam_tree``)."""
+    return state.load_bundle(path).beam_tree(text, options=state._options(key), beam_size=beam, truncate=True)
+
+
 ss = st.session_state
 if ss.pop("_stop_playing", False):
     ss["playing"] = False
 if "_next_step" in ss:
     ss["step"] = ss.pop("_next_step")
+
+
+def _ids(out: core.Translation) -> list[int]:
+    return [int(i) for i in out.trace["output.ids"]] if "output.ids" in out.trace else []
+
+
+def _pick_what_if(own: tuple[int, ...], step: int, candidates: tuple[int, ...]) -> None:
+    """The "What if" selectbox changed: force the chosen candidate at ``step`` after the model's own pieces."""
+    index = ss.get("whatif_pick")
+    ss["whatif_pick"] = None
+    if isinstance(index, int) and 0 <= index < len(candidates):
+        ss["whatif"] = tuple(own[:step]) + (candidates[index],)
+
+
+def _back() -> None:
+    ss["whatif"] = ()
+    ss["whatif_pick"] = None
+
+
+def _valid_what_if(out: core.Translation, own: Sequence[int]) -> tuple[int, ...]:
+    """The "what if" prefix in the state if it branches off this translation: the model's own pieces, then one of
+    the other candidates the trace recorded at that step; else () — e.g. a link made for another sentence."""
+    prefix = ss.get("whatif", ())
+    if not isinstance(prefix, (tuple, list)) or not prefix or not all(isinstance(i, int) for i in prefix):
+        return ()
+    n = len(prefix)
+    if n > len(own) or list(prefix[:-1]) != list(own[: n - 1]) or prefix[-1] == own[n - 1]:
+        return ()
+    if prefix[-1] not in {int(i) for i in out.trace["output.top_ids"][n - 1]}:
+        return ()
+    return tuple(prefix)
+
+
+def _marked(original: str, alternative: str) -> str:
+    words = figures_steps.changed_words(original, alternative)
+    return " ".join(f"**{common.md(w)}**" if changed else common.md(w) for w, changed in words) or "∅"
+
+
+def _what_if_header(out: core.Translation, alt: core.Translation, branch: int) -> None:
+    forced = alt.steps[branch]
+    own = out.steps[branch]
+    c1, c2 = st.columns(2)
+    c1.markdown(f"**The model's translation:** {common.md(out.text) or '∅'}")
+    c2.markdown(
+        f"**What if step {branch + 1} were “{common.md(figures.token_text(forced.token))}”:** "
+        f"{_marked(out.text, alt.text)}"
+    )
+    st.caption(
+        f"At step {branch + 1} the model's own choice was “{figures.token_text(own.token)}” "
+        f"({figures_steps.percent(own.prob)}); “{figures.token_text(forced.token)}” had "
+        f"{figures_steps.percent(forced.prob)}. That piece is forced, then the model "
+        "continues greedily (its best piece at each step); changed words in **bold**. The steps below walk "
+        "through this alternative."
+    )
+    st.button("← Back to the model's own choice", on_click=_back, key="whatif_back", icon=":material/undo:")
+
+
+def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, branch: int | None) -> None:
+    """At the current step, "What if the model had picked …" among the top candidates the trace recorded."""
+    if state.replay() is not None:
+        st.caption("“What if …” runs the model again: close the saved trace in the sidebar to use it.")
+        return
+    if branch is not None and step > branch:
+        st.caption(
+            f"To branch again, go back to a step up to {branch + 1} or back to the model's own choice: after "
+            "the forced piece this translation is the model's greedy continuation."
+        )
+        return
+    s = shown.steps[step]
+    top = shown.trace["output.top_ids"][step]
+    own_piece = int(own[step]) if step < len(own) else -1
+    candidates = tuple(int(i) for i in top if int(i) != own_piece)
+    probs = {int(i): float(p) for i, p in zip(top, shown.trace["output.top_probs"][step], strict=True)}
+    if not candidates:
+        return
+    ss.setdefault("whatif_pick", None)
+    if ss["whatif_pick"] is not None and not 0 <= ss["whatif_pick"] < len(candidates):
+        ss["whatif_pick"] = None
+    st.columns([2, 1])[0].selectbox(
+        f"What if the model had picked another piece at step {step + 1}?",
+        list(range(len(candidates))),
+        index=None,
+        key="whatif_pick",
+        placeholder=f"its own choice: “{figures.token_text(s.token)}” — pick another to see what follows",
+        format_func=lambda j: (
+            f"“{figures.token_text(shown.trace.piece(candidates[j]))}” "
+            f"({figures_steps.percent(probs.get(candidates[j], 0.0))})"
+        ),
+        on_change=_pick_what_if,
+        args=(own, step, candidates),
+        help="Forces that piece at this step, then lets the model continue greedily, with new attention maps.",
+    )
+
+
+def _tree_clicked() -> None:
+    """A dot of the beam tree was clicked: select that hypothesis in the pickers below the figure."""
+    chart = ss.get("beam_tree_chart")
+    points = getattr(getattr(chart, "selection", None), "points", None) or []
+    for point in points:
+        custom = point.get("customdata") if isinstance(point, dict) else None
+        if isinstance(custom, (list, tuple)) and len(custom) == 2:
+            ss["tree_step"], ss["tree_node"] = int(custom[0]), int(custom[1])
+            return
+
+
+def _beam_tree_section(out: core.Translation) -> None:
+    st.subheader("The beam search tree", divider="gray")
+    if state.replay() is not None:
+        st.info(
+            "The tree is recorded by running beam search again, which needs the model: close the saved trace "
+            "in the sidebar to see it.",
+            icon=":material/history:",
+        )
+        return
+    text = ss.get("text", "")
+    tree = state.guarded(
+        lambda: steps_beam_tree(state.ckpt_path(), text, state.options_key(out.options), out.beam_size)
+    )
+    if tree is None or not tree.steps:
+        return
+    st.caption(
+        f"Each column is a step, each dot a hypothesis (the translation so far), placed by its rank. Its "
+        f"**score** is the sum of the log-probabilities of its pieces (0 = certain; more negative = less likely). "
+        f"At every step the {tree.beam_size} best extensions of the live hypotheses are **kept** (blue; ◆ green "
+        f"when it ends the sentence), the next best are **pruned** (grey). The **red line** is the winning "
+        f"translation, ranked by score ÷ length. Click a dot, or pick it below, to see its cross-attention."
+    )
+    st.markdown(common.md(figures_steps.beam_summary(tree)))
+    if tree.divergence is not None:
+        st.caption(f"Greedy translation: {common.md(str(tree.meta.get('greedy_text', ''))) or '∅'}")
+    n_steps = len(tree.steps)
+    state.clamp("tree_step", list(range(n_steps)))
+    t = int(ss["tree_step"])
+    winner = tree.winner_path
+    if ss.get("tree_node") not in range(len(tree.steps[t].candidate_ids)):
+        ss["tree_node"] = winner[t] if t < len(winner) else 0  # start on the winner's hypothesis
+    j = int(ss["tree_node"])
+    note = state.options_note(out.options, out.beam_size)
+    fig = figures_steps.beam_tree(
+        tree, title=figures.titled(f"Beam search tree: {tree.beam_size} beams, {n_steps} steps", note), selected=(t, j)
+    )
+    common.chart(fig, "beam_tree", key="beam_tree_chart", on_select=_tree_clicked, selection_mode="points")
+    c1, c2 = st.columns([1, 3])
+    c1.selectbox("Step", list(range(n_steps)), key="tree_step", format_func=lambda i: f"Step {i + 1}")
+    step = tree.steps[t]
+
+    def label(k: int) -> str:
+        if not isinstance(k, int) or not 0 <= k < len(step.candidate_ids):
+            return str(k)
+        status = figures_steps.node_status(tree, t, k)
+        piece = figures.token_text(tree.piece(int(step.candidate_ids[k])))
+        star = " ★ winner's path" if winner[t : t + 1] == (k,) else ""
+        return f"rank {k + 1} · “{piece}” · score {float(step.candidate_scores[k]):.3f} · {status}{star}"
+
+    c2.selectbox("Hypothesis", list(range(len(step.candidate_ids))), key="tree_node", format_func=label)
+    parent = int(step.candidate_parents[j])
+    words = figures_steps.hypothesis_text(tree, step.path(j))
+    piece = common.md(figures.token_text(tree.piece(int(step.candidate_ids[j]))))
+    st.markdown(
+        f"Hypothesis “{common.md(words)}”: score {float(step.scores[parent]):.3f} so far "
+        f"+ log p {float(step.candidate_logp[j]):.3f} for “{piece}” = **{float(step.candidate_scores[j]):.3f}**"
+    )
+    before = figures_steps.hypothesis_text(tree, step.tokens[parent]) if t else "the start"
+    rows = [step.cross_attention[parent, layer] for layer in range(step.cross_attention.shape[1])]
+    fig = figures.step_attention(
+        rows,
+        list(tree.src_tokens),
+        title=figures.titled(
+            f"Cross-attention at step {t + 1}, scoring the piece after “{html.escape(before)}”: every layer/head",
+            note,
+        ),
+    )
+    common.chart(fig, f"beam_cross_step{t + 1}", key="beam_cross")
+
 
 state.clamp("beam", BEAMS)
 out = common.sentence_bar()
@@ -31,46 +226,80 @@ st.radio(
     key="beam",
     horizontal=True,
     format_func=lambda b: "greedy (best piece each step)" if b == 1 else f"beam search, {b} beams",
+    on_change=_back,  # a "what if" belongs to the decoding it branched from
 )
-if out is not None:
-    common.translation_header(out)
-    if out.beam_size > 1:
-        st.caption(
-            "Beam search kept several candidate translations alive and returned the best one; the steps "
-            "below replay that winner, showing the model's probabilities along it."
+if out is not None and not out.steps:
+    st.info("This trace holds no decoding steps (it was not made by translating).", icon=":material/info:")
+elif out is not None:
+    own = tuple(_ids(out))
+    prefix = _valid_what_if(out, own) if state.replay() is None else ()
+    if ss.get("whatif") and not prefix:
+        ss["whatif"] = ()  # a choice made for another sentence, beam or model: start from the model's own
+    alt = None
+    if prefix:
+        alt = state.guarded(
+            lambda: steps_what_if(state.ckpt_path(), ss.get("text", ""), state.options_key(out.options), prefix)
         )
-    n = len(out.steps)
+    if prefix and alt is None:
+        ss["whatif"] = ()  # it could not be decoded (the message above says why)
+    branch = len(prefix) - 1 if alt is not None else None
+    shown = alt if alt is not None else out
+    if alt is not None and branch is not None:
+        _what_if_header(out, alt, branch)
+    else:
+        common.translation_header(out)
+        if out.beam_size > 1:
+            st.caption(
+                "Beam search kept several candidate translations alive and returned the best one; the steps "
+                "below replay that winner, showing the model's probabilities along it. The tree of every "
+                "hypothesis is further down."
+            )
+    n = len(shown.steps)
     state.clamp("step", list(range(n)))
 
     def _move(delta: int) -> None:
         ss["step"] = min(n - 1, max(0, int(ss.get("step", 0)) + delta))
 
+    def _step_label(t: int) -> str:
+        mark = " (forced)" if branch is not None and t == branch else ""
+        return f"{t + 1}: {figures.token_text(shown.steps[t].token)}{mark}"
+
     c0, c1, c2, c3 = st.columns([6, 1, 1, 1.3], vertical_alignment="bottom")
-    step = c0.select_slider(
-        "Step", list(range(n)), key="step", format_func=lambda t: f"{t + 1}: {figures.token_text(out.steps[t].token)}"
-    )
+    step = c0.select_slider("Step", list(range(n)), key="step", format_func=_step_label)
     c1.button("◀", on_click=_move, args=(-1,), help="previous step", width="stretch", key="prev")
     c2.button("▶", on_click=_move, args=(1,), help="next step", width="stretch", key="next")
     c3.toggle("Play", key="playing", help="Advance one step every second")
 
-    s = out.steps[step]
-    st.markdown(f"**Step {step + 1} of {n}.** Pieces written so far (decoder input):")
-    common.token_pills(out.tgt_tokens[: step + 1], highlight=step)
-    st.markdown(f"→ next piece: **`{figures.token_text(s.token)}`** with probability **{s.prob:.1%}**")
+    s = shown.steps[step]
+    which = "" if alt is None else " of the alternative"
+    st.markdown(f"**Step {step + 1} of {n}{which}.** Pieces written so far (decoder input):")
+    common.token_pills(shown.tgt_tokens[: step + 1], highlight=step)
+    if branch is not None and step == branch:
+        st.markdown(
+            f"→ next piece, **forced**: **`{figures.token_text(s.token)}`** — the model gave it "
+            f"**{figures_steps.percent(s.prob)}**; its own choice was `{figures.token_text(s.top_k[0][0])}` "
+            f"({figures_steps.percent(s.top_k[0][1])})"
+        )
+    else:
+        st.markdown(f"→ next piece: **`{figures.token_text(s.token)}`** with probability **{s.prob:.1%}**")
+    _what_if_picker(shown, tuple(_ids(shown)), step, branch)
 
-    note = state.options_note(out.options, out.beam_size)
+    note = state.options_note(shown.options, shown.beam_size)
+    if branch is not None:
+        note = f"{note}, what if"
     left, right = st.columns([1, 2])
     with left:
-        title = figures.titled(f"Top {len(s.top_k)} candidates at step {step + 1}", note)
+        what = f"Top {len(s.top_k)} " + ("candidates " if branch is None else "")  # the forced note is long
+        title = figures.titled(f"{what}at step {step + 1}", note)
         fig = figures.topk_bars(s.top_k, s.token, title=title)
         common.chart(fig, f"topk_step{step + 1}", key="topk")
     with right:
-        trace = out.trace
+        trace = shown.trace
         if "decoder" in trace.kinds:
             rows = [s.attention("decoder", l) for l in range(trace.n_layers["decoder"])]
             fig = figures.step_attention(
                 rows,
-                out.tgt_tokens[: step + 1],
+                shown.tgt_tokens[: step + 1],
                 title=figures.titled(
                     f"Decoder self-attention at step {step + 1}: every layer/head over the pieces so far", note
                 ),
@@ -85,10 +314,13 @@ if out is not None:
         rows = [s.attention("cross", l) for l in range(trace.n_layers["cross"])]
         fig = figures.step_attention(
             rows,
-            out.src_tokens,
+            shown.src_tokens,
             title=figures.titled(f"Cross-attention at step {step + 1}: every layer/head over the source", note),
         )
         common.chart(fig, f"cross_rows_step{step + 1}", key="cross_rows")
+
+    if out.beam_size > 1 and alt is None:
+        _beam_tree_section(out)
 
     if ss.get("playing"):
         if step < n - 1:
