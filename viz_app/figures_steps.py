@@ -7,7 +7,6 @@ Conventions as in ``figures``: steps, ranks, layers and heads are 1-based on scr
 
 from __future__ import annotations
 
-import difflib
 import html
 from collections.abc import Sequence
 from typing import Any
@@ -230,17 +229,6 @@ def percent(p: float) -> str:
     if p >= 0.001 or p <= 0.0:
         return f"{p:.1%}" if p > 0.0 else "0%"
     return f"{p * 100:.2g}%"
-
-
-def changed_words(original: str, alternative: str) -> list[tuple[str, bool]]:
-    """The words of ``alternative``, each with True where it is not in the matching part of ``original``
-    (a word-level diff, ``difflib``)."""
-    a, b = original.split(), alternative.split()
-    same = [False] * len(b)
-    for block in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks():
-        for k in range(block.b, block.b + block.size):
-            same[k] = True
-    return [(word, not kept) for word, kept in zip(b, same, strict=True)]
 
 
 # ----------------------------------------------------------------------------- learn: numbers

@@ -21,7 +21,7 @@ import core
 from core.bundle import BeamTree
 from core.decoding import BeamStep
 from viz_app import figures_steps
-from viz_app.common import md
+from viz_app.common import marked_words, md
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "viz_app" / "app.py"
@@ -96,11 +96,14 @@ def test_beam_tree_text_helpers(small_tree: BeamTree) -> None:
     assert not [s for s in fig.layout.shapes if s.name == "divergence"]
 
 
-def test_changed_words_marks_what_the_alternative_changed() -> None:
-    words = figures_steps.changed_words("O gato dorme na cadeira.", "O cão dorme na cadeira quente.")
-    assert words == [("O", False), ("cão", True), ("dorme", False), ("na", False), ("cadeira", True), ("quente.", True)]
-    assert figures_steps.changed_words("same text", "same text") == [("same", False), ("text", False)]
-    assert figures_steps.changed_words("", "") == []
+def test_changed_words_are_marked_on_both_sides() -> None:
+    from viz_app.common import marked_words
+
+    before, after = marked_words("O gato dorme na cadeira.", "O cão dorme na cadeira quente.")
+    assert after == "O :green-background[cão] dorme na :green-background[cadeira] :green-background[quente.]"
+    assert before == "O :red-background[gato] dorme na :red-background[cadeira.]"
+    assert marked_words("same text", "same text") == ("same text", "same text")
+    assert marked_words("", "")[1] == "∅ (the model produced no words)"
 
 
 def test_percent_never_rounds_a_small_probability_to_zero() -> None:
@@ -179,10 +182,10 @@ def test_what_if_forces_a_candidate_and_walks_the_alternative(app_root: Path) ->
     prefix = (own[0], candidates[1])
     assert at.session_state["whatif"] == prefix and at.query_params["whatif"] == f"{own[0]}.{candidates[1]}"
     alt = bundle.translate(SENTENCE, prefix=list(prefix))
-    marked = figures_steps.changed_words(free.text, alt.text)
+    marked = marked_words(free.text, alt.text)[1]  # the alternative, its changed words highlighted
     shown = texts(at)
     assert f"**The model's translation:** {md(free.text)}" in shown
-    assert "**What if step 2 were" in shown and " ".join(f"**{md(w)}**" if c else md(w) for w, c in marked) in shown
+    assert "**What if step 2 were" in shown and marked in shown
     assert "→ next piece, **forced**" in shown and "of the alternative" in shown
     assert at.select_slider(key="step").value == 1 and "(forced)" in at.select_slider(key="step").options[1]
     assert len(at.select_slider(key="step").options) == len(alt.steps)

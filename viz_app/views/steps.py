@@ -17,10 +17,15 @@ from viz_app.cache import cached
 BEAMS = [1, 2, 4, 8]
 
 st.title("Step-by-step decoding")
+_ssru = (b := state.bundle() if state.replay() is None and state.selected() else None) is not None and (
+    b.config.decoder_self == "ssru"
+)
 st.caption(
     "The decoder writes the translation one piece at a time. At each step it looks at the pieces it has "
-    "written so far (masked self-attention) and at the source sentence (cross-attention), then scores "
-    "every piece of its vocabulary; the best one is appended."
+    "written so far ("
+    + ("through its SSRU, a recurrent memory of them" if _ssru else "masked self-attention")
+    + ") and at the source sentence (cross-attention), then scores every piece of its vocabulary; the best one "
+    "is appended."
 )
 
 
@@ -77,8 +82,7 @@ def _valid_what_if(out: core.Translation, own: Sequence[int]) -> tuple[int, ...]
 
 
 def _marked(original: str, alternative: str) -> str:
-    words = figures_steps.changed_words(original, alternative)
-    return " ".join(f"**{common.md(w)}**" if changed else common.md(w) for w, changed in words) or "∅"
+    return common.marked_words(original, alternative)[1]  # the alternative, its changed words highlighted
 
 
 def _what_if_header(out: core.Translation, alt: core.Translation, branch: int) -> None:
