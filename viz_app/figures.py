@@ -170,12 +170,20 @@ def head_heatmap(
         z=z,
         x=list(range(z.shape[1])),
         y=list(range(z.shape[0])),
-        text=_hover_text(q_tokens, k_tokens, z, values.rstrip("s")),
-        hovertemplate="%{text}<extra></extra>",
         hoverongaps=True,
         xgap=1,
         ygap=1,
     )
+    if z.size <= HOVER_TEXT_MAX:  # every cell names its tokens
+        trace.update(
+            text=_hover_text(q_tokens, k_tokens, z, values.rstrip("s")), hovertemplate="%{text}<extra></extra>"
+        )
+    else:  # long inputs: per-cell labels would be most of the bytes sent; positions (1-based) name the cells
+        trace.update(
+            x=list(range(1, z.shape[1] + 1)),
+            y=list(range(1, z.shape[0] + 1)),
+            hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{values.rstrip('s')} %{{z:.4f}}<extra></extra>",
+        )
     if values == "weights":
         top = 1.0 if fixed_scale or not np.isfinite(z).any() else max(float(np.nanmax(z)), 1e-6)
         trace.update(colorscale=WEIGHTS_SCALE, zmin=0.0, zmax=top, colorbar=dict(title=dict(text="weight")))
@@ -206,8 +214,12 @@ def head_heatmap(
         )
     n_q, n_k = z.shape
     base_layout(fig, title, height=int(min(1500, max(380, 22 * n_q + 190))))
-    fig.update_xaxes(**token_axis(k_tokens, "key (attended to)"), tickangle=-60)
-    fig.update_yaxes(**token_axis(q_tokens, "query (attending)"), autorange="reversed")
+    shift = 0 if z.size <= HOVER_TEXT_MAX else 1  # positions start at 1 where the hover names positions
+    x_axis, y_axis = token_axis(k_tokens, "key (attended to)"), token_axis(q_tokens, "query (attending)")
+    for axis in (x_axis, y_axis):
+        axis["tickvals"] = [v + shift for v in axis["tickvals"]]
+    fig.update_xaxes(**x_axis, tickangle=-60)
+    fig.update_yaxes(**y_axis, autorange="reversed")
     return fig
 
 
@@ -253,13 +265,20 @@ def attention_grid(
     True where a query may attend: blocked cells are left grey, distinct from a weight of zero.
     """
     n_layers, (n_heads, n_q, n_k) = len(maps), maps[0].shape
-    width = n_k + 1  # one blank column between heads
     height = n_layers * (cell + 16) + 110
     layout = copy.deepcopy(_grid_layout(n_layers, height))
-    zs = [rounded(m) for m in maps]
-    if mask is not None and mask.shape == (n_q, n_k) and not mask.all():
-        zs = [np.where(mask[None], z, np.nan).astype(np.float32) for z in zs]
+    masked = mask is not None and mask.shape == (n_q, n_k) and not mask.all()
+    zs = [np.where(mask[None], m, np.nan) if masked and mask is not None else m for m in maps]
+    fq, fk = -(-n_q // GRID_MAX), -(-n_k // GRID_MAX)
+    if fq > 1 or fk > 1:  # long inputs: each square shows the largest weight of a block of tokens (pooled)
+        zs = [pool_max(z, fq, fk) for z in zs]
+        q_tokens, k_tokens = pooled_labels(q_tokens, fq), pooled_labels(k_tokens, fk)
+        n_q, n_k = zs[0].shape[1:]
+        title = f"{title} · pooled: largest weight of {fq}×{fk} tokens per square (open a head for every token)"
+    zs = [rounded(z, GRID_DECIMALS) for z in zs]
+    if masked:
         layout["plot_bgcolor"] = MASKED_BG
+    width = n_k + 1  # one blank column between heads
     if diverging:
         top = symmetric_range(*zs)
         layout["coloraxis"] = dict(
@@ -274,9 +293,9 @@ def attention_grid(
             colorbar=dict(title=dict(text="weight"), thickness=12),
         )
     layout["title"] = dict(text=title, x=0.0, xanchor="left", font=dict(size=16))
-    keys = unique_labels(k_tokens)
+    keys = [token_label(t) for t in k_tokens] if fk > 1 else unique_labels(k_tokens)  # pooled: '4–6 ␣the…'
     x = [f"H{h + 1} · key {keys[j]}" if j < n_k else "\u200b" * (h + 1) for h in range(n_heads) for j in range(width)]
-    y = unique_labels(q_tokens)
+    y = [token_label(t) for t in q_tokens] if fq > 1 else unique_labels(q_tokens)
     centre = [h * width + (n_k - 1) / 2 for h in range(n_heads)]
     label = dict(showarrow=False, font=dict(size=12, color="#555"))
     notes = [
@@ -350,6 +369,31 @@ def attention_grid(
                 )
     layout.update(annotations=notes, shapes=shapes)
     return go.Figure(data=data, layout=layout)
+
+
+HOVER_TEXT_MAX = 64 * 64  # beyond this many cells a large map's hover names positions instead of tokens
+GRID_MAX = 64  # a grid square shows at most this many tokens per axis; longer inputs are pooled into blocks
+GRID_DECIMALS = 3  # the grid is an overview: three decimals (the large head keeps four)
+
+
+def pool_max(z: np.ndarray, fq: int, fk: int) -> np.ndarray:
+    """(..., Tq, Tk) -> (..., ceil(Tq/fq), ceil(Tk/fk)): the largest value of each block by absolute size (sign
+    kept, so differences pool too); a block of NaN (masked) only stays NaN."""
+    *lead, tq, tk = z.shape
+    nq, nk = -(-tq // fq), -(-tk // fk)
+    padded = np.full((*lead, nq * fq, nk * fk), np.nan, dtype=np.float64)
+    padded[..., :tq, :tk] = z
+    blocks = padded.reshape(*lead, nq, fq, nk, fk)
+    blocks = np.moveaxis(blocks, -3, -2).reshape(*lead, nq, nk, fq * fk)
+    filled = np.where(np.isnan(blocks), -1.0, np.abs(blocks))
+    pick = np.take_along_axis(blocks, filled.argmax(-1)[..., None], axis=-1)[..., 0]
+    return pick
+
+
+def pooled_labels(tokens: Sequence[str], f: int) -> list[str]:
+    """'4–6 ␣the…' for each block of ``f`` tokens (1-based positions, the block's first piece)."""
+    n = len(tokens)
+    return [f"{i + 1}–{min(i + f, n)} {tokens[i]}…" if f > 1 else tokens[i] for i in range(0, n, f)]
 
 
 def step_attention(rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, title: str) -> go.Figure:

@@ -116,7 +116,7 @@ def test_attention_grid_shows_every_layer_and_head() -> None:
     n_k = len(SRC)
     z = np.asarray(hms[1].z, dtype=np.float64)
     assert z.shape == (len(TGT), 3 * (n_k + 1) - 1)  # three heads side by side, one blank column between
-    np.testing.assert_allclose(z[:, n_k + 1 : 2 * n_k + 1], np.round(maps[1][1], 4), atol=1e-6)  # L2 H2
+    np.testing.assert_allclose(z[:, n_k + 1 : 2 * n_k + 1], np.round(maps[1][1], figures.GRID_DECIMALS), atol=1e-6)  # L2 H2
     assert np.isnan(z[:, n_k]).all()
     assert list(hms[0].y) == figures.unique_labels(TGT)
     assert hms[0].x[0] == "H1 · key 1 ␣Is" and hms[0].x[n_k + 1 + 3] == "H2 · key 4 ␣the"
@@ -137,7 +137,7 @@ def test_difference_grid_uses_a_symmetric_scale() -> None:
     fig = figures.attention_grid(diff, TGT[:3], TGT[:3], title="Δ", diverging=True)
     ca = fig.layout.coloraxis
     assert ca.cmin == pytest.approx(-ca.cmax) and ca.cmid == 0
-    assert ca.cmax == pytest.approx(float(np.abs(np.round(diff[0], 4)).max()), abs=1e-6)
+    assert ca.cmax == pytest.approx(float(np.abs(np.round(diff[0], figures.GRID_DECIMALS)).max()), abs=1e-6)
     assert ca.colorscale[0][1] != ca.colorscale[-1][1]  # diverging: two different ends
 
 
@@ -249,3 +249,24 @@ def test_token_logprob_bars_compare_the_two_runs() -> None:
     assert list(trained.y) == pytest.approx([math.log(0.9), math.log(0.8)])
     assert switched.y[1] == -30.0 and switched.name == "PE off"  # log 0 drawn at the floor
     assert list(trained.x) == ["1 ▁O", "2 ▁gato"] and fig.layout.title.text.endswith("— PE off")
+
+
+def test_long_inputs_are_pooled_in_the_grid_and_light_in_the_large_map() -> None:
+    z = np.array([[0.1, -0.9, 0.2], [0.3, np.nan, 0.0], [np.nan, np.nan, 0.5]])
+    np.testing.assert_allclose(figures.pool_max(z, 2, 2), [[-0.9, 0.2], [np.nan, 0.5]])  # largest |value|, sign kept
+    assert figures.pooled_labels(["a", "b", "c", "d", "e"], 2) == ["1–2 a…", "3–4 c…", "5–5 e…"]
+    n = 150
+    tokens = [f"▁w{i}" for i in range(n)]
+    grid = figures.attention_grid([_weights(2, n, n)], tokens, tokens, title="g")
+    hm = _heatmaps(grid)[0]
+    assert (
+        np.asarray(hm.z, dtype=float).shape[0] == 50
+        and "pooled: largest weight of 3×3 tokens" in grid.layout.title.text
+    )
+    assert len(grid.to_json()) < 400_000  # about 150 kB instead of several MB
+    big = figures.head_heatmap(_weights(1, n, n)[0], tokens, tokens, title="h")
+    main = _heatmaps(big)[0]
+    assert main.text is None and main.x[0] == 1 and big.layout.xaxis.tickvals[0] == 1  # positions from 1
+    assert len(big.to_json()) < 300_000
+    small = figures.head_heatmap(_weights(1, 6, 6)[0], SRC, SRC, title="h")
+    assert _heatmaps(small)[0].text is not None and small.layout.xaxis.tickvals[0] == 0  # short: tokens on hover
