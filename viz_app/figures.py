@@ -70,6 +70,13 @@ def rounded(a: np.ndarray, decimals: int = DECIMALS) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def share(p: float) -> str:
+    """A probability as a percentage that never rounds a small one to 0 % ('0.0032%')."""
+    if p <= 0:
+        return "0%"
+    return f"{p:.1%}" if p >= 0.001 else f"{p * 100:.2g}%"
+
+
 def titled(what: str, note: str = "") -> str:
     """Figure title: what it shows, then the options in effect ('… — PE off')."""
     return f"{what} — {note}" if note else what
@@ -518,9 +525,10 @@ def mask_stages(
 
 # ----------------------------------------------------------------------------- decoding
 def topk_bars(top_k: Sequence[tuple[str, float]], chosen: str, *, title: str) -> go.Figure:
-    """Horizontal bars of the top-k next-token candidates; the chosen piece is highlighted."""
+    """Horizontal bars of the top-k next-token candidates; the chosen piece is highlighted. When the best one
+    takes nearly everything the axis is logarithmic, so the others stay visible (with their exact shares)."""
     labels = [f"{r + 1}. {token_label(p)}" for r, (p, _) in enumerate(top_k)]
-    probs = [round(float(q), DECIMALS) for _, q in top_k]
+    probs = [float(f"{float(q):.4g}") for _, q in top_k]  # four significant digits: small ones stay non-zero
     colours = ["#e4572e" if p == chosen else "#5fa8d3" for p, _ in top_k]
     fig = go.Figure(
         go.Bar(
@@ -528,14 +536,19 @@ def topk_bars(top_k: Sequence[tuple[str, float]], chosen: str, *, title: str) ->
             y=labels,
             orientation="h",
             marker_color=colours,
-            text=[f"{q:.1%}" for q in probs],
+            text=[share(q) for q in probs],
             textposition="auto",
-            hovertemplate="%{y}: %{x:.4f}<extra></extra>",
+            hovertemplate="%{y}: %{x:.3g}<extra></extra>",
         )
     )
     base_layout(fig, title, height=max(260, 26 * len(labels) + 110))
     fig.update_layout(plot_bgcolor="white")
-    fig.update_xaxes(title=dict(text="probability"), range=[0, max(probs + [0.01]) * 1.1])
+    positive = [q for q in probs if q > 0]
+    if positive and min(positive) < max(positive) / 100:
+        low = np.log10(min(positive)) - 0.3
+        fig.update_xaxes(title=dict(text="probability (log scale)"), type="log", range=[low, 0.05])
+    else:
+        fig.update_xaxes(title=dict(text="probability"), range=[0, max(probs + [0.01]) * 1.1])
     fig.update_yaxes(autorange="reversed", type="category")
     return fig
 

@@ -270,3 +270,10 @@ def test_long_inputs_are_pooled_in_the_grid_and_light_in_the_large_map() -> None
     assert len(big.to_json()) < 300_000
     small = figures.head_heatmap(_weights(1, 6, 6)[0], SRC, SRC, title="h")
     assert _heatmaps(small)[0].text is not None and small.layout.xaxis.tickvals[0] == 0  # short: tokens on hover
+
+
+def test_top_k_bars_keep_small_candidates_visible() -> None:
+    fig = figures.topk_bars([("▁gato", 0.99995), ("▁cão", 4e-5), ("▁rato", 1e-5)], "▁gato", title="t")
+    assert fig.layout.xaxis.type == "log" and list(fig.data[0].text) == ["100.0%", "0.004%", "0.001%"]
+    even = figures.topk_bars([("a", 0.5), ("b", 0.3)], "a", title="t")
+    assert even.layout.xaxis.type != "log" and list(even.data[0].text) == ["50.0%", "30.0%"]

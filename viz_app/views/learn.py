@@ -268,13 +268,15 @@ def _projection_section(walk: Walkthrough, x: np.ndarray, head: int, i: int, q_r
 
 
 out = common.sentence_bar()
+if out is not None:
+    common.translation_header(out)
 run: core.Translation | None = out
 walk_bundle: core.Bundle | None = None
 if out is not None and state.replay() is None:
     run = state.guarded(
         lambda: learn_run(
             state.ckpt_path(),
-            st.session_state.get("text", ""),
+            state.sentence(),
             state.options_key(state.options()),
             int(st.session_state.get("beam", 1)),
         )
