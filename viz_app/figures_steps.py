@@ -223,14 +223,6 @@ def beam_summary(tree: BeamTree) -> str:
 
 
 # ----------------------------------------------------------------------------- "what if"
-def percent(p: float) -> str:
-    """A probability as a percentage that never rounds a small one to 0: '53.6%', '0.0032%', '0%'."""
-    p = float(p)
-    if p >= 0.001 or p <= 0.0:
-        return f"{p:.1%}" if p > 0.0 else "0%"
-    return f"{p * 100:.2g}%"
-
-
 # ----------------------------------------------------------------------------- learn: numbers
 def excerpt(matrix: np.ndarray, rows: int = 8, cols: int = 8) -> tuple[np.ndarray, str]:
     """The top-left ``rows`` × ``cols`` corner of ``matrix`` (2-D) and a note saying what was left out ('' when

@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 import core
 from core.bundle import BeamTree
 from core.decoding import BeamStep
-from viz_app import figures_steps
+from viz_app import figures, figures_steps
 from viz_app.common import marked_words, md
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,9 +107,9 @@ def test_changed_words_are_marked_on_both_sides() -> None:
 
 
 def test_percent_never_rounds_a_small_probability_to_zero() -> None:
-    assert figures_steps.percent(0.536) == "53.6%"
-    assert figures_steps.percent(3.2e-5) == "0.0032%"
-    assert figures_steps.percent(0.0) == "0%"
+    assert figures.share(0.536) == "53.6%"
+    assert figures.share(3.2e-5) == "0.0032%"
+    assert figures.share(0.0) == "0%"
 
 
 def test_excerpt_layer_norm_and_differences() -> None:

@@ -96,8 +96,8 @@ def _what_if_header(out: core.Translation, alt: core.Translation, branch: int) -
     )
     st.caption(
         f"At step {branch + 1} the model's own choice was “{figures.token_text(own.token)}” "
-        f"({figures_steps.percent(own.prob)}); “{figures.token_text(forced.token)}” had "
-        f"{figures_steps.percent(forced.prob)}. That piece is forced, then the model "
+        f"({figures.share(own.prob)}); “{figures.token_text(forced.token)}” had "
+        f"{figures.share(forced.prob)}. That piece is forced, then the model "
         "continues greedily (its best piece at each step); changed words in **bold**. The steps below walk "
         "through this alternative."
     )
@@ -132,8 +132,7 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
         key="whatif_pick",
         placeholder=f"its own choice: “{figures.token_text(s.token)}” — pick another to see what follows",
         format_func=lambda j: (
-            f"“{figures.token_text(shown.trace.piece(candidates[j]))}” "
-            f"({figures_steps.percent(probs.get(candidates[j], 0.0))})"
+            f"“{figures.token_text(shown.trace.piece(candidates[j]))}” ({figures.share(probs.get(candidates[j], 0.0))})"
         ),
         on_change=_pick_what_if,
         args=(own, step, candidates),
@@ -281,8 +280,8 @@ elif out is not None:
     if branch is not None and step == branch:
         st.markdown(
             f"→ next piece, **forced**: **`{figures.token_text(s.token)}`** — the model gave it "
-            f"**{figures_steps.percent(s.prob)}**; its own choice was `{figures.token_text(s.top_k[0][0])}` "
-            f"({figures_steps.percent(s.top_k[0][1])})"
+            f"**{figures.share(s.prob)}**; its own choice was `{figures.token_text(s.top_k[0][0])}` "
+            f"({figures.share(s.top_k[0][1])})"
         )
     else:
         st.markdown(f"→ next piece: **`{figures.token_text(s.token)}`** with probability **{s.prob:.1%}**")
