@@ -116,7 +116,9 @@ def test_attention_grid_shows_every_layer_and_head() -> None:
     n_k = len(SRC)
     z = np.asarray(hms[1].z, dtype=np.float64)
     assert z.shape == (len(TGT), 3 * (n_k + 1) - 1)  # three heads side by side, one blank column between
-    np.testing.assert_allclose(z[:, n_k + 1 : 2 * n_k + 1], np.round(maps[1][1], figures.GRID_DECIMALS), atol=1e-6)  # L2 H2
+    np.testing.assert_allclose(
+        z[:, n_k + 1 : 2 * n_k + 1], np.round(maps[1][1], figures.GRID_DECIMALS), atol=1e-6
+    )  # L2 H2
     assert np.isnan(z[:, n_k]).all()
     assert list(hms[0].y) == figures.unique_labels(TGT)
     assert hms[0].x[0] == "H1 · key 1 ␣Is" and hms[0].x[n_k + 1 + 3] == "H2 · key 4 ␣the"
