@@ -1,6 +1,7 @@
 """A/B of our engine against an earlier commit, in one session: ours traced and untraced, 20 -> 20 tokens.
 
     python benchmarks/ab.py --base REV [--repeats 6] [--rounds 20]
+    python benchmarks/ab.py --base REV --checkpoint bergamot-en-pt   # a real model: 20 built-in sentences a round
 
 Checks REV out into a temporary git worktree, then alternates fresh processes of the two engines (each imports
 its own ``benchmarks/contenders.py`` and ``core``), each timing ``--rounds`` translations per contender with
@@ -25,8 +26,25 @@ import json, statistics, sys, time, torch
 torch.set_num_threads(1)
 sys.path[:0] = [sys.argv[1] + "/benchmarks", sys.argv[1]]
 import contenders as C
-model, src = C.our_model(), C.source(20, seed=3)
-works = {"traced": C.ours_greedy(model, src, True), "untraced": C.ours_greedy(model, src, False)}
+if sys.argv[3]:  # a checkpoint: text -> text on the built-in sentences, traced (no q/k/v) and untraced
+    import core
+    from core.analysis.sentences import builtin_sentences
+    from core.decoding import default_max_len, greedy
+    bundle, (texts, _) = core.load(sys.argv[3], device="cpu"), builtin_sentences("en", 20)
+
+    @torch.inference_mode()
+    def plain():
+        for text in texts:
+            ids, _ = bundle.encode_source(text)
+            src = torch.tensor([ids])
+            keep = torch.ones_like(src, dtype=torch.bool)
+            opts, n = core.InferenceOptions(), default_max_len(len(ids))
+            greedy(bundle.model, src, keep, options=opts, max_len=n, fast=bundle.fast)
+
+    works = {"traced": lambda: [bundle.translate(t, record_qkv=False) for t in texts], "untraced": plain}
+else:
+    model, src = C.our_model(), C.source(20, seed=3)
+    works = {"traced": C.ours_greedy(model, src, True), "untraced": C.ours_greedy(model, src, False)}
 for work in works.values():
     work(); work()
 times = {name: [] for name in works}
@@ -37,9 +55,9 @@ print(json.dumps({name: statistics.median(v) for name, v in times.items()}))
 """
 
 
-def run(tree: Path, rounds: int) -> dict[str, float]:
+def run(tree: Path, rounds: int, checkpoint: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, str(tree), str(rounds)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", WORKER, str(tree), str(rounds), checkpoint], capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -49,7 +67,9 @@ def main() -> int:
     parser.add_argument("--base", required=True, help="the commit to compare with")
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--checkpoint", default="", help="a checkpoint under checkpoints/ (default: the random model)")
     args = parser.parse_args()
+    checkpoint = str(HERE.parent / "checkpoints" / args.checkpoint) if args.checkpoint else ""
     repo = HERE.parent
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
@@ -62,9 +82,9 @@ def main() -> int:
             ratios: dict[str, list[float]] = {}
             for i in range(args.repeats):
                 if i % 2:  # alternate which runs first, so an order effect cancels
-                    b, a = run(repo, args.rounds), run(base, args.rounds)
+                    b, a = run(repo, args.rounds, checkpoint), run(base, args.rounds, checkpoint)
                 else:
-                    a, b = run(base, args.rounds), run(repo, args.rounds)
+                    a, b = run(base, args.rounds, checkpoint), run(repo, args.rounds, checkpoint)
                 print(
                     f"round {i + 1}: {args.base} "
                     + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in a.items())

@@ -8,21 +8,52 @@ projects only itself, and attends to every earlier position and to the whole sou
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from contenders import Sizes
 
+from core.config import ModelConfig
 
-def translation_flops(s: Sizes, src_len: int, new_tokens: int) -> dict[str, float]:
-    """FLOPs of a greedy translation of ``src_len`` tokens into ``new_tokens`` tokens, by part."""
-    d, f, L, V = s.d_model, s.ffn, s.layers, s.vocab
+
+@dataclass(frozen=True)
+class Shape:
+    """What the floors need to know of a model: widths, layer counts, vocabulary, the decoder's self sub-layer."""
+
+    d_model: int
+    ffn: int
+    encoder_layers: int
+    decoder_layers: int
+    vocab: int
+    ssru: bool = False  # SSRU decoder (Marian's): W and W_f per step instead of Q, K, V, O and attention
+
+    @classmethod
+    def of_sizes(cls, s: Sizes) -> Shape:
+        return cls(s.d_model, s.ffn, s.layers, s.layers, s.vocab)
+
+    @classmethod
+    def of_config(cls, cfg: ModelConfig) -> Shape:
+        return cls(
+            cfg.d_model,
+            cfg.d_ff,
+            cfg.n_encoder_layers,
+            cfg.n_decoder_layers,
+            cfg.tgt_vocab_size,
+            cfg.decoder_self == "ssru",
+        )
+
+
+def shape_flops(m: Shape, src_len: int, new_tokens: int) -> dict[str, float]:
+    """FLOPs of a greedy translation of ``src_len`` tokens into ``new_tokens`` tokens (decoding steps), by part."""
+    d, f, V = m.d_model, m.ffn, m.vocab
     mm = 2.0  # FLOPs per multiply-add
-    encoder_proj = src_len * L * mm * (4 * d * d + 2 * d * f)  # Q, K, V, O + FFN, per source token
-    encoder_attn = L * mm * 2 * src_len * src_len * d  # Q·K^T and weights·V, all heads
-    cross_kv = L * mm * src_len * 2 * d * d  # K, V of the memory, once per translation
-    decoder_proj = new_tokens * L * mm * (4 * d * d + 2 * d * d + 2 * d * f)  # self Q,K,V,O; cross Q,O; FFN
-    keys_seen = sum(range(1, new_tokens + 1))  # step t attends to t target positions
-    decoder_attn = L * mm * 2 * d * (keys_seen + new_tokens * src_len)  # self + cross, scores and mixing
+    encoder_proj = src_len * m.encoder_layers * mm * (4 * d * d + 2 * d * f)  # Q, K, V, O + FFN, per source token
+    encoder_attn = m.encoder_layers * mm * 2 * src_len * src_len * d  # Q·K^T and weights·V, all heads
+    cross_kv = m.decoder_layers * mm * src_len * 2 * d * d  # K, V of the memory, once per translation
+    self_proj = 2 * d * d if m.ssru else 4 * d * d  # SSRU: W, W_f; attention: Q, K, V, O
+    decoder_proj = new_tokens * m.decoder_layers * mm * (self_proj + 2 * d * d + 2 * d * f)  # + cross Q, O; FFN
+    keys_seen = 0 if m.ssru else sum(range(1, new_tokens + 1))  # step t attends to t target positions
+    decoder_attn = m.decoder_layers * mm * 2 * d * (keys_seen + new_tokens * src_len)  # self + cross
     output = new_tokens * mm * d * V
     parts = {
         "encoder projections + FFN": encoder_proj,
@@ -36,14 +67,26 @@ def translation_flops(s: Sizes, src_len: int, new_tokens: int) -> dict[str, floa
     return parts
 
 
+def translation_flops(s: Sizes, src_len: int, new_tokens: int) -> dict[str, float]:
+    """FLOPs of a greedy translation of ``src_len`` tokens into ``new_tokens`` tokens, by part."""
+    return shape_flops(Shape.of_sizes(s), src_len, new_tokens)
+
+
+def shape_weight_bytes(m: Shape, new_tokens: int, bytes_per_value: int = 4) -> float:
+    """Weights that must be read: the encoder and cross K/V once, the rest of the decoder and the output
+    projection at every step."""
+    d, f, V = m.d_model, m.ffn, m.vocab
+    encoder = m.encoder_layers * (4 * d * d + 2 * d * f)
+    cross_kv = m.decoder_layers * 2 * d * d
+    self_proj = 2 * d * d if m.ssru else 4 * d * d
+    per_step = m.decoder_layers * (self_proj + 2 * d * d + 2 * d * f) + d * V
+    return bytes_per_value * (encoder + cross_kv + new_tokens * per_step)
+
+
 def weight_bytes_per_translation(s: Sizes, new_tokens: int, bytes_per_value: int = 4) -> float:
     """float32 weights that must be read: the encoder and cross K/V once, the rest of the decoder and
     the output projection at every step (15 MB + 8 MB here: far more than a core's L2 cache)."""
-    d, f, L, V = s.d_model, s.ffn, s.layers, s.vocab
-    encoder = L * (4 * d * d + 2 * d * f)
-    cross_kv = L * 2 * d * d
-    per_step = L * (6 * d * d + 2 * d * f) + d * V
-    return bytes_per_value * (encoder + cross_kv + new_tokens * per_step)
+    return shape_weight_bytes(Shape.of_sizes(s), new_tokens, bytes_per_value)
 
 
 def matmul_work(n: int = 1024) -> tuple[Callable[[], object], float]:

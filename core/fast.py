@@ -1,23 +1,27 @@
 """The fast path's weights: ``FastWeights``, made once from a model and passed with each call.
 
 Decoding multiplies a few rows (one per sentence or beam) by every decoder matrix and the vocabulary
-projection, so its time is spent streaming weights from memory. Every committed checkpoint stores its
-weights as float16 numbers; fbgemm's float16-weight kernel (``torch.fbgemm_linear_fp16_weight``) reads
-them at half the bytes and sums in float32 — the same values, within float32 rounding of the sums.
+projection, so its time is spent streaming weights from memory. fbgemm's float16-weight kernel
+(``torch.fbgemm_linear_fp16_weight``) reads a matrix at half the bytes and sums in float32. It is used only where
+it changes no weight: a matrix whose values are float16 numbers (every checkpoint made here stores float16), or
+float16 numbers times ONE float32 scale — Marian's int8 models (the imported Bergamot ones) store integers
+-127..127 times a scale per matrix, and the integers are float16 numbers: the kernel multiplies by the integers,
+then the result by the scale (``x W^T = (x Q^T) s``; the same values within float32 rounding of the sums).
 
-``FastWeights(model)`` packs, once, each matrix whose every value is a float16 number, and keeps a
-column-major copy of the others that decoding reads (MKL streams an (in, out)-contiguous matrix faster).
-It is a snapshot: the packed copies are what the weights were when it was made. ``Bundle`` makes one when it
-loads a checkpoint (its model is never changed afterwards); code that trains a model makes a new one after
-changing weights (``is_current`` tells whether any weight was written through autograd-visible ops since).
-Nothing is stored on the model, nothing runs at import, no global switch: pass ``fast=None`` to run plain
-``F.linear`` everywhere (the reference path).
+``FastWeights(model)`` packs, once, each such matrix, and keeps a column-major copy of the others that decoding
+reads (MKL streams an (in, out)-contiguous matrix faster). It is a snapshot: the packed copies are what the
+weights were when it was made. ``Bundle`` makes one when it loads a checkpoint (its model is never changed
+afterwards); code that trains a model makes a new one after changing weights (``is_current`` tells whether any
+weight was written through autograd-visible ops since). Nothing is stored on the model, nothing runs at import, no
+global switch: pass ``fast=None`` to run plain ``F.linear`` everywhere (the reference path). The kernel is CPU
+only: on CUDA every matrix takes ``F.linear`` (column-major copies, on the model's device, for the per-step ones).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,10 +29,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from .attention import MultiHeadAttention
     from .model import Transformer
 
 Linear = tuple[Callable[..., Tensor], Tensor, Tensor | None]  # (fn, weight, bias): fn(x, weight, bias) = x W^T + b
+Scale = float | Tensor  # one scale for a whole matrix, or one per output row (out,) for fused matrices
+INT8_MAX = 127  # Marian's int8 matrices: integers -127..127 times max|W| / 127
 
 # The kernel runs on one thread. Measured on the benchmark's matrices (256x256, 1024x256, 256x1024) on a 2-core
 # machine: as fast as MKL or faster up to 32 rows (mixed at 64) with torch on 1 thread AND on 2 threads (e.g.
@@ -45,25 +50,77 @@ def kernel_available() -> bool:
     return hasattr(torch, "fbgemm_linear_fp16_weight") and "fbgemm" in torch.backends.quantized.supported_engines
 
 
-def _pack(weight: Tensor) -> Tensor | None:
-    """A packed float16 copy of ``weight`` (out, in) if it is a float32 CPU matrix of float16 numbers, else None."""
-    if weight.dtype != torch.float32 or not weight.is_cpu or weight.dim() != 2:
+def _grid_scale(weight: Tensor) -> float | None:
+    """The scale to try for ``weight`` (``_pack`` checks it): 1.0 when its values are float16 numbers, else
+    ``max|W| / 127`` (the one scale of a Marian int8 matrix); None for no CPU matrix (nothing is packed for another
+    device: the kernel is CPU only) or non-finite values."""
+    if weight.dtype != torch.float32 or weight.dim() != 2 or weight.numel() == 0 or not weight.is_cpu:
         return None
     w = weight.detach()
-    if not (bool(torch.isfinite(w).all()) and bool((w.half().float() == w).all())):
+    if not bool(torch.isfinite(w).all()):
         return None
+    if bool((w.half().float() == w).all()):
+        return 1.0
+    scale = float(torch.tensor(float(w.abs().max()) / INT8_MAX, dtype=torch.float32))  # a float32 number
+    return scale or None
+
+
+def _pack(weight: Tensor, scale: Scale | None) -> Tensor | None:
+    """A packed float16 copy of ``weight`` / ``scale`` (out, in) if that quotient is float16 numbers that give
+    ``weight`` back exactly when multiplied by ``scale``; else None. ``scale`` comes from ``_grid_scale`` (for a
+    fused matrix, of each part): 1.0 means every value was checked there (finite, a float16 number)."""
+    if scale is None or weight.dtype != torch.float32 or not weight.is_cpu or weight.dim() != 2:
+        return None
+    q = weight.detach()
+    if not (isinstance(scale, float) and scale == 1.0):
+        rows = scale if isinstance(scale, float) else scale[:, None]  # (out, 1)
+        q = torch.round(q / rows)
+        if not (bool((q.half().float() == q).all()) and bool((q * rows == weight.detach()).all())):
+            return None  # not float16 numbers times the scale: the kernel would change the weights
     with warnings.catch_warnings():  # torch 2.13 marks the (still present) fbgemm ops deprecated, once per process
         warnings.filterwarnings("ignore", message="fbgemm_.* is deprecated", category=UserWarning)
         # packing may write into its input (fbgemm clamps to the float16 range): give it a copy
-        return torch.fbgemm_pack_gemm_matrix_fp16(w.clone(memory_format=torch.contiguous_format))
+        return torch.fbgemm_pack_gemm_matrix_fp16(q.clone(memory_format=torch.contiguous_format))
 
 
-def _fused_qkv(attn: MultiHeadAttention) -> tuple[Tensor, Tensor | None]:
-    """Q, K and V projections as ONE (3D, D) matrix and (3D,) bias, column-major: one matmul per step."""
-    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-    weight = torch.cat([p.weight.detach().t() for p in projections], dim=1).t()  # (3D, D), strides (1, 3D)
-    bias = None if attn.q_proj.bias is None else torch.cat([p.bias.detach() for p in projections])
-    return weight, bias
+def _scaled_kernel(x: Tensor, packed: Tensor, bias: Tensor | None, *, zeros: Tensor, scale: Scale) -> Tensor:
+    """x (..., in) times a packed matrix of float16 numbers Q, times ``scale``, plus ``bias``: x (Q s)^T + b."""
+    y = torch.fbgemm_linear_fp16_weight(x, packed, zeros)  # (..., out) = x Q^T, float32 sums
+    if isinstance(scale, float):
+        return y.mul_(scale) if bias is None else torch.add(bias, y, alpha=scale)
+    return y.mul_(scale) if bias is None else torch.addcmul(bias, y, scale)
+
+
+def fuse(linears: Sequence[nn.Linear]) -> tuple[Tensor, Tensor | None, Scale | None]:
+    """Several projections of the same input as ONE (sum of outs, in) matrix, column-major (one matmul per step),
+    its bias (zeros where a part has none; None when no part has one) and its grid scale (``_grid_scale``: one
+    float when every part shares it, else one per row; None when a part has none). ``_pack`` checks the scale."""
+    weight = torch.cat([p.weight.detach().t() for p in linears], dim=1).t()  # (sum out, in), strides (1, sum out)
+    biases = [p.bias for p in linears]
+    bias = (
+        None
+        if all(b is None for b in biases)
+        else torch.cat(
+            [
+                p.weight.new_zeros(p.weight.shape[0]) if b is None else b.detach()
+                for p, b in zip(linears, biases, strict=True)
+            ]
+        )
+    )
+    scales = [_grid_scale(p.weight) for p in linears]
+    known = [s for s in scales if s is not None]
+    scale: Scale | None = None
+    if len(known) == len(scales):
+        if len(set(known)) == 1:
+            scale = known[0]
+        else:
+            scale = torch.cat(
+                [
+                    torch.full((p.weight.shape[0],), s, device=p.weight.device)
+                    for p, s in zip(linears, known, strict=True)
+                ]
+            )
+    return weight, bias, scale
 
 
 class FastWeights:
@@ -71,36 +128,44 @@ class FastWeights:
 
     def __init__(self, model: Transformer, *, kernel: bool = True) -> None:
         self.kernel = kernel and kernel_available()
-        self._packed: dict[int, tuple[Tensor, Tensor]] = {}  # id(weight) -> (packed, zero bias)
+        self._packed: dict[int, tuple[Tensor, Tensor, Scale]] = {}  # id(weight) -> (packed, zero bias, scale)
         self._column_major: dict[int, Tensor] = {}  # id(weight) -> the same values, strides (1, out)
         # (weight, its version when copied; None for copies made here and inference tensors, which cannot be
         # written in place): holding them keeps the ids above theirs
         self._weights: list[tuple[Tensor, int | None]] = []
-        self.fused_qkv: dict[int, tuple[Tensor, Tensor | None]] = {}  # decoder layer -> fused Q/K/V
+        self.fused_qkv: dict[int, tuple[Tensor, Tensor | None]] = {}  # decoder layer -> fused Q/K/V (3D, D)
+        self.fused_ssru: dict[int, tuple[Tensor, Tensor | None]] = {}  # decoder layer -> SSRU's [W; W_f] (2D, D)
         per_step = {id(m) for part in (model.decoder_layers, model.output) for m in part.modules()}
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, even when made inside inference mode
             for module in model.modules():
                 if isinstance(module, nn.Linear):
-                    self._add(module.weight, id(module) in per_step)
+                    self._add(module.weight, id(module) in per_step, scale=_grid_scale(module.weight))
             for i, layer in enumerate(model.decoder_layers):
                 if layer.self_attn is not None:
-                    self.fused_qkv[i] = fused = _fused_qkv(layer.self_attn)
-                    self._add(fused[0], True, derived=True)
+                    parts = [layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]
+                    target = self.fused_qkv
+                else:
+                    assert layer.ssru is not None
+                    parts, target = [layer.ssru.W, layer.ssru.W_f], self.fused_ssru
+                weight, bias, scale = fuse(parts)
+                target[i] = (weight, bias)
+                self._add(weight, True, derived=True, scale=scale)
         if self._packed:  # the deprecation note comes once per process, at the first call: take it here
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="fbgemm_.* is deprecated", category=UserWarning)
                 tiny = torch.fbgemm_pack_gemm_matrix_fp16(torch.zeros(1, 1))
                 torch.fbgemm_linear_fp16_weight(torch.zeros(1, 1), tiny, torch.zeros(1))
 
-    def _add(self, weight: Tensor, per_step: bool, derived: bool = False) -> None:
+    def _add(self, weight: Tensor, per_step: bool, *, derived: bool = False, scale: Scale | None) -> None:
         """per_step: read at every decoding step (a column-major copy helps when it cannot be packed);
-        derived: a copy made here (the fused Q/K/V), not a weight of the model."""
+        derived: a copy made here (a fused matrix), not a weight of the model; scale: see ``_pack``."""
         if id(weight) in self._packed or id(weight) in self._column_major:
             return
         self._weights.append((weight, None if derived or weight.is_inference() else weight._version))
-        packed = _pack(weight) if self.kernel else None
+        packed = _pack(weight, scale) if self.kernel else None
         if packed is not None:
-            self._packed[id(weight)] = (packed, weight.new_zeros(weight.shape[0]))
+            assert scale is not None
+            self._packed[id(weight)] = (packed, weight.new_zeros(weight.shape[0]), scale)
         elif per_step and weight.dim() == 2 and weight.is_contiguous():
             self._column_major[id(weight)] = weight.detach().t().contiguous().t()
 
@@ -120,7 +185,10 @@ class FastWeights:
         ``fn(x, w, b)`` equal to it. For a loop that calls the same matrices many times (``core.plan``)."""
         packed = self._packed.get(id(weight))
         if packed is not None and self._rows_ok(rows, weight):
-            return torch.fbgemm_linear_fp16_weight, packed[0], packed[1] if bias is None else bias
+            matrix, zeros, scale = packed
+            if isinstance(scale, float) and scale == 1.0:
+                return torch.fbgemm_linear_fp16_weight, matrix, zeros if bias is None else bias
+            return functools.partial(_scaled_kernel, zeros=zeros, scale=scale), matrix, bias
         if torch.is_grad_enabled() and weight.requires_grad:
             return F.linear, weight, bias
         return F.linear, self._column_major.get(id(weight), weight), bias

@@ -4,9 +4,11 @@ A decoding step multiplies one row per sentence by every decoder matrix, so the 
 eager PyTorch's per-call costs dominate: nn.Module calls, attribute look-ups, 4-D ``matmul`` around a
 ``bmm``. ``make_plan`` resolves the weights once per decoding call (the packed float16 copies of a
 ``FastWeights`` where they apply), and ``run_layers`` runs the decoder layers on it. It is the same
-computation as ``DecoderLayer.forward`` with a ``LayerState``: the same ``attend`` (with ``bmm`` operands),
-the same ``residual``, the same recorder calls and KV buffers (tests/core/test_plan.py compares them).
-Only for self-attention decoders in eval mode without grad; the model runs the module path otherwise.
+computation as ``DecoderLayer.forward`` with a ``LayerState``: the same ``attend`` (with ``bmm`` operands when
+recording; untraced, its fused ``scaled_dot_product_attention``, measured faster for one query row), the same
+``residual`` halves, the same recorder calls and KV buffers (tests/core/test_plan.py compares them).
+The SSRU decoders of Marian's models (``decoder_self="ssru"``) run on it too: W and W_f as one matrix, the cell
+update as one ``lerp``. Only in eval mode without grad; the model runs the module path otherwise.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LayerPlan:
-    qkv: Linear  # self-attention Q, K, V in one (3D, D) matrix
-    self_out: Linear
+    qkv: Linear | None  # self-attention Q, K, V in one (3D, D) matrix (None: an SSRU layer)
+    ssru: Linear | None  # the SSRU's W and W_f in one (2D, D) matrix, bias (0, b_f) (None: self-attention)
+    self_out: Linear | None  # self-attention's output projection (None: an SSRU layer)
     cross_q: Linear
     cross_out: Linear
     ffn_in: Linear
@@ -43,6 +46,7 @@ class LayerPlan:
     self_site: str
     cross_site: str
     out_site: str
+    layer: int
 
 
 @dataclass(frozen=True)
@@ -60,23 +64,26 @@ class StepPlan:
 
 
 def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | None:
-    """The plan for steps of ``rows`` sentences, or None when the module path must run (SSRU decoder,
-    training mode, grad enabled)."""
+    """The plan for steps of ``rows`` sentences, or None when the module path must run (training mode, grad
+    enabled)."""
     cfg = model.config
-    if cfg.decoder_self != "attention" or model.training or torch.is_grad_enabled():
+    if model.training or torch.is_grad_enabled():
         return None
 
     def bind(linear: nn.Linear) -> Linear:
         return fast.bind(linear.weight, linear.bias, rows)
 
+    def fused(weights: tuple[Tensor, Tensor | None]) -> Linear:
+        return fast.bind(weights[0], weights[1], rows)
+
     layers = []
     for i, layer in enumerate(model.decoder_layers):
-        assert layer.self_attn is not None
-        qkv_weight, qkv_bias = fast.fused_qkv[i]
+        attn = layer.self_attn
         layers.append(
             LayerPlan(
-                qkv=fast.bind(qkv_weight, qkv_bias, rows),
-                self_out=bind(layer.self_attn.out_proj),
+                qkv=None if attn is None else fused(fast.fused_qkv[i]),
+                ssru=None if attn is not None else fused(fast.fused_ssru[i]),
+                self_out=None if attn is None else bind(attn.out_proj),
                 cross_q=bind(layer.cross_attn.q_proj),
                 cross_out=bind(layer.cross_attn.out_proj),
                 ffn_in=bind(layer.ffn.linear1),
@@ -87,6 +94,7 @@ def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | No
                 self_site=attention_site("decoder", i),
                 cross_site=attention_site("cross", i),
                 out_site=layer_site("decoder", i),
+                layer=i,
             )
         )
     final = model.decoder_norm if isinstance(model.decoder_norm, nn.LayerNorm) else None
@@ -137,26 +145,35 @@ def _run_layer(
     H, D = plan.n_heads, plan.d_model
     dh = D // H
     pre = plan.pre
-    # masked self-attention: one new position sees every cached one, so no mask
     y = sublayer_input(h, lp.self_norm, pre)
-    qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
-    k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
-    ctx = attend(
-        qkv[:, 0],
-        k,
-        v,
-        None,
-        site=lp.self_site,
-        recorder=recorder,
-        flat=flat_kv(k, v),
-        zeros=plan.zeros,
-        offset=offset,
-    )
-    h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, D)), lp.self_norm, pre)
+    if lp.ssru is not None:  # SSRU: c = f * c_prev + (1 - f) * (y W), f = sigmoid(y W_f + b_f); out = ReLU(c)
+        xw, gate = _call(lp.ssru, y).split(D, dim=1)  # (B, D) each
+        f = torch.sigmoid(gate)  # (B, D)
+        c = xw * (1.0 - f) if ls.ssru_cell is None else torch.lerp(xw, ls.ssru_cell, f)  # (B, D)
+        ls.ssru_cell = c
+        if recorder is not None:
+            recorder.gate(lp.layer, f[:, None])
+        h = sublayer_output(h, torch.relu(c), lp.self_norm, pre)
+    else:  # masked self-attention: one new position sees every cached one, so no mask
+        assert lp.qkv is not None and lp.self_out is not None
+        qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
+        k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
+        ctx = attend(
+            qkv[:, 0],
+            k,
+            v,
+            None,
+            site=lp.self_site,
+            recorder=recorder,
+            flat=None if recorder is None else flat_kv(k, v),
+            zeros=plan.zeros,
+            offset=offset,
+        )
+        h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, D)), lp.self_norm, pre)
     # cross-attention: the source's keys and values are the same at every step
     y = sublayer_input(h, lp.cross_norm, pre)
     assert ls.cross_kv is not None
-    if ls.cross_flat is None:
+    if ls.cross_flat is None and recorder is not None:
         ls.cross_flat = flat_kv(*ls.cross_kv)
     q = _call(lp.cross_q, y).view(B, H, 1, dh)
     ctx = attend(
@@ -165,7 +182,7 @@ def _run_layer(
         cross_mask,
         site=lp.cross_site,
         recorder=recorder,
-        flat=ls.cross_flat,
+        flat=None if recorder is None else ls.cross_flat,
         zeros=plan.zeros,
         offset=offset,
     )

@@ -334,3 +334,83 @@ def test_the_single_threaded_kernel_takes_more_rows_only_when_torch_runs_on_few_
         assert _is_kernel(fast.bind(w, None, 1)[0])
     finally:
         torch.set_num_threads(previous)
+
+
+def _int8_model(seed: int = 3, **overrides) -> Transformer:
+    """A random model whose every matrix is integers -127..127 times one float32 scale per matrix, as Marian's int8
+    models (the imported Bergamot checkpoints) load: not float16 numbers, but float16 numbers times a scale."""
+    torch.manual_seed(seed)
+    model = Transformer(tiny_config(tie_output=False, **overrides)).eval()
+    with torch.no_grad():
+        model.output.weight.mul_(8.0)
+        for p in model.parameters():
+            if p.dim() == 2:
+                scale = torch.tensor(float(p.abs().max()) / 127, dtype=torch.float32)
+                p.copy_(torch.round(p / scale) * scale)
+            else:
+                p.copy_(p.half().float())
+    return model
+
+
+@needs_kernel
+@torch.no_grad()
+def test_int8_numbers_times_a_scale_take_the_kernel_times_the_scale_and_equal_f_linear(calls):
+    model = _int8_model(decoder_self="ssru")
+    w = model.decoder_layers[0].ffn.linear1.weight
+    assert not torch.equal(w.half().float(), w)  # float16 would round these weights
+    fast = FastWeights(model)
+    start = calls["n"]
+    n = 0
+    for lin in (model.decoder_layers[0].ffn.linear1, model.encoder_layers[1].self_attn.q_proj, model.output):
+        fn, packed, _ = fast.bind(lin.weight, lin.bias, 1)
+        assert fn is not F.linear and not _is_kernel(fn)  # the kernel, then the scale
+        for shape in [(1, 16), (2, 1, 16), (4, 16)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(fast.linear(x, lin.weight, lin.bias), F.linear(x, lin.weight, lin.bias))
+            torch.testing.assert_close(fast.linear(x, lin.weight), F.linear(x, lin.weight))
+            n += 2
+    assert calls["n"] - start == n
+    model.decoder_layers[0].ffn.linear2.weight[0, 0] += 1e-4  # off the grid: no scale reproduces it
+    off = model.decoder_layers[0].ffn.linear2
+    assert FastWeights(model).bind(off.weight, off.bias, 1)[0] is F.linear
+
+
+@needs_kernel
+@torch.no_grad()
+def test_the_fused_ssru_matrix_keeps_each_part_s_scale_and_equals_its_parts():
+    model = _int8_model(decoder_self="ssru")
+    fast = FastWeights(model)
+    ssru = model.decoder_layers[1].ssru
+    weight, bias = fast.fused_ssru[1]
+    D = ssru.W.weight.shape[0]
+    assert weight.shape == (2 * D, D) and weight.stride() == (1, 2 * D)
+    assert torch.equal(weight, torch.cat([ssru.W.weight, ssru.W_f.weight]))
+    assert torch.equal(bias, torch.cat([torch.zeros(D), ssru.W_f.bias]))  # W has no bias: zeros change nothing
+    fn = fast.bind(weight, bias, 1)[0]
+    assert fn is not F.linear  # two scales (one per part): one per row
+    x = torch.randn(3, D)
+    torch.testing.assert_close(fast.linear(x, weight, bias), torch.cat([ssru.W(x), ssru.W_f(x)], dim=1))
+
+
+@needs_kernel
+@pytest.mark.parametrize("decoder_self", ["ssru", "attention"])
+def test_greedy_decoding_and_its_trace_are_the_same_on_int8_weights_with_and_without_the_kernel(calls, decoder_self):
+    model = _int8_model(decoder_self=decoder_self)
+    fast = FastWeights(model)
+    src, keep = _src()
+    rec_fast, rec_ref = Recorder(model, qkv=True), Recorder(model, qkv=True)
+    start = calls["n"]
+    with torch.no_grad():
+        a = greedy(model, src, keep, options=OPTS, max_len=15, recorder=rec_fast, fast=fast)
+        assert calls["n"] > start
+        b = greedy(model, src, keep, options=OPTS, max_len=15, recorder=rec_ref, fast=None)
+    assert torch.equal(a.tokens, b.tokens)
+    for x, y in zip(a.steps, b.steps, strict=True):
+        torch.testing.assert_close(x.top_probs, y.top_probs, rtol=1e-4, atol=1e-5)
+    ta, tb = rec_fast.freeze(), rec_ref.freeze()
+    assert ta.keys() == tb.keys()
+    for name in tb.keys():
+        if tb.arrays[name].dtype == np.float32:
+            np.testing.assert_allclose(ta.arrays[name], tb.arrays[name], rtol=1e-3, atol=1e-4, err_msg=name)
+        else:
+            np.testing.assert_array_equal(ta.arrays[name], tb.arrays[name], err_msg=name)

@@ -116,7 +116,7 @@ def test_padded_untraced_steps_equal_module_path_and_decoder_key_masks_take_the_
     model, (src, keep) = peaked(), padded_batch()
     opts = InferenceOptions()
     fw = FastWeights(model)
-    fast = greedy(model, src, keep, options=opts, max_len=12, fast=fw)  # no recorder: bmm softmax vs the modules' SDPA
+    fast = greedy(model, src, keep, options=opts, max_len=12, fast=fw)  # no recorder: SDPA on both paths
     slow = greedy(model, src, keep, options=opts, max_len=12, fast=None)
     assert plan_calls["n"] == 12 and torch.equal(fast.tokens, slow.tokens)
     for a, b in zip(fast.steps, slow.steps, strict=True):
@@ -214,20 +214,65 @@ def test_plan_is_used_only_where_it_may_be(plan_calls):
     with torch.no_grad():
         assert make_plan(model, fw, 1) is not None
         ssru = peaked(decoder_self="ssru")
-        assert make_plan(ssru, FastWeights(ssru), 1) is None  # SSRU: module path
+        assert make_plan(ssru, FastWeights(ssru), 1) is not None  # SSRU decoders run on the plan too
         model.train()
         assert make_plan(model, fw, 1) is None  # dropout would be skipped
+        src = torch.randint(4, 64, (1, 6), generator=torch.Generator().manual_seed(0))
+        state = DecoderState.empty(2)
+        memory = model.encode(src, options=InferenceOptions())
+        model.decode(torch.ones(1, 1, dtype=torch.long), memory, None, state=state, fast=fw)
+        assert state.plan == (1, None) and plan_calls["n"] == 0  # asked once, refused: not asked at every step
         model.eval()
     assert make_plan(model, fw, 1) is None  # grad on: autograd must see the modules
-    src = torch.randint(4, 64, (1, 6), generator=torch.Generator().manual_seed(0))
     keep = torch.ones_like(src, dtype=torch.bool)
     r = greedy(ssru, src, keep, options=InferenceOptions(), max_len=5, fast=FastWeights(ssru))
-    assert len(r.steps) == 5 and plan_calls["n"] == 0  # the SSRU decodes on its modules, fast= or not
-    with torch.no_grad():
-        state = DecoderState.empty(2)
-        memory = ssru.encode(src, options=InferenceOptions())
-        ssru.decode(torch.ones(1, 1, dtype=torch.long), memory, None, state=state, fast=FastWeights(ssru))
-        assert state.plan == (1, None)  # asked once, refused: not asked again at every step
+    assert len(r.steps) == 5 and plan_calls["n"] == 5  # every SSRU step on the plan
+
+
+SSRU_CASES = {
+    "post-norm": dict(decoder_self="ssru"),
+    "pre-norm, swish": dict(decoder_self="ssru", norm="pre", activation="swish"),
+    "Marian's (zeros start, output bias, concatenated PE)": dict(
+        decoder_self="ssru", start="zeros", output_bias=True, pe_layout="concatenated"
+    ),
+}
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "no kernel"])
+@pytest.mark.parametrize("case", SSRU_CASES)
+@pytest.mark.parametrize("opt", ["defaults", "no positional encoding", "padding mask off"])
+def test_ssru_plan_equals_module_path_tokens_probabilities_gates_and_every_recorded_array(
+    case, opt, kernel, plan_calls
+):
+    if kernel and not kernel_available():
+        pytest.skip("this torch build has no fbgemm fp16 kernel")
+    model, (src, keep), opts = peaked(**SSRU_CASES[case]), padded_batch(), OPTIONS[opt]
+    fast, fast_trace = traced(model, src, keep, opts, FastWeights(model, kernel=kernel), qkv=True)
+    assert plan_calls["n"] == fast.tokens.shape[1] - 1 > 0  # every step ran on the plan
+    slow, slow_trace = traced(model, src, keep, opts, None, qkv=True)
+    assert torch.equal(fast.tokens, slow.tokens)
+    tol = 1e-4 if kernel else 1e-5
+    for a, b in zip(fast.steps, slow.steps, strict=True):
+        torch.testing.assert_close(a.top_probs, b.top_probs, atol=tol, rtol=1e-4)
+    assert fast_trace.keys() == slow_trace.keys() and "ssru.1.gate" in slow_trace.keys()
+    for name in slow_trace.keys():
+        want, got = slow_trace.arrays[name], fast_trace.arrays[name]
+        if want.dtype == np.float32:
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=10 * tol, err_msg=name)  # (-inf == -inf)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ssru_beam_search_with_the_plan_equals_module_path(seed, plan_calls):
+    model = peaked(seed=seed, decoder_self="ssru")
+    src = torch.randint(4, 64, (1, 6), generator=torch.Generator().manual_seed(seed))
+    keep = torch.ones_like(src, dtype=torch.bool)
+    fast = beam_search(model, src, keep, options=InferenceOptions(), max_len=20, beam_size=4, fast=FastWeights(model))
+    assert plan_calls["n"] > 0  # the beams' SSRU cells are reordered with the state
+    planned = plan_calls["n"]
+    slow = beam_search(model, src, keep, options=InferenceOptions(), max_len=20, beam_size=4, fast=None)
+    assert plan_calls["n"] == planned and fast == slow
 
 
 @needs_kernel
