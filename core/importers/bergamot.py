@@ -363,8 +363,10 @@ def convert(
     dtype: torch.dtype = torch.float32,
     command: str | None = None,
     samples: list[str] | None = None,
+    alignment: bool = True,
 ) -> Path:
-    """Convert one Marian model folder (``model.*.bin`` + ``vocab.*.spm``) into a core checkpoint folder."""
+    """Convert one Marian model folder (``model.*.bin`` + ``vocab.*.spm``) into a core checkpoint folder; the card
+    gets the alignment-heads table measured on the shipped gold pairs (``alignment=False`` skips it)."""
     if dtype not in (torch.float32, torch.float16):
         raise ValueError(f"dtype must be torch.float32 or torch.float16, got {dtype}")
     from ..bundle import Bundle  # local: bundle imports the decoding stack
@@ -389,7 +391,8 @@ def convert(
     card = _card(
         direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype, translated, command
     )
-    card += _alignment_section(bundle)
+    if alignment:
+        card += _alignment_section(bundle)
     extra = {
         "quality": "Production quality: Mozilla's Firefox Translations model, converted unchanged (float weights).",
         "origin": {
