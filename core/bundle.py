@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -225,6 +228,11 @@ class Bundle:
     @property
     def config(self) -> ModelConfig:
         return self.model.config
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """``weights_digest`` of the model, computed once: a Bundle's model never changes (like ``fast``)."""
+        return weights_digest(self.model)
 
     @property
     def device(self) -> torch.device:
@@ -521,6 +529,16 @@ class Bundle:
             ids = [i for i in result.tokens[b, 1 : 1 + n].tolist() if i != self.config.eos_id]
             outs.append(self.tokenizer.decode(ids))
         return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs)
+
+
+def weights_digest(model: Transformer) -> str:
+    """A digest of every weight's bytes and the model's shape (16 hex digits): what disk caches key on."""
+    h = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True).encode())
+    with torch.no_grad():
+        for name, tensor in sorted(model.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:

@@ -234,10 +234,12 @@ def export_stem(out: core.Translation) -> str:
 def known_labels(path: str, kind: str) -> dict[tuple[int, int], list[str]]:
     """(layer, head) -> labels of ``kind``'s heads, from figures already computed (on disk or in the cache);
     empty until "What does each head do?" has measured this checkpoint. Never computes anything."""
-    bundle = load_bundle(path)
-    found = peek(head_survey, path) or cached_builtin_statistics(bundle)
+    found = peek(head_survey, path)
     if found is None:
-        return {}
+        if cached_builtin_statistics(load_bundle(path)) is None:
+            return {}
+        found = head_survey(path)  # on disk: read once into the shared cache, not at every rerun
+
     stats = found[0]
     scores = peek(alignment, path)
     if scores is not None:

@@ -7,7 +7,6 @@ kept on disk in a user cache (``$LAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attenti
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -15,9 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from ..model import Transformer
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
 from .heads import HeadStatistics, sentence_statistics, total
 from .sentences import builtin_sentences
@@ -27,16 +24,6 @@ if TYPE_CHECKING:
 
 STATS_VERSION = 1  # bump when the statistics change meaning: old cache entries are then ignored
 GOLD_DIR = Path(__file__).resolve().parents[2] / "tests" / "data"  # hand-aligned pairs (align_<src>_<tgt>.tsv)
-
-
-def weights_digest(model: Transformer) -> str:
-    """A digest of every weight's bytes and the model's shape (16 hex digits)."""
-    h = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True).encode())
-    with torch.no_grad():
-        for name, tensor in sorted(model.state_dict().items()):
-            h.update(name.encode())
-            h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def cache_dir() -> Path:
@@ -54,7 +41,7 @@ def set_statistics(bundle: Bundle, sentences: list[str]) -> HeadStatistics:
 
 
 def _cache_file(bundle: Bundle, n: int) -> Path:
-    return cache_dir() / f"head-stats-v{STATS_VERSION}-{weights_digest(bundle.model)}-{n}.json"
+    return cache_dir() / f"head-stats-v{STATS_VERSION}-{bundle.digest}-{n}.json"
 
 
 def cached_builtin_statistics(bundle: Bundle) -> tuple[HeadStatistics, str] | None:

@@ -10,7 +10,8 @@ import pytest
 import core
 from core.analysis.heads import HeadStatistics, kind_statistics, sentence_statistics, total
 from core.analysis.sentences import builtin_sentences
-from core.analysis.survey import builtin_statistics, weights_digest
+from core.analysis.survey import builtin_statistics
+from core.bundle import weights_digest
 
 TOKENS = ["▁a", "▁b", ".", "</s>"]
 
