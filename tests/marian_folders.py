@@ -15,7 +15,7 @@ from typing import Any
 
 import sentencepiece as spm
 import torch
-from conftest import FIXTURES
+from conftest import FIXTURES, tiny_config
 
 LINES = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
 ENGLISH, GERMAN = LINES[0::2], LINES[1::2]
@@ -156,15 +156,11 @@ def save_folder(model: Any, folder: Path, *, readme: str | None = None) -> Path:
     return folder
 
 
-def marian_like_checkpoint(directory: Path, *, seed: int = 0, **overrides: Any) -> Path:
-    """A core checkpoint shaped like the Bergamot-derived ones (distilled-en-pt): Marian's vocabulary conventions
-    (``</s>`` 0, ``<unk>`` 1, no ``<s>`` or ``<pad>``), decoding from a zero vector, concatenated sinusoids at Marian
-    C++'s frequencies, an output bias; random weights, LayerNorms and bias included."""
-    from core import CheckpointMeta, ModelConfig, Transformer, save_checkpoint
-
-    prefix = directory.parent / f"{directory.name}-spm"
+def train_marian_spm(prefix: Path, lines: list[str] = LINES) -> Path:
+    """A SentencePiece model with Marian's conventions (``</s>`` 0, ``<unk>`` 1, no ``<s>``/``<pad>``) trained on
+    ``lines``; returns the .model file."""
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(LINES * 4),
+        sentence_iterator=iter(lines * 4),
         model_prefix=str(prefix),
         vocab_size=90,
         eos_id=0,
@@ -176,16 +172,20 @@ def marian_like_checkpoint(directory: Path, *, seed: int = 0, **overrides: Any) 
         num_threads=1,
         minloglevel=2,
     )
-    vocab = spm.SentencePieceProcessor(model_file=str(prefix.with_suffix(".model"))).get_piece_size()
+    return prefix.with_suffix(".model")
+
+
+def marian_like_checkpoint(directory: Path, *, seed: int = 0, **overrides: Any) -> Path:
+    """A core checkpoint shaped like the Bergamot-derived ones (distilled-en-pt): Marian's vocabulary conventions
+    (``</s>`` 0, ``<unk>`` 1, no ``<s>`` or ``<pad>``), decoding from a zero vector, concatenated sinusoids at Marian
+    C++'s frequencies, an output bias; random weights, LayerNorms and bias included."""
+    from core import CheckpointMeta, Transformer, save_checkpoint
+
+    spm_model = train_marian_spm(directory.parent / f"{directory.name}-spm")
+    vocab = spm.SentencePieceProcessor(model_file=str(spm_model)).get_piece_size()
     settings: dict[str, Any] = dict(
         src_vocab_size=vocab,
         tgt_vocab_size=vocab,
-        d_model=16,
-        n_heads=2,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        d_ff=32,
-        dropout=0.0,
         norm_eps=1e-5,
         pe_layout="concatenated",
         output_bias=True,
@@ -197,7 +197,7 @@ def marian_like_checkpoint(directory: Path, *, seed: int = 0, **overrides: Any) 
     )
     settings.update(overrides)
     torch.manual_seed(seed)
-    model = Transformer(ModelConfig(**settings))
+    model = Transformer(tiny_config(**settings))  # conftest's tiny shape with Marian's conventions
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name:
@@ -207,4 +207,4 @@ def marian_like_checkpoint(directory: Path, *, seed: int = 0, **overrides: Any) 
         name=directory.name, source_language="en", target_language="de", extra={"origin": {"licence": "MPL-2.0"}}
     )
     card = "# marian-like test checkpoint\n\nRandom weights, for tests only.\n"
-    return save_checkpoint(model, prefix.with_suffix(".model"), directory, card=card, meta=meta)
+    return save_checkpoint(model, spm_model, directory, card=card, meta=meta)

@@ -14,6 +14,7 @@ import pytest
 import sentencepiece as spm
 import torch
 from conftest import FIXTURES
+from marian_folders import train_marian_spm
 from safetensors.numpy import load_file
 
 import core
@@ -59,22 +60,8 @@ FLOAT_MATRICES = {"encoder_l1_ffn_W2", "decoder_l1_context_Wk", "encoder_l2_self
 @pytest.fixture(scope="module")
 def marian_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SentencePiece model with Marian's conventions: </s> = 0, <unk> = 1, no <s>/<pad>."""
-    prefix = tmp_path_factory.mktemp("spm") / "tinyvocab"
     lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines * 4),
-        model_prefix=str(prefix),
-        vocab_size=90,
-        eos_id=0,
-        unk_id=1,
-        bos_id=-1,
-        pad_id=-1,
-        hard_vocab_limit=False,
-        character_coverage=1.0,
-        num_threads=1,
-        minloglevel=2,
-    )
-    return prefix.with_suffix(".model")
+    return train_marian_spm(tmp_path_factory.mktemp("spm") / "tinyvocab", lines)
 
 
 def tiny_marian_weights(vocab: int, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, float]]]:
