@@ -83,21 +83,30 @@ def save_checkpoint(
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
         fsync_tree(tmp)  # the bytes are on disk before any rename makes them the checkpoint
-        if directory.exists():
-            # The swap: directory -> .old, tmp -> directory, drop .old. A crash between the two renames
-            # leaves only .old, which recover() (run by every later save and load) puts back.
-            old = _old(directory)
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(directory, old)
-            fsync_path(directory.parent)
-            os.replace(tmp, directory)
-            fsync_path(directory.parent)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, directory)
-            fsync_path(directory.parent)
+        place(tmp, directory)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def place(staging: Path, directory: Path) -> Path:
+    """Rename the finished, synced ``staging`` folder to ``directory`` — the one swap every writer of a whole folder
+    uses (checkpoints, multi-file tokenizers, exports). A folder already there is first renamed to '.NAME.old': a
+    crash between the two renames leaves only that copy, which ``recover`` (run by every later save, load and
+    listing) puts back."""
+    recover(directory)
+    parent = directory.parent
+    if directory.exists():
+        old = _old(directory)
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(directory, old)
+        fsync_path(parent)
+        os.replace(staging, directory)
+        fsync_path(parent)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, directory)
+        fsync_path(parent)
     return directory
 
 

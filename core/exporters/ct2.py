@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import CONFIG, load_checkpoint
+from ..checkpoint import CONFIG, load_checkpoint, place
 from ..durable import fsync_tree
 from ..errors import CheckpointError, LabError
-from ..importers.staging import place, staging_folder
+from ..importers.staging import staging_folder
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from .hf_marian import PAD_PIECE, write_folder

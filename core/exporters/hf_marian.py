@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..checkpoint import CARD, CONFIG, load_checkpoint
+from ..checkpoint import CARD, CONFIG, load_checkpoint, place
 from ..config import ModelConfig
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..importers.hf_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, POSITIONS, SHARED, layer_names
-from ..importers.staging import place, staging_folder
+from ..importers.staging import staging_folder
 from ..model import Transformer
 from ..positional import sinusoidal_table
 from ..tokenizer import MarianVocabTokenizer, Tokenizer

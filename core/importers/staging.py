@@ -1,8 +1,8 @@
 """Write a folder whole: build it under a hidden name beside its destination, sync it, rename it into place.
 
 ``save_with_files`` is ``core.checkpoint.save_checkpoint`` for checkpoints whose tokenizer is more than one file (a
-Marian vocabulary: source.spm, target.spm, vocab.json); ``place`` moves any finished folder into place (the
-exporters use it too).
+Marian vocabulary: source.spm, target.spm, vocab.json); finished folders go into place with
+``core.checkpoint.place``, the swap every whole-folder writer shares.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import TMP_SUFFIX, TOKENIZER, CheckpointMeta, recover, save_checkpoint
-from ..durable import fsync_path, fsync_tree
+from ..checkpoint import TMP_SUFFIX, TOKENIZER, CheckpointMeta, place, save_checkpoint
+from ..durable import fsync_tree
 from ..model import Transformer
 
 
@@ -25,25 +25,6 @@ def staging_folder(directory: Path, purpose: str) -> Path:
     staging = directory.with_name(f".{directory.name}.{purpose}{TMP_SUFFIX}")
     shutil.rmtree(staging, ignore_errors=True)
     return staging
-
-
-def place(staging: Path, directory: Path) -> Path:
-    """Rename the finished, synced ``staging`` folder to ``directory``. A folder already there is first renamed to
-    '.NAME.old' — the copy ``core.checkpoint.recover`` puts back if a crash comes between the two renames."""
-    recover(directory)
-    parent = directory.parent
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(directory, old)
-        fsync_path(parent)
-        os.replace(staging, directory)
-        fsync_path(parent)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, directory)
-        fsync_path(parent)
-    return directory
 
 
 def save_with_files(
