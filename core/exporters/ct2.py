@@ -19,8 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import CONFIG, load_checkpoint, place
-from ..durable import fsync_tree
+from ..checkpoint import CONFIG, load_checkpoint
 from ..errors import CheckpointError, LabError
 from ..importers.staging import staging_folder
 from ..model import Transformer
@@ -59,7 +58,7 @@ def export_ct2(
         import ctranslate2.converters
     except ImportError:
         raise LabError("export-ct2 needs ctranslate2 and transformers: pip install -e '.[ct2]'") from None
-    from .verify import append_check, check, verify_ct2
+    from .verify import publish, verify_ct2
 
     checkpoint, out = Path(checkpoint), Path(out)
     model, tokenizer, info = load_checkpoint(checkpoint, "cpu")
@@ -78,11 +77,7 @@ def export_ct2(
                 if verify
                 else {"verified": False, "reason": "--no-verify"}
             )
-            if quantization in (None, "float32"):  # quantised weights may change a close call
-                check(report, out)
-            append_check(staging / "README.md", report)
-            fsync_tree(staging)
-            place(staging, out)
+            publish(staging, out, report, must_match=quantization in (None, "float32"))  # int8 may flip a close call
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return report

@@ -26,9 +26,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..checkpoint import CARD, CONFIG, load_checkpoint, place
+from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
-from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..importers.hf_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, POSITIONS, SHARED, layer_names
 from ..importers.staging import staging_folder
@@ -283,7 +282,7 @@ def export_hf(
 ) -> dict[str, Any]:
     """Export ``checkpoint`` to the Hugging Face Marian folder ``out`` (replaced if there). Returns the check's
     numbers (``verify_hf``) or {'verified': False, 'reason': ...}."""
-    from .verify import append_check, check, verify_hf  # transformers only inside, when installed
+    from .verify import publish, verify_hf  # transformers only inside, when installed
 
     checkpoint, out = Path(checkpoint), Path(out)
     staging = staging_folder(out, "export")
@@ -294,10 +293,7 @@ def export_hf(
             if verify
             else {"verified": False, "reason": "--no-verify"}
         )
-        check(report, out)
-        append_check(staging / "README.md", report)
-        fsync_tree(staging)
-        place(staging, out)
+        publish(staging, out, report)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return report

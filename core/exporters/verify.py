@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 from ..bundle import Bundle
+from ..checkpoint import place
+from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
@@ -116,3 +118,13 @@ def describe(report: dict[str, Any]) -> str:
 def append_check(readme: Path, report: dict[str, Any]) -> None:
     with readme.open("a", encoding="utf-8") as fh:
         fh.write(f"\n## Check at export\n\n{describe(report)}\n")
+
+
+def publish(staging: Path, out: Path, report: dict[str, Any], *, must_match: bool = True) -> None:
+    """The end of every export: refuse it when the check found different ids (``must_match``), write the check
+    into its README, sync it and put it in place as ``out``."""
+    if must_match:
+        check(report, out)
+    append_check(staging / "README.md", report)
+    fsync_tree(staging)
+    place(staging, out)
