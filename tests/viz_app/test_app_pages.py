@@ -7,13 +7,13 @@ Plotly spec each chart element carries (titles, shapes), everything else through
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from apptest_helpers import chart_titles, ok, specs, texts
 from conftest import build_tiny_checkpoint
 from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
@@ -49,26 +49,10 @@ def run(query: dict[str, str] | None = None) -> AppTest:
     return at.run(timeout=TIMEOUT)
 
 
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.message for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def specs(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-
-
 def titles(at: AppTest) -> list[str]:
     """Titles of the page's own figures (not the before/after chart every page shows with switches on)."""
-    found = [s["layout"]["title"]["text"] for s in specs(at)]
+    found = chart_titles(at)
     return [t for t in found if not t.startswith("Log-probability of each as-trained output piece")]
-
-
-def texts(at: AppTest) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
-    parts += [w.value for w in at.warning] + [i.value for i in at.info] + [s.value for s in at.success]
-    return "\n".join(parts)
 
 
 def expected(app_root: Path, text: str = SENTENCE, **options) -> core.Translation:

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from apptest_helpers import chart_titles as titles
+from apptest_helpers import ok
 from conftest import build_tiny_checkpoint
 from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
@@ -30,16 +32,6 @@ def _env(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
     monkeypatch.setenv("LAB_CHECKPOINT", "tiny")
     torch.set_num_threads(1)
-
-
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.message for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def titles(at: AppTest) -> list[str]:
-    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
 
 
 def test_importance_maps_ranking_and_the_jump_to_a_head() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from apptest_helpers import chart_titles, ok
 from conftest import build_tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
@@ -50,20 +51,10 @@ def _page(checkpoint: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
     return at.run(timeout=TIMEOUT)
 
 
-def _ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.message for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def _titles(at: AppTest) -> list[str]:
-    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
-
-
 @pytest.mark.parametrize("checkpoint", ["tiny", "tiny-ssru"])
 def test_statistics_alignment_and_scores_on_each_kind_of_model(checkpoint: str, monkeypatch) -> None:
-    at = _ok(_page(checkpoint, monkeypatch))
-    titles = _titles(at)
+    at = ok(_page(checkpoint, monkeypatch))
+    titles = chart_titles(at)
     assert any(t.startswith("Encoder self-attention: entropy") for t in titles), titles
     assert ("Decoder masked self-attention: entropy (0 = one key, 1 = uniform)" in titles) == (checkpoint == "tiny")
     assert any(t.startswith("Links read from") for t in titles) and "Alignment matrix" in titles
@@ -77,23 +68,23 @@ def test_statistics_alignment_and_scores_on_each_kind_of_model(checkpoint: str, 
     table = at.dataframe[0].value
     assert {"entropy", "previous", "labels", "evidence"} <= set(table.columns)
     at.selectbox(key="heads_stat").set_value("eos").run(timeout=TIMEOUT)
-    assert any(t.startswith("Encoder self-attention: weight on </s>") for t in _titles(_ok(at)))
+    assert any(t.startswith("Encoder self-attention: weight on </s>") for t in chart_titles(ok(at)))
     at.radio(key="heads_scope").set_value("set").run(timeout=TIMEOUT)
-    shown = "\n".join(c.value for c in _ok(at).caption)
+    shown = "\n".join(c.value for c in ok(at).caption)
     assert "Over the greedy translations of 8 built-in en sentences" in shown
     at.selectbox(key="align_by").set_value("L1 H1").run(timeout=TIMEOUT)
     at.radio(key="align_method").set_value("threshold").run(timeout=TIMEOUT)
-    assert any(t == "Links read from L1 H1" for t in _titles(_ok(at)))
+    assert any(t == "Links read from L1 H1" for t in chart_titles(ok(at)))
 
 
 def test_labels_reach_the_overview_grid_and_the_head_picker_once_measured(monkeypatch) -> None:
-    at = _ok(_page("tiny", monkeypatch))
+    at = ok(_page("tiny", monkeypatch))
     at.radio(key="heads_scope").set_value("set").run(timeout=TIMEOUT)
     labels = core.analysis.survey.cached_builtin_statistics(core.load(Path(_env_root()) / "tiny"))
     assert labels is not None  # measured and kept on disk
     expected = {(x.layer, x.head) for x in labels[0].labels() if x.kind == "encoder"}
     at.switch_page("views/overview.py").run(timeout=TIMEOUT)
-    spec = json.loads(_ok(at).get("plotly_chart")[0].proto.spec)
+    spec = json.loads(ok(at).get("plotly_chart")[0].proto.spec)
     named = {a["name"] for a in spec["layout"]["annotations"] if a.get("name", "").startswith("label ")}
     assert named == {f"label L{layer + 1} H{head + 1}" for layer, head in expected}
     at.radio(key="kind").set_value("encoder").run(timeout=TIMEOUT)
@@ -108,7 +99,7 @@ def _env_root() -> str:
 
 
 def test_the_export_carries_the_statistics_and_replays_them(monkeypatch) -> None:
-    at = _ok(_page("tiny", monkeypatch))
+    at = ok(_page("tiny", monkeypatch))
     bundle = core.load(Path(_env_root()) / "tiny")
     out = bundle.translate(at.session_state["text"])
     from core.analysis.heads import sentence_statistics
@@ -119,8 +110,8 @@ def test_the_export_carries_the_statistics_and_replays_them(monkeypatch) -> None
     again = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     again.session_state["_replay"] = core.Translation(core.Trace.load(saved.trace.to_json().encode()))
     again.switch_page("views/heads.py").run(timeout=TIMEOUT)
-    _ok(again)
-    assert any(t.startswith("Encoder self-attention: entropy") for t in _titles(again))
+    ok(again)
+    assert any(t.startswith("Encoder self-attention: entropy") for t in chart_titles(again))
     assert any("holds no alignment scores" in i.value for i in again.info)
 
 
@@ -128,6 +119,6 @@ def test_the_default_checkpoint_names_its_guided_alignment_head(monkeypatch) -> 
     if not (REPO / "checkpoints" / "distilled-en-pt").is_dir():
         pytest.skip("the shipped default checkpoint is not there")
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(REPO / "checkpoints"))
-    at = _ok(_page("distilled-en-pt", monkeypatch))
+    at = ok(_page("distilled-en-pt", monkeypatch))
     best = next(m for m in at.metric if m.label.startswith("Best head"))
     assert best.value == "L2 H1" and float(best.label.split("AER ")[1]) < 0.1

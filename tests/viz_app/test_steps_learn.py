@@ -5,7 +5,6 @@ SSRU, pre-norm), then one click on the tree in a real browser."""
 from __future__ import annotations
 
 import ast
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from apptest_helpers import chart_titles as titles
+from apptest_helpers import ok, specs, texts
 from conftest import build_tiny_checkpoint, plotly_array
 from streamlit.testing.v1 import AppTest
 
@@ -146,25 +147,6 @@ def run(query: dict[str, str]) -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params.update(query)
     return at.run(timeout=TIMEOUT)
-
-
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.message for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def specs(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-
-
-def titles(at: AppTest) -> list[str]:
-    return [s["layout"]["title"]["text"] for s in specs(at)]
-
-
-def texts(at: AppTest) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [i.value for i in at.info]
-    return "\n".join(parts + [w.value for w in at.warning])
 
 
 def test_what_if_forces_a_candidate_and_walks_the_alternative(app_root: Path) -> None:
