@@ -82,14 +82,20 @@ def test_labels_reach_the_overview_grid_and_the_head_picker_once_measured(monkey
     at.radio(key="heads_scope").set_value("set").run(timeout=TIMEOUT)
     labels = core.analysis.survey.cached_builtin_statistics(core.load(Path(_env_root()) / "tiny"))
     assert labels is not None  # measured and kept on disk
-    expected = {(x.layer, x.head) for x in labels[0].labels() if x.kind == "encoder"}
+    found = [x for x in labels[0].labels() if x.kind == "encoder"]
+    expected = {(x.layer, x.head) for x in found}
+    assert expected  # the tiny model's encoder has labelled heads: the checks below compare something
     at.switch_page("views/overview.py").run(timeout=TIMEOUT)
     spec = json.loads(ok(at).get("plotly_chart")[0].proto.spec)
     named = {a["name"] for a in spec["layout"]["annotations"] if a.get("name", "").startswith("label ")}
     assert named == {f"label L{layer + 1} H{head + 1}" for layer, head in expected}
     at.radio(key="kind").set_value("encoder").run(timeout=TIMEOUT)
+    layer = min(expected)[0]  # a layer with a labelled head
+    at.selectbox(key="layer").set_value(layer).run(timeout=TIMEOUT)
     options = at.selectbox(key="head").options
-    assert any(" · " in o for o in options) == any(layer == 0 for layer, _ in expected)
+    for h, option in enumerate(options):  # each head of the shown layer carries exactly its labels
+        own = [x.label for x in found if (x.layer, x.head) == (layer, h)]
+        assert option == f"Head {h + 1}" + (f" · {', '.join(own)}" if own else ""), option
 
 
 def _env_root() -> str:
