@@ -64,9 +64,8 @@ if out is not None:
     note = state.options_note(out.options, out.beam_size)
     kinds = ["encoder", "decoder", "cross"]
     labels = [state.KINDS[k].capitalize() if k in trace.kinds else "Decoder (SSRU, no self-attention)" for k in kinds]
-    diff = _difference_runs(out)  # (as trained, switched), both fed the as-trained translation; None: no switches
-    show = "run"
-    if diff is not None:
+    show, diff = "run", None
+    if out.options != core.InferenceOptions() and state.replay() is None:
         state.clamp("overview_show", ["run", "difference"])
         show = st.radio(
             "The maps show",
@@ -79,6 +78,11 @@ if out is not None:
                 else "what the switches change (with switches − as trained, on the as-trained translation)"
             ),
         )
+        if show == "difference":  # the two teacher-forced passes run only when asked for
+            diff = _difference_runs(out)  # (as trained, switched); None when the as-trained output is empty
+            if diff is None:
+                st.info("As trained the model writes nothing here, so there is no translation to compare on.")
+                show = "run"
     bundle = state.bundle() if state.replay() is None else None
     if bundle is not None:
         common.head_matrix(bundle.config)
