@@ -1,11 +1,14 @@
 """How faithfully a student reproduces its teacher, by source length: ``python -m core eval --by-length``.
 
-Held-out inputs per bucket of source pieces (1–15, 16–30, 31–60, 61–120) are made from the held-out Ding
-English sentences (dev + test, never used for distillation): single sentences for the short buckets and runs of
-consecutive ones, joined, for the long ones (as a pasted paragraph would be). Per bucket: chrF and BLEU of the
-student's greedy output with the teacher's as the reference, the share of outputs shorter than 85 % of the
-teacher's (in characters: dropped endings), and non-words — words of the student's output found neither in the
-teacher's translations of the held-out inputs nor in Debian's Portuguese word lists (wbrazilian, wportuguese).
+Held-out inputs per bucket of source pieces (1–15, 16–30, 31–60, 61–120) are made from held-out source
+sentences: by default the Ding test English (never used for distillation, nor for choosing a run's best step,
+which is done on Ding dev), or any file of sentences (``--sources``, e.g. the Portuguese test sources of a
+pt->en student); single sentences for the short buckets and runs of consecutive ones, joined, for the long ones
+(as a pasted paragraph would be). Per bucket: chrF and BLEU of the student's greedy output with the teacher's as
+the reference, the share of outputs shorter than 85 % of the teacher's (in characters: dropped endings), and
+non-words — words of the student's output found neither in the teacher's translations of the held-out inputs
+nor in Debian's word lists of the target language (``WORDLISTS``: wbrazilian and wportuguese for Portuguese,
+wamerican and wbritish for English; none for other languages).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import score, translate_many
@@ -59,16 +63,50 @@ def inputs_by_length(
     return out
 
 
-WORDLISTS = {"wbrazilian": "usr/share/dict/brazilian", "wportuguese": "usr/share/dict/portuguese"}  # Debian, GPL
+HELD_OUT = ("test", "all")  # which held-out Ding English: test only, or dev + test
 
 
-def portuguese_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
-    """Every word of Debian's Brazilian and European Portuguese word lists (fetched once with apt-get into
-    ``cache_dir``), lower-cased; an empty set, with a note on stderr, when they cannot be fetched."""
+def heldout_sentences(split_dir: Path, which: str = "test") -> list[str]:
+    """The held-out Ding English of ``split_dir`` (``english_sources``): the test sentences (``which="test"``;
+    dev is where a distillation run chooses its best step) or dev + test (``"all"``)."""
+    from .data import english_sources
+
+    if which not in HELD_OUT:
+        raise InputError(f"held-out set must be one of {', '.join(HELD_OUT)}, got {which!r}")
+    held, _, counts = english_sources(split_dir)
+    return held[counts["dev"] :] if which == "test" else held
+
+
+def source_sentences(path: Path) -> list[str]:
+    """The non-blank lines of ``path`` (UTF-8, one sentence a line), stripped; ``InputError`` naming the file
+    when it is missing, unreadable or holds no sentence."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"--sources {path}: no such file (one held-out source sentence per line)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--sources {path}: cannot be read as UTF-8 text ({exc})") from None
+    sentences = [line.strip() for line in text.splitlines() if line.strip()]
+    if not sentences:
+        raise InputError(f"--sources {path}: the file holds no sentence (one held-out source sentence per line)")
+    return sentences
+
+
+# target language -> Debian package -> its word list inside the package (all GPL)
+WORDLISTS: dict[str, dict[str, str]] = {
+    "pt": {"wbrazilian": "usr/share/dict/brazilian", "wportuguese": "usr/share/dict/portuguese"},
+    "en": {"wamerican": "usr/share/dict/american-english", "wbritish": "usr/share/dict/british-english"},
+}
+
+
+def word_list(language: str, cache_dir: Path = Path("data/wordlists")) -> set[str]:
+    """Every word of Debian's word lists for ``language`` (``WORDLISTS``; fetched once with apt-get into
+    ``cache_dir``), lower-cased; an empty set for a language without lists, and the lists that cannot be
+    fetched are left out with a note on stderr."""
     from ..training.corpus import fetch_deb
 
     found: set[str] = set()
-    for package, member in WORDLISTS.items():
+    for package, member in WORDLISTS.get(language, {}).items():
         path = cache_dir / member
         try:
             if not path.is_file():
@@ -77,6 +115,16 @@ def portuguese_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
         except (RuntimeError, OSError, UnicodeDecodeError) as exc:
             print(f"note: word list {package} not available ({exc}); non-words are judged without it", file=sys.stderr)
     return found
+
+
+def portuguese_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
+    """``word_list("pt", cache_dir)``."""
+    return word_list("pt", cache_dir)
+
+
+def english_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
+    """``word_list("en", cache_dir)``."""
+    return word_list("en", cache_dir)
 
 
 def words(text: str) -> list[str]:
@@ -117,7 +165,7 @@ def fidelity(
     word_list: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> list[BucketFidelity]:
     """Score the student's greedy output against the teacher's, bucket by bucket (see the module doc); a word
-    in ``word_list`` (e.g. ``portuguese_words()``) is never a non-word."""
+    in ``word_list`` (e.g. ``word_list("pt")``) is never a non-word."""
     teacher_outputs = [translate_many(teacher, teacher_tokenizer or tokenizer, list(b)) for b in buckets]
     known = {w for outs in teacher_outputs for text in outs for w in words(text)} | set(word_list)
     result = []

@@ -125,6 +125,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--teacher", default=None, help="--by-length: the teacher checkpoint folder")
     parser.add_argument("--per-bucket", type=int, default=100, help="--by-length: inputs per length bucket")
+    parser.add_argument(
+        "--held-out",
+        choices=["test", "all"],
+        default=None,
+        help="--by-length: which held-out Ding English to make the inputs from: test (default; a distillation "
+        "run chooses its best step on dev, so dev is not held out from it) or all (dev + test, as before)",
+    )
+    parser.add_argument(
+        "--sources",
+        default=None,
+        metavar="FILE",
+        help="--by-length: held-out source sentences, one per line (UTF-8), instead of the Ding English, e.g. "
+        "data/distill-long/pt-en/test.src for a pt->en student; not with --held-out",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,10 +147,10 @@ def run(args: argparse.Namespace) -> int:
     from .corpus import prepare
 
     split_dir = Path(args.split)
-    if not (split_dir / f"{args.set}.en").is_file():
-        prepare(split_dir)
     if args.by_length:
         return _by_length(args, split_dir)
+    if not (split_dir / f"{args.set}.en").is_file():
+        prepare(split_dir)
     sources = (split_dir / f"{args.set}.en").read_text(encoding="utf-8").splitlines()
     refs = (split_dir / f"{args.set}.de").read_text(encoding="utf-8").splitlines()
     if args.limit:
@@ -155,28 +169,39 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
-    """The student's fidelity to its teacher per source-length bucket (``core.distill.fidelity``)."""
+    """The student's fidelity to its teacher per source-length bucket (``core.distill.fidelity``), on the
+    held-out Ding test English (``--held-out all``: dev + test) or on the sentences of ``--sources``."""
     from ..checkpoint import load_checkpoint
-    from ..distill.data import english_sources
-    from ..distill.fidelity import HEADER, fidelity, inputs_by_length, portuguese_words
+    from ..distill.fidelity import HEADER, fidelity, heldout_sentences, inputs_by_length, source_sentences, word_list
     from ..errors import InputError
+    from .corpus import prepare
 
     if not args.teacher:
         raise InputError("--by-length needs --teacher CHECKPOINT (the model the student was distilled from)")
     if args.per_bucket < 1:
         raise InputError(f"--per-bucket must be at least 1, got {args.per_bucket}")
+    if args.sources and args.held_out:
+        raise InputError("--held-out chooses among the Ding English; it cannot be combined with --sources")
+    if args.sources:
+        sentences = source_sentences(Path(args.sources))
+        origin = f"{len(sentences)} sentences of {args.sources}"
+    else:
+        which = args.held_out or "test"
+        if not all((split_dir / f"{name}.en").is_file() for name in ("train", "dev", "test")):
+            prepare(split_dir)
+        sentences = heldout_sentences(split_dir, which)
+        origin = "held-out Ding English, " + ("test only" if which == "test" else "dev + test")
     student, tokenizer, info = load_checkpoint(args.checkpoint)
     teacher, teacher_tokenizer, _ = load_checkpoint(args.teacher)
-    held, _, _ = english_sources(split_dir)
-    buckets = inputs_by_length(held, tokenizer, per_bucket=args.per_bucket)
+    buckets = inputs_by_length(sentences, tokenizer, per_bucket=args.per_bucket)
     start = time.perf_counter()
-    word_list = portuguese_words() if str(info.get("target_language", "")) == "pt" else set()
-    rows = fidelity(student, teacher, tokenizer, buckets, teacher_tokenizer=teacher_tokenizer, word_list=word_list)
+    words = word_list(str(info.get("target_language", "")))
+    rows = fidelity(student, teacher, tokenizer, buckets, teacher_tokenizer=teacher_tokenizer, word_list=words)
     if args.json:
         print(json.dumps([vars(r) for r in rows]))
     else:
         print(HEADER)
         for r in rows:
             print(r.row())
-        print(f"({time.perf_counter() - start:.0f} s; greedy, held-out Ding English, joined where longer)")
+        print(f"({time.perf_counter() - start:.0f} s; greedy, {origin}, joined where longer)")
     return 0

@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 import core
-from core.distill.fidelity import BUCKETS, bucket_of, fidelity, inputs_by_length, words
+import core.training.corpus
+from core.cli import main
+from core.distill import fidelity as fidelity_module
+from core.distill.fidelity import (
+    BUCKETS,
+    bucket_of,
+    fidelity,
+    heldout_sentences,
+    inputs_by_length,
+    source_sentences,
+    word_list,
+    words,
+)
+from core.training.corpus import Pair, Split, write_split
 
 SENTENCES = [
     "The cat sleeps.",
@@ -48,3 +66,101 @@ def test_a_student_identical_to_its_teacher_is_perfectly_faithful(tiny_checkpoin
     assert any(r.chrf < 100 for r in rows[:2]) and rows[0].row().startswith("| 1–15 | 2 |")
     flagged = fidelity(other.model, bundle.model, bundle.tokenizer, buckets, word_list={"x"})
     assert flagged[0].non_words == rows[0].non_words  # a word list only ever removes non-words
+
+
+DEV = ["Yes.", "No.", "Is there tea?"]
+TEST = ["Tea.", "yes", "The cat.", "Good night."]  # "yes" is a dev sentence again (same leak key): not held out
+
+
+@pytest.fixture
+def split_dir(tmp_path: Path) -> Path:
+    """A small Ding-style split: a few training pairs, 3 dev and 4 test sentences."""
+    pair = lambda en, kind="sentence": Pair(en=en, de="x", kind=kind)  # noqa: E731
+    train = [pair("The dog runs."), pair("A cup of coffee", "phrase")]
+    write_split(Split(train=train, dev=[pair(t) for t in DEV], test=[pair(t) for t in TEST]), tmp_path / "split")
+    return tmp_path / "split"
+
+
+def test_held_out_test_sentences_leave_dev_out(split_dir: Path) -> None:
+    assert heldout_sentences(split_dir) == ["Tea.", "The cat.", "Good night."]  # the default: test only
+    assert heldout_sentences(split_dir, "test") == ["Tea.", "The cat.", "Good night."]
+    assert heldout_sentences(split_dir, "all") == DEV + ["Tea.", "The cat.", "Good night."]
+    with pytest.raises(core.InputError, match="dev"):
+        heldout_sentences(split_dir, "dev")
+
+
+def _by_length_counts(capsys, checkpoint: Path, *extra: str) -> list[int]:
+    code = main(
+        ["eval", "--by-length", "--checkpoint", str(checkpoint), "--teacher", str(checkpoint), "--json"]
+        + ["--per-bucket", "20", *extra]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return [row["n"] for row in json.loads(captured.out)]
+
+
+def test_by_length_scores_test_sentences_by_default(tiny_checkpoint, split_dir, capsys, monkeypatch) -> None:
+    languages: list[str] = []
+    monkeypatch.setattr(fidelity_module, "word_list", lambda language: languages.append(language) or set())
+    tokenizer = core.load(tiny_checkpoint, device="cpu").tokenizer
+    expected = {
+        which: [len(b) for b in inputs_by_length(heldout_sentences(split_dir, which), tokenizer, per_bucket=20)]
+        for which in ("test", "all")
+    }
+    assert expected["test"] != expected["all"]  # else this test could not tell them apart
+    for extra, which in [((), "test"), (("--held-out", "test"), "test"), (("--held-out", "all"), "all")]:
+        assert _by_length_counts(capsys, tiny_checkpoint, "--split", str(split_dir), *extra) == expected[which], extra
+    assert languages == ["de"] * 3  # the word list of the student's target language (the tiny one says "de")
+
+
+def test_by_length_reads_sources_from_a_file(tiny_checkpoint, split_dir, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(fidelity_module, "word_list", lambda language: set())
+    sources = tmp_path / "test.src"
+    sources.write_text("Olá.\n\n  Bom dia.  \nO gato dorme.\nObrigado.\n", encoding="utf-8")
+    assert source_sentences(sources) == ["Olá.", "Bom dia.", "O gato dorme.", "Obrigado."]
+    tokenizer = core.load(tiny_checkpoint, device="cpu").tokenizer
+    expected = [len(b) for b in inputs_by_length(source_sentences(sources), tokenizer, per_bucket=20)]
+    counts = _by_length_counts(capsys, tiny_checkpoint, "--split", str(split_dir), "--sources", str(sources))
+    assert counts == expected and sum(counts) == 4  # one input per sentence of the file, none from the split
+    counts = _by_length_counts(capsys, tiny_checkpoint, "--split", str(tmp_path / "none"), "--sources", str(sources))
+    assert counts == expected  # no Ding split needed
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "message"),
+    [
+        (None, (), "error: --sources {path}: no such file"),
+        ("\n  \n", (), "error: --sources {path}: the file holds no sentence"),
+        (b"\xff\xfe bad", (), "error: --sources {path}: cannot be read as UTF-8"),
+        ("Olá.\n", ("--held-out", "all"), "error: --held-out chooses among the Ding English"),
+    ],
+)
+def test_by_length_sources_errors(tiny_checkpoint, tmp_path, capsys, content, extra, message) -> None:
+    path = tmp_path / "sources.txt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content, encoding="utf-8")
+    argv = ["eval", "--by-length", "--checkpoint", str(tiny_checkpoint), "--teacher", str(tiny_checkpoint)]
+    code = main([*argv, "--split", str(tmp_path / "none"), "--sources", str(path), *extra])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.startswith(message.format(path=path)), captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_word_list_by_target_language(tmp_path, monkeypatch) -> None:
+    fetched: list[str] = []
+
+    def fake_fetch(package: str, cache_dir: Path, produces: Path) -> None:  # stands in for apt-get: no network
+        fetched.append(package)
+        produces.parent.mkdir(parents=True, exist_ok=True)
+        produces.write_text(f"{package}\nColour\n\n", encoding="utf-8")
+
+    monkeypatch.setattr(core.training.corpus, "fetch_deb", fake_fetch)
+    assert word_list("en", tmp_path) == {"wamerican", "wbritish", "colour"}
+    assert fetched == ["wamerican", "wbritish"]
+    assert (tmp_path / "usr/share/dict/british-english").is_file()
+    assert word_list("en", tmp_path) == {"wamerican", "wbritish", "colour"} and len(fetched) == 2  # cached
+    assert word_list("pt", tmp_path) == {"wbrazilian", "wportuguese", "colour"}
+    assert fetched[2:] == ["wbrazilian", "wportuguese"]
+    assert word_list("de", tmp_path) == set() and len(fetched) == 4  # no list for other languages
