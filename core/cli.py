@@ -20,6 +20,7 @@ EXTERNAL = {
     "export-ct2": "core.exporters.ct2",
     "publish": "core.training.publish",
     "distill": "core.distill.student",
+    "distill-long": "core.distill.long",
     "explain": "core.analysis.commands",
     "heads": "core.analysis.head_commands",
 }

@@ -40,6 +40,15 @@ if TYPE_CHECKING:
     from ..training.train import Trainer
 
 DEFAULT_OPTIONS = InferenceOptions()
+TRAIN_DEFAULTS = {  # the distillation commands' TrainConfig defaults (no label smoothing: the targets are a model's)
+    "max_tokens": 3000,
+    "warmup": 400,
+    "lr_factor": 1.0,
+    "label_smoothing": 0.0,
+    "eval_every": 300,
+    "log_every": 20,
+    "max_minutes": 0.0,
+}
 
 
 # ----------------------------------------------------------------------------- the student
@@ -410,18 +419,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", action="store_true", help="show a progress bar while training")
     from ..training.train import add_train_arguments
 
-    add_train_arguments(
-        p,
-        {
-            "max_tokens": 3000,
-            "warmup": 400,
-            "lr_factor": 1.0,
-            "label_smoothing": 0.0,
-            "eval_every": 300,
-            "log_every": 20,
-            "max_minutes": 0.0,
-        },
-    )
+    add_train_arguments(p, TRAIN_DEFAULTS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,167 @@
+"""core.distill.long (and long_card): joined long inputs, the word-level loss, the distillation trainer, putting a
+student back together from its trained decoder, and a tiny teacher -> train -> publish run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURES, build_tiny_checkpoint
+from safetensors.torch import save_file
+from test_distill import MARIAN, ssru_teacher
+
+from core import load_checkpoint
+from core.distill import long as long_mod
+from core.distill.fidelity import BUCKETS, bucket_of
+from core.distill.long import DistillTrainer, assemble_student, copy_inputs, joined_runs, word_kd_loss
+from core.distill.student import build_student
+from core.errors import CheckpointError
+from core.training.batching import collate
+from core.training.train import TrainConfig
+
+
+def test_joined_runs_land_in_the_long_buckets_evenly_and_are_consecutive() -> None:
+    sentences = [f"s{i}" for i in range(400)]
+    lengths = [3 + (i % 9) for i in range(400)]
+    runs = joined_runs(sentences, lengths, 90, seed=1)
+    assert len(runs) == 90
+    counts = [0] * len(BUCKETS)
+    for run in runs:
+        parts = run.split(" ")
+        first = int(parts[0][1:])
+        assert parts == [f"s{i}" for i in range(first, first + len(parts))] and len(parts) > 1
+        pieces = sum(lengths[first : first + len(parts)]) + len(parts) - 1
+        b = bucket_of(pieces)
+        assert b is not None and b > 0  # never the shortest bucket
+        counts[b] += 1
+    assert counts[1:] == [30, 30, 30]
+    assert joined_runs(sentences, lengths, 90, seed=1) == runs  # deterministic
+
+
+def test_word_kd_loss_is_cross_entropy_plus_kl_and_survives_ruled_out_pieces() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[1, 2, -100], [3, 4, 5]])
+    loss, ce = word_kd_loss(logits, logits.clone(), target, 0.5)
+    assert torch.allclose(loss, 0.5 * ce, atol=1e-6)  # KL to itself is 0
+    other = torch.randn(2, 3, 7)
+    loss2, ce2 = word_kd_loss(logits, other, target, 1.0)
+    keep = target != -100
+    p = torch.log_softmax(other[keep], -1)
+    kl = (p.exp() * (p - torch.log_softmax(logits[keep], -1))).sum(-1).mean()
+    assert torch.allclose(loss2, kl, atol=1e-5) and torch.allclose(ce2, ce)
+    ruled_out = other.clone()
+    ruled_out[..., 6] = float("-inf")  # an output bias of -inf: without the floor KL would be NaN
+    student = logits.clone().requires_grad_(True)
+    loss3, _ = word_kd_loss(student, ruled_out, target, 0.5)
+    loss3.backward()
+    assert torch.isfinite(loss3) and torch.isfinite(student.grad).all()
+
+
+def test_distill_trainer_learns_the_teacher_and_skips_a_non_finite_batch(tmp_path: Path) -> None:
+    teacher = ssru_teacher()
+    student = build_student(teacher)
+    trainer = DistillTrainer(student, teacher, 0.5, TrainConfig(warmup=1, lr_factor=0.5), tmp_path, torch.device("cpu"))
+    batch = collate([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]], 0, 0, 0)
+    losses = [trainer.train_step(batch) for _ in range(15)]
+    assert losses[-1] < losses[0] and trainer.step == 15
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    with torch.no_grad():
+        teacher.output.bias[3] = float("nan")  # the teacher breaks: that batch must change nothing
+    assert trainer.train_step(batch) == 0.0 and trainer.skipped == 1 and trainer.step == 15
+    assert all(torch.equal(before[k], v) for k, v in student.state_dict().items())
+    with pytest.raises(ValueError, match="kd_weight"):
+        DistillTrainer(student, teacher, 1.5, TrainConfig(), tmp_path, torch.device("cpu"))
+
+
+def test_assemble_student_gives_the_trained_student_back_and_refuses_other_files(tmp_path: Path) -> None:
+    teacher = ssru_teacher()
+    trained = build_student(teacher)
+    with torch.no_grad():
+        for p in trained.decoder_layers.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    decoder = {k: v for k, v in trained.state_dict().items() if k.startswith("decoder_layers.")}
+    save_file({k: v.half() for k, v in decoder.items()}, str(tmp_path / "decoder.safetensors"))
+    back = assemble_student(teacher, tmp_path / "decoder.safetensors")
+    for k, v in trained.state_dict().items():
+        expected = v.half().float() if k in decoder else v
+        assert torch.equal(back.state_dict()[k], expected), k
+    src = torch.tensor([[5, 6, 7, 0]])
+    tgt = torch.tensor([[0, 11, 12]])
+    assert torch.allclose(back(src, tgt), trained(src, tgt), atol=0.05)
+    save_file({"encoder_layers.0.ffn.w1.weight": torch.zeros(1)}, str(tmp_path / "wrong.safetensors"))
+    with pytest.raises(CheckpointError, match="not this student's decoder"):
+        assemble_student(teacher, tmp_path / "wrong.safetensors")
+    name = next(iter(decoder))
+    save_file({**decoder, name: torch.zeros(2, 2)}, str(tmp_path / "shape.safetensors"))
+    with pytest.raises(CheckpointError, match="shape"):
+        assemble_student(teacher, tmp_path / "shape.safetensors")
+
+
+def test_copy_inputs_names_a_missing_file(tmp_path: Path) -> None:
+    (tmp_path / "first").mkdir()
+    (tmp_path / "first" / "train.tgt").write_text("eins\n")
+    with pytest.raises(FileNotFoundError, match="dev.tgt"):
+        copy_inputs(tmp_path / "first", tmp_path / "second")
+
+
+def test_tiny_teacher_train_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    teacher_dir = build_tiny_checkpoint(
+        tmp_path / "teacher", seed=1, **{**MARIAN, "pad_id": 2, "bos_id": 2, "eos_id": 2, "unk_id": 3}
+    )
+    english = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()[::2]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.src").write_text("\n".join(english * 3) + "\n")
+    (data / "dev.src").write_text("\n".join(english[:4]) + "\n")
+    (data / "test.src").write_text("\n".join(english[:4]) + "\n")
+    (data / "sources.json").write_text(json.dumps({"ding_sentences": len(english)}))
+    monkeypatch.setattr("core.distill.long_card.word_list", lambda language: {"katze"})  # no network in tests
+    parser = argparse.ArgumentParser()
+    long_mod.add_arguments(parser)
+    common = ["--teacher", str(teacher_dir), "--data-dir", str(data), "--run-dir", str(tmp_path / "run")]
+    common += ["--out", str(tmp_path / "student"), "--device", "cpu", "--target-language", "de"]
+    args = parser.parse_args(
+        [
+            *common,
+            "--stages",
+            "teacher,train,publish",
+            "--max-steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--max-tokens",
+            "200",
+            "--max-ratio",
+            "100",
+            "--per-bucket",
+            "1",
+        ]
+    )
+    with pytest.raises(ValueError, match="no usable training pairs"):  # a random teacher's runaway outputs
+        long_mod.run(parser.parse_args([*common, "--stages", "teacher,train", "--max-steps", "1"]))
+    assert long_mod.run(args) == 0
+    for name in ("train", "dev", "test"):
+        assert len((data / f"{name}.tgt").read_text().splitlines()) == len(
+            (data / f"{name}.src").read_text().splitlines()
+        )
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["kd_weight"] == 0.5
+    student, _, info = load_checkpoint(tmp_path / "student")
+    assert student.config.decoder_self == "attention" and info["dtype"] == "float16"
+    rows = info["distillation"]["by_length"]
+    assert len(rows) == len(BUCKETS) and rows[0]["pieces"] == list(BUCKETS[0])
+    card = (tmp_path / "student" / "card.md").read_text()
+    assert "## Fidelity to the teacher by source length" in card and "| 1–15 |" in card
+    assert "python -m core distill-long --stages train" in card and "--max-minutes" in card
+    assert set(info["distillation"]["held_out_vs_teacher"]) == {
+        "as trained",
+        "causal mask off",
+        "all decoder self-attention heads ablated",
+    }
+    trained = load_checkpoint(tmp_path / "run" / "best")[0]  # the published student is the run's best
+    for k, v in trained.state_dict().items():
+        assert torch.equal(student.state_dict()[k], v), k
