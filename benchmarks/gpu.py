@@ -1,0 +1,156 @@
+"""Translation timings on a CUDA device beside the same machine's CPU: ``python benchmarks/gpu.py CKPT ... --out F``.
+
+For each checkpoint and device: greedy translation of held-out English sentences one at a time, traced
+(``Bundle.translate``, what the app calls) and untraced (core's KV-cached greedy with the packed weights), and
+as one batch (core's greedy on one padded batch, untraced; ``Bundle.translate_batch``, traced). Interleaved rounds
+(``benchmarks.timing.interleaved``); every contender's outputs are checked equal to the CPU's first.
+Run where a GPU is present (the README's CUDA table comes from it); it prints a Markdown table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import core  # noqa: E402
+from benchmarks.timing import interleaved, paired_ratio  # noqa: E402
+from core.decoding import default_max_len, greedy  # noqa: E402
+from core.fast import FastWeights  # noqa: E402
+
+
+def sentences(n: int) -> list[str]:
+    path = Path("data/ding-split/test.en")
+    lines = (
+        [l for l in path.read_text(encoding="utf-8").splitlines() if 6 <= len(l.split()) <= 25]
+        if path.is_file()
+        else []
+    )
+    if len(lines) < n:
+        lines += [f"Sentence number {i} is here to be translated by the model." for i in range(n)]
+    return lines[:n]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def contenders(bundle: core.Bundle, texts: list[str]) -> dict:
+    model, tok, cfg, device = bundle.model, bundle.tokenizer, bundle.config, bundle.device
+    fast = FastWeights(model)
+    encoded = [tok.encode(t)[:255] + [cfg.eos_id] for t in texts]
+
+    def untraced_one() -> list[list[int]]:
+        out = []
+        for ids in encoded:
+            src = torch.tensor([ids], device=device)
+            r = greedy(
+                model,
+                src,
+                torch.ones_like(src, dtype=torch.bool),
+                options=core.InferenceOptions(),
+                max_len=default_max_len(len(ids)),
+                top_k=1,
+                fast=fast,
+            )
+            out.append(r.tokens[0, 1 : 1 + r.lengths[0]].tolist())
+        return out
+
+    def traced_one() -> list[str]:
+        return [" ".join(bundle.translate(t, record_qkv=False).output_tokens) for t in texts]
+
+    width = max(map(len, encoded))
+    padded = torch.tensor([ids + [cfg.pad_id] * (width - len(ids)) for ids in encoded], device=device)
+    keep = torch.tensor([[True] * len(ids) + [False] * (width - len(ids)) for ids in encoded], device=device)
+
+    def untraced_batch() -> list[str]:
+        r = greedy(
+            model, padded, keep, options=core.InferenceOptions(), max_len=default_max_len(width), top_k=1, fast=fast
+        )
+        return [
+            tok.decode([t for t in r.tokens[i, 1 : 1 + r.lengths[i]].tolist() if t != cfg.eos_id])
+            for i in range(len(texts))
+        ]
+
+    def traced_batch() -> list[str]:
+        return bundle.translate_batch(texts)[0]
+
+    def timed(fn):  # synchronise so a timing ends when the device is done
+        def run():
+            value = fn()
+            sync(device)
+            return value
+
+        return run
+
+    return {
+        "batch 1 traced": timed(traced_one),
+        "batch 1 untraced": timed(untraced_one),
+        "batched traced": timed(traced_batch),
+        "batched untraced": timed(untraced_batch),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("checkpoints", nargs="+")
+    p.add_argument("--sentences", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", default="gpu_bench.json")
+    args = p.parse_args()
+    texts = sentences(args.sentences)
+    devices = ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu"]
+    result: dict = {
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cpu_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "sentences": len(texts),
+        "rows": [],
+    }
+    print("| checkpoint | device | contender | median per sentence | spread of the round | vs CPU same contender |")
+    print("|---|---|---|---|---|---|")
+    for path in args.checkpoints:
+        stats = {}
+        reference = None
+        for device in devices:
+            bundle = core.load(path, device=device)
+            works = contenders(bundle, texts)
+            got = works["batched untraced"]()
+            reference = reference or got
+            agree = sum(a == b for a, b in zip(got, reference, strict=True))
+            stats[device] = interleaved(works, rounds=args.rounds, warmup=1)
+            for name, st in stats[device].items():
+                row = {
+                    "checkpoint": Path(path).name,
+                    "device": device,
+                    "contender": name,
+                    "ms_per_sentence": round(st.median * 1e3 / len(texts), 2),
+                    "round_ms": [round(s * 1e3, 1) for s in st.samples],
+                    "same_output_as_cpu": f"{agree}/{len(texts)}",
+                }
+                result["rows"].append(row)
+        for name in stats[devices[0]]:
+            for device in devices:
+                st = stats[device][name]
+                speedup = paired_ratio(stats["cpu"][name], st) if device != "cpu" else 1.0
+                print(
+                    f"| {Path(path).name} | {device} | {name} | {st.median * 1e3 / len(texts):.2f} ms | "
+                    f"{min(st.samples) * 1e3:.0f}–{max(st.samples) * 1e3:.0f} ms / {len(texts)} | {speedup:.2f}× |"
+                )
+                for row in result["rows"]:
+                    if (row["checkpoint"], row["device"], row["contender"]) == (Path(path).name, device, name):
+                        row["speedup_vs_cpu"] = round(speedup, 2)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

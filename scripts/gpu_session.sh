@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU session behind the distilled-en-pt / distilled-pt-en checkpoints and the README's CUDA figures.
+# Runs on a machine with one CUDA GPU and the repository (the Bergamot models extracted under downloads/,
+# the en->pt inputs of `python -m core distill-long --stages inputs` under data/distill-long/en-pt).
+#
+#   scripts/gpu_session.sh start MINUTES   CUDA tests, GPU timings of the teacher, then both distillation runs
+#                                          in the background, each stopping MINUTES from now
+#   scripts/gpu_session.sh collect OUT     logs, summaries and the trained decoders (the rest of each student is
+#                                          its teacher's) into OUT; the students' GPU timings
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+D=data/distill-long
+R=runs/distill-long
+export PYTHONUNBUFFERED=1
+
+case "${1:-}" in
+start)
+    minutes=$2
+    if [ -d .carry ]; then  # the inputs, carried compressed from the machine that made them
+        mkdir -p $D/en-pt data/ding-split
+        gunzip -c .carry/train.src.gz > $D/en-pt/train.src
+        cp .carry/dev.src .carry/test.src .carry/sources.json $D/en-pt/
+        cp .carry/test.en data/ding-split/
+    fi
+    stop_at=$(($(date +%s) + 60 * minutes))
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__)"
+    $PY -m core import-bergamot --if-missing
+    $PY benchmarks/gpu.py checkpoints/bergamot-en-pt --out "$R-gpu-teacher.json" 2>&1 | tee "$R-gpu-teacher.md"
+    mkdir -p "$R"
+    left() { echo $(((stop_at - $(date +%s)) / 60)); }
+    # en->pt: teacher translations, then training; pt->en takes the en->pt teacher's Portuguese as its sources
+    setsid nohup bash -c "
+        $PY -m core distill-long --stages teacher --data-dir $D/en-pt > $R/en-pt.teacher.log 2>&1 &&
+        $PY -m core distill-long --stages train --data-dir $D/en-pt --run-dir $R/en-pt --max-tokens 12000 \
+            --eval-every 500 --max-minutes \$((($stop_at - \$(date +%s)) / 60)) > $R/en-pt.train.log 2>&1 &
+        $PY -m core distill-long --stages inputs,teacher --teacher checkpoints/bergamot-pt-en --sources-from $D/en-pt \
+            --data-dir $D/pt-en --source-language pt --target-language en --out checkpoints/distilled-pt-en \
+            > $R/pt-en.teacher.log 2>&1 &&
+        $PY -m core distill-long --stages train --teacher checkpoints/bergamot-pt-en --data-dir $D/pt-en \
+            --run-dir $R/pt-en --source-language pt --target-language en --out checkpoints/distilled-pt-en \
+            --max-tokens 12000 --eval-every 500 --max-minutes \$((($stop_at - \$(date +%s)) / 60)) \
+            > $R/pt-en.train.log 2>&1
+        wait" > "$R/session.log" 2>&1 < /dev/null &
+    sleep 1
+    # the CPU-side suite meanwhile (the CUDA tests run for real here)
+    $PY -m pytest -q -p no:cacheprovider -n 8 tests/core 2>&1 | tail -15
+    echo "minutes left: $(left)"
+    tail -3 $R/*.log
+    ;;
+collect)
+    out=$2
+    tail -5 $R/*.log
+    for pair in en-pt pt-en; do
+        $PY - "$R/$pair/best/model.safetensors" "$out/$pair.decoder.safetensors" <<'EOF'
+import sys
+from safetensors.torch import load_file, save_file
+tensors = load_file(sys.argv[1])
+save_file({k: v for k, v in tensors.items() if k.startswith("decoder_layers.")}, sys.argv[2])
+EOF
+    done
+    tar czf "$out/logs.tgz" $R/*.log $R/*.json $R/*.md $R/*/log.jsonl $R/*/summary.json $R/*/best/config.json \
+        $D/*/sources.json $D/*/*.stats.json $D/*/dev.* $D/*/test.*
+    tar czf "$out/teacher-data.tgz" $D/en-pt/train.tgt $D/pt-en/train.src $D/pt-en/train.tgt
+    $PY benchmarks/gpu.py $R/en-pt/best $R/pt-en/best --out "$out/gpu-students.json" 2>&1 | tee "$out/gpu-students.md"
+    ls -la "$out"
+    ;;
+*)
+    echo "usage: $0 start MINUTES | collect OUT" >&2
+    exit 2
+    ;;
+esac

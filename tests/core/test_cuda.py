@@ -1,0 +1,65 @@
+"""The same calls on a real CUDA device as on the CPU (skipped where no GPU is present; the CPU-side stand-ins
+for these paths are in test_devices.py). Run on a GPU machine with ``pytest tests/core/test_cuda.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+import core
+from core.config import InferenceOptions, heads
+from core.distill.long import DistillTrainer
+from core.distill.student import build_student
+from core.training.batching import collate
+from core.training.evaluate import translate_many
+from core.training.train import TrainConfig
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+SENTENCES = ["the cat sat on the mat", "a dog runs", "we read books in the evening and sleep at night"]
+SWITCHES = [
+    InferenceOptions(),
+    InferenceOptions(positional_encoding=False),
+    InferenceOptions(causal_mask=False),
+    InferenceOptions(ablate=heads("cross", [0], [1])),
+]
+
+
+@pytest.mark.parametrize("options", SWITCHES, ids=["as-trained", "pe-off", "causal-off", "ablate"])
+def test_traced_translation_on_cuda_matches_cpu(tiny_checkpoint: Path, options: InferenceOptions) -> None:
+    cpu, gpu = core.load(tiny_checkpoint, device="cpu"), core.load(tiny_checkpoint, device="cuda")
+    assert next(gpu.model.parameters()).device.type == "cuda"
+    for text in SENTENCES:
+        a, b = cpu.translate(text, options), gpu.translate(text, options)
+        assert a.output_tokens == b.output_tokens
+        for site in a.trace.keys():
+            x, y = a.trace[site], b.trace[site]
+            assert isinstance(y, np.ndarray), site  # the Trace holds host arrays whatever the device
+            if x.dtype.kind == "f":
+                np.testing.assert_allclose(x, y, atol=2e-4, rtol=1e-3, err_msg=site)
+
+
+def test_beam_and_batch_on_cuda_match_cpu(tiny_checkpoint: Path) -> None:
+    cpu, gpu = core.load(tiny_checkpoint, device="cpu"), core.load(tiny_checkpoint, device="cuda")
+    assert (
+        cpu.translate(SENTENCES[2], beam_size=4).output_tokens == gpu.translate(SENTENCES[2], beam_size=4).output_tokens
+    )
+    texts_cpu, _ = cpu.translate_batch(SENTENCES)
+    texts_gpu, trace = gpu.translate_batch(SENTENCES)
+    assert texts_cpu == texts_gpu and trace.batch_size == len(SENTENCES)
+    assert translate_many(cpu.model, cpu.tokenizer, SENTENCES) == translate_many(gpu.model, gpu.tokenizer, SENTENCES)
+
+
+def test_ssru_model_and_distillation_step_on_cuda() -> None:
+    torch.manual_seed(0)
+    teacher = core.Transformer(tiny_config(decoder_self="ssru")).eval()
+    student = build_student(teacher)
+    batch = collate([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]], 0, 1, 2)
+    run = Path("/tmp/test-cuda-distill")
+    trainer = DistillTrainer(student, teacher, 0.5, TrainConfig(warmup=1), run, torch.device("cuda"))
+    losses = [trainer.train_step(batch) for _ in range(20)]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert all(p.device.type == "cuda" for p in student.parameters())
