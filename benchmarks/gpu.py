@@ -129,7 +129,7 @@ def main() -> int:
             stats[device] = interleaved(works, rounds=args.rounds, warmup=1)
             for name, st in stats[device].items():
                 row = {
-                    "checkpoint": Path(path).name,
+                    "checkpoint": path,
                     "device": device,
                     "contender": name,
                     "ms_per_sentence": round(st.median * 1e3 / len(texts), 2),
@@ -142,11 +142,11 @@ def main() -> int:
                 st = stats[device][name]
                 speedup = paired_ratio(stats["cpu"][name], st) if device != "cpu" else 1.0
                 print(
-                    f"| {Path(path).name} | {device} | {name} | {st.median * 1e3 / len(texts):.2f} ms | "
+                    f"| {path} | {device} | {name} | {st.median * 1e3 / len(texts):.2f} ms | "
                     f"{min(st.samples) * 1e3:.0f}–{max(st.samples) * 1e3:.0f} ms / {len(texts)} | {speedup:.2f}× |"
                 )
                 for row in result["rows"]:
-                    if (row["checkpoint"], row["device"], row["contender"]) == (Path(path).name, device, name):
+                    if (row["checkpoint"], row["device"], row["contender"]) == (path, device, name):
                         row["speedup_vs_cpu"] = round(speedup, 2)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return 0
