@@ -359,8 +359,10 @@ def fit(
     return last
 
 
-def plot_curves(log_path: Path, png_path: Path) -> None:
-    """Training loss and dev loss/BLEU against steps, from the JSONL log."""
+def plot_curves(
+    log_path: Path, png_path: Path, train_label: str = "train (label-smoothed)", loss_label: str = "cross-entropy"
+) -> None:
+    """Training loss and dev loss/BLEU against steps, from the JSONL log (the labels name what the loss was)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -370,11 +372,11 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
     train = [r for r in rows if r["type"] == "train"]
     evals = [r for r in rows if r["type"] == "eval"]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    ax[0].plot([r["step"] for r in train], [r["loss"] for r in train], label="train (label-smoothed)", lw=1)
+    ax[0].plot([r["step"] for r in train], [r["loss"] for r in train], label=train_label, lw=1)
     if evals and "dev_loss" in evals[0]:
         ax[0].plot([r["step"] for r in evals], [r["dev_loss"] for r in evals], "o-", label="dev (no smoothing)")
     ax[0].set_xlabel("step")
-    ax[0].set_ylabel("cross-entropy")
+    ax[0].set_ylabel(loss_label)
     ax[0].legend()
     ax[0].grid(alpha=0.3)
     if evals and "dev_bleu" in evals[0]:

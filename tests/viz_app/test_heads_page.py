@@ -121,10 +121,11 @@ def test_the_export_carries_the_statistics_and_replays_them(monkeypatch) -> None
     assert any("holds no alignment scores" in i.value for i in again.info)
 
 
-def test_the_default_checkpoint_names_its_guided_alignment_head(monkeypatch) -> None:
-    if not (REPO / "checkpoints" / "distilled-en-pt").is_dir():
-        pytest.skip("the shipped default checkpoint is not there")
+@pytest.mark.parametrize("name", ["distilled-en-pt", "distilled-pt-en"])  # pt->en: the en->pt gold read in reverse
+def test_the_shipped_students_name_their_guided_alignment_head(name: str, monkeypatch) -> None:
+    if not (REPO / "checkpoints" / name).is_dir():
+        pytest.skip(f"the shipped checkpoint {name} is not there")
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(REPO / "checkpoints"))
-    at = ok(_page("distilled-en-pt", monkeypatch))
+    at = ok(_page(name, monkeypatch))
     best = next(m for m in at.metric if m.label.startswith("Best head"))
     assert best.value == "L2 H1" and float(best.label.split("AER ")[1]) < 0.1
