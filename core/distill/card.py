@@ -358,3 +358,13 @@ def canonical_command(args: argparse.Namespace) -> str:
     if args.notes:
         parts.append(f"--notes {args.notes}")
     return " ".join(p for p in parts if p)
+
+
+def write_card_file(folder: Path, text: str) -> None:
+    """``folder/card.md`` written to a temporary name, made world-readable and renamed (never half a card)."""
+    import os
+
+    tmp = folder / ".card.md.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, folder / "card.md")

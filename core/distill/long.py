@@ -41,11 +41,12 @@ from ..checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
+from ..training.corpus import _leak_key
 from ..training.evaluate import score, translate_many
-from ..training.train import Trainer
+from ..training.train import TrainConfig, Trainer
 from .data import _read_lines, _write_lines, english_sources, fetch_fortunes, fortune_sentences, translate_file
 from .fidelity import BUCKETS, inputs_by_length
-from .student import TRAIN_DEFAULTS, build_student, freeze_except, make_optimizer, trainable_names
+from .student import TRAIN_DEFAULTS, build_student, freeze_except, make_optimizer, trainable_names, usable_pair
 
 FILES = ("train", "dev", "test")
 
@@ -81,8 +82,6 @@ def make_inputs(
     held, train, counts = english_sources(split_dir, seed)
     n_dev = counts["dev"]
     sentences, phrase_list = train[: counts["sentences"]], train[counts["sentences"] :]
-    from ..training.corpus import _leak_key
-
     taken = {_leak_key(t) for t in held + train}
     fortunes = [t for t in fortune_sentences(fetch_fortunes(data_dir / "fortunes")) if _leak_key(t) not in taken]
     prose = sentences + fortunes
@@ -109,13 +108,21 @@ def make_inputs(
 
 
 def copy_inputs(sources_from: Path, data_dir: Path) -> dict:
-    """Stage "inputs" for a second run: another run's teacher outputs become this run's sources."""
+    """Stage "inputs" for a second run: another run's teacher outputs become this run's sources. Refuses
+    outputs that are not complete; drops training sources equal to a dev or test source (two different
+    sentences can share a translation)."""
     texts = {name: _read_lines(sources_from / f"{name}.tgt") for name in FILES}
     for name, lines in texts.items():
-        if not lines:
+        expected = len(_read_lines(sources_from / f"{name}.src"))
+        if not lines or len(lines) != expected:
             raise FileNotFoundError(
-                f"{sources_from / (name + '.tgt')}: missing or empty (run that run's teacher stage)"
+                f"{sources_from / (name + '.tgt')}: {len(lines)} of {expected} lines "
+                "(run that run's teacher stage to the end first)"
             )
+    held = {_leak_key(t) for name in ("dev", "test") for t in texts[name]}
+    kept = [t for t in texts["train"] if _leak_key(t) not in held]
+    dropped = len(texts["train"]) - len(kept)
+    texts["train"] = kept
     data_dir.mkdir(parents=True, exist_ok=True)
     counts: dict[str, object] = {}
     for name, lines in texts.items():
@@ -125,6 +132,7 @@ def copy_inputs(sources_from: Path, data_dir: Path) -> dict:
     if origin.is_file():
         counts["origin"] = json.loads(origin.read_text())
     counts["sources_from"] = str(sources_from)
+    counts["train_dropped_as_held_out"] = dropped
     return counts
 
 
@@ -149,16 +157,25 @@ class DistillTrainer(Trainer):
     """A Trainer whose loss adds KL to a frozen teacher's per-position distribution (``word_kd_loss``);
     dev loss stays plain cross-entropy. The student runs under bfloat16 autocast on CUDA, the teacher in float32."""
 
-    def __init__(self, model: Transformer, teacher: Transformer, kd_weight: float, *args, **kwargs) -> None:
-        super().__init__(model, *args, **kwargs)
+    def __init__(
+        self,
+        model: Transformer,
+        teacher: Transformer,
+        kd_weight: float,
+        config: TrainConfig,
+        run_dir: Path,
+        device: torch.device,
+    ) -> None:
         if not 0.0 <= kd_weight <= 1.0:
             raise ValueError(f"kd_weight must be in [0, 1], got {kd_weight}")
+        if config.label_smoothing:
+            raise ValueError("distill-long takes no label smoothing: the teacher's distribution is the soft target")
+        super().__init__(model, config, run_dir, device)
+        self.skipped = 0  # batches whose loss or gradient was not finite (no step taken)
         self.teacher = teacher.to(self.device).eval()
         for p in self.teacher.parameters():
             p.requires_grad_(False)
         self.kd_weight = kd_weight
-
-    skipped = 0  # batches whose loss was not finite (no step taken)
 
     def train_step(self, batch: Batch) -> float:
         """Trainer.train_step, except that a batch with a non-finite loss changes nothing (counted in ``skipped``)."""
@@ -219,13 +236,7 @@ def load_pairs(tok: Tokenizer, data_dir: Path, name: str, max_pieces: int, max_r
             f"{data_dir}: {name}.tgt has {len(tgt_text)} lines for {len(src_text)} sources (teacher stage)"
         )
     src, tgt = tok.encode_batch(src_text), tok.encode_batch(tgt_text)
-    keep = [
-        i
-        for i in range(len(src))
-        if 0 < len(src[i]) <= max_pieces
-        and 0 < len(tgt[i]) <= max_pieces
-        and len(tgt[i]) <= max_ratio * len(src[i]) + 8
-    ]
+    keep = [i for i in range(len(src)) if usable_pair(src[i], tgt[i], max_pieces, max_ratio)]
     return [src[i] for i in keep], [tgt[i] for i in keep]
 
 
@@ -297,6 +308,9 @@ def train_stage(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, 
         "train_config": asdict(config),
         "kd_weight": args.kd_weight,
         "scope": args.scope,
+        "reused_lr_scale": args.reused_lr_scale,
+        "skipped_batches": trainer.skipped,
+        "tf32": device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     return summary
@@ -346,12 +360,10 @@ def run(args: argparse.Namespace) -> int:
     unknown = stages - {"inputs", "teacher", "train", "publish"}
     if unknown:
         raise InputError(f"distill-long: unknown stages {sorted(unknown)} (inputs, teacher, train, publish)")
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else ("cpu" if args.device == "auto" else args.device)
-    )
-    if device.type == "cuda":
+    from ..bundle import pick_device
+
+    device = pick_device(None if args.device == "auto" else args.device)
+    if device.type == "cuda":  # float32 matmuls as TF32 (the published runs' setting; the card says so)
         torch.backends.cuda.matmul.allow_tf32 = True
     auto_tokens = 60_000 if device.type == "cuda" else 3000
     args.teacher_max_tokens = args.teacher_max_tokens or auto_tokens

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,9 +24,9 @@ from ..config import InferenceOptions, heads
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import score, translate_many
-from .card import EVERYDAY, _md_table
+from .card import EVERYDAY, _md_table, write_card_file
 from .data import _read_lines
-from .fidelity import HEADER, BucketFidelity, fidelity, inputs_by_length, word_list
+from .fidelity import BUCKETS, HEADER, BucketFidelity, fidelity, inputs_by_length, source_sentences, word_list
 
 LANGUAGES = {"en": "English", "pt": "Portuguese", "de": "German"}
 
@@ -69,6 +70,50 @@ def _fidelity_table(rows: list[BucketFidelity], label: str | None = None) -> str
     return "\n".join([header, *[(f"| {label} " if label else "") + r.row() for r in rows]])
 
 
+SCOPES = {  # what ``--scope`` lets learn, for the card (core.distill.student.trainable_names)
+    "self_attn": "only the new decoder self-attention learns",
+    "self_attn+norm": "only the new decoder self-attention and its LayerNorm learn",
+    "decoder": "only the decoder layers learn (the copied cross-attention, feed-forward and LayerNorms at {scale}× the "
+    "rate); encoder, embeddings and output layer stay the teacher's",
+    "all": "every parameter learns (the copied ones at {scale}× the rate)",
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Everything the publish stage measured, for the card."""
+
+    rows: list[BucketFidelity]
+    compare_rows: list[BucketFidelity]
+    switches: dict[str, dict]
+    side: dict[str, list[str]]
+    alignment: str
+    size_mb: float
+    n_heads: int
+    has_word_list: bool
+
+
+def goal_verdict(rows: list[BucketFidelity]) -> dict[str, bool | None]:
+    """The long-sentence goals per criterion: True met, False not met, None not measured (a bucket is empty).
+    chrF ≥ 95 for every bucket up to 60 pieces and ≥ 90 above; no output under 85 % of the teacher's length;
+    at most 1 non-word per 100 inputs in every bucket."""
+    if len(rows) != len(BUCKETS) or any(r.n == 0 or math.isnan(r.chrf) for r in rows):
+        return {"chrf": None, "not_cut": None, "words": None}
+    return {
+        "chrf": all(r.chrf >= (95 if r.pieces[1] <= 60 else 90) for r in rows),
+        "not_cut": all(r.short_share == 0 for r in rows),
+        "words": all(100 * r.non_words <= r.n for r in rows),
+    }
+
+
+def quality_line(switches: dict[str, dict], rows: list[BucketFidelity]) -> str:
+    measured = [r.chrf for r in rows if r.n and not math.isnan(r.chrf)]
+    line = f"Reproduces its production teacher at chrF {switches['as trained']['chrf']:.1f} on held-out sentences"
+    if len(measured) == len(BUCKETS):
+        line += f" and {min(measured):.1f}–{max(measured):.1f} in every length bucket up to {BUCKETS[-1][1]} pieces"
+    return line + "."
+
+
 def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, student: Transformer) -> Path:
     from ..bundle import Bundle
     from ..importers.bergamot import _alignment_section
@@ -81,8 +126,8 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         raise FileNotFoundError(f"{data_dir}: test.src / test.tgt missing or of different lengths (teacher stage)")
     summary = json.loads((run_dir / "summary.json").read_text())
     sources = json.loads((data_dir / "sources.json").read_text())
-    origin = sources.get("origin", sources)
-    buckets = inputs_by_length(test_src, tok, per_bucket=args.per_bucket)
+    # the buckets exactly as `python -m core eval --by-length --sources data_dir/test.src` makes them
+    buckets = inputs_by_length(source_sentences(data_dir / "test.src"), tok, per_bucket=args.per_bucket)
     known = word_list(tgt_lang)
     t0 = time.perf_counter()
     rows = fidelity(student, teacher, tok, buckets, word_list=known)
@@ -90,7 +135,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
     compare_rows: list[BucketFidelity] = []
     if args.compare_student:
         earlier, earlier_tok, _ = load_checkpoint(args.compare_student)
-        compare_rows = fidelity(earlier, teacher, earlier_tok, buckets, word_list=known)
+        compare_rows = fidelity(earlier, teacher, earlier_tok, buckets, teacher_tokenizer=tok, word_list=known)
     switches = switch_rows(student, tok, test_src, test_ref)
     everyday = everyday_inputs(src_lang, test_src)
     side = {
@@ -98,31 +143,20 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         "teacher": translate_many(teacher, tok, everyday, max_source_tokens=128),
         "student": translate_many(student, tok, everyday, max_source_tokens=128),
     }
-    as_trained = switches["as trained"]
-    worst = min(rows, key=lambda r: r.chrf)
-    quality = (
-        f"Reproduces its production teacher at chrF {as_trained['chrf']:.1f} on held-out sentences and "
-        f"{worst.chrf:.1f}–{max(r.chrf for r in rows):.1f} in every length bucket up to 120 pieces."
-    )
+    by_length = [
+        {"pieces": list(r.pieces), "chrf": r.chrf, "bleu": r.bleu, "short": r.short_share, "non_words": r.non_words}
+        for r in rows
+    ]
     extra = {
         "teacher": str(args.teacher),
-        "quality": quality,
+        "quality": quality_line(switches, rows),
         "distillation": {
             "recipe": "distill-long (word-level + sequence-level KD, long joined inputs)",
             "scope": summary.get("scope"),
             "steps": summary.get("steps"),
             "device": summary.get("device"),
             "held_out_vs_teacher": switches,
-            "by_length": [
-                {
-                    "pieces": list(r.pieces),
-                    "chrf": r.chrf,
-                    "bleu": r.bleu,
-                    "short": r.short_share,
-                    "non_words": r.non_words,
-                }
-                for r in rows
-            ],
+            "by_length": by_length,
         },
     }
     meta = CheckpointMeta(name=out.name, source_language=src_lang, target_language=tgt_lang, extra=extra)
@@ -132,76 +166,100 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         plot_curves(
             run_dir / "log.jsonl",
             out / "curves.png",
-            train_label=f"train: {1 - kd:.1f} × CE + {kd:.1f} × KL to the teacher",
+            train_label=f"train: {1 - kd:g} × CE + {kd:g} × KL to the teacher",
             loss_label="loss (nats per target piece)",
         )
-    alignment = _alignment_section(Bundle(*load_checkpoint(out)[:3], out))
-    card = _card(args, summary, origin, rows, compare_rows, switches, side, alignment, folder_mb(out), out)
-    tmp = out / ".card.md.tmp"
-    tmp.write_text(card, encoding="utf-8")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out / "card.md")
+    measured = Measured(
+        rows=rows,
+        compare_rows=compare_rows,
+        switches=switches,
+        side=side,
+        alignment=_alignment_section(Bundle(*load_checkpoint(out)[:3], out)),
+        size_mb=folder_mb(out),
+        n_heads=student.config.n_heads,
+        has_word_list=bool(known),
+    )
+    write_card_file(out, _card(args, summary, sources, measured, out))
     print(f"published {out} ({folder_mb(out):.1f} MB)", flush=True)
     return out
 
 
-def _card(
-    args: argparse.Namespace,
-    summary: dict,
-    origin: dict,
-    rows: list[BucketFidelity],
-    compare_rows: list[BucketFidelity],
-    switches: dict[str, dict],
-    side: dict[str, list[str]],
-    alignment: str,
-    size_mb: float,
-    out: Path,
-) -> str:
-    src, tgt = (
-        LANGUAGES.get(args.source_language, args.source_language),
-        LANGUAGES.get(args.target_language, args.target_language),
-    )
+def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, out: Path) -> str:
+    src = LANGUAGES.get(args.source_language, args.source_language)
+    tgt = LANGUAGES.get(args.target_language, args.target_language)
+    origin = sources.get("origin", sources)
+    second = "sources_from" in sources  # the sources are another run's teacher outputs
     cfg = summary.get("train_config", {})
     kd = summary.get("kd_weight", args.kd_weight)
-    translated = "their en→pt translations, " if args.source_language != "en" else ""
+    scale = summary.get("reused_lr_scale", args.reused_lr_scale)
+    scope = summary.get("scope", args.scope)
+    device = str(summary.get("device", "cpu"))
     n_test = len(_read_lines(Path(args.data_dir) / "test.src"))
-    goal_rows = [r for r in rows if r.n]
-    met = all(r.chrf >= (95 if r.pieces[1] <= 60 else 90) for r in goal_rows)
-    no_cut = all(r.short_share == 0 for r in goal_rows)
-    words_ok = all(r.non_words <= max(1, r.n // 100) for r in goal_rows)
-    verdict = ", ".join(
-        f"{what}: **{'met' if ok else 'not met'}**"
-        for what, ok in (
-            ("chrF ≥ 95 per bucket up to 60 pieces and ≥ 90 above", met),
-            ("no outputs cut short", no_cut),
-            ("≤ 1 non-word per 100 inputs", words_ok),
-        )
+    n_dev = len(_read_lines(Path(args.data_dir) / "dev.src"))
+    test_inputs = "translations of the Ding **test** sentences" if second else "Ding **test** sentences"
+    verdict = goal_verdict(m.rows)
+    said = {True: "**met**", False: "**not met**", None: "not measured (a bucket is empty)"}
+    goals = (
+        f"chrF ≥ 95 per bucket up to 60 pieces and ≥ 90 above: {said[verdict['chrf']]}; no outputs cut short: "
+        f"{said[verdict['not_cut']]}; ≤ 1 non-word per 100 inputs: {said[verdict['words']]}"
     )
+    words_from = (
+        f"nor in Debian's {tgt} word lists" if m.has_word_list else f"(there is no word list for {tgt}: only those)"
+    )
+    on_gpu = device != "cpu"
+    as_trained, ablated = m.switches["as trained"], m.switches["all decoder self-attention heads ablated"]
+    drop = as_trained["chrf"] - ablated["chrf"]
+    dropped = sources.get("train_dropped_as_held_out")
+    if not second:
+        held_note = (
+            "Held out: Ding dev (best-step choice) and test sentences (every figure below), none in any training "
+        )
+        held_note += (
+            f"input (casefolded, trailing .?! ignored). The {tgt} side of every pair is the teacher's greedy output."
+        )
+    else:
+        held_note = (
+            f"The {src} sources are the first run's teacher outputs (`--sources-from {sources['sources_from']}`), the "
+            f"{tgt} side this teacher's greedy output, so no human {src} either. The English held-out sentences are in "
+            "no training input; "
+            + (
+                f"training sources equal to a dev or test source were dropped ({dropped:,})."
+                if dropped is not None
+                else "whether a training source's translation equals a held-out one's was not checked for this run."
+            )
+        )
+    n_per = sorted({r.n for r in m.rows})
     parts = [
         f"# {out.name}: Bergamot {src} → {tgt} with decoder self-attention, distilled for every input length\n",
         f"A full encoder–decoder Transformer in the lab's own format: the imported Bergamot model `{args.teacher}` "
-        f"with each decoder layer's SSRU replaced by {8}-head masked self-attention, learned from the teacher by "
-        f"`python -m core distill-long`. {size_mb:.1f} MB on disk (float16; limit 40 MB).\n",
+        f"with each decoder layer's SSRU replaced by {m.n_heads}-head masked self-attention, learned from the teacher "
+        f"by `python -m core distill-long`. {m.size_mb:.1f} MB on disk (float16; limit 40 MB).\n",
         "## How it was made\n",
         "* **Student**: `core.distill.student.build_student` — every tensor is the teacher's except the decoder "
-        "self-attention (new, its output projection starting at 0). Only the decoder layers learn "
-        f"(`--scope {summary.get('scope')}`, {summary.get('trainable', 0):,} values; the copied cross-attention, "
-        f"feed-forward and LayerNorms at {args.reused_lr_scale}× the rate); encoder, embeddings and output layer stay "
-        "the teacher's.",
-        f"* **Loss**: {1 - kd:.1f} × cross-entropy on the teacher's greedy output "
-        f"+ {kd:.1f} × KL(teacher ‖ student) at every target position (word-level "
-        "distillation: the teacher's whole next-piece distribution, from one teacher-forced pass over its own output).",
-        f"* **Training**: {summary.get('steps', 0):,} steps, {summary.get('minutes')} min on one "
-        f"{summary.get('device')} (bfloat16 autocast for the student, float32 teacher), "
-        f"{summary.get('tokens_seen', 0):,} target pieces ({summary.get('target_tokens_per_s', 0):,.0f} per second), "
-        f"≤ {cfg.get('max_tokens')} padded tokens per batch, the paper's schedule (warm-up {cfg.get('warmup')}, factor "
-        f"{cfg.get('lr_factor')}). The published weights are the step with the best chrF against the teacher on the "
-        f"300 dev inputs (75 per length bucket, from Ding **dev** sentences): {summary.get('best_dev_chrf')}.",
+        f"self-attention (new, its output projection starting at 0). `--scope {scope}`: "
+        + SCOPES.get(scope, scope).format(scale=f"{scale:g}")
+        + f" ({summary.get('trainable', 0):,} values).",
+        f"* **Loss**: {1 - kd:g} × cross-entropy on the teacher's greedy output + {kd:g} × KL(teacher ‖ student) at "
+        "every target position (word-level distillation: the teacher's whole next-piece distribution, from one "
+        "teacher-forced pass over its own output).",
+        f"* **Training**: {summary.get('steps', 0):,} steps, {summary.get('minutes')} min on {device}"
+        + (" (bfloat16 autocast for the student; the teacher in float32 with TF32 matmuls)" if on_gpu else "")
+        + f", {summary.get('tokens_seen', 0):,} target pieces ({summary.get('target_tokens_per_s', 0):,.0f} per "
+        f"second), ≤ {cfg.get('max_tokens')} padded tokens per batch, the paper's schedule (warm-up "
+        f"{cfg.get('warmup')}, factor {cfg.get('lr_factor')})"
+        + (
+            f"; {summary['skipped_batches']} batches skipped for a non-finite loss or gradient"
+            if summary.get("skipped_batches")
+            else ""
+        )
+        + f". The published weights are the step with the best chrF against the teacher on the {n_dev} dev inputs "
+        f"(every length bucket, made from Ding **dev** sentences{' and translated' if second else ''}): "
+        f"{summary.get('best_dev_chrf')}.",
         "",
         "![training curves](curves.png)\n",
         "## Data\n",
         _md_table(
-            ["source text", "inputs", "licence"],
+            ["source text (English)", "inputs", "licence"],
             [
                 [
                     "Ding dictionary (Debian `trans-de-en`), training split, English sentences",
@@ -223,51 +281,44 @@ def _card(
             ],
         ),
         "",
-        f"Held out: Ding dev (model selection) and test sentences (every figure below), none in any training input "
-        f"(casefolded, trailing .?! ignored). The {tgt} side of every pair is the teacher's greedy output"
-        + (
-            f"; the {src} sources are the en→pt teacher's translations of that English (`--sources-from`), so this "
-            "student never saw human Portuguese either."
-            if origin is not None and args.source_language != "en"
-            else "."
-        ),
+        held_note,
         "",
         "## Fidelity to the teacher by source length\n",
-        f"100 held-out inputs per bucket from the Ding **test** sentences ({translated}single sentences for the short "
-        "buckets, consecutive ones joined for the long ones); greedy; non-words are output words found neither in "
-        f"the teacher's translations of these inputs nor in Debian's {tgt} word lists. "
-        f"Goals of the long-sentence issue: {verdict}.\n",
-        _fidelity_table(rows)
-        if not compare_rows
-        else _fidelity_table(rows, "this student")
+        f"{'/'.join(map(str, n_per))} held-out inputs per bucket from the {test_inputs} (single sentences for the "
+        "short buckets, consecutive ones joined for the long ones); greedy; non-words are output words found neither "
+        f"in the teacher's translations of these inputs {words_from}. Goals of the long-sentence issue: {goals}.\n",
+        _fidelity_table(m.rows)
+        if not m.compare_rows
+        else _fidelity_table(m.rows, "this student")
         + "\n"
-        + "\n".join(f"| previous student | {r.row()[2:]}" for r in compare_rows),
+        + "\n".join(f"| previous student | {r.row()[2:]}" for r in m.compare_rows),
         (
-            f"\n*Previous student*: `{args.compare_student}`, the checkpoint this one replaces (the `distill` recipe: "
-            "short sentences, sequence-level only, 95 + 148 min on 2 CPU cores), measured now on the same inputs."
-            if compare_rows
+            f"\n*Previous student*: `{args.compare_student}`, measured now on the same inputs (its own card says how "
+            "it was made)."
+            if m.compare_rows
             else ""
         ),
         "",
-        f"Reproduce: `python -m core eval --by-length --teacher {args.teacher} --checkpoint {out}"
-        + (f" --sources {Path(args.data_dir) / 'test.src'}`" if args.source_language != "en" else "`"),
+        f"Reproduce: `python -m core eval --by-length --teacher {args.teacher} --checkpoint {out} "
+        f"--sources {Path(args.data_dir) / 'test.src'}"
+        + (f" --per-bucket {args.per_bucket}`" if args.per_bucket != 100 else "`"),
         "",
         "## Held-out sentences one by one, and the switches\n",
-        f"{n_test:,} Ding test sentences, greedy, against the teacher's greedy output.\n",
+        f"The {n_test:,} {test_inputs.replace('**', '')}, greedy, against the teacher's greedy output.\n",
         _md_table(
             ["student run", "chrF", "BLEU", "identical to teacher", "seconds (CPU)"],
-            [[k, v["chrf"], v["bleu"], f"{100 * v['identical']:.1f} %", v["seconds"]] for k, v in switches.items()],
+            [[k, v["chrf"], v["bleu"], f"{100 * v['identical']:.1f} %", v["seconds"]] for k, v in m.switches.items()],
         ),
         "",
-        f"Ablating every decoder self-attention head takes chrF from {switches['as trained']['chrf']} to "
-        f"{switches['all decoder self-attention heads ablated']['chrf']}: the student uses its self-attention. "
-        "With the causal mask off the earlier positions see later ones (core recomputes the prefix at each step).\n",
+        f"Ablating every decoder self-attention head takes chrF from {as_trained['chrf']} to {ablated['chrf']}"
+        + (": the student uses its self-attention. " if drop >= 10 else ": the student barely relies on it. ")
+        + "With the causal mask off the earlier positions see later ones (core recomputes the prefix at each step).\n",
         "## Side by side\n",
         _md_table(
             [src, "teacher (Bergamot, SSRU)", "student (self-attention)"],
-            [[a, b, c] for a, b, c in zip(side["input"], side["teacher"], side["student"], strict=True)],
+            [[a, b, c] for a, b, c in zip(m.side["input"], m.side["teacher"], m.side["student"], strict=True)],
         ),
-        alignment,
+        m.alignment,
         "",
         "## Teacher and licence\n",
         f'The teacher is the {src}→{tgt} "tiny" model of **Mozilla\'s Firefox Translations** (the Bergamot project: '
@@ -278,35 +329,40 @@ def _card(
         "English with the teacher's output; this card is not legal advice.\n",
         "## Reproduce\n",
         "```",
-        *_reproduce(args, summary),
+        *_reproduce(args, summary, second),
         "```",
         "",
         "`--stages train` resumes from the run folder's `state.safetensors` (saved every minute); the teacher stage "
-        "appends its translations chunk by chunk. On two CPU cores the teacher stage alone takes hours; this "
-        "checkpoint's run used a GPU for the teacher and training stages (`scripts/gpu_session.sh` carries the "
-        "inputs there), and this machine for the inputs and publish stages.",
+        f"appends its translations chunk by chunk. This checkpoint's teacher and train stages ran on {device}, its "
+        "publish stage (every figure above) on a 2-core CPU"
+        + (
+            "; on two CPU cores the teacher stage alone takes hours (`scripts/gpu_session.sh` is the GPU session's "
+            "script)."
+            if on_gpu
+            else "."
+        ),
         "",
     ]
     return "\n".join(parts)
 
 
-def _reproduce(args: argparse.Namespace, summary: dict) -> list[str]:
+def _reproduce(args: argparse.Namespace, summary: dict, second: bool) -> list[str]:
     """The commands that make this checkpoint, from the run's own settings."""
     cfg = summary.get("train_config", {})
-    common = f"--data-dir {args.data_dir}"
-    pair = ""
-    if args.source_language != "en":
-        pair = (
-            f" --teacher {args.teacher} --source-language {args.source_language} "
-            f"--target-language {args.target_language} --out {args.out}"
-        )
-    first = f"python -m core distill-long --stages inputs,teacher {common}{pair}" + (
-        f" --sources-from {args.sources_from}" if args.sources_from else ""
+    pair = (
+        f" --teacher {args.teacher} --source-language {args.source_language} --target-language {args.target_language}"
+    )
+    common = f"--data-dir {args.data_dir}{pair}"
+    first = f"python -m core distill-long --stages inputs,teacher {common}" + (
+        f" --sources-from {args.sources_from}" if second and args.sources_from else ""
     )
     train = (
-        f"python -m core distill-long --stages train {common} --run-dir {args.run_dir}{pair} "
-        f"--max-tokens {cfg.get('max_tokens')} --eval-every {cfg.get('eval_every')} "
-        f"--kd-weight {summary.get('kd_weight')} --max-minutes {summary.get('minutes')}"
+        f"python -m core distill-long --stages train {common} --run-dir {args.run_dir} "
+        f"--scope {summary.get('scope', args.scope)} "
+        f"--reused-lr-scale {summary.get('reused_lr_scale', args.reused_lr_scale):g} "
+        f"--kd-weight {summary.get('kd_weight', args.kd_weight):g} --max-tokens {cfg.get('max_tokens')} "
+        f"--warmup {cfg.get('warmup')} --lr-factor {cfg.get('lr_factor'):g} --eval-every {cfg.get('eval_every')} "
+        f"--max-minutes {cfg.get('max_minutes'):g}"
     )
-    publish = f"python -m core distill-long --stages publish {common} --run-dir {args.run_dir}{pair} --out {args.out}"
+    publish = f"python -m core distill-long --stages publish {common} --run-dir {args.run_dir} --out {args.out}"
     return [first, train, publish]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
-from .card import side_by_side, write_card
+from .card import side_by_side, write_card, write_card_file
 from .data import _read_lines, make_data
 
 if TYPE_CHECKING:
@@ -129,6 +128,12 @@ def make_optimizer(model: Transformer, reused_lr_scale: float = 1.0) -> torch.op
 
 
 # ----------------------------------------------------------------------------- training pairs
+def usable_pair(src: Sequence[int], tgt: Sequence[int], max_pieces: int, max_ratio: float) -> bool:
+    """A training pair worth learning from: neither side empty or over ``max_pieces``, and no runaway output
+    (more than ``max_ratio`` * source + 8 pieces)."""
+    return 0 < len(src) <= max_pieces and 0 < len(tgt) <= max_pieces and len(tgt) <= max_ratio * len(src) + 8
+
+
 def load_pairs(tok: Tokenizer, data_dir: Path, max_pieces: int = 64, max_ratio: float = 2.0) -> dict[str, list]:
     """Translated training pairs as ids: {"src", "tgt", "sentence"} (sentence = True for Ding sentences and
     fortune cookies, False for Ding phrases).
@@ -147,7 +152,7 @@ def load_pairs(tok: Tokenizer, data_dir: Path, max_pieces: int = 64, max_ratio: 
     out: dict[str, list] = {"src": [], "tgt": [], "sentence": []}
     for i in range(n):
         s, t = src[i], tgt[i]
-        if 0 < len(s) <= max_pieces and 0 < len(t) <= max_pieces and len(t) <= max_ratio * len(s) + 8:
+        if usable_pair(s, t, max_pieces, max_ratio):
             out["src"].append(s)
             out["tgt"].append(t)
             out["sentence"].append(i < n_sentences)
@@ -491,9 +496,6 @@ def run(args: argparse.Namespace) -> int:
             size_mb=size,
             notes=notes,
         )
-        tmp = out / ".card.md.tmp"
-        tmp.write_text(card, encoding="utf-8")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out / "card.md")
+        write_card_file(out, card)
         print(f"published {out} ({size:.1f} MB)", flush=True)
     return 0

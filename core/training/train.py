@@ -322,8 +322,11 @@ def fit(
         while trainer.epoch < cfg.epochs and not out_of_budget():
             batches = make_epoch(trainer.epoch)
             for batch in batches[trainer.batch_in_epoch :]:
+                before = trainer.step
                 loss = trainer.train_step(batch)
                 trainer.batch_in_epoch += 1
+                if trainer.step == before:  # the trainer refused the batch (e.g. a non-finite loss): no step
+                    continue
                 window_loss += loss * batch.n_target_tokens
                 window_tokens += batch.n_target_tokens
                 bar.update(1)

@@ -3,6 +3,7 @@ for these paths are in test_devices.py). Run on a GPU machine with ``pytest test
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -53,13 +54,24 @@ def test_beam_and_batch_on_cuda_match_cpu(tiny_checkpoint: Path) -> None:
     assert translate_many(cpu.model, cpu.tokenizer, SENTENCES) == translate_many(gpu.model, gpu.tokenizer, SENTENCES)
 
 
-def test_ssru_model_and_distillation_step_on_cuda() -> None:
+def test_ssru_model_and_distillation_step_on_cuda_match_cpu(tmp_path: Path) -> None:
     torch.manual_seed(0)
     teacher = core.Transformer(tiny_config(decoder_self="ssru")).eval()
-    student = build_student(teacher)
     batch = collate([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]], 0, 1, 2)
-    run = Path("/tmp/test-cuda-distill")
-    trainer = DistillTrainer(student, teacher, 0.5, TrainConfig(warmup=1), run, torch.device("cuda"))
-    losses = [trainer.train_step(batch) for _ in range(20)]
-    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
-    assert all(p.device.type == "cuda" for p in student.parameters())
+    with torch.no_grad():  # the SSRU teacher's logits: the soft targets of word-level distillation
+        cpu_logits = teacher(batch.src, batch.tgt_in, src_keep=batch.src_keep)
+        gpu_teacher = copy.deepcopy(teacher).to("cuda")
+        b = batch.to("cuda")
+        gpu_logits = gpu_teacher(b.src, b.tgt_in, src_keep=b.src_keep)
+    torch.testing.assert_close(gpu_logits.cpu(), cpu_logits, atol=2e-4, rtol=1e-3)
+    config = TrainConfig(warmup=1, label_smoothing=0.0)
+    first = {}
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        student = build_student(copy.deepcopy(teacher))
+        trainer = DistillTrainer(student, copy.deepcopy(teacher), 0.5, config, tmp_path / device, torch.device(device))
+        losses = [trainer.train_step(batch) for _ in range(20)]
+        assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+        assert all(p.device.type == device for p in student.parameters())
+        first[device] = losses[0]
+    assert first["cuda"] == pytest.approx(first["cpu"], rel=2e-2)  # bfloat16 autocast on CUDA only

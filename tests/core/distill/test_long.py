@@ -64,7 +64,9 @@ def test_word_kd_loss_is_cross_entropy_plus_kl_and_survives_ruled_out_pieces() -
 def test_distill_trainer_learns_the_teacher_and_skips_a_non_finite_batch(tmp_path: Path) -> None:
     teacher = ssru_teacher()
     student = build_student(teacher)
-    trainer = DistillTrainer(student, teacher, 0.5, TrainConfig(warmup=1, lr_factor=0.5), tmp_path, torch.device("cpu"))
+    trainer = DistillTrainer(
+        student, teacher, 0.5, TrainConfig(warmup=1, lr_factor=0.5, label_smoothing=0.0), tmp_path, torch.device("cpu")
+    )
     batch = collate([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]], 0, 0, 0)
     losses = [trainer.train_step(batch) for _ in range(15)]
     assert losses[-1] < losses[0] and trainer.step == 15
@@ -75,6 +77,8 @@ def test_distill_trainer_learns_the_teacher_and_skips_a_non_finite_batch(tmp_pat
     assert all(torch.equal(before[k], v) for k, v in student.state_dict().items())
     with pytest.raises(ValueError, match="kd_weight"):
         DistillTrainer(student, teacher, 1.5, TrainConfig(), tmp_path, torch.device("cpu"))
+    with pytest.raises(ValueError, match="label smoothing"):  # the teacher's distribution is the soft target
+        DistillTrainer(student, teacher, 0.5, TrainConfig(label_smoothing=0.1), tmp_path, torch.device("cpu"))
 
 
 def test_assemble_student_gives_the_trained_student_back_and_refuses_other_files(tmp_path: Path) -> None:
@@ -104,6 +108,7 @@ def test_assemble_student_gives_the_trained_student_back_and_refuses_other_files
 def test_copy_inputs_names_a_missing_file(tmp_path: Path) -> None:
     (tmp_path / "first").mkdir()
     (tmp_path / "first" / "train.tgt").write_text("eins\n")
+    (tmp_path / "first" / "train.src").write_text("one\n")
     with pytest.raises(FileNotFoundError, match="dev.tgt"):
         copy_inputs(tmp_path / "first", tmp_path / "second")
 
@@ -165,3 +170,82 @@ def test_tiny_teacher_train_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     trained = load_checkpoint(tmp_path / "run" / "best")[0]  # the published student is the run's best
     for k, v in trained.state_dict().items():
         assert torch.equal(student.state_dict()[k], v), k
+
+
+def test_fit_neither_logs_nor_evaluates_a_refused_batch_twice(tmp_path: Path) -> None:
+    from core.training.train import fit
+
+    teacher = ssru_teacher()
+    trainer = DistillTrainer(
+        build_student(teacher),
+        teacher,
+        0.5,
+        TrainConfig(warmup=1, eval_every=2, log_every=1, label_smoothing=0.0),
+        tmp_path,
+        torch.device("cpu"),
+    )
+    good = collate([[5, 6, 7]], [[11, 12]], 0, 0, 0)
+    broken = collate([[5, 6, 7]], [[11, 12]], 0, 0, 0)
+    calls = []
+
+    def train_step(batch):  # every second batch is refused, like a non-finite one
+        calls.append(batch)
+        if batch is broken:
+            trainer.skipped += 1
+            return 0.0
+        return DistillTrainer.train_step(trainer, batch)
+
+    trainer.train_step = train_step  # type: ignore[method-assign]
+    evals = []
+    fit(
+        trainer,
+        lambda epoch: [good, broken] * 3,
+        evaluate=lambda: evals.append(trainer.step) or {"dev_chrf": 1.0},
+        higher_is_better="dev_chrf",
+        log_path=tmp_path / "log.jsonl",
+        progress=False,
+    )
+    logged = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in logged if r["type"] == "train"]
+    assert len(calls) >= 6 and trainer.skipped >= 3
+    assert train_steps == sorted(set(train_steps)) and all(r["loss"] > 0 for r in logged if r["type"] == "train")
+    assert evals[:-1] == sorted(set(evals[:-1]))  # each step evaluated once (the final evaluation aside)
+
+
+def _rows(chrf: tuple[float, ...], short: float = 0.0, non_words: int = 0, n: int = 100) -> list:
+    from core.distill.fidelity import BucketFidelity
+
+    return [BucketFidelity(b, n, c, 0.0, short, non_words, ()) for b, c in zip(BUCKETS, chrf, strict=True)]
+
+
+def test_goal_verdict_follows_the_issue_and_never_says_met_for_an_empty_bucket() -> None:
+    from core.distill.long_card import goal_verdict
+
+    assert goal_verdict(_rows((95, 95, 95, 90))) == {"chrf": True, "not_cut": True, "words": True}
+    assert goal_verdict(_rows((95, 95, 94.9, 90)))["chrf"] is False
+    assert goal_verdict(_rows((95, 95, 95, 89.9)))["chrf"] is False
+    assert goal_verdict(_rows((99, 99, 99, 99), short=0.01))["not_cut"] is False
+    assert goal_verdict(_rows((99, 99, 99, 99), non_words=1))["words"] is True  # 1 per 100
+    assert goal_verdict(_rows((99, 99, 99, 99), non_words=2))["words"] is False
+    assert goal_verdict(_rows((99, 99, 99, 99), non_words=1, n=50))["words"] is False  # 2 per 100
+    empty = _rows((99, 99, 99, 99))
+    empty[3] = type(empty[3])(BUCKETS[3], 0, float("nan"), float("nan"), float("nan"), 0, ())
+    assert goal_verdict(empty) == {"chrf": None, "not_cut": None, "words": None}
+
+
+def test_copy_inputs_refuses_unfinished_outputs_and_drops_held_out_duplicates(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    first.mkdir()
+    for name, src, tgt in (
+        ("train", ["a", "b", "c"], ["Olá.", "Bom dia", "Adeus."]),
+        ("dev", ["d"], ["bom dia."]),
+        ("test", ["e"], ["Obrigado."]),
+    ):
+        (first / f"{name}.src").write_text("\n".join(src) + "\n")
+        (first / f"{name}.tgt").write_text("\n".join(tgt[:-1] if name == "train" else tgt) + "\n")
+    with pytest.raises(FileNotFoundError, match="2 of 3 lines"):  # the first run's teacher stage is still going
+        copy_inputs(first, tmp_path / "second")
+    (first / "train.tgt").write_text("Olá.\nBom dia\nAdeus.\n")
+    counts = copy_inputs(first, tmp_path / "second")
+    assert (tmp_path / "second" / "train.src").read_text().splitlines() == ["Olá.", "Adeus."]  # = dev's "bom dia."
+    assert counts["train_dropped_as_held_out"] == 1 and counts["dev_inputs"] == 1
