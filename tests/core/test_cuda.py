@@ -13,8 +13,8 @@ from conftest import tiny_config
 
 import core
 from core.config import InferenceOptions, heads
-from core.distill.long import DistillTrainer
 from core.distill.student import build_student
+from core.distill.word_kd import DistillTrainer
 from core.training.batching import collate
 from core.training.evaluate import translate_many
 from core.training.train import TrainConfig

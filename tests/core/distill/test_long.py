@@ -16,8 +16,10 @@ from test_distill import MARIAN, ssru_teacher
 from core import load_checkpoint
 from core.distill import long as long_mod
 from core.distill.fidelity import BUCKETS, bucket_of
-from core.distill.long import DistillTrainer, assemble_student, copy_inputs, joined_runs, word_kd_loss
+from core.distill.long import assemble_student
+from core.distill.long_inputs import copy_inputs, joined_runs
 from core.distill.student import build_student
+from core.distill.word_kd import DistillTrainer, word_kd_loss
 from core.errors import CheckpointError
 from core.training.batching import collate
 from core.training.train import TrainConfig
@@ -170,6 +172,21 @@ def test_tiny_teacher_train_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     trained = load_checkpoint(tmp_path / "run" / "best")[0]  # the published student is the run's best
     for k, v in trained.state_dict().items():
         assert torch.equal(student.state_dict()[k], v), k
+    # a second run on the first run's teacher outputs (how the pt->en student is made): its card says so
+    second = (  # a random teacher's outputs are long: generous length limits
+        f"--teacher {teacher_dir} --data-dir {tmp_path / 'data2'} --run-dir {tmp_path / 'run2'} "
+        f"--out {tmp_path / 'student2'} --device cpu --source-language de --target-language en --sources-from {data} "
+        "--stages inputs,teacher,train,publish --max-steps 2 --eval-every 2 --max-tokens 2000 --max-ratio 100 "
+        "--per-bucket 1 --max-pieces 1000"
+    ).split()
+    assert long_mod.run(parser.parse_args(second)) == 0
+    sources = json.loads((tmp_path / "data2" / "sources.json").read_text())
+    assert sources["sources_from"] == str(data) and sources["train_dropped_as_held_out"] >= 0
+    assert (tmp_path / "data2" / "test.src").read_text() == (data / "test.tgt").read_text()
+    card2 = (tmp_path / "student2" / "card.md").read_text()
+    assert "translations of the Ding **test** sentences" in card2 and f"--sources-from {data}" in card2
+    assert "training sources equal to a dev or test source were dropped" in card2
+    assert load_checkpoint(tmp_path / "student2")[2]["source_language"] == "de"
 
 
 def test_fit_neither_logs_nor_evaluates_a_refused_batch_twice(tmp_path: Path) -> None:
