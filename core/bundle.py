@@ -279,6 +279,12 @@ class Bundle:
             )
         if not ids:
             raise InputError("Nothing translatable is left in the text after tokenisation.")
+        trained = self.info.get("trained_source_pieces")  # the longest inputs it learned from, where the card knows
+        if isinstance(trained, int) and not isinstance(trained, bool) and len(ids) > trained:
+            notices.append(
+                f"The text is {len(ids)} pieces long; this model learned from inputs of at most {trained} pieces, "
+                "and beyond that its translation can loop or stop early. Shorter sentences translate better."
+            )
         return ids + [self.config.eos_id], notices, text
 
     def _tensor(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -122,6 +122,7 @@ def train_stage(
         "kd_weight": args.kd_weight,
         "scope": args.scope,
         "reused_lr_scale": args.reused_lr_scale,
+        "max_pieces": args.max_pieces,
         "skipped_batches": trainer.skipped,
         "tf32": device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32,
     }

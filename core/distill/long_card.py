@@ -150,6 +150,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
     extra = {
         "teacher": str(args.teacher),
         "quality": quality_line(switches, rows),
+        "trained_source_pieces": int(summary.get("max_pieces", args.max_pieces)),  # Bundle warns beyond it
         "distillation": {
             "recipe": "distill-long (word-level + sequence-level KD, long joined inputs)",
             "scope": summary.get("scope"),

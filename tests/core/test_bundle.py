@@ -372,3 +372,19 @@ def test_translate_many_batches_by_token_budget_keeps_order_and_counts(tiny_chec
     assert cut["source_tokens"] == sum(min(len(tok.encode(s)), 2) + 1 for s in lines)
     beam: dict[str, int] = {}
     assert len(translate_many(model, tok, lines[:2], beam_size=2, counts=beam)) == 2 and beam["output_tokens"] >= 2
+
+
+def test_a_text_longer_than_the_model_learned_from_gets_a_notice(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text())
+    text = "the cat sleeps on the warm chair and the dog sleeps on the mat"
+    n = len(core.load(folder, device="cpu").tokenizer.encode(text))
+    for trained, warned in ((n - 1, True), (n, False), ("12", False), (True, False)):
+        (folder / "config.json").write_text(json.dumps({**config, "trained_source_pieces": trained}))
+        out = core.load(folder, device="cpu").translate(text)
+        said = [x for x in out.notices if "learned from inputs of at most" in x]
+        assert bool(said) == warned, trained
+        if warned:
+            assert said[0].startswith(f"The text is {n} pieces long") and f"at most {n - 1} pieces" in said[0]
+            assert core.Translation(Trace.load(out.trace.save(tmp_path / "t.npz"))).notices == out.notices
