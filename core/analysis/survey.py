@@ -146,3 +146,11 @@ def alignment_card_section(scores: AlignmentScores, gold_name: str) -> str:
             "",
         ]
     )
+
+
+def measured_alignment_section(bundle: Bundle) -> str:
+    """The card's alignment-heads table, measured now on the shipped gold pairs of these languages ('' if none)."""
+    gold, name = gold_pairs(*bundle.languages), gold_source(*bundle.languages)
+    if not gold or name is None:
+        return ""
+    return "\n" + alignment_card_section(alignment_scores(bundle, gold), name)

@@ -13,7 +13,7 @@ from ..checkpoint import load_checkpoint
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import translate_many
-from .data import _read_lines
+from .data import read_lines
 
 # ----------------------------------------------------------------------------- stage: publish
 EVERYDAY = [  # written for this card; not from any corpus
@@ -40,7 +40,7 @@ EVERYDAY = [  # written for this card; not from any corpus
 ]
 
 
-def _md_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+def md_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -80,8 +80,8 @@ def write_card(
     extra_stats = (
         json.loads((data_dir / "extra.stats.json").read_text()) if (data_dir / "extra.stats.json").is_file() else None
     )
-    n_extra = len(_read_lines(data_dir / "extra.pt"))
-    n_train = len(_read_lines(data_dir / "train.pt"))
+    n_extra = len(read_lines(data_dir / "extra.pt"))
+    n_train = len(read_lines(data_dir / "train.pt"))
     n_sent_done = min(n_train, sources["sentences"])
     sw = evaluation["switches"]
     score_rows = [(name, r["chrf"], r["bleu"], f"{100 * r['identical']:.1f} %", r["seconds"]) for name, r in sw.items()]
@@ -133,7 +133,7 @@ def write_card(
         (
             "\n\nShort trial (4 minutes each, 1 thread each, side by side, same data and schedule), Ding-dev "
             "loss and greedy chrF/BLEU against the teacher:\n\n"
-            + _md_table(["trial", "step", "minutes", "dev loss", "dev chrF", "dev BLEU"], trials)
+            + md_table(["trial", "step", "minutes", "dev loss", "dev chrF", "dev BLEU"], trials)
             + "\n\n`trial-attn` = `--scope self_attn+norm`; `trial-decoder` = `--scope decoder --reused-lr-scale 0.1` "
             "(cross-attention and FFN also learn, at a tenth of the rate). The lower dev loss decided: the main run "
             "continued `trial-attn`."
@@ -183,7 +183,7 @@ def write_card(
             "other non-prose files skipped)",
             "BSD licence of fortune-mod (Debian `copyright`: The Regents of the University of California); the "
             "cookies are quotations collected by the fortune-mod maintainers, authors as named in the files",
-            f"{len(_read_lines(data_dir / 'extra.en')):,}",
+            f"{len(read_lines(data_dir / 'extra.en')):,}",
             f"{n_extra:,}",
         ),
         (
@@ -242,7 +242,7 @@ self-attention, learned by sequence-level knowledge distillation from the origin
 
 ## Data (sequence-level KD: English → teacher Portuguese)
 
-{_md_table(["source", "licence", "English lines", "translated by the teacher"], data_rows)}
+{md_table(["source", "licence", "English lines", "translated by the teacher"], data_rows)}
 
 The Portuguese side is the teacher's output, so it carries the teacher's licence (below). Training used
 {summary.get("pairs", 0):,} pairs after filtering (empty, > {args.max_pieces} pieces, runaway outputs).
@@ -268,7 +268,7 @@ sacreBLEU chrF and BLEU of the student's greedy output with the teacher's greedy
 (how faithfully it learned the teacher, not translation quality against human references). The test
 sentences were used neither for training nor for choosing the checkpoint.
 
-{_md_table(["student run", "chrF", "BLEU", "identical to teacher", "seconds"], score_rows)}
+{md_table(["student run", "chrF", "BLEU", "identical to teacher", "seconds"], score_rows)}
 {sweep_text}
 Goal chrF ≥ 90 against the teacher: **{"met" if goal_met else "not met"}**
 ({sw["as trained"]["chrf"]}: the published weights are step {summary.get("best_step")} of {summary.get("steps")} steps /
@@ -288,7 +288,7 @@ teacher {evaluation["teacher_sentences_per_s"]} sentences/s ({teacher_tokens_per
 
 ## Side by side: 20 everyday sentences (written for this card)
 
-{_md_table(sbs_header, list(zip(*cols, strict=True)))}
+{md_table(sbs_header, list(zip(*cols, strict=True)))}
 
 {notes}
 

@@ -18,7 +18,7 @@ import torch
 
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from ..training.corpus import _leak_key, fetch_deb, read_split
+from ..training.corpus import fetch_deb, leak_key, read_split
 from ..training.evaluate import translate_many
 
 
@@ -35,11 +35,11 @@ def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str
     held = []
     held_keys: set[str] = set()
     for p in split.dev + split.test:
-        k = _leak_key(p.en)
+        k = leak_key(p.en)
         if k not in held_keys:
             held_keys.add(k)
             held.append(p.en)
-    n_dev = len({_leak_key(p.en) for p in split.dev})
+    n_dev = len({leak_key(p.en) for p in split.dev})
     seen = set(held_keys)
     rng = random.Random(seed)
     train: list[str] = []
@@ -47,7 +47,7 @@ def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str
     for kind in ("sentence", "phrase"):
         texts = []
         for p in split.train:
-            k = _leak_key(p.en)
+            k = leak_key(p.en)
             if p.kind == kind and k not in seen and p.en.strip():
                 seen.add(k)
                 texts.append(p.en)
@@ -57,11 +57,11 @@ def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str
     return held, train, counts
 
 
-def _read_lines(path: Path) -> list[str]:
+def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else []
 
 
-def _write_lines(path: Path, lines: Sequence[str]) -> None:
+def write_lines(path: Path, lines: Sequence[str]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text("".join(s.replace("\n", " ") + "\n" for s in lines), encoding="utf-8")
     tmp.replace(path)
@@ -85,7 +85,7 @@ def translate_file(
     Resumes after the lines already in ``out_path``; stops before a chunk that would start after
     ``deadline`` (time.time()). Throughput figures accumulate in ``stats_path`` (JSON).
     """
-    done = len(_read_lines(out_path))
+    done = len(read_lines(out_path))
     stats = (
         json.loads(stats_path.read_text())
         if stats_path and stats_path.is_file()
@@ -144,14 +144,14 @@ def make_data(
     if not (data_dir / "train.en").is_file():
         held, train, counts = english_sources(split_dir, seed)
         (data_dir / "sources.json").write_text(json.dumps(counts, indent=1) + "\n")
-        _write_lines(data_dir / "heldout.en", held)
-        _write_lines(data_dir / "train.en", train[:max_train] if max_train else train)
-    held = _read_lines(data_dir / "heldout.en")
-    train = _read_lines(data_dir / "train.en")
+        write_lines(data_dir / "heldout.en", held)
+        write_lines(data_dir / "train.en", train[:max_train] if max_train else train)
+    held = read_lines(data_dir / "heldout.en")
+    train = read_lines(data_dir / "train.en")
     if fortunes and not (data_dir / "extra.en").is_file():
-        taken = {_leak_key(t) for t in held + train}
-        extra = [t for t in fortune_sentences(fetch_fortunes(data_dir / "fortunes")) if _leak_key(t) not in taken]
-        _write_lines(data_dir / "extra.en", extra)
+        taken = {leak_key(t) for t in held + train}
+        extra = [t for t in fortune_sentences(fetch_fortunes(data_dir / "fortunes")) if leak_key(t) not in taken]
+        write_lines(data_dir / "extra.en", extra)
     translate_file(
         teacher,
         tok,
@@ -165,7 +165,7 @@ def make_data(
         translate_file(
             teacher,
             tok,
-            _read_lines(data_dir / "extra.en"),
+            read_lines(data_dir / "extra.en"),
             data_dir / "extra.pt",
             chunk=chunk,
             max_tokens=max_tokens,

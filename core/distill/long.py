@@ -43,7 +43,7 @@ from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
-from .data import _read_lines
+from .data import read_lines
 from .long_inputs import copy_inputs, load_pairs, make_inputs, teacher_stage
 from .student import TRAIN_DEFAULTS, build_student, freeze_except, make_optimizer, trainable_names
 from .word_kd import DistillTrainer
@@ -68,7 +68,7 @@ def train_stage(
     src, tgt = load_pairs(tok, data_dir, "train", args.max_pieces, args.max_ratio)
     if not src:
         raise ValueError(f"{data_dir}: no usable training pairs (all empty, too long or runaway: see --max-ratio)")
-    dev_src_text, dev_ref = _read_lines(data_dir / "dev.src"), _read_lines(data_dir / "dev.tgt")
+    dev_src_text, dev_ref = read_lines(data_dir / "dev.src"), read_lines(data_dir / "dev.tgt")
     cfg = student.config
     print(
         f"student: {student.n_parameters():,} parameters, {n_trainable:,} trainable ({args.scope}); "

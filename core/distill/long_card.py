@@ -24,8 +24,8 @@ from ..config import InferenceOptions, heads
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import score, translate_many
-from .card import EVERYDAY, _md_table, write_card_file
-from .data import _read_lines
+from .card import EVERYDAY, md_table, write_card_file
+from .data import read_lines
 from .fidelity import BUCKETS, HEADER, BucketFidelity, fidelity, inputs_by_length, source_sentences, word_list
 
 LANGUAGES = {"en": "English", "pt": "Portuguese", "de": "German"}
@@ -115,13 +115,13 @@ def quality_line(switches: dict[str, dict], rows: list[BucketFidelity]) -> str:
 
 
 def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, student: Transformer) -> Path:
+    from ..analysis.survey import measured_alignment_section
     from ..bundle import Bundle
-    from ..importers.bergamot import _alignment_section
     from ..training.train import plot_curves
 
     data_dir, run_dir, out = Path(args.data_dir), Path(args.run_dir), Path(args.out)
     src_lang, tgt_lang = args.source_language, args.target_language
-    test_src, test_ref = _read_lines(data_dir / "test.src"), _read_lines(data_dir / "test.tgt")
+    test_src, test_ref = read_lines(data_dir / "test.src"), read_lines(data_dir / "test.tgt")
     if not test_src or len(test_src) != len(test_ref):
         raise FileNotFoundError(f"{data_dir}: test.src / test.tgt missing or of different lengths (teacher stage)")
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -175,7 +175,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         compare_rows=compare_rows,
         switches=switches,
         side=side,
-        alignment=_alignment_section(Bundle(*load_checkpoint(out)[:3], out)),
+        alignment=measured_alignment_section(Bundle(*load_checkpoint(out)[:3], out)),
         size_mb=folder_mb(out),
         n_heads=student.config.n_heads,
         has_word_list=bool(known),
@@ -195,8 +195,8 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
     scale = summary.get("reused_lr_scale", args.reused_lr_scale)
     scope = summary.get("scope", args.scope)
     device = str(summary.get("device", "cpu"))
-    n_test = len(_read_lines(Path(args.data_dir) / "test.src"))
-    n_dev = len(_read_lines(Path(args.data_dir) / "dev.src"))
+    n_test = len(read_lines(Path(args.data_dir) / "test.src"))
+    n_dev = len(read_lines(Path(args.data_dir) / "dev.src"))
     test_inputs = "translations of the Ding **test** sentences" if second else "Ding **test** sentences"
     verdict = goal_verdict(m.rows)
     said = {True: "**met**", False: "**not met**", None: "not measured (a bucket is empty)"}
@@ -259,7 +259,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         "",
         "![training curves](curves.png)\n",
         "## Data\n",
-        _md_table(
+        md_table(
             ["source text (English)", "inputs", "licence"],
             [
                 [
@@ -306,7 +306,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         "",
         "## Held-out sentences one by one, and the switches\n",
         f"The {n_test:,} {test_inputs.replace('**', '')}, greedy, against the teacher's greedy output.\n",
-        _md_table(
+        md_table(
             ["student run", "chrF", "BLEU", "identical to teacher", "seconds (CPU)"],
             [[k, v["chrf"], v["bleu"], f"{100 * v['identical']:.1f} %", v["seconds"]] for k, v in m.switches.items()],
         ),
@@ -315,7 +315,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         + (": the student uses its self-attention. " if drop >= 10 else ": the student barely relies on it. ")
         + "With the causal mask off the earlier positions see later ones (core recomputes the prefix at each step).\n",
         "## Side by side\n",
-        _md_table(
+        md_table(
             [src, "teacher (Bergamot, SSRU)", "student (self-attention)"],
             [[a, b, c] for a, b, c in zip(m.side["input"], m.side["teacher"], m.side["student"], strict=True)],
         ),

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from ..training.corpus import _leak_key
-from .data import _read_lines, _write_lines, english_sources, fetch_fortunes, fortune_sentences, translate_file
+from ..training.corpus import leak_key
+from .data import english_sources, fetch_fortunes, fortune_sentences, read_lines, translate_file, write_lines
 from .fidelity import BUCKETS, inputs_by_length
 from .student import usable_pair
 
@@ -48,8 +48,8 @@ def make_inputs(
     held, train, counts = english_sources(split_dir, seed)
     n_dev = counts["dev"]
     sentences, phrase_list = train[: counts["sentences"]], train[counts["sentences"] :]
-    taken = {_leak_key(t) for t in held + train}
-    fortunes = [t for t in fortune_sentences(fetch_fortunes(data_dir / "fortunes")) if _leak_key(t) not in taken]
+    taken = {leak_key(t) for t in held + train}
+    fortunes = [t for t in fortune_sentences(fetch_fortunes(data_dir / "fortunes")) if leak_key(t) not in taken]
     prose = sentences + fortunes
     rng = random.Random(seed)
     rng.shuffle(prose)  # "consecutive" = neighbours in one shuffled order of sentences and cookies
@@ -59,9 +59,9 @@ def make_inputs(
     dev = [
         x for bucket in inputs_by_length(held[:n_dev], tokenizer, per_bucket=dev_per_bucket, seed=seed) for x in bucket
     ]
-    _write_lines(data_dir / "train.src", source)
-    _write_lines(data_dir / "dev.src", dev)
-    _write_lines(data_dir / "test.src", held[n_dev:])
+    write_lines(data_dir / "train.src", source)
+    write_lines(data_dir / "dev.src", dev)
+    write_lines(data_dir / "test.src", held[n_dev:])
     return {
         "ding_sentences": len(sentences),
         "fortunes": len(fortunes),
@@ -77,22 +77,22 @@ def copy_inputs(sources_from: Path, data_dir: Path) -> dict:
     """Stage "inputs" for a second run: another run's teacher outputs become this run's sources. Refuses
     outputs that are not complete; drops training sources equal to a dev or test source (two different
     sentences can share a translation)."""
-    texts = {name: _read_lines(sources_from / f"{name}.tgt") for name in FILES}
+    texts = {name: read_lines(sources_from / f"{name}.tgt") for name in FILES}
     for name, lines in texts.items():
-        expected = len(_read_lines(sources_from / f"{name}.src"))
+        expected = len(read_lines(sources_from / f"{name}.src"))
         if not lines or len(lines) != expected:
             raise FileNotFoundError(
                 f"{sources_from / (name + '.tgt')}: {len(lines)} of {expected} lines "
                 "(run that run's teacher stage to the end first)"
             )
-    held = {_leak_key(t) for name in ("dev", "test") for t in texts[name]}
-    kept = [t for t in texts["train"] if _leak_key(t) not in held]
+    held = {leak_key(t) for name in ("dev", "test") for t in texts[name]}
+    kept = [t for t in texts["train"] if leak_key(t) not in held]
     dropped = len(texts["train"]) - len(kept)
     texts["train"] = kept
     data_dir.mkdir(parents=True, exist_ok=True)
     counts: dict[str, object] = {}
     for name, lines in texts.items():
-        _write_lines(data_dir / f"{name}.src", lines)
+        write_lines(data_dir / f"{name}.src", lines)
         counts[f"{name}_inputs"] = len(lines)
     origin = sources_from / "sources.json"
     if origin.is_file():
@@ -109,7 +109,7 @@ def teacher_stage(teacher: Transformer, tok: Tokenizer, data_dir: Path, max_toke
         stats[name] = translate_file(
             teacher,
             tok,
-            _read_lines(data_dir / f"{name}.src"),
+            read_lines(data_dir / f"{name}.src"),
             data_dir / f"{name}.tgt",
             chunk=20000 if max_tokens > 5000 else 2000,
             max_tokens=max_tokens,
@@ -119,7 +119,7 @@ def teacher_stage(teacher: Transformer, tok: Tokenizer, data_dir: Path, max_toke
 
 
 def load_pairs(tok: Tokenizer, data_dir: Path, name: str, max_pieces: int, max_ratio: float) -> tuple[list, list]:
-    src_text, tgt_text = _read_lines(data_dir / f"{name}.src"), _read_lines(data_dir / f"{name}.tgt")
+    src_text, tgt_text = read_lines(data_dir / f"{name}.src"), read_lines(data_dir / f"{name}.tgt")
     if len(tgt_text) != len(src_text) or not src_text:
         raise ValueError(
             f"{data_dir}: {name}.tgt has {len(tgt_text)} lines for {len(src_text)} sources (teacher stage)"

@@ -33,7 +33,7 @@ from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
 from .card import side_by_side, write_card, write_card_file
-from .data import _read_lines, make_data
+from .data import make_data, read_lines
 
 if TYPE_CHECKING:
     from ..training.train import Trainer
@@ -140,11 +140,11 @@ def load_pairs(tok: Tokenizer, data_dir: Path, max_pieces: int = 64, max_ratio: 
 
     Drops empty outputs, pairs longer than ``max_pieces`` and runaway outputs (> max_ratio * source + 8 pieces).
     """
-    pt = _read_lines(data_dir / "train.pt")
-    en = _read_lines(data_dir / "train.en")[: len(pt)]
+    pt = read_lines(data_dir / "train.pt")
+    en = read_lines(data_dir / "train.en")[: len(pt)]
     n_sentences = json.loads((data_dir / "sources.json").read_text())["sentences"]
-    extra_pt = _read_lines(data_dir / "extra.pt")
-    extra_en = _read_lines(data_dir / "extra.en")[: len(extra_pt)]
+    extra_pt = read_lines(data_dir / "extra.pt")
+    extra_en = read_lines(data_dir / "extra.en")[: len(extra_pt)]
     en, pt = extra_en + en, extra_pt + pt  # fortune cookies count as sentences
     n_sentences += len(extra_en)
     n = len(pt)
@@ -214,8 +214,8 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
     if not pairs["src"]:
         raise ValueError(f"{data_dir}: no usable training pairs (run the data stage first)")
     cfg = student.config
-    held = _read_lines(data_dir / "heldout.en")
-    held_pt = _read_lines(data_dir / "heldout.teacher.pt")
+    held = read_lines(data_dir / "heldout.en")
+    held_pt = read_lines(data_dir / "heldout.teacher.pt")
     n_dev = json.loads((data_dir / "sources.json").read_text()).get("dev", 500)
     dev_src, dev_tgt = tok.encode_batch(held[:n_dev]), tok.encode_batch(held_pt[:n_dev])
     dev_batches = [
@@ -318,8 +318,8 @@ def evaluate_student(
 ) -> dict:
     """chrF/BLEU of the student against the teacher on the held-out test English (never used for training or
     model selection), as trained and under switches; plus the zero-initialised student and throughput."""
-    held = _read_lines(data_dir / "heldout.en")
-    held_pt = _read_lines(data_dir / "heldout.teacher.pt")
+    held = read_lines(data_dir / "heldout.en")
+    held_pt = read_lines(data_dir / "heldout.teacher.pt")
     n_dev = json.loads((data_dir / "sources.json").read_text()).get("dev", 500)
     test, ref = held[n_dev:], held_pt[n_dev:]
     result: dict = {"n": len(test), "switches": {}}

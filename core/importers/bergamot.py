@@ -50,7 +50,7 @@ from .bergamot_wheel import (
 from .marian_format import read_marian_bin
 
 if TYPE_CHECKING:
-    from ..bundle import Bundle
+    pass
 
 LANGUAGE_NAMES = {"en": "English", "pt": "Portuguese"}
 SAMPLES = {
@@ -255,16 +255,6 @@ def _model_info(model_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def _alignment_section(bundle: Bundle) -> str:
-    """The card's alignment-heads table, measured now on the shipped gold pairs of these languages ('' if none)."""
-    from ..analysis.survey import alignment_card_section, alignment_scores, gold_pairs, gold_source
-
-    gold, name = gold_pairs(*bundle.languages), gold_source(*bundle.languages)
-    if not gold or name is None:
-        return ""
-    return "\n" + alignment_card_section(alignment_scores(bundle, gold), name)
-
-
 def _card(
     direction: str,
     model_dir: Path,
@@ -392,7 +382,9 @@ def convert(
         direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype, translated, command
     )
     if alignment:
-        card += _alignment_section(bundle)
+        from ..analysis.survey import measured_alignment_section
+
+        card += measured_alignment_section(bundle)
     extra = {
         "quality": "Production quality: Mozilla's Firefox Translations model, converted unchanged (float weights).",
         "origin": {
