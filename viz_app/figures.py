@@ -116,6 +116,12 @@ def base_layout(fig: go.Figure, title: str, height: int) -> go.Figure:
 MAX_TICKS = 50  # above this many tokens an axis labels every k-th one (hover and zoom still name each)
 
 
+def ordinal(n: int) -> str:
+    """2 -> '2nd', 3 -> '3rd', 11 -> '11th', 21 -> '21st'."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def token_axis(tokens: Sequence[str], title: str, scale: float = 1.0) -> dict[str, Any]:
     """Axis settings for a token axis: integer positions, pieces as tick text, smaller font when crowded, and
     beyond MAX_TICKS tokens only every k-th labelled (with its 1-based position) so the labels stay legible."""
@@ -125,7 +131,7 @@ def token_axis(tokens: Sequence[str], title: str, scale: float = 1.0) -> dict[st
     labels = token_labels(tokens)
     shown = list(range(0, n, step))
     return dict(
-        title=dict(text=title if step == 1 else f"{title} — every {step}th labelled; hover or zoom for each"),
+        title=dict(text=title if step == 1 else f"{title} — every {ordinal(step)} labelled; hover or zoom for each"),
         tickmode="array",
         tickvals=shown,
         ticktext=[labels[i] if step == 1 else f"{i + 1} {labels[i]}" for i in shown],

@@ -241,7 +241,7 @@ def test_long_axes_label_every_kth_token_with_its_position() -> None:
     tokens = [f"▁w{i}" for i in range(120)]
     axis = figures.token_axis(tokens, "key")
     assert len(axis["tickvals"]) == 40 and axis["tickvals"][:3] == [0, 3, 6]
-    assert axis["ticktext"][1] == "4 ␣w3" and "every 3th labelled" in axis["title"]["text"]
+    assert axis["ticktext"][1] == "4 ␣w3" and "every 3rd labelled" in axis["title"]["text"]
     assert len(figures.token_axis(tokens[:50], "key")["tickvals"]) == 50  # short axes: every token
 
 
@@ -279,3 +279,11 @@ def test_top_k_bars_keep_small_candidates_visible() -> None:
     assert fig.layout.xaxis.type == "log" and list(fig.data[0].text) == ["100.0%", "0.004%", "0.001%"]
     even = figures.topk_bars([("a", 0.5), ("b", 0.3)], "a", title="t")
     assert even.layout.xaxis.type != "log" and list(even.data[0].text) == ["50.0%", "30.0%"]
+
+
+def test_ordinals_read_as_english() -> None:
+    from viz_app.figures import ordinal
+
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th", "112th",
+    ]  # fmt: skip
