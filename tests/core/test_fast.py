@@ -212,6 +212,27 @@ def test_column_major_copies_give_the_row_major_result():
         torch.testing.assert_close(ffn(rows, fast.linear), expected)
 
 
+def assert_kernel_matches_reference(model, fast, src, keep, opts, calls, *, probs_atol: float) -> None:
+    """Greedy with the kernel (which must be called) and without it: the same tokens, top-k probabilities and
+    every Trace array (floats within tolerance, -inf == -inf; the rest exactly)."""
+    rec_fast, rec_ref = Recorder(model, qkv=True), Recorder(model, qkv=True)
+    start = calls["n"]
+    a = greedy(model, src, keep, options=opts, max_len=15, recorder=rec_fast, fast=fast)
+    assert calls["n"] > start
+    b = greedy(model, src, keep, options=opts, max_len=15, recorder=rec_ref, fast=None)
+    assert torch.equal(a.tokens, b.tokens)
+    for x, y in zip(a.steps, b.steps, strict=True):
+        torch.testing.assert_close(x.top_probs, y.top_probs, rtol=1e-4, atol=probs_atol)
+    ta, tb = rec_fast.freeze(), rec_ref.freeze()
+    assert ta.keys() == tb.keys()
+    for name in tb.keys():
+        want, got = tb.arrays[name], ta.arrays[name]
+        if want.dtype == np.float32:
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+
+
 @needs_kernel
 @pytest.mark.parametrize(
     "opts",
@@ -224,22 +245,7 @@ def test_greedy_decoding_and_its_trace_are_the_same_with_and_without_the_kernel(
     src, keep = _src()
     keep[1, 5:] = False
     src[1, 5:] = model.config.pad_id
-    rec_fast, rec_ref = Recorder(model, qkv=True), Recorder(model, qkv=True)
-    start = calls["n"]
-    a = greedy(model, src, keep, options=opts, max_len=15, recorder=rec_fast, fast=fast)
-    assert calls["n"] > start
-    b = greedy(model, src, keep, options=opts, max_len=15, recorder=rec_ref, fast=None)
-    assert torch.equal(a.tokens, b.tokens)
-    for x, y in zip(a.steps, b.steps, strict=True):
-        torch.testing.assert_close(x.top_probs, y.top_probs, rtol=1e-4, atol=1e-6)
-    ta, tb = rec_fast.freeze(), rec_ref.freeze()
-    assert ta.keys() == tb.keys()
-    for name in tb.keys():
-        want, got = tb.arrays[name], ta.arrays[name]
-        if want.dtype == np.float32:
-            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=name)  # (-inf == -inf)
-        else:
-            np.testing.assert_array_equal(got, want, err_msg=name)
+    assert_kernel_matches_reference(model, fast, src, keep, opts, calls, probs_atol=1e-6)
 
 
 @needs_kernel
@@ -398,19 +404,5 @@ def test_greedy_decoding_and_its_trace_are_the_same_on_int8_weights_with_and_wit
     model = _int8_model(decoder_self=decoder_self)
     fast = FastWeights(model)
     src, keep = _src()
-    rec_fast, rec_ref = Recorder(model, qkv=True), Recorder(model, qkv=True)
-    start = calls["n"]
     with torch.no_grad():
-        a = greedy(model, src, keep, options=OPTS, max_len=15, recorder=rec_fast, fast=fast)
-        assert calls["n"] > start
-        b = greedy(model, src, keep, options=OPTS, max_len=15, recorder=rec_ref, fast=None)
-    assert torch.equal(a.tokens, b.tokens)
-    for x, y in zip(a.steps, b.steps, strict=True):
-        torch.testing.assert_close(x.top_probs, y.top_probs, rtol=1e-4, atol=1e-5)
-    ta, tb = rec_fast.freeze(), rec_ref.freeze()
-    assert ta.keys() == tb.keys()
-    for name in tb.keys():
-        if tb.arrays[name].dtype == np.float32:
-            np.testing.assert_allclose(ta.arrays[name], tb.arrays[name], rtol=1e-3, atol=1e-4, err_msg=name)
-        else:
-            np.testing.assert_array_equal(ta.arrays[name], tb.arrays[name], err_msg=name)
+        assert_kernel_matches_reference(model, fast, src, keep, OPTS, calls, probs_atol=1e-5)
