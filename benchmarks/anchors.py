@@ -80,7 +80,7 @@ def ours(bundle: core.Bundle, traced: bool) -> Translate:
     @torch.inference_mode()
     def untraced(text: str) -> str:
         ids, _ = bundle.encode_source(text)
-        src = torch.tensor([ids])
+        src = torch.tensor([ids], device=bundle.device)
         out = greedy(
             bundle.model,
             src,
