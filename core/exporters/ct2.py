@@ -84,18 +84,16 @@ def export_ct2(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a core checkpoint folder")
-    parser.add_argument("out", help="the CTranslate2 model folder to write")
+    from .verify import add_export_arguments
+
+    add_export_arguments(parser, "CTranslate2 model folder", "skip translating a sentence with CTranslate2")
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None, help="weight type (default: as saved)")
-    parser.add_argument("--force", action="store_true", help="replace OUT when it exists")
-    parser.add_argument("--no-verify", action="store_true", help="skip translating a sentence with CTranslate2")
-    parser.add_argument("--text", default=None, help="the sentence the check translates (default: a sample)")
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise CheckpointError(f"{out}: already exists; pass --force to replace it")
+    from .verify import target
+
+    out = target(args)
     report = export_ct2(args.checkpoint, out, quantization=args.quantization, verify=not args.no_verify, text=args.text)
     from .verify import describe
 

@@ -300,17 +300,15 @@ def export_hf(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a core checkpoint folder")
-    parser.add_argument("out", help="the Hugging Face folder to write")
-    parser.add_argument("--force", action="store_true", help="replace OUT when it exists")
-    parser.add_argument("--no-verify", action="store_true", help="skip loading the export back with transformers")
-    parser.add_argument("--text", default=None, help="the sentence the check translates (default: a sample)")
+    from .verify import add_export_arguments
+
+    add_export_arguments(parser, "Hugging Face folder", "skip loading the export back with transformers")
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise CheckpointError(f"{out}: already exists; pass --force to replace it")
+    from .verify import target
+
+    out = target(args)
     report = export_hf(args.checkpoint, out, verify=not args.no_verify, text=args.text)
     print(f"export-hf: wrote {out}", file=sys.stderr)
     from .verify import describe

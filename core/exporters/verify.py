@@ -4,6 +4,7 @@ here, only when a check runs, and a missing one is reported instead of raised.""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,21 @@ def publish(staging: Path, out: Path, report: dict[str, Any], *, must_match: boo
     append_check(staging / "README.md", report)
     fsync_tree(staging)
     place(staging, out)
+
+
+# ----------------------------------------------------------------------------- the export commands' shared parts
+def add_export_arguments(parser: argparse.ArgumentParser, what: str, verify_help: str) -> None:
+    """checkpoint, out (``what`` to write), --force, --no-verify (``verify_help``) and --text."""
+    parser.add_argument("checkpoint", help="a core checkpoint folder")
+    parser.add_argument("out", help=f"the {what} to write")
+    parser.add_argument("--force", action="store_true", help="replace OUT when it exists")
+    parser.add_argument("--no-verify", action="store_true", help=verify_help)
+    parser.add_argument("--text", default=None, help="the sentence the check translates (default: a sample)")
+
+
+def target(args: argparse.Namespace) -> Path:
+    """The export's output folder; CheckpointError when it exists and --force was not given."""
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise CheckpointError(f"{out}: already exists; pass --force to replace it")
+    return out
