@@ -84,15 +84,16 @@ def marian_model(vocab: dict[str, int], *, seed: int = 0, pad_bias: float = 0.0,
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     pad = vocab["<pad>"]
+    tiny = tiny_config()  # the tests' one tiny shape, in Marian's names
     settings: dict[str, Any] = dict(
         vocab_size=len(vocab),
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
+        d_model=tiny.d_model,
+        encoder_layers=tiny.n_encoder_layers,
+        decoder_layers=tiny.n_decoder_layers,
+        encoder_attention_heads=tiny.n_heads,
+        decoder_attention_heads=tiny.n_heads,
+        encoder_ffn_dim=tiny.d_ff,
+        decoder_ffn_dim=tiny.d_ff,
         activation_function="swish",
         max_position_embeddings=64,
         scale_embedding=True,
