@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
+from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, read_config, save_checkpoint
 from ..config import InferenceOptions, heads
 from ..model import Transformer
 from ..tokenizer import Tokenizer
@@ -121,6 +121,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
 
     data_dir, run_dir, out = Path(args.data_dir), Path(args.run_dir), Path(args.out)
     src_lang, tgt_lang = args.source_language, args.target_language
+    student = student.half().float().eval()  # measure the weights that are published (float16), not the run's
     test_src, test_ref = read_lines(data_dir / "test.src"), read_lines(data_dir / "test.tgt")
     if not test_src or len(test_src) != len(test_ref):
         raise FileNotFoundError(f"{data_dir}: test.src / test.tgt missing or of different lengths (teacher stage)")
@@ -175,7 +176,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         compare_rows=compare_rows,
         switches=switches,
         side=side,
-        alignment=measured_alignment_section(Bundle(*load_checkpoint(out)[:3], out)),
+        alignment=measured_alignment_section(Bundle(student, tok, read_config(out), out)),
         size_mb=folder_mb(out),
         n_heads=student.config.n_heads,
         has_word_list=bool(known),
