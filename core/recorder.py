@@ -71,7 +71,9 @@ class Recorder:
     qkv: also per-head queries, keys and values.  activations: also the residual stream ('embed.src',
     'encoder.2.out', ...) and each attention block's head outputs ('cross.1.heads').
     interventions: ``ScaleHeads`` / ``Patch`` applied at their sites.  keep_grad: sites whose value becomes a
-    leaf that keeps its gradient (``leaf(site).grad`` after ``backward``), e.g. 'embed.src' for attribution.
+    leaf that keeps its gradient (``leaf(site).grad`` after ``backward``), e.g. 'embed.src' for attribution; for
+    an attention block's head outputs ('cross.1.heads') the leaf is a gate of ones (B, H) multiplying each head's
+    output, so ``leaf(site).grad[b, h]`` is d(loss)/d(head h's scale) with nothing cut off upstream.
     """
 
     def __init__(
@@ -107,8 +109,12 @@ class Recorder:
         self._head_sites = frozenset(
             {i.site for i in self.interventions if isinstance(i, ScaleHeads)}
             | {site[: -len(".heads")] for site in self._patches if site.endswith(".heads")}
+            | {site[: -len(".heads")] for site in self.keep_grad if site.endswith(".heads")}
         )
-        self._stream_sites = frozenset({site for site in self._patches if not site.endswith(".heads")} | self.keep_grad)
+        self._stream_sites = frozenset(
+            {site for site in self._patches if not site.endswith(".heads")}
+            | {site for site in self.keep_grad if not site.endswith(".heads")}
+        )
 
     # ------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -124,7 +130,9 @@ class Recorder:
             elif site not in self.shape.stream_sites():
                 raise ValueError(f"no site {site!r}; residual-stream sites: {', '.join(self.shape.stream_sites())}")
         for site in self.keep_grad:
-            if site not in self.shape.stream_sites():
+            if site.endswith(".heads"):
+                self.shape.check_attention_site(site[: -len(".heads")])
+            elif site not in self.shape.stream_sites():
                 raise ValueError(f"keep_grad: no site {site!r}; sites: {', '.join(self.shape.stream_sites())}")
 
     def begin(self, options: InferenceOptions) -> None:
@@ -171,16 +179,33 @@ class Recorder:
         scale = self._head_scale(site, ctx.shape[0], ctx.device)
         if scale is not None:
             ctx = ctx * scale[:, :, None, None]
-        return self.activation(f"{site}.heads", ctx, offset)
+        if f"{site}.heads" in self.keep_grad:
+            ctx = ctx * self._gate(site, ctx)[:, :, None, None]
+        return self.activation(f"{site}.heads", ctx, offset, gated=True)
 
-    def activation(self, site: str, x: Tensor, offset: int = 0) -> Tensor:
-        """A residual-stream or head-output value: patched, made a gradient leaf, recorded, as asked."""
+    def _gate(self, site: str, ctx: Tensor) -> Tensor:
+        """The (B, H) gate of ones kept for its gradient at attention ``site`` (one per call: decoding steps share
+        it, so its gradient sums over them)."""
+        name = f"{site}.heads"
+        if not torch.is_grad_enabled():
+            raise RuntimeError(f"keep_grad={name!r} needs gradients: call the model with torch.enable_grad()")
+        gate = self._leaves.get(name)
+        if gate is None:
+            gate = torch.ones(ctx.shape[:2], device=ctx.device, dtype=ctx.dtype, requires_grad=True)
+            self._leaves[name] = gate
+        elif gate.shape != ctx.shape[:2]:
+            raise ValueError(f"keep_grad={name!r}: the batch changed within one call ({tuple(gate.shape)})")
+        return gate
+
+    def activation(self, site: str, x: Tensor, offset: int = 0, *, gated: bool = False) -> Tensor:
+        """A residual-stream or head-output value: patched, made a gradient leaf, recorded, as asked. gated: the
+        head outputs' gradient is kept by their gate (``heads``), not here."""
         patches = self._patches.get(site)
         if patches:
             x = x.clone()  # one copy for all of this site's patches (a batch may patch a different place per row)
             for patch in patches:
                 patch.write(x, offset)
-        if site in self.keep_grad:
+        if site in self.keep_grad and not gated:
             if not torch.is_grad_enabled():
                 raise RuntimeError(f"keep_grad={site!r} needs gradients: call the model with torch.enable_grad()")
             x = x.detach().requires_grad_(True)
@@ -190,7 +215,8 @@ class Recorder:
         return x
 
     def leaf(self, site: str) -> Tensor:
-        """The gradient leaf made at ``site`` (see ``keep_grad``): its ``.grad`` after ``backward``."""
+        """The gradient leaf made at ``site`` (see ``keep_grad``; for '.heads' sites the (B, H) gate): its ``.grad``
+        after ``backward``."""
         if site not in self._leaves:
             raise KeyError(f"no gradient leaf at {site!r} (keep_grad={sorted(self.keep_grad)})")
         return self._leaves[site]

@@ -3,7 +3,7 @@
 Built on the engine's per-call interventions (``core.ScaleHeads``) and the site-keyed ``core.Trace``.
 """
 
-from .importance import HeadEffect, HeadImportance, all_heads_but, head_importance
+from .importance import HeadEffect, HeadImportance, all_heads_but, head_importance, head_importance_estimate
 from .rollout import FUSIONS, Rollout, fuse_heads, rollout, trace_rollout
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "all_heads_but",
     "fuse_heads",
     "head_importance",
+    "head_importance_estimate",
     "rollout",
     "trace_rollout",
 ]

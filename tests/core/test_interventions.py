@@ -123,6 +123,28 @@ def test_keep_grad_gives_the_gradient_at_the_source_embeddings(model):
         model(src, tgt, recorder=Recorder(model, record=False, keep_grad=("embed.src",)))
 
 
+def test_keep_grad_on_head_outputs_gives_each_heads_gate_gradient(model):
+    """A '.heads' site keeps a (B, H) gate of ones: its gradient is d(score)/d(head's scale), which a small
+    ScaleHeads step confirms, and nothing upstream is cut off (an earlier layer's gate gets its full gradient)."""
+    src, tgt = pair(5)
+    rec = Recorder(model, record=False, keep_grad=("cross.1.heads", "encoder.0.self.heads"))
+    with torch.enable_grad():
+        score = model(src, tgt, recorder=rec)[0, -1].max()
+        score.backward()
+    for site in ("cross.1", "encoder.0.self"):
+        gate = rec.leaf(f"{site}.heads")
+        assert gate.shape == (1, model.config.n_heads) and bool((gate == 1).all()) and gate.grad is not None
+        eps = 1e-3
+        for h in range(model.config.n_heads):
+            up, down = (float(logits(model, src, tgt, ScaleHeads(site, (h,), 1 + d))[0, -1].max()) for d in (eps, -eps))
+            finite = (up - down) / (2 * eps)  # central difference of the score in the head's scale
+            assert float(gate.grad[0, h]) == pytest.approx(finite, rel=0.05, abs=1e-3)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="needs gradients"):
+        model(src, tgt, recorder=Recorder(model, record=False, keep_grad=("cross.0.heads",)))
+    with pytest.raises(ValueError, match="no attention site 'cross.9'"):
+        Recorder(model, keep_grad=("cross.9.heads",))
+
+
 def test_bad_interventions_are_named(model):
     with pytest.raises(ValueError, match="no attention site 'cross.9'"):
         Recorder(model, interventions=[ScaleHeads("cross.9", (0,))])

@@ -57,6 +57,31 @@ def test_importance_maps_ranking_and_the_jump_to_a_head() -> None:
     ), titles(at)  # the Head detail page shows that head
 
 
+def test_a_long_sentence_opens_with_the_estimate_and_measures_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from viz_app import state
+
+    monkeypatch.setattr(state, "IMPORTANCE_EXACT_PIECES", 4)  # the tiny model's sentence counts as long
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.switch_page("views/explain.py").run(timeout=TIMEOUT)
+    ok(at)
+    assert all(t.endswith("(estimate) — as trained") for t in titles(at)) and len(titles(at)) == 3
+    table = at.dataframe[0].value
+    assert "Δ log p (estimate)" in table and set(table["output changes"]) == {"not measured"}
+    assert any("estimate" in i.value and "one teacher-forced pass per head" in i.value for i in at.info)
+    assert not any("With only these" in m.value for m in at.markdown)  # the extra translations wait for a click
+    at.toggle(key="explain_k_translate").set_value(True).run(timeout=TIMEOUT)
+    assert any("With only these" in m.value for m in at.markdown)
+    at.button(key="explain_exact").click().run(timeout=TIMEOUT)
+    ok(at)
+    assert not any("(estimate)" in t for t in titles(at))
+    table = at.dataframe[0].value
+    assert "Δ log p" in table and set(table["output changes"]) <= {"yes", "no"}
+    assert any("The one-pass estimate ranked the heads with ρ =" in c.value for c in at.caption)
+    at.selectbox(key="explain_head").set_value(table["head"].iloc[-1]).run(timeout=TIMEOUT)  # stays measured
+    ok(at)
+    assert "Δ log p" in at.dataframe[0].value
+
+
 def test_rollout_tab_draws_each_output_word_over_the_source() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.session_state["explain_tab"] = "Attention rollout"

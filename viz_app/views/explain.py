@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 import core
-from core.analysis import FUSIONS, HeadImportance, all_heads_but, trace_rollout
+from core.analysis import FUSIONS, HeadEffect, HeadImportance, all_heads_but, trace_rollout
 from core.analysis.attribution import Attribution, spearman
 from core.analysis.patching import PatchingResult
 from viz_app import common, figures, figures_explain, state
@@ -40,9 +40,14 @@ def _importance_tab(out: core.Translation) -> None:
         "translation became e⁵ ≈ 150 times less likely. Red heads are the ones this translation relied on. "
         "It is measured on the model itself, so it is faithful — but only for this sentence and one head at a "
         "time: two heads that back each other up each look unimportant alone. “Output changes” says whether "
-        "greedy decoding with that head off writes a different translation."
+        "greedy decoding with that head off writes a different translation.\n\n"
+        f"On long sentences (over {state.IMPORTANCE_EXACT_PIECES} pieces in and out) the page first shows an "
+        "**estimate** from one gradient pass: how fast log p falls as the head's output is turned down, "
+        "extrapolated to switching it off (first order, as in Michel et al. 2019). It ranks heads roughly as the "
+        "measurement does; press *Measure exactly* for the real thing (one pass per head) and the agreement."
     )
     replaying = state.replay() is not None
+    estimate: HeadImportance | None = None
     if replaying:
         result = HeadImportance.from_trace(out.trace)
         if result is None:
@@ -53,11 +58,10 @@ def _importance_tab(out: core.Translation) -> None:
             )
             return
     else:
-        result = state.guarded(
-            lambda: state.importance(state.ckpt_path(), state.sentence(), state.options_key(out.options))
-        )
-        if result is None:
+        got = _computed_importance(out)
+        if got is None:
             return
+        result, estimate = got
         _remember(out, *result.to_arrays())
     note = state.options_note(out.options, 1)
     kinds = [k for k in out.trace.kinds]
@@ -65,9 +69,10 @@ def _importance_tab(out: core.Translation) -> None:
     # dominant head does not wash out the rest (hover gives every exact value)
     shared = max(float(np.percentile([abs(e.delta_logprob) for e in result.effects], 90)), 0.5)
     cols = st.columns(len(kinds))
+    what = "" if result.exact else " (estimate)"
     for col, kind in zip(cols, kinds, strict=True):
         fig = figures_explain.importance_heatmap(
-            result.matrix(kind), title=figures.titled(state.KINDS[kind].capitalize(), note), scale=shared
+            result.matrix(kind), title=figures.titled(f"{state.KINDS[kind].capitalize()}{what}", note), scale=shared
         )
         with col:
             common.chart(fig, f"importance_{kind}", key=f"importance_{kind}")
@@ -77,18 +82,28 @@ def _importance_tab(out: core.Translation) -> None:
             "encoder's and the cross-attention's."
         )
     ranking = result.ranking()
-    changed = sum(bool(e.output_changed) for e in ranking)
+    if result.exact:
+        changed = sum(bool(e.output_changed) for e in ranking)
+        measured = f"{changed} of {len(ranking)} heads change the greedy translation when switched off alone."
+    else:
+        measured = "Estimated: whether switching a head off changes the translation is not measured."
+    agreement = ""
+    if estimate is not None:
+        exact_d = np.array([e.delta_logprob for e in result.effects])
+        est_d = np.array([e.delta_logprob for e in estimate.effects])
+        agreement = f" The one-pass estimate ranked the heads with ρ = {spearman(exact_d, est_d):.2f} against this."
     st.caption(
         f"log p(translation) = {result.base_logprob:.2f} over {result.n_tokens} tokens with every head on. "
-        f"{changed} of {len(ranking)} heads change the greedy translation when switched off alone. "
-        f"Colours saturate at ±{shared:.2f} (hover a square for its value)."
+        f"{measured} Colours saturate at ±{shared:.2f} (hover a square for its value).{agreement}"
     )
     labels = [state.head_label(e.kind, e.layer, e.head) for e in ranking]
     table = pd.DataFrame(
         {
             "head": labels,
-            "Δ log p": [round(e.delta_logprob, 3) for e in ranking],
-            "output changes": ["yes" if e.output_changed else "no" for e in ranking],
+            "Δ log p" if result.exact else "Δ log p (estimate)": [round(e.delta_logprob, 3) for e in ranking],
+            "output changes": [
+                "not measured" if e.output_changed is None else "yes" if e.output_changed else "no" for e in ranking
+            ],
         }
     )
     left, right = st.columns([3, 2])
@@ -103,22 +118,60 @@ def _importance_tab(out: core.Translation) -> None:
         if replaying:
             st.caption("The translations without a head need the model: close the saved trace to see them.")
             return
-        if effect.output_changed:
-            alone = out.options.with_changes(ablate=out.options.ablate | {(effect.kind, effect.layer, effect.head)})
-            without = state.current(beam=1, opts=alone)
-            if without is not None:
-                st.markdown(
-                    f"Without it (changes at word {effect.first_change + 1}): *{common.md(without.text) or '∅'}*"
-                )
-        else:
-            st.markdown("Without it the translation stays the same.")
+        _without(out, effect)
         st.divider()
         total = len(ranking)
         k = st.slider("Keep only the top k heads on", 1, total, min(total, max(1, total // 4)), key="explain_k")
-        keep_only = out.options.with_changes(ablate=out.options.ablate | all_heads_but(result.shape, result.top(k)))
-        kept = state.current(beam=1, opts=keep_only)
-        if kept is not None:
-            st.markdown(f"With only these {k} of {total} heads: *{common.md(kept.text) or '∅ (no words)'}*")
+        if result.exact or st.toggle("Translate with only these heads", key="explain_k_translate"):
+            keep_only = out.options.with_changes(ablate=out.options.ablate | all_heads_but(result.shape, result.top(k)))
+            kept = state.current(beam=1, opts=keep_only)
+            if kept is not None:
+                st.markdown(f"With only these {k} of {total} heads: *{common.md(kept.text) or '∅ (no words)'}*")
+
+
+def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImportance | None] | None:
+    """The importance to show and, once a long sentence is measured exactly, the estimate shown before it."""
+    path, text, key = state.ckpt_path(), state.sentence(), state.options_key(out.options)
+    pieces = len(out.src_tokens) + len(out.output_tokens)
+    if pieces <= state.IMPORTANCE_EXACT_PIECES:
+        exact = state.guarded(lambda: state.importance(path, text, key))
+        return None if exact is None else (exact, None)
+    estimate = state.guarded(lambda: state.importance_estimate(path, text, key))
+    if estimate is None:
+        return None
+    asked = st.session_state.get("explain_exact_for") == _analysis_key(out)
+    if not asked:
+        st.info(
+            f"A long sentence ({pieces} pieces in and out): these maps are an **estimate** from one gradient pass. "
+            f"Measuring every head switched off takes one teacher-forced pass per head "
+            f"({len(estimate.effects)} here, several seconds).",
+            icon=":material/speed:",
+        )
+        if not st.button("Measure exactly (switch each head off)", icon=":material/science:", key="explain_exact"):
+            return estimate, None
+        st.session_state["explain_exact_for"] = _analysis_key(out)
+    exact = state.guarded(lambda: state.importance(path, text, key))
+    return (estimate, None) if exact is None else (exact, estimate)
+
+
+def _without(out: core.Translation, effect: HeadEffect) -> None:
+    """The greedy translation with ``effect``'s head also switched off (measured: only when it changes; estimated:
+    on request)."""
+    if effect.output_changed is False:
+        st.markdown("Without it the translation stays the same.")
+        return
+    if effect.output_changed is None and not st.toggle("Translate without it", key="explain_without"):
+        return
+    alone = out.options.with_changes(ablate=out.options.ablate | {(effect.kind, effect.layer, effect.head)})
+    without = state.current(beam=1, opts=alone)
+    if without is None:
+        return
+    if effect.first_change is not None:
+        st.markdown(f"Without it (changes at word {effect.first_change + 1}): *{common.md(without.text) or '∅'}*")
+    elif without.text == out.text:
+        st.markdown("Without it the translation stays the same.")
+    else:
+        st.markdown(f"Without it: *{common.md(without.text) or '∅'}*")
 
 
 def _rollout_tab(out: core.Translation) -> None:

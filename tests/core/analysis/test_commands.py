@@ -26,6 +26,15 @@ def test_importance_and_rollout_as_json(tiny_checkpoint, capsys):
     assert code == 0 and data["fusion"] == "max" and len(data["source"]) == len(data["target"])
 
 
+def test_importance_estimate_says_it_is_one(tiny_checkpoint, capsys):
+    code, out, _ = run(capsys, "importance", "--checkpoint", str(tiny_checkpoint), "--estimate", "--json", TEXT)
+    data = json.loads(out)
+    assert code == 0 and data["exact"] is False and len(data["heads"]) == 12
+    assert all(h["output_changed"] is None for h in data["heads"])
+    code, out, _ = run(capsys, "importance", "--checkpoint", str(tiny_checkpoint), "--estimate", TEXT)
+    assert code == 0 and "estimated to first order from one gradient pass" in out
+
+
 def test_patching_and_attribution_as_text(tiny_checkpoint, capsys):
     code, out, _ = run(
         capsys, "patching", "--checkpoint", str(tiny_checkpoint), "--corrupt", "The car sleeps on the warm chair.", TEXT

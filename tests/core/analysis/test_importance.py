@@ -10,6 +10,7 @@ import core
 from core import InferenceOptions
 from core.analysis import all_heads_but, head_importance
 from core.decoding import greedy
+from core.sites import attention_site
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +98,63 @@ def test_the_base_score_is_the_greedy_translation_probability_on_a_model_whose_p
     out_ids = [int(i) for i in out.trace["output.ids"]]
     r = head_importance(b.model, src_ids, out_ids, kinds=("cross",), fast=b.fast)
     assert r.base_logprob == pytest.approx(float(np.log(out.trace["output.probs"]).sum()), abs=1e-3)
+
+
+def test_passes_split_into_chunks_give_the_same_effects(bundle, monkeypatch):
+    """Long sentences run the rows in several passes (bounded logits); the effects are the one-pass ones."""
+    import core.analysis.importance as importance
+
+    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
+    src_ids, _ = bundle.encode_source(out.source_text)
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    whole = head_importance(bundle.model, src_ids, out_ids)
+    monkeypatch.setattr(importance, "LOGITS_PER_PASS", 3 * len(out_ids) * bundle.config.tgt_vocab_size)  # 3 rows
+    split = importance.head_importance(bundle.model, src_ids, out_ids)
+    assert [(e.label, e.output_changed, e.first_change) for e in split.effects] == [
+        (e.label, e.output_changed, e.first_change) for e in whole.effects
+    ]
+    np.testing.assert_allclose(
+        [e.delta_logprob for e in split.effects], [e.delta_logprob for e in whole.effects], atol=1e-5
+    )
+
+
+def test_the_gradient_estimate_is_the_first_order_change_of_switching_a_head_off(bundle):
+    """One backward pass: each head's estimate is -d log p / d(scale) at scale 1, i.e. the measured change of
+    scaling that head by 1 - eps, divided by eps; it is marked as an estimate and says nothing about the output."""
+    from core.analysis import head_importance_estimate
+    from core.interventions import ScaleHeads
+    from core.recorder import Recorder
+
+    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
+    src_ids, _ = bundle.encode_source(out.source_text)
+    out_ids = [int(i) for i in out.trace["output.ids"]]
+    est = head_importance_estimate(bundle.model, src_ids, out_ids)
+    exact = head_importance(bundle.model, src_ids, out_ids)
+    assert not est.exact and exact.exact
+    assert est.base_logprob == pytest.approx(exact.base_logprob, abs=1e-4)
+    assert [e.label for e in est.effects] == [e.label for e in exact.effects]
+    assert all(e.output_changed is None and e.first_change is None for e in est.effects)
+    src = torch.tensor([src_ids])
+    tgt = torch.tensor([[bundle.config.bos_id] + out_ids[:-1]])
+
+    def scaled(site, h, factor):
+        rec = Recorder(bundle.model, record=False, interventions=[ScaleHeads(site, (h,), factor)])
+        with torch.no_grad():
+            logp = torch.log_softmax(bundle.model(src, tgt, recorder=rec).float(), -1)
+        return float(logp[0, torch.arange(len(out_ids)), out_ids].sum())
+
+    eps = 1e-3
+    for e in est.effects:
+        site = attention_site(e.kind, e.layer)
+        first_order = (scaled(site, e.head, 1 - eps) - scaled(site, e.head, 1 + eps)) / (2 * eps)
+        assert e.delta_logprob == pytest.approx(first_order, rel=0.05, abs=2e-3)
+    # it ranks heads about as switching them off does (a first-order estimate, not the measurement)
+    from core.analysis.attribution import spearman
+
+    a = [e.delta_logprob for e in exact.effects]
+    b = [e.delta_logprob for e in est.effects]
+    assert spearman(np.array(a), np.array(b)) > 0.3
+    arrays, meta = est.to_arrays()
+    stored = bundle.translate("The cat sleeps on the warm chair.", max_len=6).trace.with_analysis(arrays, meta)
+    back = type(est).from_trace(stored)
+    assert back is not None and not back.exact and all(e.output_changed is None for e in back.effects)
