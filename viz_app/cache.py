@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import sys
 import threading
@@ -123,10 +124,17 @@ def shared() -> ByteBudgetCache:
     return ByteBudgetCache(budget_bytes())
 
 
+def _key(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
+    """The cache key of ``fn(*args, **kwargs)``: its name and every argument by name, defaults filled in, so
+    ``f(a)``, ``f(a, False)`` and ``f(a, flag=False)`` are one entry."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return (fn.__qualname__, tuple(bound.arguments.items()))
+
+
 def peek(fn: Callable[..., R], *args: Any) -> R | None:
     """What ``fn(*args)`` (a ``cached`` function) returned before, without computing it; None if not cached."""
-    key = (getattr(fn, "__qualname__", ""), args, ())
-    entry = shared()._entries.get(key)
+    entry = shared()._entries.get(_key(fn, args, {}))
     return None if entry is None else entry[0]
 
 
@@ -138,7 +146,7 @@ def cached(spinner: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         @functools.wraps(fn)
         def inner(*args: P.args, **kwargs: P.kwargs) -> R:
             cache = shared()
-            key = (fn.__qualname__, args, tuple(sorted(kwargs.items())))
+            key = _key(fn, args, kwargs)
             if key in cache:
                 return cache.get(key, lambda: fn(*args, **kwargs))
             with st.spinner(spinner):

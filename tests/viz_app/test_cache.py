@@ -85,3 +85,44 @@ def test_the_app_caches_traces_without_qkv_except_for_the_learn_page(tmp_path: P
     traces = [v for v, _ in shared._entries.values() if isinstance(v, core.Translation)]
     assert any("encoder.0.self.q" in t.trace for t in traces)  # the Learn page's own run
     assert shared.total == sum(size for _, size in shared._entries.values()) <= shared.budget
+
+
+def test_one_call_is_one_entry_however_its_arguments_are_spelled(monkeypatch) -> None:
+    shared = cache.shared()
+    shared.clear()
+    calls: list[tuple[int, bool]] = []
+
+    @cache.cached("…")
+    def f(a: int, flag: bool = False) -> np.ndarray:
+        calls.append((a, flag))
+        return np.zeros(4)
+
+    first = f(1)
+    assert f(1, False) is first and f(1, flag=False) is first and f(a=1) is first
+    assert cache.peek(f, 1) is first and cache.peek(f, 1, False) is first and cache.peek(f, 2) is None
+    f(1, True)
+    assert calls == [(1, False), (1, True)]
+
+
+def test_pages_reuse_the_translation_they_show(tmp_path: Path, monkeypatch) -> None:
+    """Learn and Why this word? build on the page's translation: it is not decoded again for them."""
+    build_tiny_checkpoint(tmp_path / "tiny", seed=3)
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(tmp_path))
+    monkeypatch.setenv("LAB_CHECKPOINT", "tiny")
+    torch.set_num_threads(1)
+    cache.shared().clear()
+    decoded: list[tuple[str, object, int]] = []
+    real = core.Bundle.translate
+
+    def counting(self, text, options=None, **kwargs):
+        decoded.append((text, options, kwargs.get("beam_size", 1)))
+        return real(self, text, options, **kwargs)
+
+    monkeypatch.setattr(core.Bundle, "translate", counting)
+    at = AppTest.from_file(str(APP), default_timeout=90).run(timeout=90)
+    assert not at.exception and len(decoded) == 1
+    for page in ("views/learn.py", "views/explain.py"):
+        at.switch_page(page).run(timeout=90)
+        assert not at.exception and not at.error
+    shown = decoded[0]
+    assert decoded.count(shown) == 1, decoded  # the others have other switches ("with only the top k heads")
