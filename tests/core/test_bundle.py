@@ -1,5 +1,6 @@
 """The public API on a real checkpoint folder: load, translate, trace, bad input, corrupt files, CLI."""
 
+import dataclasses
 import io
 import json
 import pickle
@@ -61,6 +62,28 @@ def test_teacher_forced_trace_of_the_output_equals_translation(bundle):
             np.testing.assert_allclose(out.trace.attention(kind, layer), tf.attention(kind, layer), atol=1e-5)
             for a, b in zip(out.trace.qkv(kind, layer), tf.qkv(kind, layer), strict=True):
                 np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_record_more_is_the_same_translation_with_activations(bundle):
+    opts = InferenceOptions(ablate=frozenset({("cross", 1, 0)}))
+    out = bundle.translate("The cat sleeps on the warm chair.", opts, max_len=6, record_qkv=False)
+    more = bundle.record_more(out)
+    assert (more.text, more.source_text, more.options, more.beam_size) == (
+        out.text,
+        out.source_text,
+        out.options,
+        out.beam_size,
+    )
+    for name in out.trace.keys():
+        a, b = np.asarray(out.trace[name], float), np.asarray(more.trace[name], float)
+        if name.endswith("self.scores_raw") and name.startswith("decoder"):  # decoding never saw later keys
+            assert np.isneginf(a[~np.isfinite(a)]).all() and np.isfinite(b).all()
+            b = np.where(np.isfinite(a), b, a)
+        np.testing.assert_allclose(b, a, atol=1e-5)
+    assert "encoder.0.self.q" in more.trace and "decoder.1.out" in more.trace and "cross.0.heads" in more.trace
+    foreign = core.Translation(dataclasses.replace(out.trace, meta={**out.trace.meta, "model": "another"}))
+    with pytest.raises(InputError, match="made by 'another'"):
+        bundle.record_more(foreign)
 
 
 def test_beam_translation_is_traced(bundle):

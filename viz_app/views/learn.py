@@ -36,10 +36,9 @@ st.latex(
 
 @cached("Recording every activation of this translation …")
 def learn_run(path: str, text: str, key: state.OptionsKey, beam: int) -> core.Translation:
-    """The translation with q/k/v, the residual stream and each head's output recorded (this page only)."""
-    return state.load_bundle(path).translate(
-        text, options=state._options(key), beam_size=beam, truncate=True, record_qkv=True, record_activations=True
-    )
+    """The translation with q/k/v, the residual stream and each head's output recorded (this page only): the
+    page's translation again as one teacher-forced pass, not decoded a second time."""
+    return state.load_bundle(path).record_more(state.translate(path, text, key, beam))
 
 
 def _frame(matrix: np.ndarray, rows: list[str], prefix: str = "d", digits: int = DIGITS) -> pd.DataFrame:
