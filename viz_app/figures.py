@@ -439,33 +439,50 @@ def step_attention(rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, tit
 def mask_panels(
     panels: dict[str, np.ndarray], q_tokens: Sequence[str], k_tokens: Sequence[str], *, title: str
 ) -> go.Figure:
-    """Boolean masks side by side (True = may attend), e.g. padding / causal / combined."""
+    """Boolean masks side by side (True = may attend), e.g. padding / causal / combined. Beyond
+    ``HOVER_TEXT_MAX`` cells the hover names positions (1-based) instead of tokens and the cells have no gaps: per-cell
+    labels, three times over, would be most of the bytes sent and of the browser's drawing."""
     names = list(panels)
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, horizontal_spacing=0.06)
     scale = [[0.0, BLOCK], [0.5, BLOCK], [0.5, ALLOW], [1.0, ALLOW]]
-    hover = [[f"query {q}<br>key {k}" for k in unique_labels(k_tokens)] for q in unique_labels(q_tokens)]
+    large = len(q_tokens) * len(k_tokens) > HOVER_TEXT_MAX
+    shift = 1 if large else 0
+    cells: dict[str, Any] = (
+        dict(
+            x=list(range(1, len(k_tokens) + 1)),
+            y=list(range(1, len(q_tokens) + 1)),
+            hovertemplate="query %{y}<br>key %{x}<br>%{z} (1 = may attend)<extra>%{fullData.name}</extra>",
+        )
+        if large
+        else dict(
+            text=[[f"query {q}<br>key {k}" for k in unique_labels(k_tokens)] for q in unique_labels(q_tokens)],
+            hovertemplate="%{text}<br>%{z}<extra>%{fullData.name}</extra>",
+            xgap=1,
+            ygap=1,
+        )
+    )
     for c, name in enumerate(names, start=1):
         z = np.asarray(panels[name], dtype=np.int8)
         fig.add_trace(
             go.Heatmap(
                 z=z,
+                name=name,
                 colorscale=scale,
                 zmin=0,
                 zmax=1,
-                xgap=1,
-                ygap=1,
                 showscale=c == len(names),
-                text=hover,
-                hovertemplate="%{text}<br>%{z}<extra>" + name + "</extra>",
                 colorbar=dict(tickvals=[0.25, 0.75], ticktext=["blocked", "may attend"], thickness=12),
+                **cells,
             ),
             row=1,
             col=c,
         )
-        fig.update_xaxes(**token_axis(k_tokens, "key", scale=len(names)), tickangle=-90, row=1, col=c)
-        fig.update_yaxes(
-            **token_axis(q_tokens, "query" if c == 1 else ""), autorange="reversed", showticklabels=c == 1, row=1, col=c
-        )
+        x_axis = token_axis(k_tokens, "key", scale=len(names))
+        y_axis = token_axis(q_tokens, "query" if c == 1 else "")
+        for axis in (x_axis, y_axis):
+            axis["tickvals"] = [v + shift for v in axis["tickvals"]]
+        fig.update_xaxes(**x_axis, tickangle=-90, row=1, col=c)
+        fig.update_yaxes(**y_axis, autorange="reversed", showticklabels=c == 1, row=1, col=c)
     return base_layout(fig, title, height=int(min(900, max(360, 16 * len(q_tokens) + 220))))
 
 

@@ -160,6 +160,23 @@ def test_mask_panels_show_each_mask() -> None:
     assert list(hms[2].colorbar.ticktext) == ["blocked", "may attend"]
 
 
+def test_long_masks_name_positions_on_hover_and_stay_light() -> None:
+    n = 200
+    tokens = [f"▁w{i}" for i in range(n)]
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    panels = {"padding": np.ones((n, n), bool), "causal": causal, "applied": causal}
+    fig = figures.mask_panels(panels, tokens, tokens, title="Masks — as trained")
+    hms = _heatmaps(fig)
+    assert all(h.text is None and h.xgap is None for h in hms)
+    assert list(hms[0].x[:2]) == [1, 2] and "query %{y}<br>key %{x}" in hms[0].hovertemplate
+    np.testing.assert_array_equal(np.asarray(hms[2].z), causal.astype(int))
+    ticks = fig.layout.xaxis.tickvals
+    assert ticks[0] == 1 and fig.layout.xaxis.ticktext[0].startswith("1")  # a tick sits on the cell it names
+    assert len(fig.to_json()) < 400_000  # three 200 x 200 masks
+    small = figures.mask_panels({"applied": causal[:4, :4]}, tokens[:4], tokens[:4], title="t")
+    assert _heatmaps(small)[0].text is not None  # short inputs keep their token names
+
+
 def test_mask_stages_handles_minus_infinity() -> None:
     raw = np.array([0.2, -1.0, 0.7, 1.3])
     mask = np.array([True, True, False, False])
