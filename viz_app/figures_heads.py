@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_app.figures import DECIMALS, WEIGHTS_SCALE, base_layout
+from viz_app.figures import DECIMALS, HOVER_TEXT_MAX, WEIGHTS_SCALE, base_layout, token_axis
 
 SHORT = {  # a label's few letters, written in its square
     "previous-token": "prev",
@@ -89,18 +90,10 @@ def alignment_links(
     fig = go.Figure()
     sure, possible = gold if gold is not None else (set(), set())
 
+    groups: dict[tuple[str, str, str], list[tuple[int, int]]] = {}  # one trace per colour and dash, not per link
+
     def line(i: int, j: int, colour: str, dash: str, name: str) -> None:
-        fig.add_trace(
-            go.Scatter(
-                x=[xs[i], xt[j]],
-                y=[1, 0],
-                mode="lines",
-                line=dict(color=colour, width=2.5, dash=dash),
-                hoverinfo="text",
-                text=f"{src_words[i]} → {tgt_words[j]} ({name})",
-                showlegend=False,
-            )
-        )
+        groups.setdefault((colour, dash, name), []).append((i, j))
 
     for i, j in sorted(links):
         if gold is None:
@@ -113,6 +106,27 @@ def alignment_links(
             line(i, j, "#d62728", "solid", "not in gold")
     for i, j in sorted(sure - links):
         line(i, j, "#9a9a9a", "dot", "gold link missed")
+    for (colour, dash, name), pairs in groups.items():
+        x: list[float | None] = []
+        y: list[float | None] = []
+        text: list[str] = []
+        for i, j in pairs:  # segments separated by gaps (None)
+            label = f"{src_words[i]} → {tgt_words[j]} ({name})"
+            x += [float(xs[i]), float(xt[j]), None]
+            y += [1, 0, None]
+            text += [label, label, ""]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines",
+                line=dict(color=colour, width=2.5, dash=dash),
+                hoverinfo="text",
+                text=text,
+                name=name,
+                showlegend=False,
+            )
+        )
     for y, xpos, words in ((1, xs, src_words), (0, xt, tgt_words)):
         fig.add_trace(
             go.Scatter(
@@ -135,39 +149,50 @@ def alignment_links(
 def alignment_matrix(
     matrix: np.ndarray, src_words: Sequence[str], tgt_words: Sequence[str], links: set[tuple[int, int]], *, title: str
 ) -> go.Figure:
-    """(target words, source words) weights, with a dot on each link."""
+    """(target words, source words) weights, with a dot on each link. Beyond ``HOVER_TEXT_MAX`` cells the hover
+    names word positions (1-based, as the axes do) instead of the words, and long axes label every k-th word."""
     z = np.round(matrix.astype(np.float64), DECIMALS)
+    large = z.size > HOVER_TEXT_MAX
+    shift = 1 if large else 0
+    cells: dict[str, Any] = (
+        dict(hovertemplate="target word %{y} ← source word %{x}<br>share %{z:.3f}<extra></extra>")
+        if large
+        else dict(
+            customdata=[[f"{t} ← {s}" for s in src_words] for t in tgt_words],
+            hovertemplate="%{customdata}<br>share %{z:.3f}<extra></extra>",
+            xgap=1,
+            ygap=1,
+        )
+    )
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=list(range(len(src_words))),
-            y=list(range(len(tgt_words))),
+            x=list(range(shift, len(src_words) + shift)),
+            y=list(range(shift, len(tgt_words) + shift)),
             colorscale=WEIGHTS_SCALE,
             zmin=0.0,
             zmax=1.0,
-            xgap=1,
-            ygap=1,
-            customdata=[[f"{t} ← {s}" for s in src_words] for t in tgt_words],
-            hovertemplate="%{customdata}<br>share %{z:.3f}<extra></extra>",
             colorbar=dict(title=dict(text="share")),
+            **cells,
         )
     )
     if links:
         i, j = zip(*sorted(links), strict=True)
         fig.add_trace(
             go.Scatter(
-                x=list(i),
-                y=list(j),
+                x=[v + shift for v in i],
+                y=[v + shift for v in j],
                 mode="markers",
-                marker=dict(color="#e4572e", size=8),
+                marker=dict(color="#e4572e", size=8 if not large else 5),
                 hoverinfo="skip",
                 name="link",
             )
         )
     base_layout(fig, title, height=int(min(700, max(260, 26 * len(tgt_words) + 170))))
-    fig.update_xaxes(tickmode="array", tickvals=list(range(len(src_words))), ticktext=list(src_words), tickangle=-45)
-    fig.update_yaxes(
-        tickmode="array", tickvals=list(range(len(tgt_words))), ticktext=list(tgt_words), autorange="reversed"
-    )
+    x_axis, y_axis = token_axis(src_words, "source word"), token_axis(tgt_words, "target word")
+    for axis in (x_axis, y_axis):
+        axis["tickvals"] = [v + shift for v in axis["tickvals"]]
+    fig.update_xaxes(**x_axis, tickangle=-45)
+    fig.update_yaxes(**y_axis, autorange="reversed")
     fig.update_layout(showlegend=False)
     return fig
