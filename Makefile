@@ -44,8 +44,9 @@ $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]'
 	touch $@
 
-bench: $(VENV)/.bench-installed
+bench: $(VENV)/.bench-installed models browser
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/long_pages.py --rounds 3
 
 train: $(STAMP)
 	$(BIN)/python -m core train --run-dir runs/ding-en-de --out checkpoints/ding-en-de \
