@@ -135,8 +135,13 @@ class Transformer(nn.Module):
         options: InferenceOptions = DEFAULT_OPTIONS,
         recorder: Recorder | None = None,
         fast: FastWeights | None = None,
+        start: tuple[int, Tensor] | None = None,
     ) -> Tensor:
-        """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: ``keep_flags``)."""
+        """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: ``keep_flags``).
+
+        start: (i, x) resumes at encoder layer i with x (B, Ts, D) as its input (the site 'encoder.{i-1}.out', or
+        'embed.src' for i = 0, of a run with the same options): the layers before it are not run again.
+        """
         recorder = self._begin(options, recorder)
         if src_keep is None:
             src_keep = self.keep_flags(src)
@@ -148,8 +153,18 @@ class Transformer(nn.Module):
         if mask is not None and bool(mask.all()):
             mask = None  # nothing is padded: attention without a mask is faster and gives the same result
         lin = self._linear(fast)
-        x = self.embed(src, "src", options=options, recorder=recorder)
+        if start is None:
+            first, x = 0, self.embed(src, "src", options=options, recorder=recorder)
+        else:
+            first, x = start
+            if not 0 <= first < len(self.encoder_layers) or x.shape != (*src.shape, self.config.d_model):
+                raise ValueError(
+                    f"start: layer {first} of {len(self.encoder_layers)} with an input of shape {tuple(x.shape)} "
+                    f"(wanted {(*src.shape, self.config.d_model)})"
+                )
         for i, layer in enumerate(self.encoder_layers):
+            if i < first:
+                continue
             x = layer(x, mask, layer=i, recorder=recorder, lin=lin)
             if recorder is not None:
                 x = recorder.activation(layer_site("encoder", i), x)
@@ -168,9 +183,12 @@ class Transformer(nn.Module):
         tgt_keep: Tensor | None = None,
         fast: FastWeights | None = None,
         last_only: bool = False,
+        hidden: bool = False,
     ) -> Tensor:
         """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V), or (B, 1, V)
         for the last position only with ``last_only`` (the vocabulary projection is most of a probe's cost).
+        hidden: return the final norm's output (B, T, D) instead, for the caller to project (``logits``), e.g. a
+        few positions at a time so that no (B, T, V) tensor is ever made.
 
         src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
         tgt_keep (B, offset + T): True = real target token (padding mask on decoder keys); None = all real.
@@ -194,7 +212,7 @@ class Transformer(nn.Module):
             recorder.mask("cross", full_mask(cross_mask, B, T, memory.shape[1], tgt.device))
         lin = self._linear(fast)
         x = self.embed(tgt, "tgt", options=options, offset=offset, recorder=recorder)
-        if state is not None and fast is not None and T == 1 and self_mask is None:
+        if state is not None and fast is not None and T == 1 and self_mask is None and not hidden:
             if state.plan is None or state.plan[0] != B:
                 state.plan = (B, make_plan(self, fast, B))
             plan = state.plan[1]
@@ -221,7 +239,12 @@ class Transformer(nn.Module):
             state.length = n_key
         if last_only:
             x = x[:, -1:]
-        return lin(self.decoder_norm(x), self.output.weight, self.output.bias)  # (B, T, V)
+        x = self.decoder_norm(x)
+        return x if hidden else self.logits(x, fast)  # (B, T, D) or (B, T, V)
+
+    def logits(self, h: Tensor, fast: FastWeights | None = None) -> Tensor:
+        """The vocabulary projection of final decoder states h (..., D) -> (..., V)."""
+        return self._linear(fast)(h, self.output.weight, self.output.bias)
 
     def forward(
         self,

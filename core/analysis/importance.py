@@ -138,8 +138,35 @@ def _score(logits: torch.Tensor, out_ids: list[int]) -> tuple[torch.Tensor, list
     target = torch.tensor(out_ids, device=logits.device)[None, :].expand(logits.shape[0], -1)  # (B, Tt)
     logp = logits.gather(-1, target[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)  # (B, Tt)
     differs = logits.argmax(-1) != target  # (B, Tt)
-    first = [int(row.nonzero()[0]) if bool(row.any()) else None for row in differs]
-    return logp.sum(-1), first
+    return logp.sum(-1), _first_changes(differs)
+
+
+def _first_changes(differs: torch.Tensor) -> list[int | None]:
+    return [int(row.nonzero()[0]) if bool(row.any()) else None for row in differs]
+
+
+POSITIONS_PER_PROJECTION = 256  # decoder states projected onto the vocabulary at a time: (256, V) floats
+
+
+def _score_states(
+    model: Transformer, states: torch.Tensor, out_ids: list[int], fast: FastWeights | None
+) -> tuple[torch.Tensor, list[int | None]]:
+    """``_score`` from final decoder states (B, Tt, D), projected POSITIONS_PER_PROJECTION at a time: the same
+    numbers without ever holding (B, Tt, V) logits."""
+    B, Tt, D = states.shape
+    flat = states.reshape(B * Tt, D)
+    target = torch.tensor(out_ids, device=states.device).repeat(B)  # (B * Tt,)
+    logp = torch.empty(B * Tt, device=states.device)
+    differs = torch.empty(B * Tt, dtype=torch.bool, device=states.device)
+    for i in range(0, B * Tt, POSITIONS_PER_PROJECTION):
+        logits = model.logits(flat[i : i + POSITIONS_PER_PROJECTION], fast).float()  # (n, V)
+        t = target[i : i + POSITIONS_PER_PROJECTION]
+        top, best = logits.max(-1)  # one pass for the largest logit and where it is
+        chosen = logits.gather(-1, t[:, None])[:, 0]
+        logsumexp = top + logits.sub_(top[:, None]).exp_().sum(-1).log()  # (in place: the logits are done with)
+        logp[i : i + len(t)] = chosen - logsumexp
+        differs[i : i + len(t)] = best != t
+    return logp.view(B, Tt).sum(-1), _first_changes(differs.view(B, Tt))
 
 
 def _kinds(shape: ModelShape, kinds: tuple[AttentionKind, ...] | None) -> tuple[AttentionKind, ...]:
@@ -160,10 +187,6 @@ def _inputs(model: Transformer, src_ids: list[int], out_ids: list[int]) -> tuple
     return src1, tgt1
 
 
-# rows per batched pass, so that one pass's logits stay near 64 M floats (256 MB) whatever the sentence's length
-LOGITS_PER_PASS = 64 * 2**20
-
-
 @torch.no_grad()
 def head_importance(
     model: Transformer,
@@ -176,41 +199,63 @@ def head_importance(
 ) -> HeadImportance:
     """Switch off each head alone and measure the greedy translation ``out_ids`` (eos included) of ``src_ids``.
 
-    Batched teacher-forced passes, a row per head (as many rows per pass as keep the logits near
-    ``LOGITS_PER_PASS`` floats). The encoder runs once for the decoder and cross-attention kinds (their switches
-    leave it unchanged). ``options`` are the other switches in effect (heads they switch off stay off in every
-    row). kinds: which kinds (default: all the model has).
+    One batched teacher-forced pass per kind, a row per head, scored from the decoder's final states a few
+    positions at a time (no (rows, Tt, V) logits). The encoder runs once for the decoder and cross-attention
+    kinds (their switches leave it unchanged), and an encoder head's rows resume at its own layer. ``options``
+    are the other switches in effect (heads they switch off stay off in every row). kinds: which kinds
+    (default: all the model has).
     """
     shape = ModelShape.of(model.config)
     kinds = _kinds(shape, kinds)
     src1, tgt1 = _inputs(model, src_ids, out_ids)
     keep1 = torch.ones_like(src1, dtype=torch.bool)  # one unpadded sentence per row
-    memory1 = model.encode(src1, keep1, options=options, fast=fast)  # (1, Ts, D): the same for every non-encoder row
-    base_logp, _ = _score(model.decode(tgt1, memory1, None, options=options, fast=fast), out_ids)
+    streams = Recorder(model, activations=True)  # each encoder layer's input, for the encoder rows
+    memory1 = model.encode(src1, keep1, options=options, recorder=streams, fast=fast)  # (1, Ts, D)
+    base_logp, _ = _score_states(
+        model, model.decode(tgt1, memory1, None, options=options, fast=fast, hidden=True), out_ids, fast
+    )
     base = float(base_logp[0])
-    per_pass = max(1, LOGITS_PER_PASS // (tgt1.shape[1] * model.config.tgt_vocab_size))
+    layer_inputs = streams.freeze()
+    n_heads = shape.n_heads
     effects: list[HeadEffect] = []
     for kind in kinds:
-        heads = [(layer, h) for layer in range(shape.n_layers[kind]) for h in range(shape.n_heads)]
-        for first in range(0, len(heads), per_pass):
-            chunk = heads[first : first + per_pass]
-            rows = len(chunk)
-            switches = [
-                ScaleHeads(attention_site(kind, layer), (h,), 0.0, rows=(row,)) for row, (layer, h) in enumerate(chunk)
-            ]
-            rec = Recorder(model, record=False, interventions=switches)
-            if kind == "encoder":
-                memory = model.encode(
-                    src1.expand(rows, -1), keep1.expand(rows, -1), options=options, recorder=rec, fast=fast
+        heads = [(layer, h) for layer in range(shape.n_layers[kind]) for h in range(n_heads)]
+        rows = len(heads)
+        if kind == "encoder":  # a head of layer l leaves the layers below it alone: layer l's rows start there
+            parts = []
+            for layer in range(shape.n_layers[kind]):
+                site = "embed.src" if layer == 0 else f"encoder.{layer - 1}.out"
+                x = torch.from_numpy(np.array(layer_inputs[site])).to(src1.device)[None]  # (1, Ts, D)
+                switches = [ScaleHeads(attention_site(kind, layer), (h,), 0.0, rows=(h,)) for h in range(n_heads)]
+                parts.append(
+                    model.encode(
+                        src1.expand(n_heads, -1),
+                        keep1.expand(n_heads, -1),
+                        options=options,
+                        recorder=Recorder(model, record=False, interventions=switches),
+                        fast=fast,
+                        start=(layer, x.expand(n_heads, -1, -1)),
+                    )
                 )
-            else:
-                memory = memory1.expand(rows, -1, -1)
-            logits = model.decode(tgt1.expand(rows, -1), memory, None, options=options, recorder=rec, fast=fast)
-            scores, changes = _score(logits, out_ids)
-            del logits
-            for row, (layer, h) in enumerate(chunk):
-                change = changes[row]
-                effects.append(HeadEffect(kind, layer, h, float(scores[row]) - base, change is not None, change))
+            memory = torch.cat(parts)  # (rows, Ts, D), row = layer * n_heads + head
+            rec = Recorder(model, record=False)
+        else:
+            memory = memory1.expand(rows, -1, -1)
+            rec = Recorder(
+                model,
+                record=False,
+                interventions=[
+                    ScaleHeads(attention_site(kind, layer), (h,), 0.0, rows=(row,))
+                    for row, (layer, h) in enumerate(heads)
+                ],
+            )
+        states = model.decode(
+            tgt1.expand(rows, -1), memory, None, options=options, recorder=rec, fast=fast, hidden=True
+        )
+        scores, changes = _score_states(model, states, out_ids, fast)
+        for row, (layer, h) in enumerate(heads):
+            change = changes[row]
+            effects.append(HeadEffect(kind, layer, h, float(scores[row]) - base, change is not None, change))
     return HeadImportance(base, len(out_ids), tuple(effects), shape)
 
 

@@ -141,6 +141,27 @@ def test_without_pe_the_encoder_is_permutation_equivariant(model):
     assert not torch.allclose(model.encode(src, keep)[:, perm], with_pe, atol=1e-4)
 
 
+def test_the_encoder_resumes_at_a_layer_from_that_layers_input(model):
+    src, _ = batch(6, B=2)
+    keep = torch.ones_like(src, dtype=torch.bool)
+    opts = InferenceOptions(ablate=frozenset({("encoder", 1, 0)}))
+    rec = Recorder(model, activations=True)
+    with torch.no_grad():
+        whole = model.encode(src, keep, options=opts, recorder=rec)
+        trace = rec.freeze()
+        for layer in range(model.config.n_encoder_layers):
+            site = "embed.src" if layer == 0 else f"encoder.{layer - 1}.out"
+            x = torch.stack([torch.from_numpy(np.array(trace.select(b)[site])) for b in range(2)])
+            resumed = model.encode(src, keep, options=opts, start=(layer, x))
+            torch.testing.assert_close(resumed, whole, atol=1e-5, rtol=1e-5)
+        later = model.encode(src, keep, options=opts, start=(0, x))  # a later layer's input given to layer 0
+        assert not torch.allclose(later, whole, atol=1e-3)
+    with pytest.raises(ValueError, match="start: layer 9"):
+        model.encode(src, keep, start=(9, x))
+    with pytest.raises(ValueError, match="wanted"):
+        model.encode(src, keep, start=(0, x[:, :3]))
+
+
 def test_an_ablated_head_contributes_nothing(model):
     src, tgt = batch(5)
     opts = InferenceOptions(ablate=frozenset({("cross", 1, 1), ("encoder", 0, 0), ("decoder", 1, 0)}))

@@ -100,22 +100,30 @@ def test_the_base_score_is_the_greedy_translation_probability_on_a_model_whose_p
     assert r.base_logprob == pytest.approx(float(np.log(out.trace["output.probs"]).sum()), abs=1e-3)
 
 
-def test_passes_split_into_chunks_give_the_same_effects(bundle, monkeypatch):
-    """Long sentences run the rows in several passes (bounded logits); the effects are the one-pass ones."""
+def test_scoring_a_few_positions_at_a_time_equals_scoring_the_whole_logits(bundle, monkeypatch):
+    """Rows are scored from the decoder's states in slices (no (rows, Tt, V) logits); the numbers are the
+    full logits' whatever the slice."""
     import core.analysis.importance as importance
 
     out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
     src_ids, _ = bundle.encode_source(out.source_text)
     out_ids = [int(i) for i in out.trace["output.ids"]]
-    whole = head_importance(bundle.model, src_ids, out_ids)
-    monkeypatch.setattr(importance, "LOGITS_PER_PASS", 3 * len(out_ids) * bundle.config.tgt_vocab_size)  # 3 rows
-    split = importance.head_importance(bundle.model, src_ids, out_ids)
-    assert [(e.label, e.output_changed, e.first_change) for e in split.effects] == [
-        (e.label, e.output_changed, e.first_change) for e in whole.effects
-    ]
-    np.testing.assert_allclose(
-        [e.delta_logprob for e in split.effects], [e.delta_logprob for e in whole.effects], atol=1e-5
-    )
+    src = torch.tensor([src_ids])
+    tgt = torch.tensor([[bundle.config.bos_id] + out_ids[:-1]])
+    opts = [InferenceOptions(ablate=frozenset({("cross", 1, h)})) for h in range(2)] + [InferenceOptions()]
+    with torch.no_grad():
+        states = torch.cat(
+            [bundle.model.decode(tgt, bundle.model.encode(src, options=o), None, options=o, hidden=True) for o in opts]
+        )
+        logits = bundle.model.logits(states)
+    whole, first = importance._score(logits, out_ids)
+    for size in (1, 4, 1000):
+        monkeypatch.setattr(importance, "POSITIONS_PER_PROJECTION", size)
+        with torch.no_grad():
+            sliced, first_sliced = importance._score_states(bundle.model, states, out_ids, None)
+        np.testing.assert_allclose(sliced.numpy(), whole.numpy(), atol=1e-5)
+        assert first_sliced == first
+    assert len(set(np.round(whole.numpy(), 4))) == 3  # the rows differ: the slices were not all the same row
 
 
 def test_the_gradient_estimate_is_the_first_order_change_of_switching_a_head_off(bundle):
