@@ -73,6 +73,7 @@ def test_a_long_sentence_opens_with_the_estimate_and_measures_on_request(monkeyp
     assert any("With only these" in m.value for m in at.markdown)
     at.button(key="explain_exact").click().run(timeout=TIMEOUT)
     ok(at)
+    assert at.toggle(key="explain_k_translate").value  # still on request (each translation decodes it all again)
     assert not any("(estimate)" in t for t in titles(at))
     table = at.dataframe[0].value
     assert "Δ log p" in table and set(table["output changes"]) <= {"yes", "no"}

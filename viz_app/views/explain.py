@@ -118,11 +118,12 @@ def _importance_tab(out: core.Translation) -> None:
         if replaying:
             st.caption("The translations without a head need the model: close the saved trace to see them.")
             return
-        _without(out, effect)
+        on_request = _long(out)  # each of these translations decodes the whole sentence again
+        _without(out, effect, on_request)
         st.divider()
         total = len(ranking)
         k = st.slider("Keep only the top k heads on", 1, total, min(total, max(1, total // 4)), key="explain_k")
-        if result.exact or st.toggle("Translate with only these heads", key="explain_k_translate"):
+        if not on_request or st.toggle("Translate with only these heads", key="explain_k_translate"):
             keep_only = out.options.with_changes(ablate=out.options.ablate | all_heads_but(result.shape, result.top(k)))
             kept = state.current(beam=1, opts=keep_only)
             if kept is not None:
@@ -133,7 +134,7 @@ def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImp
     """The importance to show and, once a long sentence is measured exactly, the estimate shown before it."""
     path, text, key = state.ckpt_path(), state.sentence(), state.options_key(out.options)
     pieces = len(out.src_tokens) + len(out.output_tokens)
-    if pieces <= state.IMPORTANCE_EXACT_PIECES:
+    if not _long(out):
         exact = state.guarded(lambda: state.importance(path, text, key))
         return None if exact is None else (exact, None)
     estimate = state.guarded(lambda: state.importance_estimate(path, text, key))
@@ -154,13 +155,18 @@ def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImp
     return (estimate, None) if exact is None else (exact, estimate)
 
 
-def _without(out: core.Translation, effect: HeadEffect) -> None:
-    """The greedy translation with ``effect``'s head also switched off (measured: only when it changes; estimated:
-    on request)."""
+def _long(out: core.Translation) -> bool:
+    """More pieces in and out than head importance measures at once (the page then computes on request)."""
+    return len(out.src_tokens) + len(out.output_tokens) > state.IMPORTANCE_EXACT_PIECES
+
+
+def _without(out: core.Translation, effect: HeadEffect, on_request: bool) -> None:
+    """The greedy translation with ``effect``'s head also switched off: shown when the measurement says it changes
+    (on request for long sentences, or when only estimated)."""
     if effect.output_changed is False:
         st.markdown("Without it the translation stays the same.")
         return
-    if effect.output_changed is None and not st.toggle("Translate without it", key="explain_without"):
+    if (on_request or effect.output_changed is None) and not st.toggle("Translate without it", key="explain_without"):
         return
     alone = out.options.with_changes(ablate=out.options.ablate | {(effect.kind, effect.layer, effect.head)})
     without = state.current(beam=1, opts=alone)
