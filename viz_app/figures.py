@@ -122,16 +122,20 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def token_axis(tokens: Sequence[str], title: str, scale: float = 1.0) -> dict[str, Any]:
+def token_axis(
+    tokens: Sequence[str], title: str, scale: float = 1.0, *, max_ticks: int = MAX_TICKS, note: bool = True
+) -> dict[str, Any]:
     """Axis settings for a token axis: integer positions, pieces as tick text, smaller font when crowded, and
-    beyond MAX_TICKS tokens only every k-th labelled (with its 1-based position) so the labels stay legible."""
+    beyond ``max_ticks`` tokens only every k-th labelled (with its 1-based position) so the labels stay legible.
+    note: say so in the title (a title left empty stays empty; side-by-side panels say it once)."""
     n = len(tokens)
     size = 12 if n * scale <= 30 else 10 if n * scale <= 60 else 8
-    step = -(-n // MAX_TICKS)
+    step = -(-n // max_ticks)
     labels = token_labels(tokens)
     shown = list(range(0, n, step))
+    said = f"{title} — every {ordinal(step)} labelled; hover or zoom for each"
     return dict(
-        title=dict(text=title if step == 1 else f"{title} — every {ordinal(step)} labelled; hover or zoom for each"),
+        title=dict(text=said if step > 1 and note and title else title),
         tickmode="array",
         tickvals=shown,
         ticktext=[labels[i] if step == 1 else f"{i + 1} {labels[i]}" for i in shown],
@@ -477,7 +481,8 @@ def mask_panels(
             row=1,
             col=c,
         )
-        x_axis = token_axis(k_tokens, "key", scale=len(names))
+        middle = c == (len(names) + 1) // 2  # one note under the panels, not one per panel (they overlapped)
+        x_axis = token_axis(k_tokens, "key", scale=len(names), max_ticks=MAX_TICKS // len(names), note=middle)
         y_axis = token_axis(q_tokens, "query" if c == 1 else "")
         for axis in (x_axis, y_axis):
             axis["tickvals"] = [v + shift for v in axis["tickvals"]]

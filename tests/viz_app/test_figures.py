@@ -172,6 +172,11 @@ def test_long_masks_name_positions_on_hover_and_stay_light() -> None:
     np.testing.assert_array_equal(np.asarray(hms[2].z), causal.astype(int))
     ticks = fig.layout.xaxis.tickvals
     assert ticks[0] == 1 and fig.layout.xaxis.ticktext[0].startswith("1")  # a tick sits on the cell it names
+    # three panels side by side: a third of the labels each, the "every k-th" note once, no empty-title note
+    assert len(ticks) <= figures.MAX_TICKS // 3 + 1
+    x_titles = [fig.layout[f"xaxis{i}"].title.text for i in ("", "2", "3")]
+    assert x_titles[0] == x_titles[2] == "key" and "labelled" in x_titles[1]
+    assert [fig.layout[f"yaxis{i}"].title.text for i in ("2", "3")] == ["", ""]
     assert len(fig.to_json()) < 400_000  # three 200 x 200 masks
     small = figures.mask_panels({"applied": causal[:4, :4]}, tokens[:4], tokens[:4], title="t")
     assert _heatmaps(small)[0].text is not None  # short inputs keep their token names
