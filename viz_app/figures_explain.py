@@ -10,17 +10,24 @@ import plotly.graph_objects as go
 from viz_app.figures import DECIMALS, DIVERGING_SCALE, base_layout, symmetric_range, token_axis, unique_labels
 
 
-def importance_heatmap(matrix: np.ndarray, *, title: str, scale: float | None = None) -> go.Figure:
+def importance_heatmap(
+    matrix: np.ndarray, *, title: str, scale: float | None = None, estimate: bool = False
+) -> go.Figure:
     """(layers, heads) change in the translation's log-probability when each head is switched off alone.
 
     Diverging around 0 (red: the translation became less likely without the head); ``scale`` = the half-width of
     the colour scale, shared between kinds so their colours compare (default: this matrix's largest |value|).
+    estimate: the values are the one-pass estimate, and the colour bar and hover say so.
     """
     n_layers, n_heads = matrix.shape
     z = np.round(matrix.astype(np.float64), DECIMALS)
     m = scale if scale is not None else symmetric_range(z)
     text = [
-        [f"layer {layer + 1} · head {h + 1}<br>Δ log p = {z[layer, h]:+.3f}" for h in range(n_heads)]
+        [
+            f"layer {layer + 1} · head {h + 1}<br>Δ log p {'≈' if estimate else '='} {z[layer, h]:+.3f}"
+            + (" (estimate)" if estimate else "")
+            for h in range(n_heads)
+        ]
         for layer in range(n_layers)
     ]
     fig = go.Figure(
@@ -36,7 +43,7 @@ def importance_heatmap(matrix: np.ndarray, *, title: str, scale: float | None = 
             zmid=0.0,
             xgap=2,
             ygap=2,
-            colorbar=dict(title=dict(text="−Δ log p")),
+            colorbar=dict(title=dict(text="−Δ log p<br>(estimate)" if estimate else "−Δ log p")),
         )
     )
     base_layout(fig, title, height=int(max(220, 34 * n_layers + 150)))

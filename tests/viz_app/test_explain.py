@@ -64,7 +64,8 @@ def test_a_long_sentence_opens_with_the_estimate_and_measures_on_request(monkeyp
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
-    assert all(t.endswith("(estimate) — as trained") for t in titles(at)) and len(titles(at)) == 3
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(specs) == 3 and all("(estimate)" in s["data"][0]["colorbar"]["title"]["text"] for s in specs)
     table = at.dataframe[0].value
     assert "Δ log p (estimate)" in table and set(table["output changes"]) == {"not measured"}
     assert any("estimate" in i.value and "one teacher-forced pass per head" in i.value for i in at.info)
@@ -74,7 +75,8 @@ def test_a_long_sentence_opens_with_the_estimate_and_measures_on_request(monkeyp
     at.button(key="explain_exact").click().run(timeout=TIMEOUT)
     ok(at)
     assert at.toggle(key="explain_k_translate").value  # still on request (each translation decodes it all again)
-    assert not any("(estimate)" in t for t in titles(at))
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert not any("(estimate)" in s["data"][0]["colorbar"]["title"]["text"] for s in specs)
     table = at.dataframe[0].value
     assert "Δ log p" in table and set(table["output changes"]) <= {"yes", "no"}
     assert any("The one-pass estimate ranked the heads with ρ =" in c.value for c in at.caption)
@@ -104,6 +106,9 @@ def test_figure_builders() -> None:
     np.testing.assert_allclose(np.array(heat.z), -m)  # drawn as the loss: relied-on heads at the warm end
     assert (heat.zmin, heat.zmax, heat.zmid) == (-2.0, 2.0, 0.0)
     assert list(heat.x) == ["H1", "H2"] and list(heat.y) == ["L1", "L2"]
+    assert heat.colorbar.title.text == "−Δ log p" and "Δ log p = -4.000" in heat.text[0][0]
+    est = figures_explain.importance_heatmap(m, title="t", scale=2.0, estimate=True).data[0]
+    assert "estimate" in est.colorbar.title.text and "Δ log p ≈ -4.000 (estimate)" in est.text[0][0]
     assert "Δ log p = -4.000" in heat.text[0][0]
     share = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
     fig = figures_explain.rollout_heatmap(share, ["▁O", "▁gato", "</s>"], ["▁The", "▁cat"], title="r")

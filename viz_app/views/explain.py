@@ -69,10 +69,12 @@ def _importance_tab(out: core.Translation) -> None:
     # dominant head does not wash out the rest (hover gives every exact value)
     shared = max(float(np.percentile([abs(e.delta_logprob) for e in result.effects], 90)), 0.5)
     cols = st.columns(len(kinds))
-    what = "" if result.exact else " (estimate)"
     for col, kind in zip(cols, kinds, strict=True):
         fig = figures_explain.importance_heatmap(
-            result.matrix(kind), title=figures.titled(f"{state.KINDS[kind].capitalize()}{what}", note), scale=shared
+            result.matrix(kind),
+            title=figures.titled(state.KINDS[kind].capitalize(), note),
+            scale=shared,
+            estimate=not result.exact,
         )
         with col:
             common.chart(fig, f"importance_{kind}", key=f"importance_{kind}")
