@@ -140,7 +140,8 @@ class Transformer(nn.Module):
         """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: ``keep_flags``).
 
         start: (i, x) resumes at encoder layer i with x (B, Ts, D) as its input (the site 'encoder.{i-1}.out', or
-        'embed.src' for i = 0, of a run with the same options): the layers before it are not run again.
+        'embed.src' for i = 0, of a run with the same options and the same padding): the layers before it are not
+        run again, so a recorder sees (and records) only layers i onwards.
         """
         recorder = self._begin(options, recorder)
         if src_keep is None:

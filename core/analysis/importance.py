@@ -131,17 +131,8 @@ class HeadImportance:
         }
 
 
-def _score(logits: torch.Tensor, out_ids: list[int]) -> tuple[torch.Tensor, list[int | None]]:
-    """Per batch row of teacher-forced logits (B, Tt, V): log p(out_ids) (B,), and the first position whose most
-    likely token is not the translation's (None: greedy decoding would write the translation unchanged)."""
-    logits = logits.float()
-    target = torch.tensor(out_ids, device=logits.device)[None, :].expand(logits.shape[0], -1)  # (B, Tt)
-    logp = logits.gather(-1, target[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)  # (B, Tt)
-    differs = logits.argmax(-1) != target  # (B, Tt)
-    return logp.sum(-1), _first_changes(differs)
-
-
 def _first_changes(differs: torch.Tensor) -> list[int | None]:
+    """Per row of (B, Tt) flags: the first position flagged, or None."""
     return [int(row.nonzero()[0]) if bool(row.any()) else None for row in differs]
 
 
@@ -151,17 +142,24 @@ POSITIONS_PER_PROJECTION = 256  # decoder states projected onto the vocabulary a
 def _score_states(
     model: Transformer, states: torch.Tensor, out_ids: list[int], fast: FastWeights | None
 ) -> tuple[torch.Tensor, list[int | None]]:
-    """``_score`` from final decoder states (B, Tt, D), projected POSITIONS_PER_PROJECTION at a time: the same
-    numbers without ever holding (B, Tt, V) logits."""
+    """Per row of final decoder states (B, Tt, D): log p(out_ids) (B,) (the softmax over the whole vocabulary, as
+    decoding reports it), and the first position whose greedy choice (never a ``suppress_ids`` token) is not the
+    translation's (None: greedy decoding would write the translation unchanged). Projected
+    POSITIONS_PER_PROJECTION positions at a time: no (B, Tt, V) logits are ever held."""
     B, Tt, D = states.shape
     flat = states.reshape(B * Tt, D)
     target = torch.tensor(out_ids, device=states.device).repeat(B)  # (B * Tt,)
+    never = torch.tensor(model.config.suppress_ids, dtype=torch.long, device=states.device)
     logp = torch.empty(B * Tt, device=states.device)
     differs = torch.empty(B * Tt, dtype=torch.bool, device=states.device)
     for i in range(0, B * Tt, POSITIONS_PER_PROJECTION):
         logits = model.logits(flat[i : i + POSITIONS_PER_PROJECTION], fast).float()  # (n, V)
         t = target[i : i + POSITIONS_PER_PROJECTION]
         top, best = logits.max(-1)  # one pass for the largest logit and where it is
+        if len(never):
+            bad = torch.isin(best, never)  # rare: a suppressed id on top; greedy takes the best of the rest
+            if bool(bad.any()):
+                best[bad] = logits[bad].index_fill(-1, never, float("-inf")).argmax(-1)
         chosen = logits.gather(-1, t[:, None])[:, 0]
         logsumexp = top + logits.sub_(top[:, None]).exp_().sum(-1).log()  # (in place: the logits are done with)
         logp[i : i + len(t)] = chosen - logsumexp
@@ -209,19 +207,21 @@ def head_importance(
     kinds = _kinds(shape, kinds)
     src1, tgt1 = _inputs(model, src_ids, out_ids)
     keep1 = torch.ones_like(src1, dtype=torch.bool)  # one unpadded sentence per row
-    streams = Recorder(model, activations=True)  # each encoder layer's input, for the encoder rows
+    streams = Recorder(model, activations=True) if "encoder" in kinds else None  # encoder layers' inputs
     memory1 = model.encode(src1, keep1, options=options, recorder=streams, fast=fast)  # (1, Ts, D)
     base_logp, _ = _score_states(
         model, model.decode(tgt1, memory1, None, options=options, fast=fast, hidden=True), out_ids, fast
     )
     base = float(base_logp[0])
-    layer_inputs = streams.freeze()
+    layer_inputs = streams.freeze() if streams is not None else None
     n_heads = shape.n_heads
     effects: list[HeadEffect] = []
     for kind in kinds:
         heads = [(layer, h) for layer in range(shape.n_layers[kind]) for h in range(n_heads)]
         rows = len(heads)
+        rec: Recorder | None
         if kind == "encoder":  # a head of layer l leaves the layers below it alone: layer l's rows start there
+            assert layer_inputs is not None  # recorded above whenever the encoder's heads are asked for
             parts = []
             for layer in range(shape.n_layers[kind]):
                 site = "embed.src" if layer == 0 else f"encoder.{layer - 1}.out"
@@ -238,7 +238,7 @@ def head_importance(
                     )
                 )
             memory = torch.cat(parts)  # (rows, Ts, D), row = layer * n_heads + head
-            rec = Recorder(model, record=False)
+            rec = None  # the decoder runs unswitched on each row's memory (the options' own switches still apply)
         else:
             memory = memory1.expand(rows, -1, -1)
             rec = Recorder(
@@ -278,14 +278,15 @@ def head_importance_estimate(
     rec = Recorder(model, record=False, keep_grad=[f"{site}.heads" for site in sites])
     with torch.enable_grad():
         logits = model(src1, tgt1, options=options, recorder=rec, src_keep=torch.ones_like(src1, dtype=torch.bool))
-        logp, _ = _score(logits, out_ids)
-        grads = torch.autograd.grad(logp[0], [rec.leaf(f"{site}.heads") for site in sites])
+        target = torch.tensor(out_ids, device=logits.device)
+        logp = torch.log_softmax(logits[0].float(), -1).gather(-1, target[:, None]).sum()  # log p(translation)
+        grads = torch.autograd.grad(logp, [rec.leaf(f"{site}.heads") for site in sites])
     effects: list[HeadEffect] = []
     for site, grad in zip(sites, grads, strict=True):
         kind, layer = parse_attention_site(site)
         for h in range(shape.n_heads):
             effects.append(HeadEffect(kind, layer, h, -float(grad[0, h]), None, None))
-    return HeadImportance(float(logp[0].detach()), len(out_ids), tuple(effects), shape, exact=False)
+    return HeadImportance(float(logp.detach()), len(out_ids), tuple(effects), shape, exact=False)
 
 
 def all_heads_but(shape: ModelShape, keep: list[Head]) -> frozenset[Head]:

@@ -59,12 +59,14 @@ def test_heads_the_options_switch_off_stay_off_in_every_row(bundle):
     src_ids, _ = bundle.encode_source(out.source_text)
     out_ids = [int(i) for i in out.trace["output.ids"]]
     opts = InferenceOptions(ablate=frozenset({("encoder", 0, 0)}))
-    r = head_importance(bundle.model, src_ids, out_ids, options=opts, kinds=("cross",))
+    r = head_importance(bundle.model, src_ids, out_ids, options=opts, kinds=("cross", "encoder"))
     assert r.base_logprob == pytest.approx(logprob(bundle.model, src_ids, out_ids, opts), abs=1e-4)
-    e = r.effects[0]
-    both = InferenceOptions(ablate=opts.ablate | {(e.kind, e.layer, e.head)})
-    assert e.delta_logprob == pytest.approx(logprob(bundle.model, src_ids, out_ids, both) - r.base_logprob, abs=1e-4)
-    assert {x.kind for x in r.effects} == {"cross"}
+    for e in r.effects:  # the encoder rows resume at their layer with the options' switch still in effect
+        both = InferenceOptions(ablate=opts.ablate | {(e.kind, e.layer, e.head)})
+        want = logprob(bundle.model, src_ids, out_ids, both) - r.base_logprob
+        assert e.delta_logprob == pytest.approx(want, abs=1e-4)
+    assert {x.kind for x in r.effects} == {"cross", "encoder"}
+    assert r.matrix("encoder")[0, 0] == 0.0  # already off: switching it off again changes nothing
 
 
 def test_keep_only_the_top_heads(bundle):
@@ -116,7 +118,10 @@ def test_scoring_a_few_positions_at_a_time_equals_scoring_the_whole_logits(bundl
             [bundle.model.decode(tgt, bundle.model.encode(src, options=o), None, options=o, hidden=True) for o in opts]
         )
         logits = bundle.model.logits(states)
-    whole, first = importance._score(logits, out_ids)
+    target = torch.tensor(out_ids)
+    per_position = torch.log_softmax(logits, -1)[:, torch.arange(len(out_ids)), target]  # (rows, Tt)
+    whole = per_position.sum(-1)
+    first = [next((t for t in range(len(out_ids)) if int(row[t]) != out_ids[t]), None) for row in logits.argmax(-1)]
     for size in (1, 4, 1000):
         monkeypatch.setattr(importance, "POSITIONS_PER_PROJECTION", size)
         with torch.no_grad():
@@ -166,3 +171,20 @@ def test_the_gradient_estimate_is_the_first_order_change_of_switching_a_head_off
     stored = bundle.translate("The cat sleeps on the warm chair.", max_len=6).trace.with_analysis(arrays, meta)
     back = type(est).from_trace(stored)
     assert back is not None and not back.exact and all(e.output_changed is None for e in back.effects)
+
+
+def test_output_changes_follow_greedy_which_never_picks_a_suppressed_token():
+    """A suppressed id (e.g. Marian's <pad>) on top does not count as a change: greedy takes the best of the rest;
+    log p keeps the whole vocabulary's softmax, as decoding reports it."""
+    from types import SimpleNamespace
+
+    import core.analysis.importance as importance
+
+    model = SimpleNamespace(logits=lambda h, fast: h, config=SimpleNamespace(suppress_ids=(2,)))  # identity projection
+    states = torch.tensor([[[0.0, 1.0, 5.0, 0.0], [3.0, 0.0, 0.0, 1.0]]])  # (1, Tt=2, V=4)
+    want = torch.log_softmax(states[0], -1)[[0, 1], [1, 3]].sum()
+    logp, first = importance._score_states(model, states.clone(), [1, 3], None)  # (it may overwrite the logits)
+    assert first == [1]  # position 0 keeps the translation's token 1 (2 is suppressed); position 1 prefers 0
+    assert float(logp[0]) == pytest.approx(float(want), abs=1e-6)
+    model.config.suppress_ids = ()
+    assert importance._score_states(model, states.clone(), [1, 3], None)[1] == [0]  # unsuppressed, 2 wins at 0
