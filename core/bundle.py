@@ -479,20 +479,33 @@ class Bundle:
         return Translation(self._freeze(recorder, text=text_out, **meta))
 
     @torch.inference_mode()
-    def record_more(
-        self, out: Translation, *, record_qkv: bool = True, record_activations: bool = True, top_k: int = 10
-    ) -> Translation:
-        """``out`` (a translation by this bundle) recorded again as ONE teacher-forced pass on its own source and
-        output ids, with q/k/v and/or the activations: the arrays its decoding recorded (each position computed
-        as its step did; the beam's winner is traced this way already) plus these, at a fraction of decoding's
-        cost on long sentences. One difference: the decoder's raw (pre-mask) scores also hold the later keys
-        that decoding had not computed yet (-inf there)."""
+    def record_more(self, out: Translation, *, record_qkv: bool = True, record_activations: bool = True) -> Translation:
+        """``out`` (a translation by this bundle) recorded again with q/k/v and/or the activations, as ONE
+        teacher-forced pass on its own source and output ids: the arrays its decoding recorded (each position
+        computed as its step did; the beam's winner is traced this way already; the same top-k) plus these, at a
+        fraction of decoding's cost on long sentences. The decoder's raw (pre-mask) scores then also hold the
+        later keys decoding had not computed yet (-inf there). With the causal mask off each step saw only the
+        prefix so far, which one pass cannot reproduce: such a translation is decoded again instead."""
         if out.trace.meta.get("model") != self.name:
             raise InputError(
                 f"record_more: this translation was made by {out.trace.meta.get('model')!r}, not {self.name!r}"
             )
         src_ids = [int(i) for i in out.trace["ids.src"]]
         out_ids = [int(i) for i in out.trace["output.ids"]]
+        top_k = int(out.trace["output.top_ids"].shape[-1])
+        if not out.options.causal_mask:
+            prefix = out_ids[: out.forced_prefix] or None
+            return self.translate(
+                out.source_text,
+                out.options,
+                beam_size=out.beam_size,
+                max_len=max(len(out_ids), 1),
+                top_k=top_k,
+                truncate=True,
+                record_qkv=record_qkv,
+                record_activations=record_activations,
+                prefix=prefix,
+            )
         extra = {"forced_prefix": out.forced_prefix} if out.forced_prefix else {}
         return self._forced_pass(
             src_ids,

@@ -81,6 +81,13 @@ def test_record_more_is_the_same_translation_with_activations(bundle):
             b = np.where(np.isfinite(a), b, a)
         np.testing.assert_allclose(b, a, atol=1e-5)
     assert "encoder.0.self.q" in more.trace and "decoder.1.out" in more.trace and "cross.0.heads" in more.trace
+    # with the causal mask off each step saw only its prefix: decoded again, every array (step rows included) kept
+    free = bundle.translate("The cat sleeps.", InferenceOptions(causal_mask=False), max_len=5, top_k=4)
+    again = bundle.record_more(free)
+    assert again.text == free.text and again.trace["output.top_ids"].shape[-1] == 4
+    for name in free.trace.keys():
+        np.testing.assert_allclose(np.asarray(again.trace[name], float), np.asarray(free.trace[name], float), atol=1e-5)
+    assert any(k.endswith("step_rows") for k in again.trace.keys()) and "decoder.0.out" in again.trace
     foreign = core.Translation(dataclasses.replace(out.trace, meta={**out.trace.meta, "model": "another"}))
     with pytest.raises(InputError, match="made by 'another'"):
         bundle.record_more(foreign)
