@@ -88,6 +88,7 @@ def load_bundle(path: str) -> core.Bundle:
     for the ~256,000 objects of the app with one model loaded, measured here; microseconds after the freeze).
     Reference counting still frees them as usual; only cycles made before the freeze wait."""
     bundle = core.load(path)
+    gc.collect()  # what is garbage now is freed, not frozen
     gc.freeze()
     return bundle
 

@@ -90,9 +90,9 @@ def _importance_tab(out: core.Translation) -> None:
     else:
         measured = "Estimated: whether switching a head off changes the translation is not measured."
     agreement = ""
-    if estimate is not None:
-        exact_d = np.array([e.delta_logprob for e in result.effects])
-        est_d = np.array([e.delta_logprob for e in estimate.effects])
+    if estimate is not None:  # the same heads paired by kind, layer and head
+        exact_d = np.concatenate([result.matrix(k).ravel() for k in kinds])
+        est_d = np.concatenate([estimate.matrix(k).ravel() for k in kinds])
         agreement = f" The one-pass estimate ranked the heads with ρ = {spearman(exact_d, est_d):.2f} against this."
     st.caption(
         f"log p(translation) = {result.base_logprob:.2f} over {result.n_tokens} tokens with every head on. "
@@ -152,9 +152,11 @@ def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImp
         )
         if not st.button("Measure exactly (switch each head off)", icon=":material/science:", key="explain_exact"):
             return estimate, None
-        st.session_state["explain_exact_for"] = _analysis_key(out)
     exact = state.guarded(lambda: state.importance(path, text, key))
-    return (estimate, None) if exact is None else (exact, estimate)
+    if exact is None:  # the message is shown; the button stays for another try
+        return estimate, None
+    st.session_state["explain_exact_for"] = _analysis_key(out)
+    return exact, estimate
 
 
 def _long(out: core.Translation) -> bool:
