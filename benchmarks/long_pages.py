@@ -88,13 +88,16 @@ class Socket:
 
 
 def sentence(start: int, pieces: int, bundle: core.Bundle) -> str:
-    """One sentence of about ``pieces`` source pieces: clauses from ``start`` on, joined with commas and 'and'."""
+    """One sentence of about ``pieces`` source pieces: clauses from ``start`` on (rotating, so each start gives
+    another sentence), joined with commas and 'and'."""
+    if not 0 < pieces < bundle.max_source_tokens:
+        raise SystemExit(f"--pieces must be between 1 and {bundle.max_source_tokens - 1}, got {pieces}")
     words: list[str] = []
     i = start
     while True:
         words.append(CLAUSES[i % len(CLAUSES)])
         text = (", and ".join(words)).capitalize() + "."
-        if len(bundle.encode_source(text, truncate=True)[0]) >= pieces:
+        if len(bundle.encode_source(text, truncate=True)[0]) >= pieces:  # capped below max: the loop ends
             return text
         i += 1
 
@@ -122,7 +125,9 @@ def run(root: Path, name: str, rounds: int, pieces: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     bundle = core.load(root / name, device="cpu")
-    texts = [sentence(3 * r, pieces, bundle) for r in range(rounds)]
+    if not 0 < rounds <= len(CLAUSES):
+        raise SystemExit(f"--rounds must be between 1 and {len(CLAUSES)} (one distinct sentence each), got {rounds}")
+    texts = [sentence(r * 5 % len(CLAUSES), pieces, bundle) for r in range(rounds)]
     times: dict[str, list[tuple[float, float, int, int]]] = {}  # what -> (settled s, server s, bytes, runs) per round
     sizes = [len(bundle.encode_source(t, truncate=True)[0]) for t in texts]
     (REPO / "test-artifacts").mkdir(exist_ok=True)

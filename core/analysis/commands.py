@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
+    if args.estimate and args.what != "importance":
+        raise InputError(f"--estimate applies to importance, not {args.what}")
     bundle = load(args.checkpoint, device=args.device)
     out = bundle.translate(" ".join(args.text), InferenceOptions(), truncate=True)
     if args.what == "importance":

@@ -52,6 +52,7 @@ def test_patching_and_attribution_as_text(tiny_checkpoint, capsys):
         (["attribution", "--position", "99"], "--position must be from 1"),
         (["attribution", "--steps", "0"], "--steps must be at least 1"),
         (["importance", "--top", "0"], "--top must be at least 1"),
+        (["rollout", "--estimate"], "--estimate applies to importance, not rollout"),
     ],
 )
 def test_bad_requests(tiny_checkpoint, capsys, args, message):
