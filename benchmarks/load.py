@@ -26,9 +26,14 @@ SUBJECTS = ["The old farmer", "My sister", "A young teacher", "The tired doctor"
 VERBS = ["bought", "found", "painted", "sold", "carried", "lost", "washed", "opened"]
 OBJECTS = ["a blue bicycle", "the heavy box", "an old map", "a small boat", "the red door", "a warm coat"]
 WHEN = ["yesterday.", "this morning.", "last summer.", "after dinner.", "before school.", "on Sunday."]
-LONGEST = " ".join(
-    f"{s} {v} {o} {w}" for s, v, o, w in zip(SUBJECTS * 4, VERBS * 5, OBJECTS * 7, WHEN * 7, strict=False)
-)  # about 250 words: beyond the longest input, so the app truncates it (the largest trace it ever makes)
+LONGEST = (
+    ", and ".join(
+        f"{s} {v} {o} {w.rstrip('.')}"
+        for s, v, o, w in zip(SUBJECTS * 4, VERBS * 5, OBJECTS * 7, WHEN * 7, strict=False)
+    )
+    + "."
+)  # about 250 words in ONE sentence (the app splits a text into sentences): beyond the longest input, so the app
+# truncates it (the largest trace it ever makes)
 NOT_EMPTY = "∅ (the model produced no words)"
 ACTION_TIMEOUT_MS = 180_000  # one action (a click, or the page catching up after it) may take this long
 
