@@ -24,21 +24,26 @@ SHORT = [
     "The children played football in the park after school today.",
 ]
 LONG = [
-    " ".join(
-        SHORT[i:]
+    ", and ".join(
+        s.rstrip(".")
+        for s in SHORT[i:]
         + SHORT[:i]
         + [
             "The teacher explained the lesson again because nobody understood it.",
             "Please close the window before you leave the house tonight.",
         ]
     )
+    + "."
     for i in range(len(SHORT))
-]  # six 10-word sentences: 60 words, distinct so the app's cache never answers
-# Done = the new translation is shown, the script run has replaced every stale element, and every Plotly
-# chart on the page (the overview's grid and its large head) has drawn its heatmap image(s).
+]  # six 10-word clauses in ONE sentence (the app splits a text into sentences): 60 words, distinct so the
+# app's cache never answers
+# Done = the new translation is shown, the script run has replaced every stale element, and every visible
+# heatmap chart on the page (the overview's grid and its large head; at least two) has drawn its image(s)
+# (with a switch on, a bar chart waits in a closed expander: not drawn, not visible, not waited for).
 HEATMAPS_DONE = """([want, note]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)
     && document.querySelectorAll('[data-stale="true"]').length === 0
-    && (() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
+    && (() => { const plots = [...document.querySelectorAll('.js-plotly-plot')]
+                    .filter(p => p.offsetParent !== null && !p.querySelector('.barlayer .trace'));
                 return plots.length >= 2 && plots.every(p => p.querySelector('.heatmaplayer image')); })()
     && [...document.querySelectorAll('.js-plotly-plot .gtitle')]
          .every(t => !t.textContent.includes(' — ') || t.textContent.includes(note))"""
