@@ -26,7 +26,7 @@ from core.analysis.alignment import AlignmentScores
 from core.analysis.attribution import Attribution, attribute
 from core.analysis.heads import HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
-from core.analysis.survey import alignment_scores, builtin_statistics, cached_builtin_statistics, gold_pairs
+from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
 from core.segment import split_sentences
 from viz_app.cache import cached, peek
 
@@ -206,7 +206,7 @@ def alignment(path: str) -> AlignmentScores | None:
     """Every cross head's AER on the shipped gold pairs of the checkpoint's languages (None: no gold data)."""
     bundle = load_bundle(path)
     gold = gold_pairs(*bundle.languages)
-    return alignment_scores(bundle, gold) if gold else None
+    return kept_alignment_scores(bundle, gold) if gold else None
 
 
 def quality_line(bundle: core.Bundle) -> str:

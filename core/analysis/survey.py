@@ -7,11 +7,12 @@ kept on disk in a user cache (``$LAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attenti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -66,15 +67,20 @@ def builtin_statistics(bundle: Bundle, *, use_cache: bool = True) -> tuple[HeadS
         return found
     stats = set_statistics(bundle, sentences)
     if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"language": language, "stats": stats.to_dict()}, f)
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only home: the figures are still returned
+        _write_json(path, {"language": language, "stats": stats.to_dict()})
     return stats, language
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write a cache entry atomically; a read-only home only means the figures are not kept."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 # ----------------------------------------------------------------------------- gold alignments
@@ -119,6 +125,30 @@ def alignment_scores(bundle: Bundle, gold: list[GoldPair]) -> AlignmentScores:
         src_pieces.append(trace.src_tokens)
         out_pieces.append(trace.output_tokens)
     return score_heads(maps, src_pieces, out_pieces, gold)
+
+
+ALIGN_VERSION = 1  # bump when the scores change meaning
+
+
+def _alignment_file(bundle: Bundle, gold: list[GoldPair]) -> Path:
+    """The cache entry for these weights on exactly these gold pairs (a digest of their text and links)."""
+    text = json.dumps([[g.source, g.target, sorted(g.sure), sorted(g.possible)] for g in gold])
+    gold_digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return cache_dir() / f"alignment-v{ALIGN_VERSION}-{bundle.digest}-{gold_digest}.json"
+
+
+def kept_alignment_scores(bundle: Bundle, gold: list[GoldPair]) -> AlignmentScores:
+    """``alignment_scores``, kept on disk like the head statistics (the app's heads page: one teacher-forced pass
+    per gold pair is seconds on a small machine, the same for the same weights and pairs)."""
+    path = _alignment_file(bundle, gold)
+    if path.is_file():
+        try:
+            return AlignmentScores.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged entry: measured again below
+    scores = alignment_scores(bundle, gold)
+    _write_json(path, scores.to_dict())
+    return scores
 
 
 def alignment_card_section(scores: AlignmentScores, gold_name: str) -> str:

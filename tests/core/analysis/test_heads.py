@@ -115,3 +115,30 @@ def test_builtin_sentences_are_deterministic_and_varied() -> None:
     assert len(pt) == 240 and "O cão mordeu o homem." in pt
     assert builtin_sentences("fr")[1] == "en"  # no French set: English, and it says so
     assert max(len(s.split()) for s in en) >= 18
+
+
+def test_alignment_scores_are_kept_on_disk_by_weights_and_gold_pairs(tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    from core.analysis import survey
+    from core.analysis.alignment import GoldPair
+
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    gold = [
+        GoldPair("the cat sleeps", "o gato dorme", frozenset({(0, 0), (1, 1), (2, 2)}), frozenset()),
+        GoldPair("a dog", "um cão", frozenset({(0, 0), (1, 1)}), frozenset()),
+    ]
+    first = survey.kept_alignment_scores(bundle, gold)
+    files = list(tmp_path.glob("alignment-*.json"))
+    assert len(files) == 1 and bundle.digest in files[0].name
+    calls = []
+    real = survey.alignment_scores
+    monkeypatch.setattr(survey, "alignment_scores", lambda *a: calls.append(a) or real(*a))
+    again = survey.kept_alignment_scores(bundle, gold)  # from the file: nothing measured
+    assert not calls
+    np.testing.assert_allclose(again.head_aer, first.head_aer)
+    assert (again.best_head, again.n_pairs, again.method) == (first.best_head, first.n_pairs, first.method)
+    survey.kept_alignment_scores(bundle, gold[:1])  # other gold pairs: measured, kept apart
+    assert len(calls) == 1 and len(list(tmp_path.glob("alignment-*.json"))) == 2
+    files[0].write_text("{not json")  # a damaged entry is measured again
+    survey.kept_alignment_scores(bundle, gold)
+    assert len(calls) == 2
