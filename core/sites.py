@@ -66,3 +66,11 @@ def layer_site(stack: Stack, layer: int) -> str:
 
 def embed_site(side: Side) -> str:
     return f"embed.{side}"
+
+
+def layer_input_site(stack: Stack, layer: int) -> str:
+    """The residual stream entering a layer: the embeddings for the first ('embed.src' / 'embed.tgt'), else the
+    previous layer's output ('encoder.1.out' enters encoder layer 2)."""
+    if layer == 0:
+        return embed_site("src" if stack == "encoder" else "tgt")
+    return layer_site(stack, layer - 1)

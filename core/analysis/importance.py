@@ -29,7 +29,7 @@ from ..fast import FastWeights
 from ..interventions import ScaleHeads
 from ..model import Transformer
 from ..recorder import Recorder
-from ..sites import AttentionKind, attention_site, parse_attention_site
+from ..sites import AttentionKind, attention_site, layer_input_site, parse_attention_site
 from ..trace import ModelShape, Trace
 
 Head = tuple[AttentionKind, int, int]
@@ -224,8 +224,8 @@ def head_importance(
             assert layer_inputs is not None  # recorded above whenever the encoder's heads are asked for
             parts = []
             for layer in range(shape.n_layers[kind]):
-                site = "embed.src" if layer == 0 else f"encoder.{layer - 1}.out"
-                x = torch.from_numpy(np.array(layer_inputs[site])).to(src1.device)[None]  # (1, Ts, D)
+                x = torch.from_numpy(np.array(layer_inputs[layer_input_site("encoder", layer)]))[None]  # (1, Ts, D)
+                x = x.to(src1.device)
                 switches = [ScaleHeads(attention_site(kind, layer), (h,), 0.0, rows=(h,)) for h in range(n_heads)]
                 parts.append(
                     model.encode(

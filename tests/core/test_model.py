@@ -10,6 +10,7 @@ from conftest import tiny_config
 
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
 from core.positional import sinusoidal_table
+from core.sites import layer_input_site
 
 DEFAULTS = InferenceOptions()
 
@@ -150,7 +151,7 @@ def test_the_encoder_resumes_at_a_layer_from_that_layers_input(model):
         whole = model.encode(src, keep, options=opts, recorder=rec)
         trace = rec.freeze()
         for layer in range(model.config.n_encoder_layers):
-            site = "embed.src" if layer == 0 else f"encoder.{layer - 1}.out"
+            site = layer_input_site("encoder", layer)
             x = torch.stack([torch.from_numpy(np.array(trace.select(b)[site])) for b in range(2)])
             resumed = model.encode(src, keep, options=opts, start=(layer, x))
             torch.testing.assert_close(resumed, whole, atol=1e-5, rtol=1e-5)

@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 import core
-from core.sites import attention_site
+from core.sites import attention_site, layer_input_site
 from viz_app import common, figures, figures_steps, state
 from viz_app.cache import cached
 
@@ -87,12 +87,9 @@ class Walkthrough:
     # ------------------------------------------------------------------ the residual stream
     def stream(self, stack: str, layer: int) -> np.ndarray:
         """The residual stream entering ``stack`` layer ``layer`` (T, D): the embedding + PE for the first."""
-        if layer == 0:
-            x = self.trace["embed.src" if stack == "encoder" else "embed.tgt"]
-            if stack == "decoder":  # without the KV cache each step re-embeds the prefix: the last pass is the trace
-                x = x[-self.n_tgt :]
-        else:
-            x = self.trace[f"{stack}.{layer - 1}.out"]
+        x = self.trace[layer_input_site("encoder" if stack == "encoder" else "decoder", layer)]
+        if layer == 0 and stack == "decoder":  # without the KV cache each step re-embeds the prefix: the last pass
+            x = x[-self.n_tgt :]
         return np.asarray(x, dtype=np.float64)
 
     def sub_in(self, h: np.ndarray, norm: torch.nn.Module) -> np.ndarray:
