@@ -183,13 +183,14 @@ def head_heatmap(
     z = rounded(matrix)
     if mask is not None and mask.shape == z.shape:
         z = np.where(mask, z, np.nan).astype(np.float32)
+    gaps = z.size <= HOVER_TEXT_MAX  # large maps draw without cell gaps: Plotly then paints them in half the time
     trace: dict[str, Any] = dict(
         z=z,
         x=list(range(z.shape[1])),
         y=list(range(z.shape[0])),
         hoverongaps=True,
-        xgap=1,
-        ygap=1,
+        xgap=1 if gaps else 0,
+        ygap=1 if gaps else 0,
     )
     if z.size <= HOVER_TEXT_MAX:  # every cell names its tokens
         trace.update(
@@ -223,8 +224,8 @@ def head_heatmap(
                 y=trace["y"],
                 colorscale=[[0, MASKED_BG], [1, MASKED_BG]],
                 showscale=False,
-                xgap=1,
-                ygap=1,
+                xgap=trace["xgap"],
+                ygap=trace["ygap"],
                 name="masked (−∞)",
                 hoverinfo="skip",
             )

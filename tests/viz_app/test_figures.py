@@ -291,9 +291,11 @@ def test_long_inputs_are_pooled_in_the_grid_and_light_in_the_large_map() -> None
     big = figures.head_heatmap(_weights(1, n, n)[0], tokens, tokens, title="h")
     main = _heatmaps(big)[0]
     assert main.text is None and main.x[0] == 1 and big.layout.xaxis.tickvals[0] == 1  # positions from 1
+    assert main.xgap == main.ygap == 0  # no cell gaps at this size (they doubled Plotly's drawing time)
     assert len(big.to_json()) < 300_000
     small = figures.head_heatmap(_weights(1, 6, 6)[0], SRC, SRC, title="h")
     assert _heatmaps(small)[0].text is not None and small.layout.xaxis.tickvals[0] == 0  # short: tokens on hover
+    assert _heatmaps(small)[0].xgap == 1
 
 
 def test_top_k_bars_keep_small_candidates_visible() -> None:
