@@ -111,9 +111,9 @@ class Recorder:
             | {site[: -len(".heads")] for site in self._patches if site.endswith(".heads")}
             | {site[: -len(".heads")] for site in self.keep_grad if site.endswith(".heads")}
         )
-        self._stream_sites = frozenset(
-            {site for site in self._patches if not site.endswith(".heads")}
-            | {site for site in self.keep_grad if not site.endswith(".heads")}
+        self._grad_streams = frozenset(site for site in self.keep_grad if not site.endswith(".heads"))
+        self._stream_sites = (
+            frozenset({site for site in self._patches if not site.endswith(".heads")}) | self._grad_streams
         )
 
     # ------------------------------------------------------------ set-up
@@ -177,11 +177,12 @@ class Recorder:
     def heads(self, site: str, ctx: Tensor, offset: int = 0) -> Tensor:
         """Each head's output at attention ``site``: ctx (B, H, Tq, dh) -> after scaling / patching / recording."""
         scale = self._head_scale(site, ctx.shape[0], ctx.device)
+        if f"{site}.heads" in self.keep_grad:  # the gate is one more per-head scale, kept for its gradient
+            gate = self._gate(site, ctx)
+            scale = gate if scale is None else scale * gate
         if scale is not None:
             ctx = ctx * scale[:, :, None, None]
-        if f"{site}.heads" in self.keep_grad:
-            ctx = ctx * self._gate(site, ctx)[:, :, None, None]
-        return self.activation(f"{site}.heads", ctx, offset, gated=True)
+        return self.activation(f"{site}.heads", ctx, offset)
 
     def _gate(self, site: str, ctx: Tensor) -> Tensor:
         """The (B, H) gate of ones kept for its gradient at attention ``site`` (one per call: decoding steps share
@@ -197,15 +198,15 @@ class Recorder:
             raise ValueError(f"keep_grad={name!r}: the batch changed within one call ({tuple(gate.shape)})")
         return gate
 
-    def activation(self, site: str, x: Tensor, offset: int = 0, *, gated: bool = False) -> Tensor:
-        """A residual-stream or head-output value: patched, made a gradient leaf, recorded, as asked. gated: the
-        head outputs' gradient is kept by their gate (``heads``), not here."""
+    def activation(self, site: str, x: Tensor, offset: int = 0) -> Tensor:
+        """A residual-stream or head-output value: patched, made a gradient leaf, recorded, as asked (head outputs
+        keep their gradient through their gate, in ``heads``)."""
         patches = self._patches.get(site)
         if patches:
             x = x.clone()  # one copy for all of this site's patches (a batch may patch a different place per row)
             for patch in patches:
                 patch.write(x, offset)
-        if site in self.keep_grad and not gated:
+        if site in self._grad_streams:
             if not torch.is_grad_enabled():
                 raise RuntimeError(f"keep_grad={site!r} needs gradients: call the model with torch.enable_grad()")
             x = x.detach().requires_grad_(True)

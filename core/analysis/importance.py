@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..config import InferenceOptions
+from ..decoding import suppress
 from ..fast import FastWeights
 from ..interventions import ScaleHeads
 from ..model import Transformer
@@ -159,7 +160,7 @@ def _score_states(
         if len(never):
             bad = torch.isin(best, never)  # rare: a suppressed id on top; greedy takes the best of the rest
             if bool(bad.any()):
-                best[bad] = logits[bad].index_fill(-1, never, float("-inf")).argmax(-1)
+                best[bad] = suppress(logits[bad], model.config, float("-inf")).argmax(-1)
         chosen = logits.gather(-1, t[:, None])[:, 0]
         logsumexp = top + logits.sub_(top[:, None]).exp_().sum(-1).log()  # (in place: the logits are done with)
         logp[i : i + len(t)] = chosen - logsumexp
