@@ -124,10 +124,15 @@ def shared() -> ByteBudgetCache:
     return ByteBudgetCache(budget_bytes())
 
 
+@functools.cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)  # once per cached function, not at every call of every rerun
+
+
 def _key(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
     """The cache key of ``fn(*args, **kwargs)``: its name and every argument by name, defaults filled in, so
     ``f(a)``, ``f(a, False)`` and ``f(a, flag=False)`` are one entry."""
-    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound = _signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     return (fn.__qualname__, tuple(bound.arguments.items()))
 
