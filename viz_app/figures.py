@@ -123,11 +123,18 @@ def ordinal(n: int) -> str:
 
 
 def token_axis(
-    tokens: Sequence[str], title: str, scale: float = 1.0, *, max_ticks: int = MAX_TICKS, note: bool = True
+    tokens: Sequence[str],
+    title: str,
+    scale: float = 1.0,
+    *,
+    max_ticks: int = MAX_TICKS,
+    note: bool = True,
+    first: int = 0,
 ) -> dict[str, Any]:
     """Axis settings for a token axis: integer positions, pieces as tick text, smaller font when crowded, and
     beyond ``max_ticks`` tokens only every k-th labelled (with its 1-based position) so the labels stay legible.
-    note: say so in the title (a title left empty stays empty; side-by-side panels say it once)."""
+    note: say so in the title (a title left empty stays empty; side-by-side panels say it once). first: the
+    coordinate of the first token (1 where a large map's hover names 1-based positions)."""
     n = len(tokens)
     size = 12 if n * scale <= 30 else 10 if n * scale <= 60 else 8
     step = -(-n // max_ticks)
@@ -137,7 +144,7 @@ def token_axis(
     return dict(
         title=dict(text=said if step > 1 and note and title else title),
         tickmode="array",
-        tickvals=shown,
+        tickvals=[i + first for i in shown],
         ticktext=[labels[i] if step == 1 else f"{i + 1} {labels[i]}" for i in shown],
         tickfont=dict(size=size),
         showgrid=False,
@@ -232,12 +239,9 @@ def head_heatmap(
         )
     n_q, n_k = z.shape
     base_layout(fig, title, height=int(min(1500, max(380, 22 * n_q + 190))))
-    shift = 0 if z.size <= HOVER_TEXT_MAX else 1  # positions start at 1 where the hover names positions
-    x_axis, y_axis = token_axis(k_tokens, "key (attended to)"), token_axis(q_tokens, "query (attending)")
-    for axis in (x_axis, y_axis):
-        axis["tickvals"] = [v + shift for v in axis["tickvals"]]
-    fig.update_xaxes(**x_axis, tickangle=-60)
-    fig.update_yaxes(**y_axis, autorange="reversed")
+    first = trace["x"][0]  # 1 where the hover names positions
+    fig.update_xaxes(**token_axis(k_tokens, "key (attended to)", first=first), tickangle=-60)
+    fig.update_yaxes(**token_axis(q_tokens, "query (attending)", first=first), autorange="reversed")
     return fig
 
 
@@ -451,7 +455,7 @@ def mask_panels(
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, horizontal_spacing=0.06)
     scale = [[0.0, BLOCK], [0.5, BLOCK], [0.5, ALLOW], [1.0, ALLOW]]
     large = len(q_tokens) * len(k_tokens) > HOVER_TEXT_MAX
-    shift = 1 if large else 0
+    first = 1 if large else 0
     cells: dict[str, Any] = (
         dict(
             x=list(range(1, len(k_tokens) + 1)),
@@ -483,10 +487,10 @@ def mask_panels(
             col=c,
         )
         middle = c == (len(names) + 1) // 2  # one note under the panels, not one per panel (they overlapped)
-        x_axis = token_axis(k_tokens, "key", scale=len(names), max_ticks=MAX_TICKS // len(names), note=middle)
-        y_axis = token_axis(q_tokens, "query" if c == 1 else "")
-        for axis in (x_axis, y_axis):
-            axis["tickvals"] = [v + shift for v in axis["tickvals"]]
+        x_axis = token_axis(
+            k_tokens, "key", scale=len(names), max_ticks=MAX_TICKS // len(names), note=middle, first=first
+        )
+        y_axis = token_axis(q_tokens, "query" if c == 1 else "", first=first)
         fig.update_xaxes(**x_axis, tickangle=-90, row=1, col=c)
         fig.update_yaxes(**y_axis, autorange="reversed", showticklabels=c == 1, row=1, col=c)
     return base_layout(fig, title, height=int(min(900, max(360, 16 * len(q_tokens) + 220))))

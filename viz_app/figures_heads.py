@@ -153,7 +153,7 @@ def alignment_matrix(
     names word positions (1-based, as the axes do) instead of the words, and long axes label every k-th word."""
     z = np.round(matrix.astype(np.float64), DECIMALS)
     large = z.size > HOVER_TEXT_MAX
-    shift = 1 if large else 0
+    first = 1 if large else 0  # 1-based coordinates where the hover names positions
     cells: dict[str, Any] = (
         dict(hovertemplate="target word %{y} ← source word %{x}<br>share %{z:.3f}<extra></extra>")
         if large
@@ -167,8 +167,8 @@ def alignment_matrix(
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=list(range(shift, len(src_words) + shift)),
-            y=list(range(shift, len(tgt_words) + shift)),
+            x=list(range(first, len(src_words) + first)),
+            y=list(range(first, len(tgt_words) + first)),
             colorscale=WEIGHTS_SCALE,
             zmin=0.0,
             zmax=1.0,
@@ -180,8 +180,8 @@ def alignment_matrix(
         i, j = zip(*sorted(links), strict=True)
         fig.add_trace(
             go.Scatter(
-                x=[v + shift for v in i],
-                y=[v + shift for v in j],
+                x=[v + first for v in i],
+                y=[v + first for v in j],
                 mode="markers",
                 marker=dict(color="#e4572e", size=8 if not large else 5),
                 hoverinfo="skip",
@@ -189,10 +189,7 @@ def alignment_matrix(
             )
         )
     base_layout(fig, title, height=int(min(700, max(260, 26 * len(tgt_words) + 170))))
-    x_axis, y_axis = token_axis(src_words, "source word"), token_axis(tgt_words, "target word")
-    for axis in (x_axis, y_axis):
-        axis["tickvals"] = [v + shift for v in axis["tickvals"]]
-    fig.update_xaxes(**x_axis, tickangle=-45)
-    fig.update_yaxes(**y_axis, autorange="reversed")
+    fig.update_xaxes(**token_axis(src_words, "source word", first=first), tickangle=-45)
+    fig.update_yaxes(**token_axis(tgt_words, "target word", first=first), autorange="reversed")
     fig.update_layout(showlegend=False)
     return fig
