@@ -23,16 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from app_cost import SHORT
 
 import core
 from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
-CLAUSES = [
-    "the old man walked slowly to the market this morning",
-    "my sister bought a red bicycle for her young son",
-    "we will visit our grandparents in the mountains next summer",
-    "the children played football in the park after school today",
+CLAUSES = [s.rstrip(".").lower() for s in SHORT] + [  # app_cost's short sentences first, then more clauses
     "the teacher explained the lesson again because nobody understood it",
     "the neighbours who have lived in the same house for forty years gave us a basket of apples",
     "the last train left the station while the lights in the waiting room were switched off",

@@ -135,7 +135,6 @@ def _importance_tab(out: core.Translation) -> None:
 def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImportance | None] | None:
     """The importance to show and, once a long sentence is measured exactly, the estimate shown before it."""
     path, text, key = state.ckpt_path(), state.sentence(), state.options_key(out.options)
-    pieces = len(out.src_tokens) + len(out.output_tokens)
     if not _long(out):
         exact = state.guarded(lambda: state.importance(path, text, key))
         return None if exact is None else (exact, None)
@@ -145,7 +144,8 @@ def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImp
     asked = st.session_state.get("explain_exact_for") == _analysis_key(out)
     if not asked:
         st.info(
-            f"A long sentence ({pieces} pieces in and out): these maps are an **estimate** from one gradient pass. "
+            f"A long sentence ({_pieces(out)} pieces in and out): these maps are an **estimate** from one gradient "
+            "pass. "
             f"Measuring every head switched off takes one teacher-forced pass per head "
             f"({len(estimate.effects)} here, several seconds).",
             icon=":material/speed:",
@@ -159,18 +159,22 @@ def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImp
     return exact, estimate
 
 
+def _pieces(out: core.Translation) -> int:
+    return len(out.src_tokens) + len(out.output_tokens)
+
+
 def _long(out: core.Translation) -> bool:
     """More pieces in and out than head importance measures at once (the page then computes on request)."""
-    return len(out.src_tokens) + len(out.output_tokens) > state.IMPORTANCE_EXACT_PIECES
+    return _pieces(out) > state.IMPORTANCE_EXACT_PIECES
 
 
 def _without(out: core.Translation, effect: HeadEffect, on_request: bool) -> None:
     """The greedy translation with ``effect``'s head also switched off: shown when the measurement says it changes
-    (on request for long sentences, or when only estimated)."""
+    (on request for long sentences, the only ones that are estimated)."""
     if effect.output_changed is False:
         st.markdown("Without it the translation stays the same.")
         return
-    if (on_request or effect.output_changed is None) and not st.toggle("Translate without it", key="explain_without"):
+    if on_request and not st.toggle("Translate without it", key="explain_without"):
         return
     alone = out.options.with_changes(ablate=out.options.ablate | {(effect.kind, effect.layer, effect.head)})
     without = state.current(beam=1, opts=alone)

@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 import core
-from core.sites import attention_site, layer_input_site
+from core.sites import Stack, attention_site, layer_input_site
 from viz_app import common, figures, figures_steps, state
 from viz_app.cache import cached
 
@@ -85,9 +85,9 @@ class Walkthrough:
         self.d_head = self.cfg.d_head
 
     # ------------------------------------------------------------------ the residual stream
-    def stream(self, stack: str, layer: int) -> np.ndarray:
+    def stream(self, stack: Stack, layer: int) -> np.ndarray:
         """The residual stream entering ``stack`` layer ``layer`` (T, D): the embedding + PE for the first."""
-        x = self.trace[layer_input_site("encoder" if stack == "encoder" else "decoder", layer)]
+        x = self.trace[layer_input_site(stack, layer)]
         if layer == 0 and stack == "decoder":  # without the KV cache each step re-embeds the prefix: the last pass
             x = x[-self.n_tgt :]
         return np.asarray(x, dtype=np.float64)
