@@ -325,12 +325,12 @@ def fit(
                 before = trainer.step
                 loss = trainer.train_step(batch)
                 trainer.batch_in_epoch += 1
-                if trainer.step == before:  # the trainer refused the batch (e.g. a non-finite loss): no step
-                    continue
-                window_loss += loss * batch.n_target_tokens
-                window_tokens += batch.n_target_tokens
-                bar.update(1)
-                if trainer.step % cfg.log_every == 0:
+                stepped = trainer.step != before  # False: the trainer refused the batch (e.g. a non-finite loss)
+                if stepped:
+                    window_loss += loss * batch.n_target_tokens
+                    window_tokens += batch.n_target_tokens
+                    bar.update(1)
+                if stepped and trainer.step % cfg.log_every == 0:
                     seconds = time.perf_counter() - window_start
                     entry = {
                         "type": "train",
@@ -346,10 +346,10 @@ def fit(
                         log.write(json.dumps(entry) + "\n")
                         log.flush()
                     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
-                if cfg.eval_every and trainer.step % cfg.eval_every == 0:
+                if stepped and cfg.eval_every and trainer.step % cfg.eval_every == 0:
                     run_eval()
                 elif cfg.save_minutes and time.perf_counter() - last_save >= cfg.save_minutes * 60:
-                    save()  # rank 0 only, no barrier: the other ranks carry on
+                    save()  # rank 0 only, no barrier: the other ranks carry on (refused batches included)
                 if out_of_budget():
                     break
             else:
