@@ -21,7 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -48,9 +48,6 @@ from .bergamot_wheel import (
     model_files,
 )
 from .marian_format import read_marian_bin
-
-if TYPE_CHECKING:
-    pass
 
 LANGUAGE_NAMES = {"en": "English", "pt": "Portuguese"}
 SAMPLES = {

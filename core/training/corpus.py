@@ -331,14 +331,14 @@ def make_split(pairs: list[Pair], n_dev: int = 500, n_test: int = 1000, seed: in
     return Split(train=train, dev=[pairs[i] for i in held[:n_dev]], test=[pairs[i] for i in held[n_dev:]])
 
 
-def write_lines(path: Path, lines: list[str]) -> None:
+def _write_lines(path: Path, lines: list[str]) -> None:  # (core.distill.data has an atomic, lenient pair)
     for s in lines:
         if "\n" in s or "\r" in s:
             raise ValueError(f"line break inside text: {s!r}")
     path.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
 
 
-def read_lines(path: Path) -> list[str]:
+def _read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
@@ -349,9 +349,9 @@ def write_split(split: Split, out_dir: Path, params: dict | None = None) -> None
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in ("train", "dev", "test"):
         part: list[Pair] = getattr(split, name)
-        write_lines(out_dir / f"{name}.en", [p.en for p in part])
-        write_lines(out_dir / f"{name}.de", [p.de for p in part])
-    write_lines(out_dir / "train.kind", [p.kind for p in split.train])
+        _write_lines(out_dir / f"{name}.en", [p.en for p in part])
+        _write_lines(out_dir / f"{name}.de", [p.de for p in part])
+    _write_lines(out_dir / "train.kind", [p.kind for p in split.train])
     meta = {
         "format_version": FORMAT_VERSION,
         "source": f"Debian package {DING_PACKAGE} ({DING_RELPATH}), GPL-2.0-or-later",
@@ -367,9 +367,9 @@ def read_split(out_dir: Path) -> Split:
     out_dir = Path(out_dir)
     parts: dict[str, list[Pair]] = {}
     for name in ("train", "dev", "test"):
-        en = read_lines(out_dir / f"{name}.en")
-        de = read_lines(out_dir / f"{name}.de")
-        kinds = read_lines(out_dir / "train.kind") if name == "train" else ["sentence"] * len(en)
+        en = _read_lines(out_dir / f"{name}.en")
+        de = _read_lines(out_dir / f"{name}.de")
+        kinds = _read_lines(out_dir / "train.kind") if name == "train" else ["sentence"] * len(en)
         if not len(en) == len(de) == len(kinds):
             raise ValueError(
                 f"{out_dir}: {name} files are not aligned ({len(en)} en, {len(de)} de, {len(kinds)} kinds)"
