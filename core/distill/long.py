@@ -45,7 +45,7 @@ from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
 from .data import read_lines
 from .long_inputs import copy_inputs, load_pairs, make_inputs, teacher_stage
-from .student import TRAIN_DEFAULTS, build_student, freeze_except, make_optimizer, trainable_names
+from .student import SCOPES, TRAIN_DEFAULTS, build_student, freeze_except, make_optimizer, trainable_names
 from .word_kd import DistillTrainer
 
 
@@ -147,7 +147,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--joined", type=int, default=90_000, help="joined runs of consecutive sentences (16-120 pieces)")
     p.add_argument("--dev-per-bucket", type=int, default=75, help="dev inputs per length bucket (best-step choice)")
     p.add_argument("--kd-weight", type=float, default=0.5, help="weight of KL(teacher || student) in the loss")
-    p.add_argument("--scope", default="decoder", choices=["self_attn", "self_attn+norm", "decoder", "all"])
+    p.add_argument("--scope", default="decoder", choices=list(SCOPES))
     p.add_argument(
         "--reused-lr-scale", type=float, default=0.3, help="rate factor for parameters copied from the teacher"
     )

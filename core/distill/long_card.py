@@ -27,6 +27,7 @@ from ..training.evaluate import score, translate_many
 from .card import EVERYDAY, md_table, write_card_file
 from .data import read_lines
 from .fidelity import BUCKETS, HEADER, BucketFidelity, fidelity, inputs_by_length, source_sentences, word_list
+from .student import SCOPES
 
 LANGUAGES = {"en": "English", "pt": "Portuguese", "de": "German"}
 
@@ -68,15 +69,6 @@ def _fidelity_table(rows: list[BucketFidelity], label: str | None = None) -> str
     if label is not None:
         header = header.replace("|---|", "|---|---|", 1)
     return "\n".join([header, *[(f"| {label} " if label else "") + r.row() for r in rows]])
-
-
-SCOPES = {  # what ``--scope`` lets learn, for the card (core.distill.student.trainable_names)
-    "self_attn": "only the new decoder self-attention learns",
-    "self_attn+norm": "only the new decoder self-attention and its LayerNorm learn",
-    "decoder": "only the decoder layers learn (the copied cross-attention, feed-forward and LayerNorms at {scale}× the "
-    "rate); encoder, embeddings and output layer stay the teacher's",
-    "all": "every parameter learns (the copied ones at {scale}× the rate)",
-}
 
 
 @dataclass(frozen=True)
@@ -331,7 +323,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         "English with the teacher's output; this card is not legal advice.\n",
         "## Reproduce\n",
         "```",
-        *_reproduce(args, summary, second),
+        *_reproduce(args, summary, sources.get("sources_from")),
         "```",
         "",
         "`--stages train` resumes from the run folder's `state.safetensors` (saved every minute); the teacher stage "
@@ -348,15 +340,16 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
     return "\n".join(parts)
 
 
-def _reproduce(args: argparse.Namespace, summary: dict, second: bool) -> list[str]:
-    """The commands that make this checkpoint, from the run's own settings."""
+def _reproduce(args: argparse.Namespace, summary: dict, sources_from: str | None) -> list[str]:
+    """The commands that make this checkpoint, from the run's own settings (``sources_from``: the inputs
+    stage's, as recorded in its sources.json)."""
     cfg = summary.get("train_config", {})
     pair = (
         f" --teacher {args.teacher} --source-language {args.source_language} --target-language {args.target_language}"
     )
     common = f"--data-dir {args.data_dir}{pair}"
     first = f"python -m core distill-long --stages inputs,teacher {common}" + (
-        f" --sources-from {args.sources_from}" if second and args.sources_from else ""
+        f" --sources-from {sources_from}" if sources_from else ""
     )
     train = (
         f"python -m core distill-long --stages train {common} --run-dir {args.run_dir} "

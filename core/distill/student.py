@@ -95,6 +95,15 @@ def init_student(student: Transformer, checkpoint: Path) -> None:
     student.load_state_dict(earlier.state_dict())
 
 
+SCOPES = {  # what ``--scope`` lets learn (``trainable_names``), as a card says it; the recipes' --scope choices
+    "self_attn": "only the new decoder self-attention learns",
+    "self_attn+norm": "only the new decoder self-attention and its LayerNorm learn",
+    "decoder": "only the decoder layers learn (the copied cross-attention, feed-forward and LayerNorms at {scale}× the "
+    "rate); encoder, embeddings and output layer stay the teacher's",
+    "all": "every parameter learns (the copied ones at {scale}× the rate)",
+}
+
+
 def trainable_names(model: Transformer, scope: str) -> list[str]:
     """Parameter names left trainable: ``self_attn`` = decoder self-attention only, ``self_attn+norm`` adds its
     LayerNorm, ``decoder`` = the whole decoder stack (embeddings/output and encoder stay frozen), ``all``."""
@@ -386,7 +395,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--scope",
         default="self_attn+norm",
-        choices=["self_attn", "self_attn+norm", "decoder", "all"],
+        choices=list(SCOPES),
         help="which parameters train (the rest stay frozen)",
     )
     p.add_argument(
