@@ -31,7 +31,7 @@ from timing import Stat, interleaved, paired_ratio
 
 import core
 from core.analysis.sentences import builtin_sentences
-from core.decoding import default_max_len, greedy
+from core.decoding import DecodeResult, default_max_len, greedy
 from core.importers.bergamot_wheel import WHEEL_GLOB
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,25 +71,34 @@ class Lengths:
 
 
 # ----------------------------------------------------------------------------- ours
+def _untraced(bundle: core.Bundle, text: str) -> tuple[list[int], DecodeResult]:
+    """Our untraced greedy decoding of ``text`` (the fast path, on the bundle's device): its source ids and result."""
+    ids, _ = bundle.encode_source(text)
+    src = torch.tensor([ids], device=bundle.device)
+    out = greedy(
+        bundle.model,
+        src,
+        torch.ones_like(src, dtype=torch.bool),
+        options=core.InferenceOptions(),
+        max_len=default_max_len(len(ids)),
+        fast=bundle.fast,
+    )
+    return ids, out
+
+
+def _text(bundle: core.Bundle, out: DecodeResult) -> str:
+    eos = bundle.config.eos_id
+    return bundle.tokenizer.decode([i for i in out.tokens[0, 1 : 1 + out.lengths[0]].tolist() if i != eos])
+
+
 def ours(bundle: core.Bundle, traced: bool) -> Translate:
     """Text -> text. Traced: ``Bundle.translate`` (every head recorded, frozen into a Trace; no q/k/v)."""
     if traced:
         return lambda text: bundle.translate(text, record_qkv=False).text
-    eos = bundle.config.eos_id
 
     @torch.inference_mode()
     def untraced(text: str) -> str:
-        ids, _ = bundle.encode_source(text)
-        src = torch.tensor([ids], device=bundle.device)
-        out = greedy(
-            bundle.model,
-            src,
-            torch.ones_like(src, dtype=torch.bool),
-            options=core.InferenceOptions(),
-            max_len=default_max_len(len(ids)),
-            fast=bundle.fast,
-        )
-        return bundle.tokenizer.decode([i for i in out.tokens[0, 1 : 1 + out.lengths[0]].tolist() if i != eos])
+        return _text(bundle, _untraced(bundle, text)[1])
 
     return untraced
 
@@ -97,20 +106,9 @@ def ours(bundle: core.Bundle, traced: bool) -> Translate:
 @torch.inference_mode()
 def lengths(bundle: core.Bundle, sentence_groups: list[list[str]]) -> Lengths:
     src, steps, texts = {}, {}, {}
-    eos = bundle.config.eos_id
     for text in (t for g in sentence_groups for t in g):
-        ids, _ = bundle.encode_source(text)
-        s = torch.tensor([ids])
-        out = greedy(
-            bundle.model,
-            s,
-            torch.ones_like(s, dtype=torch.bool),
-            options=core.InferenceOptions(),
-            max_len=default_max_len(len(ids)),
-            fast=bundle.fast,
-        )
-        src[text], steps[text] = len(ids), len(out.steps)
-        texts[text] = bundle.tokenizer.decode([i for i in out.tokens[0, 1 : 1 + out.lengths[0]].tolist() if i != eos])
+        ids, out = _untraced(bundle, text)
+        src[text], steps[text], texts[text] = len(ids), len(out.steps), _text(bundle, out)
     return Lengths(src, steps, texts)
 
 

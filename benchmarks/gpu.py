@@ -107,8 +107,8 @@ def main() -> int:
         stats, outputs = {}, {}
         for device in devices:
             works = contenders(core.load(path, device=device), texts)
-            outputs[device] = {name: work() for name, work in works.items()}
-            stats[device] = interleaved(works, rounds=args.rounds, warmup=1)
+            outputs[device] = {name: work() for name, work in works.items()}  # also each contender's warm-up
+            stats[device] = interleaved(works, rounds=args.rounds, warmup=0)
         for name in stats["cpu"]:
             for device in devices:
                 st, got, ref = stats[device][name], outputs[device][name], outputs["cpu"][name]
