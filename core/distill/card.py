@@ -361,10 +361,13 @@ def canonical_command(args: argparse.Namespace) -> str:
 
 
 def write_card_file(folder: Path, text: str) -> None:
-    """``folder/card.md`` written to a temporary name, made world-readable and renamed (never half a card)."""
+    """``folder/card.md`` written to a temporary name, made world-readable and renamed durably (never half a
+    card, also across a crash: ``core.durable``, as checkpoints are saved)."""
     import os
+
+    from ..durable import replace_durably
 
     tmp = folder / ".card.md.tmp"
     tmp.write_text(text, encoding="utf-8")
     os.chmod(tmp, 0o644)
-    os.replace(tmp, folder / "card.md")
+    replace_durably(tmp, folder / "card.md")
