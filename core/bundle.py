@@ -13,14 +13,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig
-from .decoding import BeamStep, beam_search, default_max_len, greedy, suppress
-from .errors import InputError
+from .decoding import BeamStep, beam_search, column_of, default_max_len, greedy, suppress, vocab_ids
+from .errors import CheckpointError, InputError
 from .fast import FastWeights
 from .model import Transformer
 from .recorder import Recorder
+from .shortlist import Shortlist, as_vocab, load_beside
 from .sites import AttentionKind
 from .tokenizer import Tokenizer
 from .trace import ModelShape, Trace
@@ -220,9 +222,16 @@ class Bundle:
         info: dict[str, Any],
         path: Path | None = None,
         max_source_tokens: int = 256,
+        shortlist: Shortlist | None = None,
     ) -> None:
         self.model, self.tokenizer, self.info, self.path = model, tokenizer, info, path
         self.max_source_tokens = max_source_tokens
+        if shortlist is not None and shortlist.vocab_size != model.config.tgt_vocab_size:
+            raise CheckpointError(
+                f"the shortlist is for {shortlist.vocab_size:,} target ids; "
+                f"the model has {model.config.tgt_vocab_size:,}"
+            )
+        self.shortlist = shortlist  # the lexical shortlist the model's production engine scores (None: none ships)
         self.fast = FastWeights(model)  # the fast path's copies of the weights, made once: the model never changes
 
     @property
@@ -314,7 +323,20 @@ class Bundle:
             ModelShape.of(self.config).check_ablation(options.ablate)
         except ValueError as exc:
             raise InputError(str(exc)) from None
+        if options.shortlist and self.shortlist is None:
+            raise InputError(
+                f"{self.name} has no lexical shortlist (imported Marian models such as bergamot-* ship one): "
+                "switch the shortlist off"
+            )
         return options
+
+    def shortlist_vocab(
+        self, options: InferenceOptions, src_ids: Sequence[int], also: Sequence[int] = ()
+    ) -> Tensor | None:
+        """The ids a call scores: the shortlist's rows for this source (and ``also``), None = every id."""
+        if not options.shortlist or self.shortlist is None:
+            return None
+        return as_vocab(self.shortlist.rows(src_ids, also), self.device)
 
     # ----------------------------------------------------------------- API
     @torch.inference_mode()
@@ -342,9 +364,17 @@ class Bundle:
         src, keep = self._tensor(src_ids)
         max_len = max_len or default_max_len(len(src_ids))
         forced = self._check_prefix(prefix, beam_size, max_len)
+        vocab = self.shortlist_vocab(options, src_ids, forced)
         if beam_size > 1:
             out_ids = beam_search(
-                self.model, src, keep, options=options, max_len=max_len, beam_size=beam_size, fast=self.fast
+                self.model,
+                src,
+                keep,
+                options=options,
+                max_len=max_len,
+                beam_size=beam_size,
+                fast=self.fast,
+                vocab=vocab,
             )
             return self._forced_pass(
                 src_ids,
@@ -368,12 +398,15 @@ class Bundle:
             top_k=top_k,
             fast=self.fast,
             prefix=forced,
+            vocab=vocab,
         )
         out_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
         text_out = self.tokenizer.decode([i for i in out_ids if i != self.config.eos_id])
         extra = {"forced_prefix": len(forced)} if forced else {}
         return Translation(
-            self._freeze(recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices, **extra)
+            self._freeze(
+                recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices, **extra, **_rows(vocab)
+            )
         )
 
     def _check_prefix(self, prefix: Sequence[int] | None, beam_size: int, max_len: int) -> list[int]:
@@ -416,6 +449,7 @@ class Bundle:
         src, keep = self._tensor(src_ids)
         max_len = max_len or default_max_len(len(src_ids))
         history: list[BeamStep] = []
+        vocab = self.shortlist_vocab(options, src_ids)
         out_ids = beam_search(
             self.model,
             src,
@@ -426,8 +460,9 @@ class Bundle:
             alpha=alpha,
             fast=self.fast,
             history=history,
+            vocab=vocab,
         )
-        result = greedy(self.model, src, keep, options=options, max_len=max_len, fast=self.fast)
+        result = greedy(self.model, src, keep, options=options, max_len=max_len, fast=self.fast, vocab=vocab)
         greedy_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
         used = set(src_ids) | set(out_ids) | set(greedy_ids)
         for step in history:
@@ -468,15 +503,20 @@ class Bundle:
         dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
         tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
         recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        logits = self.model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast)  # (1, Tt, V)
-        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0)  # (1, Tt, V)
+        targets = out_ids if out_ids else [cfg.eos_id]
+        vocab = self.shortlist_vocab(options, src_ids, targets)  # a given output's ids are scored even if not shortlisted
+        logits = self.model(
+            src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast, vocab=vocab
+        )  # (1, Tt, V|S)
+        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (1, Tt, V|S)
         top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
-        targets = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
-        chosen = probs.gather(-1, targets[..., None])[..., 0]  # (1, Tt)
-        for t in range(targets.shape[1]):
-            recorder.output(targets[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
+        columns = torch.tensor([[column_of(i, vocab) for i in targets]], device=self.device)  # (1, Tt)
+        chosen = probs.gather(-1, columns[..., None])[..., 0]  # (1, Tt)
+        top_i, ids = vocab_ids(top_i, vocab), torch.tensor([targets], device=self.device)
+        for t in range(ids.shape[1]):
+            recorder.output(ids[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
         text_out = self.tokenizer.decode([i for i in out_ids if i != cfg.eos_id])
-        return Translation(self._freeze(recorder, text=text_out, **meta))
+        return Translation(self._freeze(recorder, text=text_out, **meta, **_rows(vocab)))
 
     @torch.inference_mode()
     def record_more(self, out: Translation, *, record_qkv: bool = True, record_activations: bool = True) -> Translation:
@@ -563,6 +603,7 @@ class Bundle:
         src = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], dtype=torch.long, device=self.device)
         keep = torch.tensor([[True] * len(e) + [False] * (width - len(e)) for e in encoded], device=self.device)
         recorder = Recorder(self.model, qkv=record_qkv)
+        vocab = self.shortlist_vocab(options, [i for e in encoded for i in e])  # one shortlist per batch, as Marian's
         result = greedy(
             self.model,
             src,
@@ -571,12 +612,18 @@ class Bundle:
             max_len=max_len or default_max_len(width),
             recorder=recorder,
             fast=self.fast,
+            vocab=vocab,
         )
         outs = []
         for b, n in enumerate(result.lengths):
             ids = [i for i in result.tokens[b, 1 : 1 + n].tolist() if i != self.config.eos_id]
             outs.append(self.tokenizer.decode(ids))
-        return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs)
+        return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs, **_rows(vocab))
+
+
+def _rows(vocab: Tensor | None) -> dict[str, int]:
+    """The trace's note of how many ids a call scored, when it scored a shortlist."""
+    return {} if vocab is None else {"shortlist_rows": int(vocab.shape[0])}
 
 
 def weights_digest(model: Transformer) -> str:
@@ -609,4 +656,4 @@ def load(path: str | Path, device: str | torch.device | None = None) -> Bundle:
     """Load a checkpoint folder. CUDA if available, else CPU; ``device`` overrides."""
     path = Path(path)
     model, tokenizer, info = load_checkpoint(path, pick_device(device))
-    return Bundle(model, tokenizer, info, path)
+    return Bundle(model, tokenizer, info, path, shortlist=load_beside(path))

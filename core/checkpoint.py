@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,10 @@ def save_checkpoint(
     card: str,
     meta: CheckpointMeta,
     dtype: torch.dtype = torch.float32,
+    extras: Mapping[str, Callable[[Path], None]] | None = None,
 ) -> Path:
-    """Write a checkpoint folder atomically. Tied weights are stored once. Returns the folder."""
+    """Write a checkpoint folder atomically. Tied weights are stored once. Returns the folder.
+    extras: more files of the folder, {file name: a function writing that file at the path it is given}."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     aliases = model.tied_aliases()
@@ -80,6 +83,8 @@ def save_checkpoint(
         (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
         shutil.copyfile(tokenizer_model, tmp / TOKENIZER)
         (tmp / CARD).write_text(card)
+        for name, write in (extras or {}).items():
+            write(tmp / name)
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
         fsync_tree(tmp)  # the bytes are on disk before any rename makes them the checkpoint

@@ -33,7 +33,10 @@ def _translate(args: argparse.Namespace) -> int:
 
     bundle = load(args.checkpoint, device=args.device)
     options = InferenceOptions(
-        positional_encoding=not args.no_pe, causal_mask=not args.no_causal_mask, padding_mask=not args.no_padding_mask
+        positional_encoding=not args.no_pe,
+        causal_mask=not args.no_causal_mask,
+        padding_mask=not args.no_padding_mask,
+        shortlist=args.shortlist,
     )
     out = bundle.translate(" ".join(args.text), options, beam_size=args.beam, truncate=True)
     if args.json:
@@ -69,6 +72,9 @@ def _info(args: argparse.Namespace) -> int:
     print(f"languages:   {src} -> {tgt}")
     print(f"parameters:  {bundle.model.n_parameters():,}")
     print(f"vocabulary:  {bundle.tokenizer.vocab_size} pieces")
+    if bundle.shortlist is not None:
+        sl = bundle.shortlist
+        print(f"shortlist:   lexical, {sl.frequent} most frequent + {sl.best} best per source piece (--shortlist)")
     for key, value in cfg.to_dict().items():
         print(f"  {key}: {value}")
     return 0
@@ -85,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pe", action="store_true", help="switch positional encoding off")
     p.add_argument("--no-causal-mask", action="store_true", help="switch the decoder's causal mask off")
     p.add_argument("--no-padding-mask", action="store_true", help="switch padding masks off")
+    p.add_argument(
+        "--shortlist",
+        action="store_true",
+        help="score only the model's lexical shortlist at each step, as its production engine does "
+        "(imported Bergamot models)",
+    )
     p.add_argument("text", nargs="+", help="the sentence")
     p.set_defaults(func=_translate)
     p = sub.add_parser("info", help="describe a checkpoint")

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from .errors import InputError
 from .sites import ATTENTION_KINDS, AttentionKind
 
 # Upper bounds that keep a broken config from allocating a machine's memory before anything is checked (far
@@ -152,6 +153,10 @@ class InferenceOptions:
     before the output projection (its attention weights are still recorded).
     ``positional_encoding=False`` removes positions on both sides; ``encoder_pe`` / ``decoder_pe`` remove them
     on one side only (the source embeddings / the decoder inputs). Defaults reproduce training.
+    ``shortlist=True`` scores only the model's lexical shortlist at each step, as the production engine of an
+    imported Marian model does (``core.shortlist``; only checkpoints that ship one accept it). ``Bundle`` applies it
+    (it holds the shortlist and passes its rows down as ``vocab``); the analyses, which score the whole vocabulary,
+    refuse it (``whole_vocabulary``).
     """
 
     positional_encoding: bool = True
@@ -160,6 +165,7 @@ class InferenceOptions:
     ablate: frozenset[Head] = field(default_factory=frozenset)
     encoder_pe: bool = True
     decoder_pe: bool = True
+    shortlist: bool = False
 
     def __post_init__(self) -> None:
         triples = []
@@ -173,6 +179,11 @@ class InferenceOptions:
                 raise ValueError(f"InferenceOptions.ablate: layer and head must be >= 0 in {item!r}")
             triples.append((kind, int(layer), int(head)))
         object.__setattr__(self, "ablate", frozenset(triples))
+
+    def whole_vocabulary(self, what: str) -> None:
+        """InputError when the shortlist is switched on for ``what``, an analysis that scores every id."""
+        if self.shortlist:
+            raise InputError(f"{what} scores the whole vocabulary: switch the shortlist off for it")
 
     def pe_on(self, side: str) -> bool:
         """Whether positions are added on ``side`` ('src': the encoder's input, 'tgt': the decoder's)."""
@@ -194,6 +205,7 @@ class InferenceOptions:
             "ablate": sorted([list(t) for t in self.ablate]),
             "encoder_pe": self.encoder_pe,
             "decoder_pe": self.decoder_pe,
+            "shortlist": self.shortlist,
         }
 
     @classmethod
@@ -205,6 +217,7 @@ class InferenceOptions:
             ablate=frozenset(tuple(t) for t in data.get("ablate", ())),
             encoder_pe=bool(data.get("encoder_pe", True)),
             decoder_pe=bool(data.get("decoder_pe", True)),
+            shortlist=bool(data.get("shortlist", False)),
         )
 
     def describe(self) -> str:
@@ -222,6 +235,8 @@ class InferenceOptions:
             parts.append("padding mask off")
         if self.ablate:
             parts.append(f"{len(self.ablate)} head{'s' if len(self.ablate) != 1 else ''} ablated")
+        if self.shortlist:
+            parts.append("shortlist only")
         return ", ".join(parts) if parts else "as trained"
 
 

@@ -86,14 +86,32 @@ def default_max_len(src_len: int, cap: int = 256) -> int:
     return min(cap, 2 * src_len + 10)
 
 
-def suppress(scores: Tensor, config: ModelConfig, fill: float) -> Tensor:
+def suppress(scores: Tensor, config: ModelConfig, fill: float, vocab: Tensor | None = None) -> Tensor:
     """Probabilities or log-probabilities (..., V) with the ids decoding never chooses (``config.suppress_ids``, e.g.
     Marian's <pad>) set to ``fill`` (0 or -inf); ``scores`` itself when there are none. Applied after the softmax,
     as transformers' ``bad_words_ids`` is: the other ids keep the model's own probabilities (not renormalised), so
-    beam scores are the same as transformers'."""
+    beam scores are the same as transformers'. vocab: the ids of the last axis (S,) when it is a shortlist."""
     if not config.suppress_ids:
         return scores
-    return scores.index_fill(-1, torch.tensor(config.suppress_ids, device=scores.device), fill)
+    ids = torch.tensor(config.suppress_ids, device=scores.device)
+    if vocab is not None:
+        ids = torch.isin(vocab, ids).nonzero()[:, 0]  # their columns among the shortlist's
+    return scores.index_fill(-1, ids, fill)
+
+
+def vocab_ids(columns: Tensor, vocab: Tensor | None) -> Tensor:
+    """Columns of the scores' last axis as vocabulary ids: themselves, or ``vocab[columns]`` for a shortlist."""
+    return columns if vocab is None else vocab[columns]
+
+
+def column_of(token_id: int, vocab: Tensor | None) -> int:
+    """Where ``token_id`` sits on the scores' last axis (its id, or its place in the sorted shortlist ``vocab``)."""
+    if vocab is None:
+        return token_id
+    column = int(torch.searchsorted(vocab, token_id))
+    if column >= vocab.shape[0] or int(vocab[column]) != token_id:
+        raise ValueError(f"id {token_id} is not in the shortlist this call scores")
+    return column
 
 
 @torch.no_grad()
@@ -110,6 +128,7 @@ def iter_greedy(
     use_cache: bool | None = None,
     memory: Tensor | None = None,
     prefix: Sequence[int] = (),
+    vocab: Tensor | None = None,
 ) -> Iterator[StepOutput]:
     """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
 
@@ -117,7 +136,9 @@ def iter_greedy(
     memory: the encoder's output for ``src`` (B, Ts, D) when the caller has it already (e.g. one source shared by
     many rows); None = encode here.
     prefix: output ids forced at the first steps (every item), greedy after them; a forced step records the
-    forced id and its probability, and the model's own top-k."""
+    forced id and its probability, and the model's own top-k.
+    vocab: (S,) sorted ids, the only ones scored (a lexical shortlist: the softmax is over them, as in the engine
+    that ships it; the prefix's ids must be among them); None = every id. Recorded ids are vocabulary ids."""
     cfg = model.config
     use_cache = options.causal_mask if use_cache is None else use_cache
     B = src.shape[0]
@@ -127,24 +148,33 @@ def iter_greedy(
     tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
-    k = min(top_k, cfg.tgt_vocab_size)
+    k = min(top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
+    forced = [column_of(i, vocab) for i in prefix]
     for step in range(max_len):
         if use_cache:
             logits = model.decode(
-                tokens[:, -1:], memory, cross_keep, options=options, recorder=recorder, state=state, fast=fast
-            )[:, -1]  # (B, V)
+                tokens[:, -1:],
+                memory,
+                cross_keep,
+                options=options,
+                recorder=recorder,
+                state=state,
+                fast=fast,
+                vocab=vocab,
+            )[:, -1]  # (B, V|S)
         else:
             if recorder is not None:
                 recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
-            logits = model.decode(tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast)[
-                :, -1
-            ]  # (B, V)
-        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0)  # (B, V)
+            logits = model.decode(
+                tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast, vocab=vocab
+            )[:, -1]  # (B, V|S)
+        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (B, V|S)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
+        top_ids = vocab_ids(top_ids, vocab)
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
         if step < len(prefix):  # a forced step
             next_ids = torch.full_like(next_ids, prefix[step])
-            chosen = probs[:, prefix[step]]
+            chosen = probs[:, forced[step]]
         next_ids = next_ids.masked_fill(finished, cfg.eos_id)
         if recorder is not None:
             recorder.output(next_ids, chosen, top_ids, top_probs)
@@ -169,6 +199,7 @@ def greedy(
     use_cache: bool | None = None,
     memory: Tensor | None = None,
     prefix: Sequence[int] = (),
+    vocab: Tensor | None = None,
 ) -> DecodeResult:
     """Run ``iter_greedy`` to the end."""
     steps = list(
@@ -184,6 +215,7 @@ def greedy(
             use_cache=use_cache,
             memory=memory,
             prefix=prefix,
+            vocab=vocab,
         )
     )
     B = src.shape[0]
@@ -216,6 +248,7 @@ def beam_search(
     alpha: float = 1.0,
     fast: FastWeights | None = None,
     history: list[BeamStep] | None = None,
+    vocab: Tensor | None = None,
 ) -> list[int]:
     """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
 
@@ -225,6 +258,7 @@ def beam_search(
 
     history: a list that receives one ``BeamStep`` per step (every hypothesis, its score, the pruned next best,
     each live beam's cross-attention); None (the default) records nothing and runs the fast path.
+    vocab: (S,) sorted ids, the only ones scored (a lexical shortlist), as in ``iter_greedy``; None = every id.
     """
     if src.shape[0] != 1:
         raise ValueError("beam_search decodes one sentence at a time (src batch of 1)")
@@ -242,19 +276,21 @@ def beam_search(
         recorder = None if history is None else Recorder(model)  # this step's attention, per beam
         if use_cache:
             logits = model.decode(
-                tokens[:, -1:], mem, keep, options=options, state=state, fast=fast, recorder=recorder
+                tokens[:, -1:], mem, keep, options=options, state=state, fast=fast, recorder=recorder, vocab=vocab
             )[:, -1]
         else:
-            logits = model.decode(tokens, mem, keep, options=options, fast=fast, recorder=recorder)[:, -1]  # (beams, V)
-        token_logp = suppress(torch.log_softmax(logits.float(), dim=-1), cfg, float("-inf"))  # (beams, V)
-        logp = token_logp + scores[:, None]  # (beams, V)
+            logits = model.decode(tokens, mem, keep, options=options, fast=fast, recorder=recorder, vocab=vocab)[
+                :, -1
+            ]  # (beams, V|S)
+        token_logp = suppress(torch.log_softmax(logits.float(), dim=-1), cfg, float("-inf"), vocab)  # (beams, V|S)
+        logp = token_logp + scores[:, None]  # (beams, V|S)
         V = logp.shape[-1]
-        top_scores, flat = logp.view(-1).topk(beam_size)  # (k,)
-        origin, ids = flat // V, flat % V
+        top_scores, flat = logp.view(-1).topk(min(beam_size, logp.numel()))  # (k,)
+        origin, ids = flat // V, vocab_ids(flat % V, vocab)
         if history is not None and recorder is not None:
-            history.append(_beam_step(step, tokens, scores, token_logp, logp, flat, recorder, cfg.eos_id))
+            history.append(_beam_step(step, tokens, scores, token_logp, logp, flat, recorder, cfg.eos_id, vocab))
         alive: list[int] = []
-        for j in range(beam_size):
+        for j in range(flat.shape[0]):
             if int(ids[j]) == cfg.eos_id:
                 seq = tokens[origin[j], 1:].tolist() + [cfg.eos_id]
                 finished.append((float(top_scores[j]) / (len(seq) ** alpha), seq))
@@ -283,6 +319,7 @@ def _beam_step(
     kept: Tensor,
     recorder: Recorder,
     eos_id: int,
+    vocab: Tensor | None = None,
 ) -> BeamStep:
     """The record of one beam-search step: the kept candidates ``kept`` (flat indices into logp (n, V)), then the
     next best ones that were pruned (up to as many again), and each live beam's cross-attention rows."""
@@ -291,7 +328,8 @@ def _beam_step(
     seen = set(kept.tolist())
     pruned = [int(i) for i in best.tolist() if int(i) not in seen and bool(torch.isfinite(logp.view(-1)[i]))]
     flat = torch.cat([kept, torch.tensor(pruned, dtype=kept.dtype, device=kept.device)])  # (c,)
-    parents, ids = flat // V, flat % V
+    parents, columns = flat // V, flat % V
+    ids = vocab_ids(columns, vocab)
     trace = recorder.freeze()
     n_layers = sum(1 for name in trace.arrays if name.startswith("cross.") and name.endswith(".weights"))
     cross = np.stack([trace.arrays[f"cross.{layer}.weights"][:, :, -1] for layer in range(n_layers)], axis=1)
@@ -303,8 +341,8 @@ def _beam_step(
         scores=scores.float().cpu().numpy(),
         candidate_ids=ids.cpu().numpy(),
         candidate_parents=parents.cpu().numpy(),
-        candidate_logp=token_logp[parents, ids].cpu().numpy(),
-        candidate_scores=logp[parents, ids].cpu().numpy(),
+        candidate_logp=token_logp[parents, columns].cpu().numpy(),
+        candidate_scores=logp[parents, columns].cpu().numpy(),
         n_kept=int(kept.shape[0]),
         finished=finished,
         cross_attention=cross,  # (n, L, H, Ts)

@@ -185,9 +185,12 @@ class Transformer(nn.Module):
         fast: FastWeights | None = None,
         last_only: bool = False,
         hidden: bool = False,
+        vocab: Tensor | None = None,
     ) -> Tensor:
         """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V), or (B, 1, V)
         for the last position only with ``last_only`` (the vocabulary projection is most of a probe's cost).
+        vocab: (S,) the ids to score (a lexical shortlist, ``core.shortlist``): the logits' last axis is then S,
+        position j scoring id vocab[j]; None = every id. One decoding call passes the same vocab at every step.
         hidden: return the final norm's output (B, T, D) instead, for the caller to project (``logits``), e.g. a
         few positions at a time so that no (B, T, V) tensor is ever made.
 
@@ -215,7 +218,7 @@ class Transformer(nn.Module):
         x = self.embed(tgt, "tgt", options=options, offset=offset, recorder=recorder)
         if state is not None and fast is not None and T == 1 and self_mask is None and not hidden:
             if state.plan is None or state.plan[0] != B:
-                state.plan = (B, make_plan(self, fast, B))
+                state.plan = (B, make_plan(self, fast, B, vocab))
             plan = state.plan[1]
             if plan is not None:  # an incremental decoding step: the same computation without module overhead
                 for layer, layer_state in zip(self.decoder_layers, state.layers, strict=True):
@@ -241,11 +244,19 @@ class Transformer(nn.Module):
         if last_only:
             x = x[:, -1:]
         x = self.decoder_norm(x)
-        return x if hidden else self.logits(x, fast)  # (B, T, D) or (B, T, V)
+        return x if hidden else self.logits(x, fast, vocab)  # (B, T, D) or (B, T, V|S)
 
-    def logits(self, h: Tensor, fast: FastWeights | None = None) -> Tensor:
-        """The vocabulary projection of final decoder states h (..., D) -> (..., V)."""
+    def logits(self, h: Tensor, fast: FastWeights | None = None, vocab: Tensor | None = None) -> Tensor:
+        """The vocabulary projection of final decoder states h (..., D) -> (..., V), or (..., S) for the ids in
+        ``vocab`` (S,) only."""
+        if vocab is not None:
+            return F.linear(h, *self.output_rows(vocab))
         return self._linear(fast)(h, self.output.weight, self.output.bias)
+
+    def output_rows(self, vocab: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The output projection's rows (and bias) for the ids ``vocab`` (S,): (S, D), (S,)."""
+        bias = self.output.bias
+        return self.output.weight.index_select(0, vocab), None if bias is None else bias.index_select(0, vocab)
 
     def forward(
         self,
@@ -258,9 +269,10 @@ class Transformer(nn.Module):
         tgt_keep: Tensor | None = None,
         fast: FastWeights | None = None,
         last_only: bool = False,
+        vocab: Tensor | None = None,
     ) -> Tensor:
         """Teacher-forced pass: src (B, Ts), decoder inputs tgt (B, Tt) -> logits (B, Tt, V) ((B, 1, V) with
-        ``last_only``)."""
+        ``last_only``; S instead of V for the ids in ``vocab``, as ``decode``)."""
         if src_keep is None:
             src_keep = self.keep_flags(src)
         memory = self.encode(src, src_keep, options=options, recorder=recorder, fast=fast)
@@ -273,6 +285,7 @@ class Transformer(nn.Module):
             tgt_keep=tgt_keep,
             fast=fast,
             last_only=last_only,
+            vocab=vocab,
         )
 
     def keep_flags(self, ids: Tensor) -> Tensor:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attend, flat_kv
@@ -63,9 +64,9 @@ class StepPlan:
     zeros: Tensor  # (1, 1, 1) on the model's device: ``baddbmm``'s ignored input (beta=0)
 
 
-def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | None:
+def make_plan(model: Transformer, fast: FastWeights, rows: int, vocab: Tensor | None = None) -> StepPlan | None:
     """The plan for steps of ``rows`` sentences, or None when the module path must run (training mode, grad
-    enabled)."""
+    enabled). vocab: (S,) the only ids the output layer scores (its rows gathered once, here), None = every id."""
     cfg = model.config
     if model.training or torch.is_grad_enabled():
         return None
@@ -100,7 +101,7 @@ def make_plan(model: Transformer, fast: FastWeights, rows: int) -> StepPlan | No
     final = model.decoder_norm if isinstance(model.decoder_norm, nn.LayerNorm) else None
     return StepPlan(
         tuple(layers),
-        bind(model.output),
+        bind(model.output) if vocab is None else (F.linear, *model.output_rows(vocab)),
         norm_of(final) if final is not None else None,
         cfg.norm == "pre",
         ACTIVATIONS[cfg.activation],
@@ -117,8 +118,9 @@ def _call(lin: Linear, x: Tensor) -> Tensor:
 def run_layers(
     plan: StepPlan, x: Tensor, state: DecoderState, cross_mask: Tensor | None, recorder: Recorder | None
 ) -> Tensor:
-    """x (B, 1, D) embedded new positions -> logits (B, 1, V). ``state``'s layers hold the cross-attention
-    keys/values already; each layer's new self-attention key/value is appended to its buffers.
+    """x (B, 1, D) embedded new positions -> logits (B, 1, V) ((B, 1, S) with the plan's vocab). ``state``'s
+    layers hold the cross-attention keys/values already; each layer's new self-attention key/value is appended to
+    its buffers.
     cross_mask (B, 1, Ts): True = real source token; None = no padding."""
     B, D = x.shape[0], plan.d_model
     offset = state.length - 1  # the position this step computes

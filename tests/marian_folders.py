@@ -13,9 +13,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sentencepiece as spm
 import torch
 from conftest import FIXTURES, tiny_config
+
+from core.shortlist import MAGIC
 
 LINES = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
 ENGLISH, GERMAN = LINES[0::2], LINES[1::2]
@@ -209,3 +212,13 @@ def marian_like_checkpoint(directory: Path, *, seed: int = 0, **overrides: Any) 
     )
     card = "# marian-like test checkpoint\n\nRandom weights, for tests only.\n"
     return save_checkpoint(model, spm_model, directory, card=card, meta=meta)
+
+
+def write_marian_shortlist(path: Path, frequent: int, best: int, lists: list[list[int]]) -> Path:
+    """Marian's binary shortlist layout: six uint64 (magic, checksum, frequent, best, #offsets, #targets), the
+    offsets (uint64), the targets (uint32). The checksum is not checked by our reader (written as 0)."""
+    offsets = np.cumsum([0] + [len(x) for x in lists]).astype("<u8")
+    targets = np.array([t for x in lists for t in x], dtype="<u4")
+    header = np.array([MAGIC, 0, frequent, best, offsets.size, targets.size], dtype="<u8")
+    path.write_bytes(header.tobytes() + offsets.tobytes() + targets.tobytes())
+    return path

@@ -102,6 +102,7 @@ def attribute(
     fast: FastWeights | None = None,
 ) -> Attribution:
     """Gradient × input and integrated gradients of log p(out_ids[position]) over the source and target prefix."""
+    options.whole_vocabulary("attribution")
     if not 0 <= position < len(out_ids):
         raise InputError(f"position must be from 0 to {len(out_ids) - 1}, got {position}")
     if baseline not in ("position", "zero"):

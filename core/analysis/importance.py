@@ -204,6 +204,7 @@ def head_importance(
     are the other switches in effect (heads they switch off stay off in every row). kinds: which kinds
     (default: all the model has).
     """
+    options.whole_vocabulary("head importance")
     shape = ModelShape.of(model.config)
     kinds = _kinds(shape, kinds)
     src1, tgt1 = _inputs(model, src_ids, out_ids)
@@ -272,6 +273,7 @@ def head_importance_estimate(
     of ones multiplies each head's output, and switching the head off (g: 1 -> 0) is estimated to first order as
     -d log p / d g. ``exact`` is False on the result; ``output_changed`` is None (not measured). Costs about three
     teacher-forced passes, against one row per head for ``head_importance``."""
+    options.whole_vocabulary("head importance")
     shape = ModelShape.of(model.config)
     kinds = _kinds(shape, kinds)
     src1, tgt1 = _inputs(model, src_ids, out_ids)

@@ -123,6 +123,7 @@ def activation_patching(
     out_ids: the clean translation (eos included); both runs are teacher-forced on it. position: the output
     position to explain (default: where the corruption lowers the clean token's probability most).
     """
+    options.whole_vocabulary("activation patching")
     if len(clean_ids) != len(corrupt_ids):
         raise InputError(
             f"the corrupted sentence has {len(corrupt_ids)} pieces and the clean one {len(clean_ids)}: patching "

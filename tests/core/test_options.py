@@ -80,6 +80,7 @@ def cli(*args, env=None):
     [
         (["--beam", "9000"], "beam_size must be a whole number"),
         (["--device", "bogus"], "unknown device 'bogus'"),
+        (["--shortlist"], "has no lexical shortlist"),
         (["--device", "cuda:0"] if not __import__("torch").cuda.is_available() else ["--device", "tpu"], "device"),
     ],
 )

