@@ -504,7 +504,7 @@ class Bundle:
         tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
         recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
         targets = out_ids if out_ids else [cfg.eos_id]
-        vocab = self.shortlist_vocab(options, src_ids, targets)  # a given output's ids are scored even if not shortlisted
+        vocab = self.shortlist_vocab(options, src_ids, targets)  # a given output's ids are scored, listed or not
         logits = self.model(
             src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast, vocab=vocab
         )  # (1, Tt, V|S)

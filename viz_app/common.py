@@ -51,7 +51,7 @@ def _count(n: int) -> str:
 
 
 def _reset() -> None:
-    st.session_state.update(pe=True, pe_side="both", causal=True, padding=True, ablate=[], beam=1)
+    st.session_state.update(pe=True, pe_side="both", causal=True, padding=True, shortlist=False, ablate=[], beam=1)
 
 
 def _ablated(kind: str) -> set[tuple[int, int]]:
@@ -229,6 +229,20 @@ def sidebar() -> bool:
             ),
         )
         st.toggle("Padding mask", key="padding", help="Stop attention to <pad> tokens of a padded batch.")
+        if bundle.shortlist is None:
+            ss["shortlist"] = False  # only imported Marian models ship one
+        else:
+            st.toggle(
+                "Shortlist only (as the production engine)",
+                key="shortlist",
+                help=(
+                    f"Score only the model's lexical shortlist at each step, as its production engine does: the "
+                    f"{bundle.shortlist.frequent} most frequent words plus the {bundle.shortlist.best} likeliest "
+                    "translations of each source piece (a few hundred of "
+                    f"{cfg.tgt_vocab_size:,}). Probabilities are then over those words only. The explanations "
+                    "(Why this word?) still score every word."
+                ),
+            )
         kinds = [k for k in core.ATTENTION_KINDS if k != "decoder" or cfg.decoder_self == "attention"]
         labels = [
             state.head_label(k, l, h)

@@ -48,7 +48,7 @@ EXAMPLES: dict[str, list[str]] = {
     "de": ["Ist noch Tee übrig?", "Die Katze schläft auf dem warmen Stuhl.", "Ich hätte gern eine Tasse Kaffee."],
 }
 KINDS = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
-OptionsKey = tuple[bool, bool, bool, tuple[tuple[str, int, int], ...], bool, bool]
+OptionsKey = tuple[bool, bool, bool, tuple[tuple[str, int, int], ...], bool, bool, bool]
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -102,11 +102,12 @@ def options_key(options: core.InferenceOptions) -> OptionsKey:
         tuple(sorted(options.ablate)),
         options.encoder_pe,
         options.decoder_pe,
+        options.shortlist,
     )
 
 
 def _options(key: OptionsKey) -> core.InferenceOptions:
-    pe, causal, padding, ablate, encoder_pe, decoder_pe = key
+    pe, causal, padding, ablate, encoder_pe, decoder_pe, shortlist = key
     return core.InferenceOptions(
         positional_encoding=pe,
         causal_mask=causal,
@@ -114,7 +115,14 @@ def _options(key: OptionsKey) -> core.InferenceOptions:
         ablate=frozenset(ablate),
         encoder_pe=encoder_pe,
         decoder_pe=decoder_pe,
+        shortlist=shortlist,
     )
+
+
+def _analysis_options(key: OptionsKey) -> core.InferenceOptions:
+    """The switches an analysis runs with: the translation's, over the whole vocabulary (the analyses score log p
+    of the chosen words among every word; the shortlist only narrows what decoding may pick)."""
+    return _options(key).with_changes(shortlist=False)
 
 
 @cached("Translating …")
@@ -153,14 +161,14 @@ def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
     """Cached head importance of the current (greedy) translation: each head switched off alone."""
     src_ids, out_ids = _ids(path, text, key)
     bundle = load_bundle(path)
-    return head_importance(bundle.model, src_ids, out_ids, options=_options(key), fast=bundle.fast)
+    return head_importance(bundle.model, src_ids, out_ids, options=_analysis_options(key), fast=bundle.fast)
 
 
 @cached("Estimating every head's effect from one gradient pass …")
 def importance_estimate(path: str, text: str, key: OptionsKey) -> HeadImportance:
     """Cached first-order estimate of the same (one forward and backward pass)."""
     src_ids, out_ids = _ids(path, text, key)
-    return head_importance_estimate(load_bundle(path).model, src_ids, out_ids, options=_options(key))
+    return head_importance_estimate(load_bundle(path).model, src_ids, out_ids, options=_analysis_options(key))
 
 
 @cached("Patching every site from the clean run into the corrupted one …")
@@ -175,7 +183,7 @@ def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int 
         corrupt_ids,
         out_ids,
         position=position,
-        options=_options(key),
+        options=_analysis_options(key),
         fast=bundle.fast,
     )
 
@@ -190,7 +198,7 @@ def attribution(path: str, text: str, key: OptionsKey, position: int) -> Attribu
         src_ids,
         out_ids,
         position,
-        options=_options(key),
+        options=_analysis_options(key),
         fast=bundle.fast,
     )
 
@@ -326,6 +334,7 @@ PARAMS: dict[str, Param] = {
     "pe_side": Param("both"),
     "causal": Param(True, **_BOOL),
     "padding": Param(True, **_BOOL),
+    "shortlist": Param(False, **_BOOL),
     "ablate": Param([], _ablate_parse, _ablate_dump),
     "beam": Param(1, lambda t: max(1, min(8, int(t)))),
     "kind": Param("cross"),
@@ -417,6 +426,7 @@ def options() -> core.InferenceOptions:
         causal_mask=bool(ss.get("causal", True)),
         padding_mask=bool(ss.get("padding", True)),
         ablate=ablate,
+        shortlist=bool(ss.get("shortlist", False)),
     )
 
 

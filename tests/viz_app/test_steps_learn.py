@@ -313,3 +313,35 @@ def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(app_root: Path) -> N
                 page.screenshot(path=str(REPO / "test-artifacts" / "browser-tiny-beam-tree.png"))
             finally:
                 browser.close()
+
+
+def test_the_shortlist_switch_appears_for_a_model_that_ships_one(tmp_path: Path, monkeypatch) -> None:
+    """A checkpoint with a lexical shortlist gets the sidebar switch; the Steps page says what was scored and the
+    translation is the one core makes with the shortlist; a checkpoint without one ignores a shortlist link."""
+    import shutil
+
+    from marian_folders import write_marian_shortlist
+
+    from core.shortlist import FILE_NAME, Shortlist
+
+    root = tmp_path / "root"
+    folder = build_tiny_checkpoint(root / "listed", seed=3)
+    V = core.load(folder, device="cpu").config.tgt_vocab_size
+    lex = write_marian_shortlist(tmp_path / "lex.bin", 4, 3, [[(5 * w + j) % V for j in range(3)] for w in range(V)])
+    Shortlist.from_marian(lex, V, shared=True).save(folder / FILE_NAME)
+    shutil.copytree(app_root_plain := root / "listed", root / "plain", ignore=shutil.ignore_patterns(FILE_NAME))
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    monkeypatch.setenv("LAB_CHECKPOINT", "listed")
+    at = ok(run({"page": "steps", "shortlist": "1", "text": SENTENCE}))
+    assert at.session_state["shortlist"] is True
+    assert "Shortlist only (as the production engine)" in [t.label for t in at.sidebar.toggle]
+    made = core.load(app_root_plain, device="cpu").translate(SENTENCE, core.InferenceOptions(shortlist=True))
+    rows = made.trace.meta["shortlist_rows"]
+    assert any(c.value.startswith(f"Shortlist only: each step scored {rows} of the model's {V:,}") for c in at.caption)
+    shown = texts(at)
+    assert f"#### {md(made.text)}" in shown and "**As trained:**" in shown  # and what the switch changed
+    monkeypatch.setenv("LAB_CHECKPOINT", "plain")
+    at = ok(run({"page": "steps", "shortlist": "1", "text": SENTENCE}))
+    assert at.session_state["shortlist"] is False
+    assert "Shortlist only (as the production engine)" not in [t.label for t in at.sidebar.toggle]
+    assert not any("Shortlist only" in c.value for c in at.caption)

@@ -61,7 +61,9 @@ if out is not None:
     cols = st.columns(len(texts))
     for i, (col, text) in enumerate(zip(cols, texts, strict=True)):
         col.markdown(f"**Translation{f' {i + 1}' if len(texts) > 1 else ''}:** {common.md(text) or '∅'}")
-    baseline = core.InferenceOptions(ablate=opts.ablate, positional_encoding=opts.positional_encoding)
+    baseline = core.InferenceOptions(
+        ablate=opts.ablate, positional_encoding=opts.positional_encoding, shortlist=opts.shortlist
+    )
     if opts != baseline and not second and not replaying:
         ref = state.current(opts=baseline)
         if ref is not None:

@@ -257,6 +257,14 @@ elif out is not None:
                 "below replay that winner, showing the model's probabilities along it. The tree of every "
                 "hypothesis is further down."
             )
+    rows = shown.trace.meta.get("shortlist_rows")
+    if rows:
+        vocab = state.load_bundle(state.ckpt_path()).config.tgt_vocab_size
+        st.caption(
+            f"Shortlist only: each step scored {rows} of the model's {vocab:,} "
+            "words (its lexical shortlist for this sentence, as the production engine does); the probabilities "
+            "below are shares of those words."
+        )
     n = len(shown.steps)
     state.clamp("step", list(range(n)))
 
