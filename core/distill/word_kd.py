@@ -46,34 +46,10 @@ class DistillTrainer(Trainer):
         if config.label_smoothing:
             raise ValueError("distill-long takes no label smoothing: the teacher's distribution is the soft target")
         super().__init__(model, config, run_dir, device)
-        self.skipped = 0  # batches whose loss or gradient was not finite (no step taken)
         self.teacher = teacher.to(self.device).eval()
         for p in self.teacher.parameters():
             p.requires_grad_(False)
         self.kd_weight = kd_weight
-
-    def train_step(self, batch: Batch) -> float:
-        """Trainer.train_step, except that a batch with a non-finite loss changes nothing (counted in ``skipped``)."""
-        self.module.train()
-        batch = batch.to(self.device)
-        loss = self.loss(batch)
-        if not torch.isfinite(loss):
-            self.skipped += 1
-            print(f"step {self.step}: non-finite loss on a batch of {tuple(batch.src.shape)}; skipped", flush=True)
-            return 0.0
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr() * group.get("lr_scale", 1.0)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
-        if not torch.isfinite(norm):
-            self.skipped += 1
-            print(f"step {self.step}: non-finite gradient; skipped", flush=True)
-            return 0.0
-        self.optimizer.step()
-        self.step += 1
-        self.tokens_seen += batch.n_target_tokens
-        return float(loss.detach())
 
     def _autocast(self) -> torch.autocast:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")

@@ -104,6 +104,7 @@ class Trainer:
             model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9
         )
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.skipped = 0  # batches refused by ``train_step`` (a non-finite gradient: no step taken)
         self.best: float | None = None
         self.tokens_seen = 0
         self.elapsed = 0.0
@@ -126,7 +127,11 @@ class Trainer:
             label_smoothing=ls,
         )
 
-    def train_step(self, batch: Batch) -> float:
+    def train_step(self, batch: Batch) -> float | None:
+        """One optimizer step on ``batch``: its loss, or None when the batch is refused. A batch whose gradient
+        is not finite (a non-finite loss, an overflow, a broken teacher) changes no weight and no optimizer state
+        and is counted in ``skipped``. The check is on the gradient's norm, which data-parallel ranks share
+        (their gradients are all-reduced), so every rank refuses the same batch."""
         self.module.train()
         batch = batch.to(self.device)
         for group in self.optimizer.param_groups:
@@ -134,7 +139,13 @@ class Trainer:
         loss = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
+        if not torch.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped += 1
+            what = "gradient" if torch.isfinite(loss) else "loss"
+            print(f"step {self.step}: non-finite {what} on a batch of {tuple(batch.src.shape)}; skipped", flush=True)
+            return None
         self.optimizer.step()
         self.step += 1
         self.tokens_seen += batch.n_target_tokens
@@ -322,11 +333,10 @@ def fit(
         while trainer.epoch < cfg.epochs and not out_of_budget():
             batches = make_epoch(trainer.epoch)
             for batch in batches[trainer.batch_in_epoch :]:
-                before = trainer.step
                 loss = trainer.train_step(batch)
                 trainer.batch_in_epoch += 1
-                stepped = trainer.step != before  # False: the trainer refused the batch (e.g. a non-finite loss)
-                if stepped:
+                stepped = loss is not None  # None: the trainer refused the batch (a non-finite gradient)
+                if loss is not None:
                     window_loss += loss * batch.n_target_tokens
                     window_tokens += batch.n_target_tokens
                     bar.update(1)

@@ -77,7 +77,7 @@ def test_distill_trainer_learns_the_teacher_and_skips_a_non_finite_batch(tmp_pat
     before = {k: v.clone() for k, v in student.state_dict().items()}
     with torch.no_grad():
         teacher.output.bias[3] = float("nan")  # the teacher breaks: that batch must change nothing
-    assert trainer.train_step(batch) == 0.0 and trainer.skipped == 1 and trainer.step == 15
+    assert trainer.train_step(batch) is None and trainer.skipped == 1 and trainer.step == 15
     assert all(torch.equal(before[k], v) for k, v in student.state_dict().items())
     with pytest.raises(ValueError, match="kd_weight"):
         DistillTrainer(student, teacher, 1.5, TrainConfig(), tmp_path, torch.device("cpu"))
@@ -211,7 +211,7 @@ def test_fit_neither_logs_nor_evaluates_a_refused_batch_twice(tmp_path: Path) ->
         calls.append(batch)
         if batch is broken:
             trainer.skipped += 1
-            return 0.0
+            return None
         return DistillTrainer.train_step(trainer, batch)
 
     trainer.train_step = train_step  # type: ignore[method-assign]
@@ -229,7 +229,7 @@ def test_fit_neither_logs_nor_evaluates_a_refused_batch_twice(tmp_path: Path) ->
     assert train_steps == [1, 2, 3, 4] and all(r["loss"] > 0 for r in logged if r["type"] == "train")
     assert evals == [2, 4, 4]  # each step evaluated once (the final evaluation aside)
     # a run of refused batches still ends at its time limit (the budget check is not skipped with them)
-    trainer.train_step = lambda batch: calls.append(batch) or time.sleep(0.001) or 0.0  # type: ignore[method-assign]
+    trainer.train_step = lambda batch: calls.append(batch) or time.sleep(0.001)  # type: ignore[method-assign]
     limit = trainer.elapsed / 60 + 0.003  # about 0.2 s more than the run so far
     trainer.config = dataclasses.replace(trainer.config, max_steps=0, max_minutes=limit, epochs=10**6)
     before = len(calls)

@@ -95,6 +95,21 @@ def test_resume_continues_exactly(tmp_path):
     assert all(r["type"] in ("train", "eval") for r in log)
 
 
+def test_a_batch_with_a_non_finite_gradient_changes_nothing(tmp_path, capsys):
+    t = _tiny_trainer(tmp_path, eval_every=0)
+    batch = _batches(0)[0]
+    assert isinstance(t.train_step(batch), float) and t.step == 1
+    weights = {k: v.clone() for k, v in t.model.state_dict().items()}
+    moments = [t.optimizer.state[p]["exp_avg"].clone() for p in t.model.parameters()]
+    t.loss = lambda batch, label_smoothing=None: Trainer.loss(t, batch) * float("nan")  # type: ignore[method-assign]
+    assert t.train_step(batch) is None and t.step == 1 and t.skipped == 1
+    assert "step 1: non-finite loss" in capsys.readouterr().out
+    assert all(torch.equal(weights[k], v) for k, v in t.model.state_dict().items())
+    params = list(t.model.parameters())
+    assert all(torch.equal(m, t.optimizer.state[p]["exp_avg"]) for m, p in zip(moments, params, strict=True))
+    assert all(p.grad is None for p in t.model.parameters())  # nothing left over for the next batch
+
+
 def test_resume_refuses_a_different_model(tmp_path):
     t = _tiny_trainer(tmp_path, max_steps=2, eval_every=0)
     fit(t, _batches, progress=False)
