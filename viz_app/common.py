@@ -383,9 +383,12 @@ def before_after(out: core.Translation) -> None:
     if trained is None:
         return
     if trained.text == out.text:
-        st.caption(
-            f"As trained the translation is the same: the switches ({note}) change the attention, not the words."
+        changes = (
+            "change the probabilities (over fewer words), not the words"
+            if out.options == core.InferenceOptions(shortlist=True)  # the shortlist alone leaves attention alone
+            else "change the attention, not the words"
         )
+        st.caption(f"As trained the translation is the same: the switches ({note}) {changes}.")
     else:
         before, after = marked_words(trained.text, out.text)
         c1, c2 = st.columns(2)
