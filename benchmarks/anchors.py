@@ -159,8 +159,10 @@ def production_engine(wheel: Path) -> Iterator[tuple[Translate, Path]]:
 
 
 def shortlist_rows(model_folder: Path, bundle: core.Bundle, texts: list[str]) -> list[int]:
-    """How many output rows the engine's lexical shortlist (Marian's binary ``lex.*.bin``) keeps per sentence:
-    its first ``firstNum`` target ids plus the ``bestNum`` translations of every source token."""
+    """How many output rows the lists of the engine's lexical shortlist (Marian's binary ``lex.*.bin``, read here
+    on its own, apart from ``core.shortlist``) give per sentence: its first ``firstNum`` target ids plus the
+    ``bestNum`` translations of every source token (the engine also adds the source tokens themselves and pads
+    to a multiple of 8)."""
     raw = next(model_folder.glob("lex.*.bin")).read_bytes()
     _, _, first, _, n_words, n_lists = (int(v) for v in np.frombuffer(raw[:48], dtype="<u8"))
     offsets = np.frombuffer(raw[48 : 48 + 8 * n_words], dtype="<u8")

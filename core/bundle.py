@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig
-from .decoding import BeamStep, beam_search, column_of, default_max_len, greedy, suppress, vocab_ids
+from .decoding import BeamStep, beam_search, columns_of, default_max_len, greedy, suppress, vocab_ids
 from .errors import CheckpointError, InputError
 from .fast import FastWeights
 from .model import Transformer
@@ -330,13 +330,18 @@ class Bundle:
             )
         return options
 
-    def shortlist_vocab(
-        self, options: InferenceOptions, src_ids: Sequence[int], also: Sequence[int] = ()
-    ) -> Tensor | None:
-        """The ids a call scores: the shortlist's rows for this source (and ``also``), None = every id."""
+    def shortlist_vocab(self, options: InferenceOptions, src_ids: Sequence[int]) -> Tensor | None:
+        """The ids a call scores: the shortlist's rows for these source ids (every sentence of a batch), as the
+        production engine chooses them; None = every id."""
         if not options.shortlist or self.shortlist is None:
             return None
-        return as_vocab(self.shortlist.rows(src_ids, also), self.device)
+        return as_vocab(self.shortlist.rows(src_ids), self.device)
+
+    def _rows(self, vocab: Tensor | None) -> dict[str, int]:
+        """The trace's note of how many ids a call scored, of how many, when it scored a shortlist."""
+        if vocab is None:
+            return {}
+        return {"shortlist_rows": int(vocab.shape[0]), "shortlist_of": self.config.tgt_vocab_size}
 
     # ----------------------------------------------------------------- API
     @torch.inference_mode()
@@ -364,7 +369,7 @@ class Bundle:
         src, keep = self._tensor(src_ids)
         max_len = max_len or default_max_len(len(src_ids))
         forced = self._check_prefix(prefix, beam_size, max_len)
-        vocab = self.shortlist_vocab(options, src_ids, forced)
+        vocab = self.shortlist_vocab(options, src_ids)
         if beam_size > 1:
             out_ids = beam_search(
                 self.model,
@@ -405,7 +410,7 @@ class Bundle:
         extra = {"forced_prefix": len(forced)} if forced else {}
         return Translation(
             self._freeze(
-                recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices, **extra, **_rows(vocab)
+                recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices, **extra, **self._rows(vocab)
             )
         )
 
@@ -503,20 +508,20 @@ class Bundle:
         dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
         tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
         recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        targets = out_ids if out_ids else [cfg.eos_id]
-        vocab = self.shortlist_vocab(options, src_ids, targets)  # a given output's ids are scored, listed or not
+        ids = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
+        vocab = self.shortlist_vocab(options, src_ids)
         logits = self.model(
             src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast, vocab=vocab
         )  # (1, Tt, V|S)
         probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (1, Tt, V|S)
         top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
-        columns = torch.tensor([[column_of(i, vocab) for i in targets]], device=self.device)  # (1, Tt)
-        chosen = probs.gather(-1, columns[..., None])[..., 0]  # (1, Tt)
-        top_i, ids = vocab_ids(top_i, vocab), torch.tensor([targets], device=self.device)
+        columns, listed = columns_of(ids, vocab)
+        chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (1, Tt); 0 outside the shortlist
+        top_i = vocab_ids(top_i, vocab)
         for t in range(ids.shape[1]):
             recorder.output(ids[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
         text_out = self.tokenizer.decode([i for i in out_ids if i != cfg.eos_id])
-        return Translation(self._freeze(recorder, text=text_out, **meta, **_rows(vocab)))
+        return Translation(self._freeze(recorder, text=text_out, **meta, **self._rows(vocab)))
 
     @torch.inference_mode()
     def record_more(self, out: Translation, *, record_qkv: bool = True, record_activations: bool = True) -> Translation:
@@ -618,12 +623,7 @@ class Bundle:
         for b, n in enumerate(result.lengths):
             ids = [i for i in result.tokens[b, 1 : 1 + n].tolist() if i != self.config.eos_id]
             outs.append(self.tokenizer.decode(ids))
-        return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs, **_rows(vocab))
-
-
-def _rows(vocab: Tensor | None) -> dict[str, int]:
-    """The trace's note of how many ids a call scored, when it scored a shortlist."""
-    return {} if vocab is None else {"shortlist_rows": int(vocab.shape[0])}
+        return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs, **self._rows(vocab))
 
 
 def weights_digest(model: Transformer) -> str:

@@ -104,14 +104,14 @@ def vocab_ids(columns: Tensor, vocab: Tensor | None) -> Tensor:
     return columns if vocab is None else vocab[columns]
 
 
-def column_of(token_id: int, vocab: Tensor | None) -> int:
-    """Where ``token_id`` sits on the scores' last axis (its id, or its place in the sorted shortlist ``vocab``)."""
+def columns_of(ids: Tensor, vocab: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Where ``ids`` (any shape) sit on the scores' last axis, and whether they are there at all: the ids
+    themselves (all there), or their places in the sorted shortlist ``vocab`` (an id outside it: a valid column,
+    False; the engine gives it probability 0)."""
     if vocab is None:
-        return token_id
-    column = int(torch.searchsorted(vocab, token_id))
-    if column >= vocab.shape[0] or int(vocab[column]) != token_id:
-        raise ValueError(f"id {token_id} is not in the shortlist this call scores")
-    return column
+        return ids, torch.ones_like(ids, dtype=torch.bool)
+    columns = torch.searchsorted(vocab, ids).clamp_(max=vocab.shape[0] - 1)
+    return columns, vocab[columns] == ids
 
 
 @torch.no_grad()
@@ -138,7 +138,7 @@ def iter_greedy(
     prefix: output ids forced at the first steps (every item), greedy after them; a forced step records the
     forced id and its probability, and the model's own top-k.
     vocab: (S,) sorted ids, the only ones scored (a lexical shortlist: the softmax is over them, as in the engine
-    that ships it; the prefix's ids must be among them); None = every id. Recorded ids are vocabulary ids."""
+    that ships it; a forced id outside it gets probability 0); None = every id. Recorded ids are vocabulary ids."""
     cfg = model.config
     use_cache = options.causal_mask if use_cache is None else use_cache
     B = src.shape[0]
@@ -149,7 +149,7 @@ def iter_greedy(
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
     k = min(top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
-    forced = [column_of(i, vocab) for i in prefix]
+    forced, listed = columns_of(torch.tensor(list(prefix), dtype=torch.long, device=src.device), vocab)
     for step in range(max_len):
         if use_cache:
             logits = model.decode(
@@ -174,7 +174,7 @@ def iter_greedy(
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
         if step < len(prefix):  # a forced step
             next_ids = torch.full_like(next_ids, prefix[step])
-            chosen = probs[:, forced[step]]
+            chosen = probs[:, forced[step]] * listed[step]  # 0 for an id outside the shortlist
         next_ids = next_ids.masked_fill(finished, cfg.eos_id)
         if recorder is not None:
             recorder.output(next_ids, chosen, top_ids, top_probs)

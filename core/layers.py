@@ -190,7 +190,8 @@ class DecoderState:
 
     layers: list[LayerState] = field(default_factory=list)
     length: int = 0
-    plan: tuple[int, StepPlan | None] | None = None  # (rows, plan): made by the model at the first fast step
+    # (rows, vocab, plan): made by the model at the first fast step, made again when the rows or the vocab change
+    plan: tuple[int, Tensor | None, StepPlan | None] | None = None
 
     @classmethod
     def empty(cls, n_layers: int) -> DecoderState:

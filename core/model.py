@@ -217,9 +217,9 @@ class Transformer(nn.Module):
         lin = self._linear(fast)
         x = self.embed(tgt, "tgt", options=options, offset=offset, recorder=recorder)
         if state is not None and fast is not None and T == 1 and self_mask is None and not hidden:
-            if state.plan is None or state.plan[0] != B:
-                state.plan = (B, make_plan(self, fast, B, vocab))
-            plan = state.plan[1]
+            if state.plan is None or state.plan[0] != B or state.plan[1] is not vocab:
+                state.plan = (B, vocab, make_plan(self, fast, B, vocab))
+            plan = state.plan[2]
             if plan is not None:  # an incremental decoding step: the same computation without module overhead
                 for layer, layer_state in zip(self.decoder_layers, state.layers, strict=True):
                     layer.cross_kv(memory, layer_state, lin)  # projected at the first step, kept in the state

@@ -31,7 +31,7 @@ ALIGN = 8  # the kept rows are padded to a multiple of this
 FILE_NAME = "shortlist.safetensors"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: compared by identity
 class Shortlist:
     """Source piece w's candidate translations are ``targets[offsets[w]:offsets[w + 1]]``.
 
@@ -66,7 +66,8 @@ class Shortlist:
 
     @classmethod
     def from_marian(cls, path: str | Path, vocab_size: int, *, shared: bool) -> Shortlist:
-        """Read Marian's binary shortlist (``lex.*.bin``); CheckpointError naming what is wrong with the file."""
+        """Read Marian's binary shortlist (``lex.*.bin``); CheckpointError naming what is wrong with the file. Its
+        layout is checked (header, sizes, offsets, ids); its checksum is not verified."""
         path = Path(path)
         raw = path.read_bytes()
         if len(raw) < 8 * HEADER:
@@ -101,9 +102,9 @@ class Shortlist:
         except (SafetensorError, OSError, KeyError, ValueError) as exc:
             raise CheckpointError(f"{path}: not a readable shortlist ({exc})") from None
 
-    def rows(self, src_ids: Iterable[int], also: Iterable[int] = ()) -> list[int]:
+    def rows(self, src_ids: Iterable[int]) -> list[int]:
         """The sorted target ids the engine scores for a batch whose source pieces are ``src_ids`` (eos included,
-        every sentence of the batch), plus ``also`` (e.g. forced output ids), padded to a multiple of 8."""
+        every sentence of the batch), padded to a multiple of 8. Any other id has probability 0 for the engine."""
         keep = np.zeros(self.vocab_size, dtype=bool)
         keep[: self.frequent] = True
         n_source = self.offsets.size - 1
@@ -112,7 +113,6 @@ class Shortlist:
                 keep[w] = True
             if 0 <= w < n_source:
                 keep[self.targets[self.offsets[w] : self.offsets[w + 1]]] = True
-        keep[[int(i) for i in also]] = True
         missing = -int(keep.sum()) % ALIGN
         if missing:
             unused = np.flatnonzero(~keep[self.frequent :])[:missing] + self.frequent

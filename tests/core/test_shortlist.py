@@ -3,10 +3,12 @@ them (greedy, beam, teacher-forced, batched; the plan and the module path), thro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
@@ -34,8 +36,8 @@ def test_reads_marians_binary_file_and_keeps_what_the_engine_keeps(tmp_path):
     shared = Shortlist.from_marian(tmp_path / "lex.bin", 64, shared=True)
     assert 3 in shared.rows([3]) and 33 in shared.rows([33])  # a source word's own id (one vocabulary)
     assert 33 not in sl.rows([33])  # beyond the file's source words: no candidates, not an error
-    assert {58, 59} <= set(sl.rows([1], also=[58, 59]))  # forced ids are scored too
-    assert len(sl.rows([], also=range(8))) == 8
+    assert sl.rows([]) == [0, 1, 2, 3, 4, 5, 6, 7]  # the frequent ones, padded
+    assert sl != shared and sl == sl  # compared by identity (it holds arrays)
 
 
 def test_bad_shortlist_files_are_refused_with_what_is_wrong(tmp_path):
@@ -115,9 +117,20 @@ def test_beam_search_over_a_shortlist(peaked):
     vocab = torch.arange(0, 64, 3)
     history: list = []
     out = beam_search(peaked, src, keep, options=OPTS, max_len=8, beam_size=3, vocab=vocab, history=history)
-    allowed = set(vocab.tolist())
-    assert set(out) <= allowed
-    assert all(set(step.candidate_ids.tolist()) <= allowed for step in history)
+    # the same search over every id, with an output bias of -inf outside the list: log_softmax makes them equal
+    ruled_out = Transformer(dataclasses.replace(peaked.config, output_bias=True)).eval()
+    ruled_out.load_state_dict(peaked.state_dict(), strict=False)
+    with torch.no_grad():
+        outside = torch.ones(64, dtype=torch.bool)
+        outside[vocab] = False
+        ruled_out.output.bias.zero_()
+        ruled_out.output.bias[outside] = float("-inf")
+    reference: list = []
+    assert out == beam_search(ruled_out, src, keep, options=OPTS, max_len=8, beam_size=3, history=reference)
+    for step, ref in zip(history, reference, strict=True):
+        assert np.array_equal(step.candidate_ids, ref.candidate_ids)
+        assert np.array_equal(step.candidate_parents, ref.candidate_parents)
+        np.testing.assert_allclose(step.candidate_scores, ref.candidate_scores, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- through the Bundle
@@ -139,6 +152,7 @@ def test_the_shortlist_switch_of_a_bundle(listed, tiny_checkpoint):
     rows = set(listed.shortlist.rows(src_ids))
     out = listed.translate(text, SL, top_k=3)
     assert out.options.shortlist and out.trace.meta["shortlist_rows"] == len(rows) < listed.config.tgt_vocab_size
+    assert out.trace.meta["shortlist_of"] == listed.config.tgt_vocab_size
     assert set(out.trace["output.ids"].ravel().tolist()) <= rows
     assert set(out.trace["output.top_ids"].ravel().tolist()) <= rows
     assert InferenceOptions.from_dict(out.options.to_dict()) == SL and "shortlist only" in SL.describe()
@@ -147,12 +161,27 @@ def test_the_shortlist_switch_of_a_bundle(listed, tiny_checkpoint):
     # beam search, then its teacher-forced trace, score the same rows
     beam = listed.translate(text, SL, beam_size=3)
     assert set(beam.trace["output.ids"].ravel().tolist()) <= rows and beam.trace.meta["shortlist_rows"] == len(rows)
-    # a given output's own ids are scored even when they are not in the list
-    outside = next(i for i in range(4, listed.config.tgt_vocab_size) if i not in rows)
-    forced = listed.translate(text, SL, prefix=[outside])
-    assert int(forced.trace["output.ids"][0]) == outside and float(forced.trace["output.probs"][0]) > 0
-    tf = listed.teacher_forced(text, listed.tokenizer.decode([outside]), SL)
-    assert tf.trace.meta["shortlist_rows"] >= len(rows)
+    # a forced or given word outside the list: probability 0, as for the engine; inside it: the restricted softmax
+    V = listed.config.tgt_vocab_size
+    outside = next(i for i in range(4, V) if i not in rows)
+    inside = next(i for i in sorted(rows) if i > 3 and i != listed.config.eos_id)
+    forced = listed.translate(text, SL, prefix=[outside, inside])
+    assert forced.trace["output.ids"][:2].tolist() == [outside, inside]
+    assert float(forced.trace["output.probs"][0]) == 0.0 and forced.trace.meta["shortlist_rows"] == len(rows)
+    scored = torch.tensor(sorted(rows))
+    src = torch.tensor([src_ids])
+    with torch.inference_mode():
+        logits = listed.model(src, torch.tensor([[listed.config.bos_id, outside]]))[0]  # (2, V)
+    expected = float(torch.softmax(logits[1, scored], -1)[sorted(rows).index(inside)])
+    assert float(forced.trace["output.probs"][1]) == pytest.approx(expected, rel=1e-4)
+    tf = listed.teacher_forced(text, listed.tokenizer.decode([outside, inside]), SL)
+    given = tf.trace["output.ids"].tolist()
+    with torch.inference_mode():
+        full = listed.model(src, torch.tensor([[listed.config.bos_id, *given[:-1]]]))[0]  # (T, V)
+    for t, i in enumerate(given):
+        want = float(torch.softmax(full[t, scored], -1)[sorted(rows).index(i)]) if i in rows else 0.0
+        assert float(tf.trace["output.probs"][t]) == pytest.approx(want, rel=1e-4, abs=1e-7)
+    assert tf.trace.meta["shortlist_rows"] == len(rows)
     outs, trace = listed.translate_batch([text, "a dog"], SL)
     both = set(listed.shortlist.rows(src_ids + listed.encode_source("a dog")[0]))
     assert len(outs) == 2 and trace.meta["shortlist_rows"] == len(both)
@@ -195,3 +224,22 @@ def test_analyses_that_score_every_id_refuse_the_shortlist(listed):
     ]:
         with pytest.raises(InputError, match=f"{what} scores the whole vocabulary"):
             call()
+
+
+def test_a_decoding_state_rebuilds_its_plan_when_the_vocabulary_changes(peaked):
+    from core.layers import DecoderState
+
+    src, keep = _src()
+    fw = core.FastWeights(peaked)
+    with torch.inference_mode():
+        memory = peaked.encode(src, keep, fast=fw)
+        state = DecoderState.empty(peaked.config.n_decoder_layers)
+        start = torch.tensor([[peaked.config.bos_id]])
+        short = peaked.decode(start, memory, None, state=state, fast=fw, vocab=torch.arange(0, 64, 2))
+        after = peaked.decode(torch.tensor([[9]]), memory, None, state=state, fast=fw)  # now over every id
+        fresh = DecoderState.empty(peaked.config.n_decoder_layers)
+        first = peaked.decode(start, memory, None, state=fresh, fast=fw)
+        second = peaked.decode(torch.tensor([[9]]), memory, None, state=fresh, fast=fw)
+    assert short.shape[-1] == 32 and after.shape[-1] == 64
+    torch.testing.assert_close(short, first[..., ::2])
+    torch.testing.assert_close(after, second)

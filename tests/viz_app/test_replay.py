@@ -52,6 +52,29 @@ def test_every_page_renders_from_a_reloaded_trace(saved: tuple[Path, core.Transl
         assert original.text.replace(".", "") in shown.replace("\\", "").replace(".", "")
 
 
+def test_a_shortlist_trace_replays_the_steps_page(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """The Steps page's shortlist note reads the trace (how many words of how many), not a model."""
+    import shutil
+
+    from marian_folders import write_marian_shortlist
+
+    from core.shortlist import FILE_NAME, Shortlist
+
+    folder = shutil.copytree(tiny_checkpoint, tmp_path / "listed")
+    V = core.load(folder, device="cpu").config.tgt_vocab_size
+    lex = write_marian_shortlist(tmp_path / "lex.bin", 4, 3, [[(5 * w + j) % V for j in range(3)] for w in range(V)])
+    Shortlist.from_marian(lex, V, shared=True).save(folder / FILE_NAME)
+    out = core.load(folder, device="cpu").translate("The cat sleeps.", core.InferenceOptions(shortlist=True))
+    path = out.trace.save(tmp_path / "trace.npz")
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["_replay"] = core.Translation(core.Trace.load(path))
+    at.switch_page("views/steps.py")
+    at.run(timeout=TIMEOUT)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    rows = out.trace.meta["shortlist_rows"]
+    assert any(c.value.startswith(f"Shortlist only: each step scored {rows} of the model's {V:,}") for c in at.caption)
+
+
 def _open(data: bytes) -> None:  # runs inside AppTest.from_function
     import streamlit as st
 

@@ -257,11 +257,10 @@ elif out is not None:
                 "below replay that winner, showing the model's probabilities along it. The tree of every "
                 "hypothesis is further down."
             )
-    rows = shown.trace.meta.get("shortlist_rows")
-    if rows:
-        vocab = state.load_bundle(state.ckpt_path()).config.tgt_vocab_size
+    rows, of = shown.trace.meta.get("shortlist_rows"), shown.trace.meta.get("shortlist_of")
+    if rows:  # read from the trace: a replayed one has no model to ask
         st.caption(
-            f"Shortlist only: each step scored {rows} of the model's {vocab:,} "
+            f"Shortlist only: each step scored {rows} of the model's {of:,} "
             "words (its lexical shortlist for this sentence, as the production engine does); the probabilities "
             "below are shares of those words."
         )

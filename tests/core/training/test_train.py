@@ -108,6 +108,10 @@ def test_a_batch_with_a_non_finite_gradient_changes_nothing(tmp_path, capsys):
     params = list(t.model.parameters())
     assert all(torch.equal(m, t.optimizer.state[p]["exp_avg"]) for m, p in zip(moments, params, strict=True))
     assert all(p.grad is None for p in t.model.parameters())  # nothing left over for the next batch
+    # an infinite loss with a finite gradient (a target its logits rule out, label smoothing) is refused too
+    t.loss = lambda batch, label_smoothing=None: Trainer.loss(t, batch) + float("inf")  # type: ignore[method-assign]
+    assert t.train_step(batch) is None and t.step == 1 and t.skipped == 2
+    assert all(torch.equal(weights[k], v) for k, v in t.model.state_dict().items())
 
 
 def test_resume_refuses_a_different_model(tmp_path):
