@@ -249,6 +249,38 @@ def test_a_bundle_on_cuda_returns_cpu_numpy_traces_equal_to_the_cpu_bundle_s(tin
         np.testing.assert_allclose(a.cross_attention, b.cross_attention, rtol=1e-5, atol=1e-6)
 
 
+def test_the_shortlist_on_cuda_stays_on_the_device_and_equals_the_cpu_run(tiny_checkpoint, tmp_path):
+    """The shortlist's rows (``vocab``), the columns of forced ids and the gathered output rows live on the model's
+    device: every Bundle call with ``InferenceOptions(shortlist=True)`` under the pretend device."""
+    from marian_folders import write_marian_shortlist
+
+    from core.shortlist import Shortlist
+
+    cpu_plain = core.load(tiny_checkpoint, device="cpu")
+    V = cpu_plain.config.tgt_vocab_size
+    lex = write_marian_shortlist(tmp_path / "lex.bin", 4, 3, [[(7 * w + j) % V for j in range(3)] for w in range(V)])
+    shortlist = Shortlist.from_marian(lex, V, shared=True)
+    cpu = Bundle(cpu_plain.model, cpu_plain.tokenizer, cpu_plain.info, tiny_checkpoint, shortlist=shortlist)
+    sl = core.InferenceOptions(shortlist=True)
+    outside = next(i for i in range(4, V) if i not in shortlist.rows(cpu.encode_source("the cat sat")[0]))
+    model, _, _ = core.load_checkpoint(tiny_checkpoint, "cpu")
+    mode = PretendCuda(model)
+    with mode:
+        on_cuda = Bundle(model, cpu.tokenizer, cpu.info, tiny_checkpoint, shortlist=shortlist)
+        calls = {
+            "greedy": lambda b: b.translate("the cat sat", sl, max_len=5).trace,
+            "beam": lambda b: b.translate("the cat sat", sl, beam_size=3, max_len=5).trace,
+            "forced": lambda b: b.teacher_forced("the cat sat", "the cat", sl).trace,
+            "batch": lambda b: b.translate_batch(["the cat", "a dog sat on the mat"], sl, max_len=5)[1],
+            "prefix": lambda b: b.translate("the cat sat", sl, max_len=5, prefix=[outside]).trace,
+        }
+        traces = {name: call(on_cuda) for name, call in calls.items()}
+    assert mode.violations == [], mode.violations[:5]
+    for name, call in calls.items():
+        _same_arrays(traces[name], call(cpu))
+        assert traces[name].meta["shortlist_rows"] < V
+
+
 @pytest.mark.parametrize("decoder_self", ["attention", "ssru"])
 @torch.no_grad()
 def test_a_model_on_the_meta_device_encodes_and_decodes_on_it(decoder_self):
