@@ -91,12 +91,17 @@ def suppress(scores: Tensor, config: ModelConfig, fill: float, vocab: Tensor | N
     Marian's <pad>) set to ``fill`` (0 or -inf); ``scores`` itself when there are none. Applied after the softmax,
     as transformers' ``bad_words_ids`` is: the other ids keep the model's own probabilities (not renormalised), so
     beam scores are the same as transformers'. vocab: the ids of the last axis (S,) when it is a shortlist."""
+    blocked = suppressed_columns(config, vocab, scores.device)
+    return scores if blocked is None else scores.index_fill(-1, blocked, fill)
+
+
+def suppressed_columns(config: ModelConfig, vocab: Tensor | None, device: torch.device) -> Tensor | None:
+    """The columns of the scores' last axis that ``suppress`` fills: the suppressed ids, or their places among the
+    shortlist ``vocab``; None when there are none. A decoding loop finds them once per call."""
     if not config.suppress_ids:
-        return scores
-    ids = torch.tensor(config.suppress_ids, device=scores.device)
-    if vocab is not None:
-        ids = torch.isin(vocab, ids).nonzero()[:, 0]  # their columns among the shortlist's
-    return scores.index_fill(-1, ids, fill)
+        return None
+    ids = torch.tensor(config.suppress_ids, device=device)
+    return ids if vocab is None else torch.isin(vocab, ids).nonzero()[:, 0]
 
 
 def vocab_ids(columns: Tensor, vocab: Tensor | None) -> Tensor:
@@ -150,6 +155,7 @@ def iter_greedy(
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
     k = min(top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
     forced, listed = columns_of(torch.tensor(list(prefix), dtype=torch.long, device=src.device), vocab)
+    blocked = suppressed_columns(cfg, vocab, src.device)
     for step in range(max_len):
         if use_cache:
             logits = model.decode(
@@ -168,7 +174,9 @@ def iter_greedy(
             logits = model.decode(
                 tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast, vocab=vocab
             )[:, -1]  # (B, V|S)
-        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (B, V|S)
+        probs = torch.softmax(logits.float(), dim=-1)  # (B, V|S)
+        if blocked is not None:  # as ``suppress``
+            probs = probs.index_fill(-1, blocked, 0.0)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         top_ids = vocab_ids(top_ids, vocab)
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
@@ -267,6 +275,7 @@ def beam_search(
     memory = model.encode(src, src_keep, options=options, fast=fast)  # (1, Ts, D)
     cross_keep = _padded_or_none(src_keep)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
+    blocked = suppressed_columns(cfg, vocab, src.device)
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
     scores = torch.zeros(1, device=src.device)  # (beams,)
     finished: list[tuple[float, list[int]]] = []
@@ -282,7 +291,9 @@ def beam_search(
             logits = model.decode(tokens, mem, keep, options=options, fast=fast, recorder=recorder, vocab=vocab)[
                 :, -1
             ]  # (beams, V|S)
-        token_logp = suppress(torch.log_softmax(logits.float(), dim=-1), cfg, float("-inf"), vocab)  # (beams, V|S)
+        token_logp = torch.log_softmax(logits.float(), dim=-1)  # (beams, V|S)
+        if blocked is not None:  # as ``suppress``
+            token_logp = token_logp.index_fill(-1, blocked, float("-inf"))
         logp = token_logp + scores[:, None]  # (beams, V|S)
         V = logp.shape[-1]
         top_scores, flat = logp.view(-1).topk(min(beam_size, logp.numel()))  # (k,)

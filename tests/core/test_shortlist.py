@@ -243,3 +243,18 @@ def test_a_decoding_state_rebuilds_its_plan_when_the_vocabulary_changes(peaked):
     assert short.shape[-1] == 32 and after.shape[-1] == 64
     torch.testing.assert_close(short, first[..., ::2])
     torch.testing.assert_close(after, second)
+
+
+def test_a_suppressed_id_in_the_shortlist_is_never_chosen():
+    torch.manual_seed(5)
+    model = Transformer(tiny_config(tie_output=False, output_bias=True, suppress_ids=(7,))).eval()
+    with torch.no_grad():
+        model.output.bias[7] = 50.0  # the model's favourite everywhere: only the suppression keeps it out
+    src, keep = _src()
+    vocab = torch.tensor([2, 5, 7, 9, 11, 13, 17, 19])
+    out = greedy(model, src, keep, options=OPTS, max_len=6, vocab=vocab, top_k=8)
+    assert 7 not in out.tokens[0, 1:].tolist()
+    for step in out.steps:
+        assert float(step.top_probs[0][step.top_ids[0] == 7].sum()) == 0.0
+    beam = beam_search(model, src, keep, options=OPTS, max_len=6, beam_size=3, vocab=vocab)
+    assert 7 not in beam and set(beam) <= set(vocab.tolist())
