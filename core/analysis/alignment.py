@@ -51,18 +51,36 @@ def word_matrix(
     """(target words, source words) alignment weights from one (Tq, Tk) cross-attention map.
 
     ``out_pieces`` are the output pieces (piece t predicted at row t); rows beyond the map are dropped."""
+    rows, cols = pooling(src_pieces, out_pieces, cross.shape, shift=shift)
+    return normalised(rows @ cross @ cols)
+
+
+def pooling(
+    src_pieces: Sequence[str], out_pieces: Sequence[str], shape: tuple[int, ...], *, shift: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two matrices that turn a (Tq, Tk) cross-attention map into target × source word weights, before
+    ``normalised``: rows (target words, Tq) averages each target word's rows (shifted; rows beyond the map
+    dropped), cols (Tk, source words) sums each source word's pieces. Linear, so one pair's maps of every head
+    pool at once (``rows @ maps @ cols``) and an average of heads pools to the average of their pooled maps."""
     if shift not in (0, 1):
         raise ValueError(f"shift is 0 or 1, got {shift}")
+    n_rows, n_keys = shape[-2], shape[-1]
     src_words, tgt_words = word_spans(src_pieces), word_spans(out_pieces)
-    m = np.zeros((len(tgt_words), len(src_words)))
+    rows = np.zeros((len(tgt_words), n_rows))
     for w, pieces in enumerate(tgt_words):
-        rows = [t + shift for t in pieces if t + shift < cross.shape[0]]
-        if not rows:
-            continue
-        row = cross[rows].mean(0)  # (Tk,)
-        m[w] = [row[cols].sum() for cols in src_words]
-    total = m.sum(1, keepdims=True)
-    return np.divide(m, total, out=np.zeros_like(m), where=total > 0)
+        kept = [t + shift for t in pieces if t + shift < n_rows]
+        if kept:
+            rows[w, kept] = 1.0 / len(kept)
+    cols = np.zeros((n_keys, len(src_words)))
+    for w, pieces in enumerate(src_words):
+        cols[[i for i in pieces if i < n_keys], w] = 1.0
+    return rows, cols
+
+
+def normalised(m: np.ndarray) -> np.ndarray:
+    """Each target word's row (last two axes: target, source words) divided by its sum (all-zero rows stay 0)."""
+    total = m.sum(-1, keepdims=True)
+    return np.divide(m, total, out=np.zeros_like(m, dtype=np.float64), where=total > 0)
 
 
 def links(matrix: np.ndarray, method: Method = "argmax", threshold: float = THRESHOLD) -> set[Link]:
@@ -175,6 +193,11 @@ class AlignmentScores:
 K_MAX = 4
 
 
+def _cast(pool: tuple[np.ndarray, np.ndarray], m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, maps, cols) for ``score_heads``' einsum, the maps in float64 like the pooling matrices."""
+    return pool[0], m.astype(np.float64), pool[1]
+
+
 def score_heads(
     maps: Sequence[np.ndarray],
     src_pieces: Sequence[Sequence[str]],
@@ -194,12 +217,16 @@ def score_heads(
                 f"model's pieces merged into words ({len(word_spans(s))} → {len(word_spans(o))})"
             )
 
-    def corpus_aer(combine: Callable[[np.ndarray], np.ndarray], shift: int) -> float:
-        predicted = [
-            links(word_matrix(combine(m), s, o, shift=shift), method)
-            for m, s, o in zip(maps, src_pieces, out_pieces, strict=True)
+    pooled = {  # shift -> each pair's (L, H, target words, source words) weights before normalising, every head
+        sh: [
+            np.einsum("wt,lhtk,ks->lhws", *_cast(pooling(src, out, m.shape, shift=sh), m))
+            for m, src, out in zip(maps, src_pieces, out_pieces, strict=True)
         ]
-        return aer(predicted, gold)
+        for sh in (0, 1)
+    }
+
+    def corpus_aer(combine: Callable[[np.ndarray], np.ndarray], shift: int) -> float:
+        return aer([links(normalised(combine(p)), method) for p in pooled[shift]], gold)
 
     shift = min((0, 1), key=lambda sh: corpus_aer(lambda m: m.mean((0, 1)), sh))
     n_layers, n_heads = maps[0].shape[:2]

@@ -127,3 +127,37 @@ def test_real_checkpoint_has_alignment_heads_far_better_than_chance() -> None:
     assert reverse is not None and reverse[0].source == gold[0].target
     assert {(j, i) for i, j in gold[0].sure} == set(reverse[0].sure)
     assert gold_pairs("fr", "en") is None
+
+
+def _word_matrix_by_hand(cross, src, out, shift):
+    """The definition, written out: each target word's rows (shifted) averaged, each source word's pieces summed."""
+    src_words, tgt_words = word_spans(src), word_spans(out)
+    m = np.zeros((len(tgt_words), len(src_words)))
+    for w, pieces in enumerate(tgt_words):
+        rows = [t + shift for t in pieces if t + shift < cross.shape[0]]
+        if rows:
+            row = cross[rows].mean(0)
+            m[w] = [row[cols].sum() for cols in src_words]
+    total = m.sum(1, keepdims=True)
+    return np.divide(m, total, out=np.zeros_like(m), where=total > 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pooling_every_head_at_once_equals_the_word_matrix_definition(seed: int) -> None:
+    from core.analysis.alignment import normalised, pooling
+
+    rng = np.random.default_rng(seed)
+    pieces = ["▁a", "b", "▁c", "▁d", "e", "f", "▁g", "</s>", "<unk>", "▁h"]
+    src = [pieces[i] for i in rng.integers(0, len(pieces), rng.integers(3, 9))] + ["</s>"]
+    out = [pieces[i] for i in rng.integers(0, len(pieces), rng.integers(2, 8))] + ["</s>"]
+    maps = rng.random((2, 3, len(out), len(src)))  # (L, H, Tq, Tk)
+    for shift in (0, 1):
+        rows, cols = pooling(src, out, maps.shape, shift=shift)
+        every = rows @ maps @ cols  # (L, H, target words, source words)
+        for layer in range(2):
+            for head in range(3):
+                want = _word_matrix_by_hand(maps[layer, head], src, out, shift)
+                np.testing.assert_allclose(normalised(every[layer, head]), want, atol=1e-12)
+                np.testing.assert_allclose(word_matrix(maps[layer, head], src, out, shift=shift), want, atol=1e-12)
+        mean = normalised(every.mean((0, 1)))  # an average of heads pools to the average of their pooled maps
+        np.testing.assert_allclose(mean, _word_matrix_by_hand(maps.mean((0, 1)), src, out, shift), atol=1e-12)
