@@ -340,6 +340,9 @@ def test_the_shortlist_switch_appears_for_a_model_that_ships_one(tmp_path: Path,
     assert any(c.value.startswith(f"Shortlist only: each step scored {rows} of the model's {V:,}") for c in at.caption)
     shown = texts(at)
     assert f"#### {md(made.text)}" in shown and "**As trained:**" in shown  # and what the switch changed
+    why = ok(run({"page": "explain", "shortlist": "1", "text": SENTENCE}))  # the analyses say what they score
+    note = "The shortlist switch is on: these analyses still score every word"
+    assert any(c.value.startswith(note) for c in why.caption)
     monkeypatch.setenv("LAB_CHECKPOINT", "plain")
     at = ok(run({"page": "steps", "shortlist": "1", "text": SENTENCE}))
     assert at.session_state["shortlist"] is False

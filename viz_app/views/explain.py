@@ -432,6 +432,11 @@ if out is not None and out.beam_size != 1:  # the analyses explain greedy decodi
     out = state.current(beam=1)
 if out is not None:
     common.translation_header(out)
+    if out.options.shortlist:
+        st.caption(
+            "The shortlist switch is on: these analyses still score every word of the vocabulary (log p of the "
+            "chosen words among all of them); the shortlist only narrows what decoding may pick."
+        )
     tabs = st.tabs(
         ["Head importance", "Attention rollout", "Patching", "Attribution"],
         key="explain_tab",
