@@ -175,10 +175,12 @@ def test_bad_query_params_fall_back_to_defaults() -> None:
                 "ablate": "bogus",
                 "ckpt": "../etc",
                 "kind": "nonsense",
+                "shortlist": "perhaps",
             }
         )
     )
     assert at.session_state["layer"] == 0 and at.session_state["pe"] is True
+    assert at.session_state["shortlist"] is False  # and this model has none to switch on
     assert at.selectbox(key="ckpt").value == "tiny"
 
 
