@@ -98,8 +98,10 @@ class Translation:
         """What the decoder predicted at each position (eos included)."""
         return self.trace.output_tokens
 
-    @property
+    @functools.cached_property
     def steps(self) -> list[Step]:
+        """One ``Step`` per output position, made once per Translation (pages index it per step: the Steps page's
+        slider labels every step, which rebuilt them all for each label, quadratic in the output's length)."""
         t = self.trace
         if "output.ids" not in t:
             return []

@@ -36,6 +36,7 @@ def test_translate_exposes_tokens_trace_and_steps(bundle):
     assert out.trace.mask("decoder").dtype == np.bool_
     assert out.trace.positional_encoding("src").shape == (n_k, 16)
     assert len(out.steps) == len(out.output_tokens) == n_q
+    assert out.steps is out.steps  # made once: pages index it per step (the Steps slider labels every one)
     step = out.steps[1]
     assert step.token == out.output_tokens[1] and len(step.top_k) == 10
     assert step.top_k[0][1] >= step.top_k[-1][1] and step.top_k[0][1] == pytest.approx(step.prob)
