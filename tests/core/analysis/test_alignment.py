@@ -161,3 +161,22 @@ def test_pooling_every_head_at_once_equals_the_word_matrix_definition(seed: int)
                 np.testing.assert_allclose(word_matrix(maps[layer, head], src, out, shift=shift), want, atol=1e-12)
         mean = normalised(every.mean((0, 1)))  # an average of heads pools to the average of their pooled maps
         np.testing.assert_allclose(mean, _word_matrix_by_hand(maps.mean((0, 1)), src, out, shift), atol=1e-12)
+
+
+def test_gold_cross_attention_in_padded_batches_equals_one_pass_per_pair(tiny_checkpoint: Path, monkeypatch) -> None:
+    from core.analysis import survey
+
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    pairs = [
+        ("the cat sat", "the cat"),
+        ("a dog slept on the warm mat today", "a dog"),
+        ("hello", "hello there my friend"),
+    ]
+    monkeypatch.setattr(survey, "GOLD_BATCH", 2)  # a full batch and a last one of one
+    maps, src_pieces, out_pieces = survey.gold_cross_attention(bundle, pairs)
+    for (source, target), m, s, o in zip(pairs, maps, src_pieces, out_pieces, strict=True):
+        one = bundle.teacher_forced(source, target, record_qkv=False)
+        assert s == one.src_tokens and o == one.output_tokens
+        want = np.stack([one.trace.attention("cross", layer) for layer in range(2)])  # (L, H, Tq, Tk)
+        assert m.shape == want.shape
+        np.testing.assert_allclose(m, want, rtol=1e-5, atol=1e-6)
