@@ -263,6 +263,20 @@ class Bundle:
         ids, notices, _ = self._source(text, truncate)
         return ids, notices
 
+    def encode_target(self, text: str) -> list[int]:
+        """A given translation's ids as a teacher-forced pass feeds them: cleaned, cut to ``max_source_tokens``
+        pieces, eos appended (the decoder's inputs are the start token, then these but the last)."""
+        return self.tokenizer.encode_target(clean_text(text))[: self.max_source_tokens] + [self.config.eos_id]
+
+    def padded(self, rows: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
+        """Id rows as ONE batch on this bundle's device: ids (B, T) padded on the right with ``pad_id``, and keep
+        flags (B, T), True = a real token (pass them on: Marian models' pad id is also eos, ids cannot tell)."""
+        width = max(len(r) for r in rows)
+        pad = self.config.pad_id
+        ids = torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=self.device)
+        keep = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows], device=self.device)
+        return ids, keep
+
     def _source(self, text: str, truncate: bool) -> tuple[list[int], list[str], str]:
         """``encode_source`` plus the cleaned text it encoded."""
         notices = []
@@ -581,7 +595,7 @@ class Bundle:
         """Teacher-forced pass on a given translation ``tgt_text`` (eos appended)."""
         options = self.check_options(options, top_k=top_k)
         src_ids, notices, cleaned = self._source(src_text, truncate)
-        tgt_ids = self.tokenizer.encode_target(clean_text(tgt_text))[: self.max_source_tokens] + [self.config.eos_id]
+        tgt_ids = self.encode_target(tgt_text)
         return self._forced_pass(
             src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=1, notices=notices, forced=True
         )
@@ -605,10 +619,8 @@ class Bundle:
         if not texts:
             raise InputError("translate_batch needs at least one text")
         encoded = [self.encode_source(t, truncate=truncate)[0] for t in texts]
-        width = max(len(e) for e in encoded)
-        pad = self.config.pad_id
-        src = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], dtype=torch.long, device=self.device)
-        keep = torch.tensor([[True] * len(e) + [False] * (width - len(e)) for e in encoded], device=self.device)
+        src, keep = self.padded(encoded)
+        width = src.shape[1]
         recorder = Recorder(self.model, qkv=record_qkv)
         vocab = self.shortlist_vocab(options, [i for e in encoded for i in e])  # one shortlist per batch, as Marian's
         result = greedy(

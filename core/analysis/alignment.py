@@ -65,6 +65,8 @@ def pooling(
     if shift not in (0, 1):
         raise ValueError(f"shift is 0 or 1, got {shift}")
     n_rows, n_keys = shape[-2], shape[-1]
+    if len(src_pieces) > n_keys:
+        raise ValueError(f"{len(src_pieces)} source pieces for a map of {n_keys} keys")
     src_words, tgt_words = word_spans(src_pieces), word_spans(out_pieces)
     rows = np.zeros((len(tgt_words), n_rows))
     for w, pieces in enumerate(tgt_words):
@@ -73,7 +75,7 @@ def pooling(
             rows[w, kept] = 1.0 / len(kept)
     cols = np.zeros((n_keys, len(src_words)))
     for w, pieces in enumerate(src_words):
-        cols[[i for i in pieces if i < n_keys], w] = 1.0
+        cols[pieces, w] = 1.0
     return rows, cols
 
 
@@ -193,9 +195,11 @@ class AlignmentScores:
 K_MAX = 4
 
 
-def _cast(pool: tuple[np.ndarray, np.ndarray], m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, maps, cols) for ``score_heads``' einsum, the maps in float64 like the pooling matrices."""
-    return pool[0], m.astype(np.float64), pool[1]
+def _pooled(maps: np.ndarray, src: Sequence[str], out: Sequence[str], shift: int) -> np.ndarray:
+    """One pair's maps of every head (..., Tq, Tk) pooled to (..., target words, source words), before
+    ``normalised``."""
+    rows, cols = pooling(src, out, maps.shape, shift=shift)
+    return rows @ maps.astype(np.float64) @ cols
 
 
 def score_heads(
@@ -218,10 +222,7 @@ def score_heads(
             )
 
     pooled = {  # shift -> each pair's (L, H, target words, source words) weights before normalising, every head
-        sh: [
-            np.einsum("wt,lhtk,ks->lhws", *_cast(pooling(src, out, m.shape, shift=sh), m))
-            for m, src, out in zip(maps, src_pieces, out_pieces, strict=True)
-        ]
+        sh: [_pooled(m, src, out, sh) for m, src, out in zip(maps, src_pieces, out_pieces, strict=True)]
         for sh in (0, 1)
     }
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..bundle import clean_text
 from ..recorder import Recorder
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
 from .heads import HeadStatistics, sentence_statistics, total
@@ -141,9 +140,9 @@ def gold_cross_attention(
     for start in range(0, len(pairs), GOLD_BATCH):
         chunk = pairs[start : start + GOLD_BATCH]
         srcs = [bundle.encode_source(source)[0] for source, _ in chunk]
-        tgts = [tok.encode_target(clean_text(target))[: bundle.max_source_tokens] + [cfg.eos_id] for _, target in chunk]
-        src, src_keep = _padded(srcs, cfg.pad_id, bundle.device)
-        tgt, tgt_keep = _padded([[cfg.bos_id] + t[:-1] for t in tgts], cfg.pad_id, bundle.device)
+        tgts = [bundle.encode_target(target) for _, target in chunk]
+        src, src_keep = bundle.padded(srcs)
+        tgt, tgt_keep = bundle.padded([[cfg.bos_id] + t[:-1] for t in tgts])
         recorder = Recorder(model, qkv=False)
         memory = model.encode(src, src_keep, recorder=recorder, fast=bundle.fast)
         model.decode(tgt, memory, src_keep, recorder=recorder, tgt_keep=tgt_keep, fast=bundle.fast, hidden=True)
@@ -154,14 +153,6 @@ def gold_cross_attention(
             src_pieces.append([tok.piece(j) for j in s_ids])
             out_pieces.append([tok.piece(j) for j in t_ids])
     return maps, src_pieces, out_pieces
-
-
-def _padded(rows: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ids (B, T) padded with ``pad`` on the right, and their keep flags (True = a real token)."""
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
-    keep = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows], device=device)
-    return ids, keep
 
 
 ALIGN_VERSION = 1  # bump when the scores change meaning

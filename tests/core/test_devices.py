@@ -250,8 +250,11 @@ def test_a_bundle_on_cuda_returns_cpu_numpy_traces_equal_to_the_cpu_bundle_s(tin
 
 
 def test_the_shortlist_on_cuda_stays_on_the_device_and_equals_the_cpu_run(tiny_checkpoint, tmp_path):
-    """The shortlist's rows (``vocab``), the columns of forced ids and the gathered output rows live on the model's
-    device: every Bundle call with ``InferenceOptions(shortlist=True)`` under the pretend device."""
+    """The shortlist's rows (``vocab``), the columns of forced and suppressed ids and the gathered output rows live
+    on the model's device: every Bundle call with ``InferenceOptions(shortlist=True)`` under the pretend device,
+    on a model that suppresses an id of the shortlist (as Marian models suppress <pad>)."""
+    import dataclasses
+
     from marian_folders import write_marian_shortlist
 
     from core.shortlist import Shortlist
@@ -260,10 +263,13 @@ def test_the_shortlist_on_cuda_stays_on_the_device_and_equals_the_cpu_run(tiny_c
     V = cpu_plain.config.tgt_vocab_size
     lex = write_marian_shortlist(tmp_path / "lex.bin", 4, 3, [[(7 * w + j) % V for j in range(3)] for w in range(V)])
     shortlist = Shortlist.from_marian(lex, V, shared=True)
-    cpu = Bundle(cpu_plain.model, cpu_plain.tokenizer, cpu_plain.info, tiny_checkpoint, shortlist=shortlist)
+    suppressing = Transformer(dataclasses.replace(cpu_plain.config, suppress_ids=(1,))).eval()  # id 1: frequent
+    suppressing.load_state_dict(cpu_plain.model.state_dict())
+    cpu = Bundle(suppressing, cpu_plain.tokenizer, cpu_plain.info, tiny_checkpoint, shortlist=shortlist)
     sl = core.InferenceOptions(shortlist=True)
     outside = next(i for i in range(4, V) if i not in shortlist.rows(cpu.encode_source("the cat sat")[0]))
-    model, _, _ = core.load_checkpoint(tiny_checkpoint, "cpu")
+    model = Transformer(suppressing.config).eval()
+    model.load_state_dict(suppressing.state_dict())
     mode = PretendCuda(model)
     with mode:
         on_cuda = Bundle(model, cpu.tokenizer, cpu.info, tiny_checkpoint, shortlist=shortlist)

@@ -163,17 +163,45 @@ def test_pooling_every_head_at_once_equals_the_word_matrix_definition(seed: int)
         np.testing.assert_allclose(mean, _word_matrix_by_hand(maps.mean((0, 1)), src, out, shift), atol=1e-12)
 
 
-def test_gold_cross_attention_in_padded_batches_equals_one_pass_per_pair(tiny_checkpoint: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("shape", ["plain", "marian", "marian-ssru"])
+def test_gold_cross_attention_in_padded_batches_equals_one_pass_per_pair(
+    tiny_checkpoint: Path, monkeypatch, shape: str
+) -> None:
+    """Against ``Bundle.teacher_forced``, one pair at a time: a plain model, and Marian-shaped ones whose pad id is
+    also eos and bos (only the keep flags tell padding apart) and whose first decoder input is a zero vector;
+    a bundle that cuts long targets."""
+    import dataclasses
+
+    from conftest import tiny_config
+
     from core.analysis import survey
 
     bundle = core.load(tiny_checkpoint, device="cpu")
+    if shape != "plain":
+        V = bundle.config.tgt_vocab_size
+        config = tiny_config(
+            src_vocab_size=V,
+            tgt_vocab_size=V,
+            pad_id=0,
+            bos_id=0,
+            eos_id=0,
+            start="zeros",
+            decoder_self="ssru" if shape == "marian-ssru" else "attention",
+        )
+        torch.manual_seed(1)
+        model = core.Transformer(config).eval()
+        bundle = core.Bundle(model, bundle.tokenizer, bundle.info, None, max_source_tokens=20)
+        assert dataclasses.asdict(bundle.config)["pad_id"] == bundle.config.eos_id
     pairs = [
         ("the cat sat", "the cat"),
         ("a dog slept on the warm mat today", "a dog"),
         ("hello", "hello there my friend"),
+        ("the dog", "the dog sat on the warm mat and the cat slept on the old chair by the door all day long"),
     ]
     monkeypatch.setattr(survey, "GOLD_BATCH", 2)  # a full batch and a last one of one
     maps, src_pieces, out_pieces = survey.gold_cross_attention(bundle, pairs)
+    if shape != "plain":
+        assert len(out_pieces[-1]) == bundle.max_source_tokens + 1  # the long target cut, eos added
     for (source, target), m, s, o in zip(pairs, maps, src_pieces, out_pieces, strict=True):
         one = bundle.teacher_forced(source, target, record_qkv=False)
         assert s == one.src_tokens and o == one.output_tokens
