@@ -9,6 +9,7 @@ cached on (checkpoint, text, options, beam) in one cache bounded by bytes for al
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
@@ -48,7 +49,8 @@ EXAMPLES: dict[str, list[str]] = {
     "de": ["Ist noch Tee übrig?", "Die Katze schläft auf dem warmen Stuhl.", "Ich hätte gern eine Tasse Kaffee."],
 }
 KINDS = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
-OptionsKey = tuple[bool, bool, bool, tuple[tuple[str, int, int], ...], bool, bool, bool]
+OptionsKey = tuple[Any, ...]  # ``options_key``: InferenceOptions' fields in order
+OPTION_FIELDS = dataclasses.fields(core.InferenceOptions)
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -94,29 +96,16 @@ def load_bundle(path: str) -> core.Bundle:
 
 
 def options_key(options: core.InferenceOptions) -> OptionsKey:
-    """A small hashable key for the cache (never hash the model or the options object)."""
-    return (
-        options.positional_encoding,
-        options.causal_mask,
-        options.padding_mask,
-        tuple(sorted(options.ablate)),
-        options.encoder_pe,
-        options.decoder_pe,
-        options.shortlist,
+    """A small hashable key for the cache (never hash the model or the options object): the options' fields in
+    their order, the ablated heads sorted."""
+    return tuple(
+        tuple(sorted(value)) if isinstance(value, frozenset) else value
+        for value in (getattr(options, f.name) for f in dataclasses.fields(options))
     )
 
 
 def _options(key: OptionsKey) -> core.InferenceOptions:
-    pe, causal, padding, ablate, encoder_pe, decoder_pe, shortlist = key
-    return core.InferenceOptions(
-        positional_encoding=pe,
-        causal_mask=causal,
-        padding_mask=padding,
-        ablate=frozenset(ablate),
-        encoder_pe=encoder_pe,
-        decoder_pe=decoder_pe,
-        shortlist=shortlist,
-    )
+    return core.InferenceOptions(**{f.name: value for f, value in zip(OPTION_FIELDS, key, strict=True)})
 
 
 def _analysis_options(key: OptionsKey) -> core.InferenceOptions:

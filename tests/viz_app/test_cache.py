@@ -126,3 +126,25 @@ def test_pages_reuse_the_translation_they_show(tmp_path: Path, monkeypatch) -> N
         assert not at.exception and not at.error
     shown = decoded[0]
     assert decoded.count(shown) == 1, decoded  # the others have other switches ("with only the top k heads")
+
+
+def test_the_options_key_carries_every_switch_and_gives_the_options_back() -> None:
+    import dataclasses
+
+    from viz_app import state
+
+    base = core.InferenceOptions()
+    changed = {
+        "positional_encoding": False,
+        "causal_mask": False,
+        "padding_mask": False,
+        "ablate": frozenset({("cross", 1, 2), ("encoder", 0, 1)}),
+        "encoder_pe": False,
+        "decoder_pe": False,
+        "shortlist": True,
+    }
+    assert set(changed) == {f.name for f in dataclasses.fields(base)}  # a new switch must be added here too
+    for name, value in changed.items():
+        options = base.with_changes(**{name: value})
+        key = state.options_key(options)
+        assert hash(key) != hash(state.options_key(base)) and state._options(key) == options, name
