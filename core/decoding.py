@@ -91,8 +91,13 @@ def suppress(scores: Tensor, config: ModelConfig, fill: float, vocab: Tensor | N
     Marian's <pad>) set to ``fill`` (0 or -inf); ``scores`` itself when there are none. Applied after the softmax,
     as transformers' ``bad_words_ids`` is: the other ids keep the model's own probabilities (not renormalised), so
     beam scores are the same as transformers'. vocab: the ids of the last axis (S,) when it is a shortlist."""
-    blocked = suppressed_columns(config, vocab, scores.device)
-    return scores if blocked is None else scores.index_fill(-1, blocked, fill)
+    return fill_columns(scores, suppressed_columns(config, vocab, scores.device), fill)
+
+
+def fill_columns(scores: Tensor, columns: Tensor | None, fill: float) -> Tensor:
+    """``scores`` with ``columns`` of the last axis set to ``fill``; itself when there are none (``suppress``, with
+    the columns a decoding loop found once)."""
+    return scores if columns is None else scores.index_fill(-1, columns, fill)
 
 
 def suppressed_columns(config: ModelConfig, vocab: Tensor | None, device: torch.device) -> Tensor | None:
@@ -154,7 +159,8 @@ def iter_greedy(
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
     k = min(top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
-    forced, listed = columns_of(torch.tensor(list(prefix), dtype=torch.long, device=src.device), vocab)
+    if prefix:  # where the forced ids sit among the scores (once per call)
+        forced, listed = columns_of(torch.tensor(list(prefix), dtype=torch.long, device=src.device), vocab)
     blocked = suppressed_columns(cfg, vocab, src.device)
     for step in range(max_len):
         if use_cache:
@@ -174,9 +180,7 @@ def iter_greedy(
             logits = model.decode(
                 tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast, vocab=vocab
             )[:, -1]  # (B, V|S)
-        probs = torch.softmax(logits.float(), dim=-1)  # (B, V|S)
-        if blocked is not None:  # as ``suppress``
-            probs = probs.index_fill(-1, blocked, 0.0)
+        probs = fill_columns(torch.softmax(logits.float(), dim=-1), blocked, 0.0)  # (B, V|S), as ``suppress``
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         top_ids = vocab_ids(top_ids, vocab)
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
@@ -291,9 +295,7 @@ def beam_search(
             logits = model.decode(tokens, mem, keep, options=options, fast=fast, recorder=recorder, vocab=vocab)[
                 :, -1
             ]  # (beams, V|S)
-        token_logp = torch.log_softmax(logits.float(), dim=-1)  # (beams, V|S)
-        if blocked is not None:  # as ``suppress``
-            token_logp = token_logp.index_fill(-1, blocked, float("-inf"))
+        token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))  # (beams, V|S)
         logp = token_logp + scores[:, None]  # (beams, V|S)
         V = logp.shape[-1]
         top_scores, flat = logp.view(-1).topk(min(beam_size, logp.numel()))  # (k,)
