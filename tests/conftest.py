@@ -48,6 +48,17 @@ def model(cfg: ModelConfig) -> Transformer:
     return Transformer(cfg).eval()
 
 
+@pytest.fixture(params=["attention", "ssru"])
+def peaked(request):
+    """A random model (a self-attention, then an SSRU decoder) with large output weights: well-separated greedy
+    choices."""
+    torch.manual_seed(11)
+    m = Transformer(tiny_config(decoder_self=request.param, tie_output=False)).eval()
+    with torch.no_grad():
+        m.output.weight.mul_(8.0)
+    return m
+
+
 def build_tiny_checkpoint(directory: Path, seed: int = 0, **overrides) -> Path:
     """A real (random-weight) checkpoint folder with a SentencePiece model trained on the fixture corpus."""
     lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()

@@ -13,16 +13,6 @@ from core.layers import DecoderState, LayerState
 OPTS = InferenceOptions()
 
 
-@pytest.fixture(params=["attention", "ssru"])
-def peaked(request):
-    """A random model with large output weights so greedy choices are well separated."""
-    torch.manual_seed(11)
-    m = Transformer(tiny_config(decoder_self=request.param, tie_output=False)).eval()
-    with torch.no_grad():
-        m.output.weight.mul_(8.0)
-    return m
-
-
 def src_batch(B=1, T=6, seed=0):
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, 64, (B, T), generator=g)

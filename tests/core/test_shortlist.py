@@ -68,15 +68,6 @@ def test_saved_and_loaded_it_is_the_same_shortlist(tmp_path):
 
 
 # ----------------------------------------------------------------------------- decoding
-@pytest.fixture(params=["attention", "ssru"])
-def peaked(request):
-    torch.manual_seed(5)
-    m = Transformer(tiny_config(decoder_self=request.param, tie_output=False)).eval()
-    with torch.no_grad():
-        m.output.weight.mul_(6.0)
-    return m
-
-
 def _src():
     src = torch.tensor([[5, 9, 17, 33, 2]])
     return src, torch.ones_like(src, dtype=torch.bool)
