@@ -22,7 +22,6 @@ from anchors import (
     output_layer_alone,
     production_engine,
     profile_shares,
-    shortlist_rows,
     time_with_floors,
     wheel_path,
     x,
@@ -97,7 +96,6 @@ def engine_section(rep: Any, rounds: int) -> None:
             "output": Rotation(sentence_groups, output_layer_alone(bundle, lens)),
         }
         t = time_with_floors(works, sentence_groups, lens, shape, rounds)
-        kept = shortlist_rows(folder, bundle, texts)
     same = sum(engine_texts[t] == lens.texts[t] for t in texts)
     same_sl = sum(engine_texts[t] == sl_texts[t] for t in texts)
     ours_rows = [len(bundle.shortlist.rows(bundle.encode_source(t)[0])) for t in texts]
@@ -136,12 +134,11 @@ def engine_section(rep: Any, rounds: int) -> None:
             f"matrix), imported. {len(texts)} built-in English sentences (median {src_median:.0f} source tokens, "
             f"{steps_median:.0f} decoding steps), {GROUP} per round, new ones every round, text → text "
             f"(SentencePiece included) on one thread each (the engine runs on one: it starts no thread). "
-            f"The engine scores only a lexical shortlist (`lex.50.50`: the 50 most frequent target words and the "
-            f"50 best translations of each source piece — a median {statistics.median(kept):.0f} rows "
-            f"({min(kept)}–{max(kept)}) of the {vocab:,}-row output layer, read from the file here — plus the "
-            f"source pieces themselves, padded to a multiple of 8). Ours with `InferenceOptions(shortlist=True)` "
-            f"scores those rows (`core/shortlist.py`: a median {statistics.median(ours_rows):.0f} with the source "
-            f"pieces and the padding) and renormalises over them, as the engine does; the Trace then records "
+            f"The engine scores only a lexical shortlist (`lex.50.50`: the 50 most frequent target words, the 50 "
+            f"best translations of each source piece and the source pieces themselves, padded to a multiple of 8 — "
+            f"a median {statistics.median(ours_rows):.0f} rows ({min(ours_rows)}–{max(ours_rows)}) of the "
+            f"{vocab:,}-row output layer here). Ours with `InferenceOptions(shortlist=True)` scores those rows "
+            f"(`core/shortlist.py`) and renormalises over them, as the engine does; the Trace then records "
             f"top-k probabilities over the shortlist. Same translation as the "
             f"engine: {same_sl} of {len(texts)} with the shortlist, {same} of {len(texts)} over the whole "
             "vocabulary.",

