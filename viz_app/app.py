@@ -49,6 +49,7 @@ PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
 }
 
 state.init()
+state.warm_up()  # once per process: what the pages would import on their first visit
 page = st.navigation(list(PAGES.values()), position="sidebar")
 first = st.session_state.pop("_first_page", "")
 if first in PAGES and page.url_path in ("", "overview") and first != "overview":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib
 import logging
 import os
 import re
@@ -79,6 +80,39 @@ def threads() -> int:
         return int(env)
     cpus = os.cpu_count() or 1
     return 1 if cpus <= 2 else min(4, cpus // 2)  # one sentence at a time: more threads mostly contend
+
+
+# Modules the pages import on first use, measured (a fresh server, each page after the overview): Learn's first
+# visit spent ~0.45 s importing (Streamlit's emoji table compiles one large regular expression when a success box
+# first shows; pandas' Styler brings jinja2), the figure modules and Plotly's lazily loaded trace parts a little.
+LAZY_MODULES = (
+    "streamlit.emojis",
+    "pandas.io.formats.style",
+    "plotly.graph_objs._bar",
+    "plotly.graph_objs.bar",
+    "plotly.graph_objs.bar._marker",
+    "plotly.graph_objs.scatter._textfont",
+    "plotly.graph_objs.scatter._line",
+    "plotly.graph_objs.heatmap._textfont",
+    "viz_app.figures_pe",
+    "viz_app.figures_steps",
+    "viz_app.figures_heads",
+    "viz_app.figures_explain",
+)
+
+
+@st.cache_resource(show_spinner=False)
+def warm_up() -> tuple[str, ...]:
+    """Import ``LAZY_MODULES`` once per process, at the first script run (before ``load_bundle`` freezes what is
+    alive), so that no page pays for them on its first visit. Returns those that could not be imported (a newer
+    library that moved one): the pages import them again when they need them."""
+    missing = []
+    for name in LAZY_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return tuple(missing)
 
 
 @st.cache_resource(show_spinner="Loading the model …", max_entries=4)

@@ -3,6 +3,7 @@ for this project (no corpus licence involved), deterministic, varied in length a
 
 from __future__ import annotations
 
+import functools
 import random
 
 _EN = {
@@ -164,6 +165,14 @@ N_SENTENCES = 240
 
 def builtin_sentences(language: str, n: int = N_SENTENCES) -> tuple[list[str], str]:
     """(sentences, language used): ``n`` sentences in ``language`` — English when there are none in it."""
+    made, used = _builtin(language, n)
+    return list(made), used
+
+
+@functools.lru_cache(maxsize=16)
+def _builtin(language: str, n: int) -> tuple[tuple[str, ...], str]:
+    """``builtin_sentences``, made once per (language, n): shuffling the combinations takes ~16 ms, and the app
+    asks at every rerun whether the set's statistics are on disk."""
     used = language if language in TEMPLATES else "en"
     t = TEMPLATES[used]
     rng = random.Random(0)
@@ -174,4 +183,4 @@ def builtin_sentences(language: str, n: int = N_SENTENCES) -> tuple[list[str], s
     joiner = " and " if used == "en" else " e "
     for i in range(0, len(made) - 1, 3):
         made[i] = made[i][:-1] + joiner + made[i + 1][0].lower() + made[i + 1][1:]
-    return (list(t["fixed"]) + made)[:n], used
+    return tuple((list(t["fixed"]) + made)[:n]), used

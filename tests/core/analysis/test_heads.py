@@ -115,6 +115,9 @@ def test_builtin_sentences_are_deterministic_and_varied() -> None:
     assert len(pt) == 240 and "O cão mordeu o homem." in pt
     assert builtin_sentences("fr")[1] == "en"  # no French set: English, and it says so
     assert max(len(s.split()) for s in en) >= 18
+    en.clear()  # made once and kept: each caller still gets its own list
+    assert len(builtin_sentences("en")[0]) == 240
+    assert builtin_sentences("en", 5)[0] == builtin_sentences("en")[0][:5]
 
 
 def test_alignment_scores_are_kept_on_disk_by_weights_and_gold_pairs(tiny_checkpoint, tmp_path, monkeypatch) -> None:
