@@ -5,6 +5,11 @@
 #
 #   scripts/gpu_session.sh start MINUTES   CUDA tests, GPU timings of the teacher, then both distillation runs
 #                                          in the background, each stopping MINUTES from now
+#   GO_ON=1 scripts/gpu_session.sh start MINUTES
+#                                          the same, but each run goes on training the published student
+#                                          (checkpoints/distilled-en-pt, -pt-en: --init-from) instead of
+#                                          starting from the teacher, so GPU sessions add up; LR_FACTOR (default
+#                                          0.4 then: the peak rate near where the last run ended) sets the rate
 #   scripts/gpu_session.sh collect OUT     logs, summaries and the trained decoders (the rest of each student is
 #                                          its teacher's) into OUT; the students' GPU timings
 set -uo pipefail
@@ -32,25 +37,31 @@ start)
     left() { python3 -c "print(max(0.0, round(($stop_at - $(date +%s)) / 60, 2)))"; }
     # en->pt teacher first; then en->pt training beside the pt->en run, whose sources are the en->pt teacher's
     # Portuguese (so it must wait for the whole teacher stage). Each training stops at stop_at.
-    train() {  # train ARGS...: the train stage with the minutes left (none left: skip, not "no limit")
-        local m
+    train() {  # train PAIR ARGS...: the train stage with the minutes left (none left: skip, not "no limit")
+        local m pair=$1
+        shift
+        local go_on=()
+        if [ "${GO_ON:-0}" = 1 ]; then
+            go_on=(--init-from "checkpoints/distilled-$pair" --lr-factor "${LR_FACTOR:-0.4}")
+        fi
         m=$(left)
         if python3 -c "import sys; sys.exit(float('$m') < 0.5)"; then
-            $PY -m core distill-long --stages train --max-tokens 12000 --eval-every 400 --max-minutes "$m" "$@"
+            $PY -m core distill-long --stages train --max-tokens 12000 --eval-every 400 --max-minutes "$m" \
+                "${go_on[@]}" "$@"
         else
             echo "no time left to train $*"
         fi
     }
     export -f left train
-    export PY D R stop_at
+    export PY D R stop_at GO_ON LR_FACTOR
     # setsid: the runs outlive this call (the machine stays while calls keep coming within its warm period)
     setsid nohup bash -c '
         $PY -m core distill-long --stages teacher --data-dir $D/en-pt > $R/en-pt.teacher.log 2>&1 || exit 1
-        train --data-dir $D/en-pt --run-dir $R/en-pt > $R/en-pt.train.log 2>&1 &
+        train en-pt --data-dir $D/en-pt --run-dir $R/en-pt > $R/en-pt.train.log 2>&1 &
         pten="--teacher checkpoints/bergamot-pt-en --source-language pt --target-language en"
         pten="$pten --out checkpoints/distilled-pt-en"
         $PY -m core distill-long --stages inputs,teacher --sources-from $D/en-pt --data-dir $D/pt-en $pten \
-            > $R/pt-en.teacher.log 2>&1 && train --data-dir $D/pt-en --run-dir $R/pt-en $pten > $R/pt-en.train.log 2>&1
+            > $R/pt-en.teacher.log 2>&1 && train pt-en --data-dir $D/pt-en --run-dir $R/pt-en $pten > $R/pt-en.train.log 2>&1
         wait' > "$R/session.log" 2>&1 < /dev/null &
     sleep 1
     # the CUDA tests meanwhile (the rest of the suite needs more than one call's time here)

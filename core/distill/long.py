@@ -45,7 +45,15 @@ from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
 from .data import read_lines
 from .long_inputs import copy_inputs, load_pairs, make_inputs, teacher_stage
-from .student import SCOPES, TRAIN_DEFAULTS, build_student, freeze_except, make_optimizer, trainable_names
+from .student import (
+    SCOPES,
+    TRAIN_DEFAULTS,
+    build_student,
+    freeze_except,
+    init_student,
+    make_optimizer,
+    trainable_names,
+)
 from .word_kd import DistillTrainer
 
 
@@ -61,6 +69,8 @@ def train_stage(
     data_dir, run_dir = Path(args.data_dir), Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     student = build_student(teacher, seed=config.seed)
+    if args.init_from:  # go on training an earlier student (e.g. the published one); a resumed run's state wins
+        init_student(student, Path(args.init_from))
     n_trainable = freeze_except(student, trainable_names(student, args.scope))
     trainer = DistillTrainer(student, teacher, args.kd_weight, config, run_dir, device)
     trainer.optimizer = make_optimizer(student, args.reused_lr_scale)
@@ -122,6 +132,7 @@ def train_stage(
         "kd_weight": args.kd_weight,
         "scope": args.scope,
         "reused_lr_scale": args.reused_lr_scale,
+        "init_from": args.init_from,
         "max_pieces": args.max_pieces,
         "skipped_batches": trainer.skipped,
         "tf32": device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32,
@@ -150,6 +161,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scope", default="decoder", choices=list(SCOPES))
     p.add_argument(
         "--reused-lr-scale", type=float, default=0.3, help="rate factor for parameters copied from the teacher"
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        help="train: start from this earlier student of the same teacher (e.g. the published checkpoint, to train "
+        "it further in another session) instead of the teacher's weights; a resumed run's state still wins",
     )
     p.add_argument("--max-pieces", type=int, default=128, help="drop training pairs longer than this")
     p.add_argument("--max-ratio", type=float, default=2.0, help="drop teacher outputs longer than RATIO * source + 8")

@@ -232,7 +232,14 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         "* **Student**: `core.distill.student.build_student` — every tensor is the teacher's except the decoder "
         f"self-attention (new, its output projection starting at 0). `--scope {scope}`: "
         + SCOPES.get(scope, scope).format(scale=f"{scale:g}")
-        + f" ({summary.get('trainable', 0):,} values).",
+        + f" ({summary.get('trainable', 0):,} values)."
+        + (
+            f" This run went on from an earlier student, `{summary['init_from']}` as it was then (`--init-from`; "
+            "that version's own card, in the history of that folder, says how it was made): the figures below "
+            "count this run's steps only."
+            if summary.get("init_from")
+            else ""
+        ),
         f"* **Loss**: {1 - kd:g} × cross-entropy on the teacher's greedy output + {kd:g} × KL(teacher ‖ student) at "
         "every target position (word-level distillation: the teacher's whole next-piece distribution, from one "
         "teacher-forced pass over its own output).",
@@ -358,6 +365,7 @@ def _reproduce(args: argparse.Namespace, summary: dict, sources_from: str | None
         f"--kd-weight {summary.get('kd_weight', args.kd_weight):g} --max-tokens {cfg.get('max_tokens')} "
         f"--warmup {cfg.get('warmup')} --lr-factor {cfg.get('lr_factor'):g} --eval-every {cfg.get('eval_every')} "
         f"--max-minutes {cfg.get('max_minutes'):g}"
+        + (f" --init-from {summary['init_from']}" if summary.get("init_from") else "")
     )
     publish = f"python -m core distill-long --stages publish {common} --run-dir {args.run_dir} --out {args.out}"
     return [first, train, publish]

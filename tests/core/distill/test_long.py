@@ -174,6 +174,20 @@ def test_tiny_teacher_train_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     trained = load_checkpoint(tmp_path / "run" / "best")[0]  # the published student is the run's best
     for k, v in trained.state_dict().items():
         assert torch.equal(student.state_dict()[k], v), k
+    # a run that goes on from the published student (how GPU time from several sessions adds up) starts there:
+    # with a vanishing rate its student is the published one, not the teacher's fresh student
+    go_on = [*common, "--stages", "train,publish", "--run-dir", str(tmp_path / "run3"), "--out", str(tmp_path / "s3")]
+    go_on += ["--init-from", str(tmp_path / "student"), "--max-steps", "1", "--eval-every", "1", "--lr-factor", "1e-9"]
+    go_on += ["--max-tokens", "200", "--max-ratio", "100", "--per-bucket", "1"]
+    assert long_mod.run(parser.parse_args(go_on)) == 0
+    went_on = load_checkpoint(tmp_path / "s3")[0].state_dict()
+    fresh = build_student(load_checkpoint(teacher_dir)[0]).state_dict()
+    gate = "decoder_layers.0.self_attn.out_proj.weight"  # 0 in a fresh student, learned in the published one
+    assert not torch.equal(fresh[gate], student.state_dict()[gate])
+    for k, v in student.state_dict().items():
+        assert torch.allclose(went_on[k].float(), v.float(), atol=1e-3), k
+    card3 = (tmp_path / "s3" / "card.md").read_text()
+    assert f"--init-from {tmp_path / 'student'}" in card3 and "went on from an earlier student" in card3
     # a second run on the first run's teacher outputs (how the pt->en student is made): its card says so
     second = (  # a random teacher's outputs are long: generous length limits
         f"--teacher {teacher_dir} --data-dir {tmp_path / 'data2'} --run-dir {tmp_path / 'run2'} "
