@@ -315,6 +315,11 @@ elif out is not None:
                 ),
             )
             common.chart(fig, f"decoder_rows_step{step + 1}", key="dec_rows")
+            if step == 0:
+                st.caption(
+                    "At step 1 the only piece written so far is `<s>`, so every head gives it all of its weight "
+                    "(a softmax over one key); from step 2 on the heads have a choice."
+                )
         else:
             st.info(
                 "This decoder has no self-attention (it is an SSRU, a recurrent unit); see its forget gates "
