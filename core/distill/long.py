@@ -62,15 +62,18 @@ def train_stage(
     args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, device: torch.device, eval_tokens: int
 ) -> dict:
     """Stage "train" (resumes from ``--run-dir``); dev batches hold at most ``eval_tokens`` padded source tokens."""
-    from ..training.train import fit, seed_everything, train_config_from_args
+    from ..bundle import weights_digest
+    from ..training.train import best_eval_step, fit, seed_everything, train_config_from_args
 
     config = train_config_from_args(args)
     seed_everything(config.seed)
     data_dir, run_dir = Path(args.data_dir), Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     student = build_student(teacher, seed=config.seed)
+    start_digest = None
     if args.init_from:  # go on training an earlier student (e.g. the published one); a resumed run's state wins
         init_student(student, Path(args.init_from))
+        start_digest = weights_digest(student)
     n_trainable = freeze_except(student, trainable_names(student, args.scope))
     trainer = DistillTrainer(student, teacher, args.kd_weight, config, run_dir, device)
     trainer.optimizer = make_optimizer(student, args.reused_lr_scale)
@@ -117,6 +120,7 @@ def train_stage(
         higher_is_better="dev_chrf",
         log_path=run_dir / "log.jsonl",
         progress=False,
+        evaluate_first=bool(args.init_from),  # the student it goes on from is the best until a step beats it
     )
     summary = {
         "steps": trainer.step,
@@ -133,6 +137,8 @@ def train_stage(
         "scope": args.scope,
         "reused_lr_scale": args.reused_lr_scale,
         "init_from": args.init_from,
+        "init_digest": start_digest,
+        "best_step": best_eval_step(run_dir / "log.jsonl", "dev_chrf"),
         "max_pieces": args.max_pieces,
         "skipped_batches": trainer.skipped,
         "tf32": device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32,

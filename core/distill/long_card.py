@@ -235,8 +235,11 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         + f" ({summary.get('trainable', 0):,} values)."
         + (
             f" This run went on from an earlier student, `{summary['init_from']}` as it was then (`--init-from`; "
-            "that version's own card, in the history of that folder, says how it was made): the figures below "
-            "count this run's steps only."
+            f"weights digest {str(summary.get('init_digest'))[:16]}; that version's own card, in the history of "
+            "that folder, says how it was made): the figures below count this run's steps only, and that student "
+            "was evaluated before the first step, so the run could only publish something that scored better"
+            + (" — none did: these are its weights" if summary.get("best_step") == 0 else "")
+            + "."
             if summary.get("init_from")
             else ""
         ),

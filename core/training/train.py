@@ -268,6 +268,21 @@ def trim_log(log_path: Path, step: int) -> None:
         os.replace(tmp, log_path)
 
 
+def best_eval_step(log_path: Path, metric: str) -> int | None:
+    """The step of the weights ``fit`` handed to ``on_best`` last: the first evaluation in the log with the
+    highest ``metric`` (it keeps a later one only when it scores strictly higher); None before any evaluation."""
+    if not log_path.is_file():
+        return None
+    rows = []
+    for line in log_path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut off by a crash
+    evals = [r for r in rows if isinstance(r, dict) and r.get("type") == "eval" and metric in r]
+    return int(max(evals, key=lambda r: r[metric])["step"]) if evals else None
+
+
 def fit(
     trainer: Trainer,
     make_epoch: Callable[[int], list[Batch]],
@@ -277,13 +292,16 @@ def fit(
     higher_is_better: str = "dev_bleu",
     log_path: Path | None = None,
     progress: bool = True,
+    evaluate_first: bool = False,
 ) -> dict:
     """The training loop. ``make_epoch(epoch)`` returns that epoch's batches (already sharded for this rank).
 
     Every ``eval_every`` steps (and at the end) ``evaluate()`` runs on rank 0; when its ``higher_is_better``
-    metric improves ``on_best`` is called. State is saved after each evaluation and at least every
-    ``save_minutes`` of wall time, so a cut-off loses at most that much work; log entries past the resumed
-    step are dropped first, so a resumed run's log lists every step once.
+    metric improves ``on_best`` is called. ``evaluate_first``: a fresh run (step 0, no best yet) is evaluated
+    before its first step too, so the weights it starts from count as the best so far (a run that goes on from a
+    trained model then never hands out anything worse than what it started from). State is saved after each
+    evaluation and at least every ``save_minutes`` of wall time, so a cut-off loses at most that much work; log
+    entries past the resumed step are dropped first, so a resumed run's log lists every step once.
     """
     cfg = trainer.config
     start_time = time.perf_counter() - trainer.elapsed
@@ -339,6 +357,8 @@ def fit(
             dist.barrier()
 
     try:
+        if evaluate_first and trainer.step == 0 and trainer.best is None:
+            run_eval()
         while trainer.epoch < cfg.epochs and not out_of_budget():
             batches = make_epoch(trainer.epoch)
             for batch in batches[trainer.batch_in_epoch :]:

@@ -14,7 +14,7 @@ from conftest import tiny_config
 from core.model import Transformer
 from core.training.batching import collate, token_batches
 from core.training.recipes import run_synthetic
-from core.training.train import TrainConfig, Trainer, fit, noam_lr
+from core.training.train import TrainConfig, Trainer, best_eval_step, fit, noam_lr
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -93,6 +93,32 @@ def test_resume_continues_exactly(tmp_path):
         else []
     )
     assert all(r["type"] in ("train", "eval") for r in log)
+
+
+def test_evaluate_first_keeps_the_starting_weights_unless_a_step_beats_them(tmp_path):
+    """A run that goes on from trained weights: they are evaluated before the first step and stay the best
+    until an evaluation scores strictly higher; a resumed run does not evaluate its start again."""
+    scores = iter([5.0, 3.0, 5.0, 6.0, 6.0])  # start, steps 2, 4, 6, and the end (step 6 again)
+    bests: list[int] = []
+    t = _tiny_trainer(tmp_path, max_steps=6, eval_every=2)
+    evaluate = lambda: {"dev_chrf": next(scores)}  # noqa: E731
+    on_best = lambda r: bests.append(r["step"])  # noqa: E731
+    fit(t, _batches, evaluate=evaluate, on_best=on_best, higher_is_better="dev_chrf", progress=False,
+        evaluate_first=True, log_path=tmp_path / "log.jsonl")  # fmt: skip
+    assert bests == [0, 6] and t.best == 6.0  # step 4's 5.0 only ties the start: not kept
+    assert best_eval_step(tmp_path / "log.jsonl", "dev_chrf") == 6
+    again = _tiny_trainer(tmp_path, max_steps=8, eval_every=0)
+    assert again.load_state() and again.best == 6.0
+    fit(again, _batches, evaluate=lambda: {"dev_chrf": 1.0}, on_best=on_best, higher_is_better="dev_chrf",
+        progress=False, evaluate_first=True, log_path=tmp_path / "log.jsonl")  # fmt: skip
+    assert bests == [0, 6]  # resumed: its start is not evaluated again, and the end's 1.0 beats nothing
+    evals = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in evals if r["type"] == "eval"] == [0, 2, 4, 6, 6, 8]
+    plain = _tiny_trainer(tmp_path / "plain", max_steps=2, eval_every=2)
+    seen: list[int] = []
+    fit(plain, _batches, evaluate=lambda: {"dev_chrf": 1.0}, on_best=lambda r: seen.append(r["step"]),
+        higher_is_better="dev_chrf", progress=False)  # fmt: skip
+    assert seen == [2]  # without it, the first evaluation is after the first steps
 
 
 def test_a_batch_with_a_non_finite_gradient_changes_nothing(tmp_path, capsys):
