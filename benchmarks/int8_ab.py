@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmark modules import each other by name
 
-from anchors import groups, lengths, ours  # noqa: E402
+from anchors import WARMUP, groups, lengths, ours  # noqa: E402
 from limits import Shape, matmul_work, shape_flops  # noqa: E402
 
 import core  # noqa: E402
@@ -59,7 +59,7 @@ def int8_copy(path: Path) -> core.Bundle:
 
     def int8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         fn, w, b = int8_bind(weight, bias, x.numel() // max(x.shape[-1], 1))
-        return fn(x, w, b)
+        return fn(x if x.is_contiguous() else x.contiguous(), w, b)
 
     fast.bind, fast.linear = int8_bind, int8_linear  # type: ignore[method-assign]  # this copy only
     return bundle
@@ -92,7 +92,7 @@ def main() -> None:
         matmul()
         flops = sum(shape_flops(shape, lens.src[t], lens.steps[t])["total"] for t in group)
         times["flop"].append((time.perf_counter() - t0) * flops / matmul_flops)
-    warm = slice(1, None)  # the first round warms up
+    warm = slice(WARMUP, None)  # as in make bench: the first rounds warm up
 
     def med(values: list[float]) -> float:
         return statistics.median(values[warm])
@@ -105,7 +105,7 @@ def main() -> None:
         f"int8 {med(times['int8']) * 1e3:.1f}, FLOP limit {med(times['flop']) * 1e3:.1f}"
     )
     print(
-        f"int8 ÷ float16 {med(ratio):.2f} (median of {len(ratio) - 1} rounds); ÷ FLOP limit: "
+        f"int8 ÷ float16 {med(ratio):.2f} (median of {len(ratio) - WARMUP} rounds); ÷ FLOP limit: "
         f"float16 {med(over['float16']):.1f}×, int8 {med(over['int8']):.1f}×"
     )
 

@@ -9,7 +9,9 @@
 #                                          the same, but each run goes on training the published student
 #                                          (checkpoints/distilled-en-pt, -pt-en: --init-from) instead of
 #                                          starting from the teacher, so GPU sessions add up; LR_FACTOR (default
-#                                          0.4 then: the peak rate near where the last run ended) sets the rate
+#                                          0.4 then: a peak at 0.97x the rate the en->pt run ended at, 0.8x the
+#                                          rate of pt->en's best step) sets the rate; the student a run starts
+#                                          from is evaluated first and stays the published one unless beaten
 #   scripts/gpu_session.sh collect OUT     logs, summaries and the trained decoders (the rest of each student is
 #                                          its teacher's) into OUT; the students' GPU timings
 set -uo pipefail
@@ -49,7 +51,7 @@ start)
             $PY -m core distill-long --stages train --max-tokens 12000 --eval-every 400 --max-minutes "$m" \
                 "${go_on[@]}" "$@"
         else
-            echo "no time left to train $*"
+            echo "no time left to train $pair $*"
         fi
     }
     export -f left train
