@@ -310,3 +310,59 @@ def test_a_model_on_the_meta_device_encodes_and_decodes_on_it(decoder_self):
     for layer in state.layers:
         assert all(t.is_meta for t in (layer.self_k, layer.self_v, layer.ssru_cell, *layer.cross_kv) if t is not None)
     assert model(src, torch.zeros(2, 4, dtype=torch.long, device="meta"), options=opts, fast=fw).is_meta
+
+
+def test_the_analyses_on_cuda_stay_on_the_device_and_equal_the_cpu_run(tiny_checkpoint):
+    """What "Why this word?" and the heads page call, on a model on the device: head importance (measured and
+    estimated), activation patching, attribution (gradients), re-recording a translation, the gold pairs'
+    cross-attention. None may mix a device tensor with a CPU one; each equals the CPU bundle's result."""
+    from core.analysis import head_importance, head_importance_estimate
+    from core.analysis.attribution import attribute
+    from core.analysis.patching import activation_patching
+    from core.analysis.survey import gold_cross_attention
+
+    cpu = core.load(tiny_checkpoint, device="cpu")
+    out = cpu.translate("the cat sat on the mat", max_len=6)
+    src_ids, out_ids = [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
+    corrupt = [src_ids[0] + 1, *src_ids[1:]]
+    pairs = [("the cat sat", "the cat"), ("a dog sat on the mat", "a dog")]
+    options = InferenceOptions(ablate=frozenset({("cross", 0, 1)}))  # a switch in effect, as the page passes it
+
+    def run(b: Bundle) -> dict[str, Any]:
+        m, fast = b.model, b.fast
+        return {
+            "exact": head_importance(m, src_ids, out_ids, options=options, fast=fast),
+            "estimate": head_importance_estimate(m, src_ids, out_ids, options=options),
+            "patching": activation_patching(m, src_ids, corrupt, out_ids, options=options, fast=fast),
+            "attribution": attribute(m, src_ids, out_ids, 1, steps=4, options=options, fast=fast),
+            "more": b.record_more(b.translate("the cat sat on the mat", max_len=6)).trace,
+            "gold": gold_cross_attention(b, pairs)[0],
+        }
+
+    model, _, _ = core.load_checkpoint(tiny_checkpoint, "cpu")
+    mode = PretendCuda(model)
+    with mode:
+        got = run(Bundle(model, cpu.tokenizer, cpu.info, tiny_checkpoint))
+    assert mode.violations == [], mode.violations[:5]
+    want = run(cpu)
+    for name in ("exact", "estimate"):
+        a, b = got[name], want[name]
+        assert [(e.kind, e.layer, e.head, e.output_changed) for e in a.effects] == [
+            (e.kind, e.layer, e.head, e.output_changed) for e in b.effects
+        ], name
+        np.testing.assert_allclose(
+            [e.delta_logprob for e in a.effects], [e.delta_logprob for e in b.effects], rtol=1e-4, atol=1e-5
+        )
+    for name in ("patching", "attribution"):
+        for field, value in vars(want[name]).items():
+            if isinstance(value, np.ndarray):
+                assert type(getattr(got[name], field)) is np.ndarray, (name, field)
+                np.testing.assert_allclose(getattr(got[name], field), value, rtol=1e-4, atol=1e-5, err_msg=field)
+            elif isinstance(value, float):
+                assert getattr(got[name], field) == pytest.approx(value, rel=1e-4, abs=1e-5), (name, field)
+            else:
+                assert getattr(got[name], field) == value, (name, field)
+    _same_arrays(got["more"], want["more"])
+    for a, b in zip(got["gold"], want["gold"], strict=True):
+        assert type(a) is np.ndarray
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
