@@ -75,3 +75,40 @@ def test_ssru_model_and_distillation_step_on_cuda_match_cpu(tmp_path: Path) -> N
         assert all(p.device.type == device for p in student.parameters())
         first[device] = losses[0]
     assert first["cuda"] == pytest.approx(first["cpu"], rel=2e-2)  # bfloat16 autocast on CUDA only
+
+
+def test_analyses_on_cuda_match_cpu(tiny_checkpoint: Path) -> None:
+    """What "Why this word?" and the heads page compute, on the GPU against the CPU (the pretend-device test in
+    test_devices.py checks the placement; this one the numbers on a real device)."""
+    from core.analysis import head_importance, head_importance_estimate
+    from core.analysis.attribution import attribute
+    from core.analysis.patching import activation_patching
+    from core.analysis.survey import gold_cross_attention
+
+    cpu, gpu = core.load(tiny_checkpoint, device="cpu"), core.load(tiny_checkpoint, device="cuda")
+    out = cpu.translate(SENTENCES[0])
+    src_ids, out_ids = [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
+    corrupt = [src_ids[0] + 1, *src_ids[1:]]
+    options = SWITCHES[3]
+
+    def run(b: core.Bundle) -> list[np.ndarray]:
+        m, fast = b.model, b.fast
+        exact = head_importance(m, src_ids, out_ids, options=options, fast=fast)
+        estimate = head_importance_estimate(m, src_ids, out_ids, options=options)
+        patching = activation_patching(m, src_ids, corrupt, out_ids, options=options, fast=fast)
+        attribution = attribute(m, src_ids, out_ids, 1, steps=8, options=options, fast=fast)
+        gold = gold_cross_attention(b, [(SENTENCES[0], "the cat"), (SENTENCES[2], "we read")])[0]
+        return [
+            np.array([e.delta_logprob for e in exact.effects]),
+            np.array([e.delta_logprob for e in estimate.effects]),
+            patching.encoder,
+            patching.cross_heads,
+            patching.decoder,
+            attribution.source_ig,
+            attribution.target_ig,
+            *gold,
+        ]
+
+    for a, b in zip(run(cpu), run(gpu), strict=True):
+        assert isinstance(b, np.ndarray)
+        np.testing.assert_allclose(a, b, atol=2e-4, rtol=1e-3)
