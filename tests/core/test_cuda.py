@@ -79,36 +79,54 @@ def test_ssru_model_and_distillation_step_on_cuda_match_cpu(tmp_path: Path) -> N
 
 def test_analyses_on_cuda_match_cpu(tiny_checkpoint: Path) -> None:
     """What "Why this word?" and the heads page compute, on the GPU against the CPU (the pretend-device test in
-    test_devices.py checks the placement; this one the numbers on a real device)."""
+    test_devices.py checks the placement; this one the numbers on a real device), on a model that suppresses an
+    id and for a real target ending in eos."""
+    import dataclasses
+
     from core.analysis import head_importance, head_importance_estimate
     from core.analysis.attribution import attribute
     from core.analysis.patching import activation_patching
     from core.analysis.survey import gold_cross_attention
 
-    cpu, gpu = core.load(tiny_checkpoint, device="cpu"), core.load(tiny_checkpoint, device="cuda")
-    out = cpu.translate(SENTENCES[0])
-    src_ids, out_ids = [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
+    plain = core.load(tiny_checkpoint, device="cpu")
+    suppressing = core.Transformer(dataclasses.replace(plain.config, suppress_ids=(1,))).eval()
+    suppressing.load_state_dict(plain.model.state_dict())
+    cpu = core.Bundle(suppressing, plain.tokenizer, plain.info, tiny_checkpoint)
+    gpu = core.Bundle(copy.deepcopy(suppressing).to("cuda"), plain.tokenizer, plain.info, tiny_checkpoint)
+    src_ids, out_ids = cpu.encode_source(SENTENCES[0])[0], cpu.encode_target("the cat sat")
     corrupt = [src_ids[0] + 1, *src_ids[1:]]
     options = SWITCHES[3]
 
-    def run(b: core.Bundle) -> list[np.ndarray]:
+    def run(b: core.Bundle) -> dict[str, object]:
         m, fast = b.model, b.fast
         exact = head_importance(m, src_ids, out_ids, options=options, fast=fast)
         estimate = head_importance_estimate(m, src_ids, out_ids, options=options)
         patching = activation_patching(m, src_ids, corrupt, out_ids, options=options, fast=fast)
         attribution = attribute(m, src_ids, out_ids, 1, steps=8, options=options, fast=fast)
         gold = gold_cross_attention(b, [(SENTENCES[0], "the cat"), (SENTENCES[2], "we read")])[0]
-        return [
-            np.array([e.delta_logprob for e in exact.effects]),
-            np.array([e.delta_logprob for e in estimate.effects]),
-            patching.encoder,
-            patching.cross_heads,
-            patching.decoder,
-            attribution.source_ig,
-            attribution.target_ig,
-            *gold,
-        ]
+        return {
+            "importance": np.array([e.delta_logprob for e in exact.effects]),
+            "importance base": exact.base_logprob,
+            "importance changes": [(e.output_changed, e.first_change) for e in exact.effects],
+            "estimate": np.array([e.delta_logprob for e in estimate.effects]),
+            "patching position": patching.position,
+            "patching p": (patching.p_clean, patching.p_corrupt),
+            "patching encoder": patching.encoder,
+            "patching cross heads": patching.cross_heads,
+            "patching decoder": patching.decoder,
+            "attribution log p": attribution.logprob,
+            "attribution source": attribution.source_ig,
+            "attribution target": attribution.target_ig,
+            **{f"gold {i}": a for i, a in enumerate(gold)},
+        }
 
-    for a, b in zip(run(cpu), run(gpu), strict=True):
-        assert isinstance(b, np.ndarray)
-        np.testing.assert_allclose(a, b, atol=2e-4, rtol=1e-3)
+    want, got = run(cpu), run(gpu)
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        if isinstance(value, np.ndarray):
+            assert isinstance(got[name], np.ndarray), name
+            np.testing.assert_allclose(got[name], value, atol=2e-4, rtol=1e-3, err_msg=name)
+        elif isinstance(value, (float, tuple)):
+            assert got[name] == pytest.approx(value, abs=2e-4, rel=1e-3), name
+        else:
+            assert got[name] == value, name
