@@ -1,20 +1,24 @@
-"""A lever for the long-sentence student measured and not taken (#16): decoding it with its teacher's shortlist.
+"""Tried and rejected for the long-sentence student: decoding it over its teacher's lexical shortlist.
 
-    python benchmarks/student_shortlist.py [--buckets 3] [--per-bucket 100]
+    python benchmarks/student_shortlist.py [--buckets 2,3] [--per-bucket 100]
 
 The distilled student shares its teacher's vocabulary (``build_student`` copies the embeddings and the output
 layer), so the teacher's lexical shortlist (``checkpoints/bergamot-en-pt/shortlist.safetensors``: the 50 most
-frequent pieces, the 50 likeliest translations of each source piece, the source pieces) can restrict the
-student's output too. Would that stop it inventing words? For the held-out inputs of each asked bucket (the same
-as ``python -m core eval --by-length``: Ding test sentences, joined for the long buckets), the student's greedy
-output over the whole vocabulary and over the shortlist, each scored against the teacher's greedy output as
-``core.distill.fidelity`` scores them: chrF, BLEU, outputs under 85 % of the teacher's length, non-words.
+frequent pieces, the 50 likeliest translations of each source piece, the source pieces themselves) can restrict
+the student's output too. Would that stop it inventing words? For the held-out inputs of each asked bucket (those
+of ``python -m core eval --by-length``: Ding test sentences, several joined for the long buckets), the student's
+greedy output over the whole vocabulary and over the shortlist, one input at a time (``Bundle.translate``; the
+eval decodes in padded batches, so its figures can differ slightly), each scored against the teacher's greedy
+output as ``core.distill.fidelity`` scores it: chrF, BLEU, outputs under 85 % of the teacher's length, non-words
+(known words: the word list and the teacher's outputs for every bucket). Writes ``benchmarks/student_shortlist.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,45 +28,60 @@ import core  # noqa: E402
 from core.distill.fidelity import BUCKETS, SHORT, heldout_sentences, inputs_by_length, word_list, words  # noqa: E402
 from core.training.evaluate import score, translate_many  # noqa: E402
 
+HEADER = [
+    "| source pieces | inputs | decoding | shortlist rows (median) | chrF vs teacher | BLEU | cut short | non-words "
+    "| e.g. |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--buckets", default="3", help="comma-separated bucket indices (0: 1-15 … 3: 61-120 pieces)")
+    ap.add_argument("--buckets", default="2,3", help="comma-separated bucket indices (0: 1-15 … 3: 61-120 pieces)")
     ap.add_argument("--per-bucket", type=int, default=100)
     args = ap.parse_args()
-    student = core.load(ROOT / "checkpoints" / "distilled-en-pt", device="cpu")
     teacher = core.load(ROOT / "checkpoints" / "bergamot-en-pt", device="cpu")
     if teacher.shortlist is None:
         raise SystemExit("checkpoints/bergamot-en-pt has no shortlist.safetensors (make models)")
-    student.shortlist = teacher.shortlist  # the same 32,000 target ids
+    published = core.load(ROOT / "checkpoints" / "distilled-en-pt", device="cpu")
+    # the same student with its teacher's shortlist (Bundle checks that it covers the same target ids)
+    student = core.Bundle(
+        published.model, published.tokenizer, published.info, published.path, shortlist=teacher.shortlist
+    )
     buckets = inputs_by_length(
         heldout_sentences(ROOT / "data" / "ding-split"), student.tokenizer, per_bucket=args.per_bucket
     )
-    known_words = word_list("pt")
-    print("| source pieces | inputs | decoding | chrF vs teacher | BLEU | cut short | non-words | e.g. |")
-    print("|---|---|---|---|---|---|---|---|")
+    references = [translate_many(teacher.model, teacher.tokenizer, list(b)) for b in buckets]
+    known = {w for outs in references for text in outs for w in words(text)}
+    known |= word_list("pt", ROOT / "data" / "wordlists")
+    lines = [
+        "# The student over its teacher's shortlist "
+        f"(`python benchmarks/student_shortlist.py --buckets {args.buckets}`)",
+        "",
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; distilled-en-pt against bergamot-en-pt's greedy output.",
+        "",
+        *HEADER,
+    ]
     for b in (int(x) for x in args.buckets.split(",")):
-        inputs = list(buckets[b])
-        reference = translate_many(teacher.model, teacher.tokenizer, inputs)
-        known = {w for text in reference for w in words(text)} | known_words
+        inputs, reference = list(buckets[b]), references[b]
         for name, options in [
             ("whole vocabulary", core.InferenceOptions()),
             ("teacher's shortlist", core.InferenceOptions(shortlist=True)),
         ]:
-            hyps = [student.translate(x, options, record_qkv=False, truncate=True).text for x in inputs]
+            outs = [student.translate(x, options, record_qkv=False, truncate=True) for x in inputs]
+            hyps = [o.text for o in outs]
+            rows = [o.trace.meta.get("shortlist_rows") for o in outs]
             s = score(hyps, reference)
             short = sum(len(h) < SHORT * len(r) for h, r in zip(hyps, reference, strict=True)) / len(hyps)
-            odd = [
-                w
-                for h, r in zip(hyps, reference, strict=True)
-                for w in words(h)
-                if w not in known and w not in set(words(r))
-            ]
+            odd = [w for h in hyps for w in words(h) if w not in known]
             lo, hi = BUCKETS[b]
-            print(
-                f"| {lo}–{hi} | {len(inputs)} | {name} | {s['chrf']:.2f} | {s['bleu']:.2f} | {100 * short:.0f} % | "
-                f"{len(odd)} | {', '.join(sorted(set(odd))[:5])} |"
+            median_rows = f"{statistics.median(rows):,.0f}" if all(rows) else "all 32,000"
+            lines.append(
+                f"| {lo}–{hi} | {len(inputs)} | {name} | {median_rows} | {s['chrf']:.2f} | {s['bleu']:.2f} | "
+                f"{100 * short:.0f} % | {len(odd)} | {', '.join(sorted(set(odd))[:5])} |"
             )
+            print(lines[-1], flush=True)
+    (ROOT / "benchmarks" / "student_shortlist.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
