@@ -63,7 +63,7 @@ def train_stage(
 ) -> dict:
     """Stage "train" (resumes from ``--run-dir``); dev batches hold at most ``eval_tokens`` padded source tokens."""
     from ..bundle import weights_digest
-    from ..training.train import best_eval_step, fit, seed_everything, train_config_from_args
+    from ..training.train import best_eval_step, fit, read_log, seed_everything, train_config_from_args
 
     config = train_config_from_args(args)
     seed_everything(config.seed)
@@ -138,7 +138,7 @@ def train_stage(
         "reused_lr_scale": args.reused_lr_scale,
         "init_from": args.init_from,
         "init_digest": start_digest,
-        "best_step": best_eval_step(run_dir / "log.jsonl", "dev_chrf"),
+        "best_step": best_eval_step(read_log(run_dir / "log.jsonl"), "dev_chrf"),
         "max_pieces": args.max_pieces,
         "skipped_batches": trainer.skipped,
         "tf32": device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32,

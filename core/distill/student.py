@@ -294,10 +294,10 @@ def _write_summary(
     trainer: Trainer, run_dir: Path, log_path: Path, n_pairs: int, n_sent: int, n_trainable: int, dev_sentences: int
 ) -> dict:
     """curves.png and summary.json (steps, wall time, throughput) from the trainer and its JSONL log."""
-    from ..training.train import best_eval_step, plot_curves
+    from ..training.train import best_eval_step, plot_curves, read_log
 
     plot_curves(log_path, run_dir / "curves.png")
-    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    rows = read_log(log_path)
     speeds = [r["tokens_per_s"] for r in rows if r["type"] == "train"]
     summary = {
         "steps": trainer.step,
@@ -307,7 +307,7 @@ def _write_summary(
         "median_window_tokens_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
         "best_dev_chrf": trainer.best,
         "dev_chrf_sentences": dev_sentences,
-        "best_step": best_eval_step(log_path, "dev_chrf"),
+        "best_step": best_eval_step(rows, "dev_chrf"),
         "pairs": n_pairs,
         "sentence_pairs": n_sent,
         "trainable": n_trainable,

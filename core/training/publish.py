@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _log_summary(run_dir: Path) -> dict:
-    rows = [json.loads(l) for l in (run_dir / "log.jsonl").read_text().splitlines() if l.strip()]
+    from .train import read_log
+
+    rows = read_log(run_dir / "log.jsonl")
     train = [r for r in rows if r["type"] == "train"]
     evals = [r for r in rows if r["type"] == "eval"]
     state = json.loads((run_dir / "state.json").read_text())

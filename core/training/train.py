@@ -268,18 +268,27 @@ def trim_log(log_path: Path, step: int) -> None:
         os.replace(tmp, log_path)
 
 
-def best_eval_step(log_path: Path, metric: str) -> int | None:
-    """The step of the weights ``fit`` handed to ``on_best`` last: the first evaluation in the log with the
-    highest ``metric`` (it keeps a later one only when it scores strictly higher); None before any evaluation."""
+def read_log(log_path: Path) -> list[dict]:
+    """The entries of a run's JSONL log (``fit`` writes it), oldest first; a line cut off by a crash is left out,
+    and a missing log is empty."""
     if not log_path.is_file():
-        return None
+        return []
     rows = []
     for line in log_path.read_text(encoding="utf-8").splitlines():
         try:
-            rows.append(json.loads(line))
+            entry = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a line cut off by a crash
-    evals = [r for r in rows if isinstance(r, dict) and r.get("type") == "eval" and metric in r]
+            continue
+        if isinstance(entry, dict):
+            rows.append(entry)
+    return rows
+
+
+def best_eval_step(rows: list[dict], metric: str) -> int | None:
+    """The step of the weights ``fit`` handed to ``on_best`` last, from its log's entries (``read_log``): the first
+    evaluation with the highest ``metric`` (it keeps a later one only when it scores strictly higher); None
+    before any evaluation."""
+    evals = [r for r in rows if r.get("type") == "eval" and metric in r]
     return int(max(evals, key=lambda r: r[metric])["step"]) if evals else None
 
 
@@ -364,8 +373,8 @@ def fit(
             for batch in batches[trainer.batch_in_epoch :]:
                 loss = trainer.train_step(batch)
                 trainer.batch_in_epoch += 1
-                stepped = loss is not None  # None: the trainer refused the batch (a non-finite gradient)
-                if loss is not None:
+                stepped = loss is not None  # None: the trainer refused the batch (a non-finite loss or gradient)
+                if loss is not None:  # (as ``stepped``, spelled so that the type checker narrows ``loss``)
                     window_loss += loss * batch.n_target_tokens
                     window_tokens += batch.n_target_tokens
                     bar.update(1)
@@ -410,7 +419,7 @@ def plot_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    rows = read_log(log_path)
     train = [r for r in rows if r["type"] == "train"]
     evals = [r for r in rows if r["type"] == "eval"]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))

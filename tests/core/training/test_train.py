@@ -14,7 +14,7 @@ from conftest import tiny_config
 from core.model import Transformer
 from core.training.batching import collate, token_batches
 from core.training.recipes import run_synthetic
-from core.training.train import TrainConfig, Trainer, best_eval_step, fit, noam_lr
+from core.training.train import TrainConfig, Trainer, best_eval_step, fit, noam_lr, read_log
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -106,7 +106,7 @@ def test_evaluate_first_keeps_the_starting_weights_unless_a_step_beats_them(tmp_
     fit(t, _batches, evaluate=evaluate, on_best=on_best, higher_is_better="dev_chrf", progress=False,
         evaluate_first=True, log_path=tmp_path / "log.jsonl")  # fmt: skip
     assert bests == [0, 6] and t.best == 6.0  # step 4's 5.0 only ties the start: not kept
-    assert best_eval_step(tmp_path / "log.jsonl", "dev_chrf") == 6
+    assert best_eval_step(read_log(tmp_path / "log.jsonl"), "dev_chrf") == 6
     again = _tiny_trainer(tmp_path, max_steps=8, eval_every=0)
     assert again.load_state() and again.best == 6.0
     fit(again, _batches, evaluate=lambda: {"dev_chrf": 1.0}, on_best=on_best, higher_is_better="dev_chrf",
