@@ -25,8 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import core  # noqa: E402
-from core.distill.fidelity import BUCKETS, SHORT, heldout_sentences, inputs_by_length, word_list, words  # noqa: E402
-from core.training.evaluate import score, translate_many  # noqa: E402
+from core.distill.fidelity import (  # noqa: E402
+    BUCKETS,
+    bucket_fidelity,
+    heldout_sentences,
+    inputs_by_length,
+    known_words,
+    word_list,
+)
+from core.training.evaluate import translate_many  # noqa: E402
 
 HEADER = [
     "| source pieces | inputs | decoding | shortlist rows (median) | chrF vs teacher | BLEU | cut short | non-words "
@@ -52,8 +59,7 @@ def main() -> None:
         heldout_sentences(ROOT / "data" / "ding-split"), student.tokenizer, per_bucket=args.per_bucket
     )
     references = [translate_many(teacher.model, teacher.tokenizer, list(b)) for b in buckets]
-    known = {w for outs in references for text in outs for w in words(text)}
-    known |= word_list("pt", ROOT / "data" / "wordlists")
+    known = known_words(references, word_list("pt", ROOT / "data" / "wordlists"))
     lines = [
         "# The student over its teacher's shortlist "
         f"(`python benchmarks/student_shortlist.py --buckets {args.buckets}`)",
@@ -71,14 +77,12 @@ def main() -> None:
             outs = [student.translate(x, options, record_qkv=False, truncate=True) for x in inputs]
             hyps = [o.text for o in outs]
             rows = [o.trace.meta.get("shortlist_rows") for o in outs]
-            s = score(hyps, reference)
-            short = sum(len(h) < SHORT * len(r) for h, r in zip(hyps, reference, strict=True)) / len(hyps)
-            odd = [w for h in hyps for w in words(h) if w not in known]
-            lo, hi = BUCKETS[b]
+            f = bucket_fidelity(BUCKETS[b], hyps, reference, known)  # as eval --by-length scores a bucket
+            lo, hi = f.pieces
             median_rows = f"{statistics.median(rows):,.0f}" if all(rows) else "all 32,000"
             lines.append(
-                f"| {lo}–{hi} | {len(inputs)} | {name} | {median_rows} | {s['chrf']:.2f} | {s['bleu']:.2f} | "
-                f"{100 * short:.0f} % | {len(odd)} | {', '.join(sorted(set(odd))[:5])} |"
+                f"| {lo}–{hi} | {f.n} | {name} | {median_rows} | {f.chrf:.2f} | {f.bleu:.2f} | "
+                f"{100 * f.short_share:.0f} % | {f.non_words} | {', '.join(f.examples[:5])} |"
             )
             print(lines[-1], flush=True)
     (ROOT / "benchmarks" / "student_shortlist.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -167,22 +167,27 @@ def fidelity(
     """Score the student's greedy output against the teacher's, bucket by bucket (see the module doc); a word
     in ``word_list`` (e.g. ``word_list("pt")``) is never a non-word."""
     teacher_outputs = [translate_many(teacher, teacher_tokenizer or tokenizer, list(b)) for b in buckets]
-    known = {w for outs in teacher_outputs for text in outs for w in words(text)} | set(word_list)
+    known = known_words(teacher_outputs, word_list)
     result = []
-    for (lo, hi), inputs, reference in zip(BUCKETS, buckets, teacher_outputs, strict=True):
-        if not inputs:
-            result.append(BucketFidelity((lo, hi), 0, float("nan"), float("nan"), float("nan"), 0, ()))
-            continue
-        hyps = translate_many(student, tokenizer, list(inputs))
-        s = score(hyps, reference)
-        short = sum(len(h) < SHORT * len(r) for h, r in zip(hyps, reference, strict=True)) / len(hyps)
-        odd = [
-            w
-            for h, r in zip(hyps, reference, strict=True)
-            for w in words(h)
-            if w not in known and w not in set(words(r))
-        ]
-        result.append(
-            BucketFidelity((lo, hi), len(inputs), s["chrf"], s["bleu"], short, len(odd), tuple(sorted(set(odd)))[:6])
-        )
+    for pieces, inputs, reference in zip(BUCKETS, buckets, teacher_outputs, strict=True):
+        hyps = translate_many(student, tokenizer, list(inputs)) if inputs else []
+        result.append(bucket_fidelity(pieces, hyps, reference, known))
     return result
+
+
+def known_words(teacher_outputs: Sequence[Sequence[str]], word_list: set[str]) -> set[str]:
+    """Words that are never non-words: every word of the teacher's outputs (of every bucket) and the word list."""
+    return {w for outs in teacher_outputs for text in outs for w in words(text)} | set(word_list)
+
+
+def bucket_fidelity(
+    pieces: tuple[int, int], hyps: Sequence[str], reference: Sequence[str], known: set[str]
+) -> BucketFidelity:
+    """One bucket's figures: the student's outputs ``hyps`` against the teacher's ``reference`` (same inputs),
+    non-words counted against ``known`` (``known_words``)."""
+    if not hyps:
+        return BucketFidelity(pieces, 0, float("nan"), float("nan"), float("nan"), 0, ())
+    s = score(list(hyps), list(reference))
+    short = sum(len(h) < SHORT * len(r) for h, r in zip(hyps, reference, strict=True)) / len(hyps)
+    odd = [w for h in hyps for w in words(h) if w not in known]  # ``known`` holds every reference word
+    return BucketFidelity(pieces, len(hyps), s["chrf"], s["bleu"], short, len(odd), tuple(sorted(set(odd)))[:6])
