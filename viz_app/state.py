@@ -134,7 +134,7 @@ def options_key(options: core.InferenceOptions) -> OptionsKey:
     their order, the ablated heads sorted."""
     return tuple(
         tuple(sorted(value)) if isinstance(value, frozenset) else value
-        for value in (getattr(options, f.name) for f in dataclasses.fields(options))
+        for value in (getattr(options, f.name) for f in OPTION_FIELDS)
     )
 
 

@@ -51,8 +51,7 @@ def word_matrix(
     """(target words, source words) alignment weights from one (Tq, Tk) cross-attention map.
 
     ``out_pieces`` are the output pieces (piece t predicted at row t); rows beyond the map are dropped."""
-    rows, cols = pooling(src_pieces, out_pieces, cross.shape, shift=shift)
-    return normalised(rows @ cross @ cols)
+    return normalised(_pooled(cross, src_pieces, out_pieces, shift))
 
 
 def pooling(
