@@ -150,8 +150,10 @@ def test_resume_refuses_a_different_model(tmp_path):
 
 @pytest.mark.slow
 def test_trainer_learns_to_copy(tmp_path):
-    """The whole loop (masks, shifting, loss, schedule) learns a synthetic task to near-perfect accuracy."""
-    result = run_synthetic("copy", tmp_path, TrainConfig(max_steps=300))
+    """The whole loop (masks, shifting, loss, schedule) learns a synthetic task to near-perfect accuracy.
+    400 steps: at 300 the held-out accuracy sat on the threshold (0.895 on one CPU, >= 0.9 on others);
+    at 400 it was 0.975-1.0 over seeds 0-3 here."""
+    result = run_synthetic("copy", tmp_path, TrainConfig(max_steps=400))
     assert result["accuracy"] >= 0.9, result
 
 
