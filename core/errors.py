@@ -19,3 +19,8 @@ class CheckpointError(LabError):
 
 class ResumeError(LabError, ValueError):
     """A training run's saved state cannot be resumed (unreadable, from another model, or inconsistent)."""
+
+
+class FetchError(LabError, RuntimeError):
+    """Data a command needs (a Debian package, a wheel) could not be fetched or unpacked; the message names the
+    step that failed and what to do instead."""

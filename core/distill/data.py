@@ -18,20 +18,20 @@ import torch
 
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from ..training.corpus import fetch_deb, leak_key, read_split
+from ..training.corpus import fetch_deb, leak_key, split_or_prepare
 from ..training.evaluate import translate_many
 
 
 # ----------------------------------------------------------------------------- English text
 def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str], dict[str, int]]:
-    """(held-out, training, counts) English from the Ding split.
+    """(held-out, training, counts) English from the Ding split (fetched and split first on a fresh machine).
 
     Held-out = dev + test English sentences (1,500). Training = train-split English of kind sentence
     (shuffled), then phrases (shuffled), de-duplicated case-insensitively, with anything whose leak key
     (casefolded, trailing .?! ignored) equals a held-out sentence removed. Deterministic for ``seed``.
     counts = {"heldout", "dev" (the first ``dev`` held-out lines are Ding dev), "sentences", "phrases"}.
     """
-    split = read_split(split_dir)
+    split = split_or_prepare(split_dir)
     held = []
     held_keys: set[str] = set()
     for p in split.dev + split.test:

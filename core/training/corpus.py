@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
+from ..errors import FetchError, InputError
+
 __all__ = [
     "Pair",
     "Split",
@@ -47,6 +49,7 @@ __all__ = [
     "make_split",
     "write_split",
     "read_split",
+    "split_or_prepare",
     "prepare",
     "DING_RELPATH",
     "KINDS",
@@ -139,13 +142,13 @@ def fetch_deb(package: str, cache_dir: Path, produces: Path) -> None:
     """Download the Debian ``package`` into ``cache_dir`` (``apt-get download``, once; on a new machine with
     empty package lists, root refreshes them once and retries) and extract it there (``dpkg-deb -x``).
 
-    Raises ``RuntimeError`` naming the failing step if apt-get/dpkg-deb are missing or fail, or if the
-    extraction did not produce ``produces``.
+    Raises ``FetchError`` (a ``RuntimeError``) naming the failing step if apt-get/dpkg-deb are missing or fail,
+    or if the extraction did not produce ``produces``.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise RuntimeError(
+            raise FetchError(
                 f"`{tool}` not found; it is needed to fetch the Debian package {package}. "
                 f"Place {produces} there manually."
             )
@@ -157,13 +160,13 @@ def fetch_deb(package: str, cache_dir: Path, produces: Path) -> None:
             proc = subprocess.run(["apt-get", "download", package], cwd=cache_dir, capture_output=True, text=True)
         debs = sorted(cache_dir.glob(f"{package}_*.deb"))
         if proc.returncode != 0 or not debs:
-            raise RuntimeError(
+            raise FetchError(
                 f"`apt-get download {package}` failed (exit {proc.returncode}) in {cache_dir}; "
                 f"try `apt-get update` first. stderr: {proc.stderr.strip()[-500:]}"
             )
     proc = subprocess.run(["dpkg-deb", "-x", debs[-1].name, "."], cwd=cache_dir, capture_output=True, text=True)
     if proc.returncode != 0 or not produces.exists():
-        raise RuntimeError(
+        raise FetchError(
             f"`dpkg-deb -x {debs[-1].name}` failed (exit {proc.returncode}) or did not produce "
             f"{produces}: {proc.stderr.strip()[-500:]}"
         )
@@ -171,13 +174,13 @@ def fetch_deb(package: str, cache_dir: Path, produces: Path) -> None:
 
 def fetch_ding(cache_dir: Path = Path("data/ding")) -> Path:
     """Return the path of the Ding ``de-en`` file, fetching the Debian package into ``cache_dir`` if it is
-    absent (``fetch_deb``). Raises ``RuntimeError`` naming the failing step."""
+    absent (``fetch_deb``). Raises ``FetchError`` naming the failing step."""
     target = Path(cache_dir) / DING_RELPATH
     if not target.is_file():
         try:
             fetch_deb(DING_PACKAGE, Path(cache_dir), target)
-        except RuntimeError as exc:
-            raise RuntimeError(f"fetch_ding: {exc}") from None
+        except FetchError as exc:
+            raise FetchError(f"fetch_ding: {exc}") from None
     return target
 
 
@@ -362,6 +365,19 @@ def write_split(split: Split, out_dir: Path, params: dict | None = None) -> None
     (out_dir / "split.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
+SPLIT_FILES = ("train.en", "train.de", "train.kind", "dev.en", "dev.de", "test.en", "test.de")
+
+
+def split_or_prepare(out_dir: Path, cache_dir: Path = Path("data/ding"), **params: int) -> Split:
+    """The split written in ``out_dir``; where none is there yet (a fresh machine), the Ding corpus fetched into
+    ``cache_dir`` and split into ``out_dir`` first (``prepare``, its defaults unless ``params`` say otherwise, as
+    ``train`` does). A split that is there is only read, whatever parameters made it."""
+    out_dir = Path(out_dir)
+    if not all((out_dir / name).is_file() for name in SPLIT_FILES):
+        return prepare(out_dir, Path(cache_dir), **params)  # type: ignore[arg-type]
+    return read_split(out_dir)
+
+
 def read_split(out_dir: Path) -> Split:
     """Read a split written by ``write_split`` (dev/test pairs get kind "sentence")."""
     out_dir = Path(out_dir)
@@ -371,7 +387,7 @@ def read_split(out_dir: Path) -> Split:
         de = _read_lines(out_dir / f"{name}.de")
         kinds = _read_lines(out_dir / "train.kind") if name == "train" else ["sentence"] * len(en)
         if not len(en) == len(de) == len(kinds):
-            raise ValueError(
+            raise InputError(
                 f"{out_dir}: {name} files are not aligned ({len(en)} en, {len(de)} de, {len(kinds)} kinds)"
             )
         parts[name] = [Pair(en=e, de=d, kind=k) for e, d, k in zip(en, de, kinds, strict=True)]

@@ -144,13 +144,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Scores a checkpoint on the held-out split (downloads and splits the corpus if needed)."""
     from ..checkpoint import load_checkpoint
-    from .corpus import prepare
+    from .corpus import split_or_prepare
 
     split_dir = Path(args.split)
     if args.by_length:
         return _by_length(args, split_dir)
-    if not (split_dir / f"{args.set}.en").is_file():
-        prepare(split_dir)
+    split_or_prepare(split_dir)
     sources = (split_dir / f"{args.set}.en").read_text(encoding="utf-8").splitlines()
     refs = (split_dir / f"{args.set}.de").read_text(encoding="utf-8").splitlines()
     if args.limit:
@@ -174,7 +173,6 @@ def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
     from ..checkpoint import load_checkpoint
     from ..distill.fidelity import HEADER, fidelity, heldout_sentences, inputs_by_length, source_sentences, word_list
     from ..errors import InputError
-    from .corpus import prepare
 
     if not args.teacher:
         raise InputError("--by-length needs --teacher CHECKPOINT (the model the student was distilled from)")
@@ -187,8 +185,6 @@ def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
         origin = f"{len(sentences)} sentences of {args.sources}"
     else:
         which = args.held_out or "test"
-        if not all((split_dir / f"{name}.en").is_file() for name in ("train", "dev", "test")):
-            prepare(split_dir)
         sentences = heldout_sentences(split_dir, which)
         origin = "held-out Ding English, " + ("test only" if which == "test" else "dev + test")
     student, tokenizer, info = load_checkpoint(args.checkpoint)

@@ -266,3 +266,35 @@ def test_fetch_deb_names_the_failing_step(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr("core.training.corpus.shutil.which", lambda name: None)
     with pytest.raises(RuntimeError, match="`apt-get` not found.*fortunes-min"):
         fetch_fortunes(tmp_path / "elsewhere")
+
+
+def test_split_or_prepare_makes_a_missing_split_and_only_reads_one_that_is_there(tmp_path: Path) -> None:
+    from core.errors import InputError
+    from core.training.corpus import split_or_prepare
+
+    cache = tmp_path / "cache"
+    (cache / "usr/share/trans").mkdir(parents=True)
+    (cache / "usr/share/trans/de-en").write_text(FIXTURE.read_text(encoding="utf-8"), "utf-8")
+    out = tmp_path / "split"
+    made = split_or_prepare(out, cache, n_dev=2, n_test=3, seed=5)  # a fresh machine: fetched (here: cached), split
+    assert made == prepare(out, cache, n_dev=2, n_test=3, seed=5) and len(made.dev) == 2 and len(made.test) == 3
+    (cache / "usr/share/trans/de-en").unlink()
+    assert split_or_prepare(out, cache, n_dev=9, n_test=9) == made  # there: read, not rebuilt for other params
+    (out / "dev.de").write_text("only one line\n", encoding="utf-8")
+    with pytest.raises(InputError, match="dev files are not aligned"):
+        split_or_prepare(out, cache)
+
+
+def test_a_command_on_a_fresh_machine_without_apt_says_what_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`eval` (and the distillation recipes) make the Ding split when it is missing; where fetching fails the
+    CLI prints the failing step, not a traceback."""
+    from core.cli import main
+
+    monkeypatch.chdir(tmp_path)  # no data/ding here
+    monkeypatch.setattr("core.training.corpus.shutil.which", lambda name: None)
+    code = main(["eval", "--checkpoint", str(tmp_path / "none"), "--split", str(tmp_path / "split")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: fetch_ding: `apt-get` not found") and "Traceback" not in err
