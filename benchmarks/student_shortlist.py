@@ -77,7 +77,7 @@ def main() -> None:
             outs = [student.translate(x, options, record_qkv=False, truncate=True) for x in inputs]
             hyps = [o.text for o in outs]
             rows = [o.trace.meta.get("shortlist_rows") for o in outs]
-            f = bucket_fidelity(BUCKETS[b], hyps, reference, known)  # as eval --by-length scores a bucket
+            f = bucket_fidelity(BUCKETS[b], hyps, reference, known, "pt")  # as eval --by-length scores a bucket
             lo, hi = f.pieces
             median_rows = f"{statistics.median(rows):,.0f}" if all(rows) else "all 32,000"
             lines.append(

@@ -8,7 +8,11 @@ pt->en student); single sentences for the short buckets and runs of consecutive 
 the reference, the share of outputs shorter than 85 % of the teacher's (in characters: dropped endings), and
 non-words — words of the student's output found neither in the teacher's translations of the held-out inputs
 nor in Debian's word lists of the target language (``WORDLISTS``: wbrazilian and wportuguese for Portuguese,
-wamerican and wbritish for English; none for other languages).
+wamerican and wbritish for English; none for other languages), nor in the teacher's translations of the whole
+distillation corpus where they are at hand (``corpus_words``). Those lists hold no verb joined to its object
+pronouns ("diga-me", "agitá-lo", "dá-se-lhe": Portuguese enclisis) but do hold the verb as written there ("diga",
+"agitá", "dá"; spell checkers judge such words part by part), so such a word counts as known when its verb is
+known and every part after it is an object pronoun (``CLITICS``).
 """
 
 from __future__ import annotations
@@ -127,6 +131,35 @@ def english_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
     return word_list("en", cache_dir)
 
 
+# object pronouns written after the verb with a hyphen, per target language (none: no such rule)
+CLITICS: dict[str, frozenset[str]] = {
+    "pt": frozenset("me te se lhe lhes nos vos o a os as lo la los las no na nas".split()),
+}
+
+
+def is_known(word: str, known: set[str] | frozenset[str], language: str = "") -> bool:
+    """``word`` is in ``known``, or is a known verb with object pronouns of ``language`` after it (``CLITICS``)."""
+    if word in known:
+        return True
+    clitics = CLITICS.get(language)
+    if not clitics or "-" not in word:
+        return False
+    verb, *pronouns = word.split("-")
+    if not verb or not all(p in clitics for p in pronouns):
+        return False
+    return verb in known
+
+
+def corpus_words(path: Path) -> set[str]:
+    """Every word of a text file (one sentence per line: e.g. the teacher's translations of a distillation
+    corpus, ``train.tgt``), lower-cased."""
+    found: set[str] = set()
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            found.update(words(line))
+    return found
+
+
 def words(text: str) -> list[str]:
     return [w.lower() for w in WORD.findall(text)]
 
@@ -163,15 +196,17 @@ def fidelity(
     *,
     teacher_tokenizer: Tokenizer | None = None,
     word_list: set[str] = frozenset(),  # type: ignore[assignment]
+    language: str = "",
 ) -> list[BucketFidelity]:
     """Score the student's greedy output against the teacher's, bucket by bucket (see the module doc); a word
-    in ``word_list`` (e.g. ``word_list("pt")``) is never a non-word."""
+    in ``word_list`` (e.g. ``word_list("pt")``), or one of them with ``language``'s object pronouns after it,
+    is never a non-word."""
     teacher_outputs = [translate_many(teacher, teacher_tokenizer or tokenizer, list(b)) for b in buckets]
     known = known_words(teacher_outputs, word_list)
     result = []
     for pieces, inputs, reference in zip(BUCKETS, buckets, teacher_outputs, strict=True):
         hyps = translate_many(student, tokenizer, list(inputs)) if inputs else []
-        result.append(bucket_fidelity(pieces, hyps, reference, known))
+        result.append(bucket_fidelity(pieces, hyps, reference, known, language))
     return result
 
 
@@ -181,13 +216,13 @@ def known_words(teacher_outputs: Sequence[Sequence[str]], word_list: set[str]) -
 
 
 def bucket_fidelity(
-    pieces: tuple[int, int], hyps: Sequence[str], reference: Sequence[str], known: set[str]
+    pieces: tuple[int, int], hyps: Sequence[str], reference: Sequence[str], known: set[str], language: str = ""
 ) -> BucketFidelity:
     """One bucket's figures: the student's outputs ``hyps`` against the teacher's ``reference`` (same inputs),
-    non-words counted against ``known`` (``known_words``)."""
+    non-words counted against ``known`` (``known_words``; ``is_known`` with ``language``'s pronouns)."""
     if not hyps:
         return BucketFidelity(pieces, 0, float("nan"), float("nan"), float("nan"), 0, ())
     s = score(list(hyps), list(reference))
     short = sum(len(h) < SHORT * len(r) for h, r in zip(hyps, reference, strict=True)) / len(hyps)
-    odd = [w for h in hyps for w in words(h) if w not in known]  # ``known`` holds every reference word
+    odd = [w for h in hyps for w in words(h) if not is_known(w, known, language)]  # ``known``: every reference word
     return BucketFidelity(pieces, len(hyps), s["chrf"], s["bleu"], short, len(odd), tuple(sorted(set(odd)))[:6])

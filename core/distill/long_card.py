@@ -26,7 +26,17 @@ from ..tokenizer import Tokenizer
 from ..training.evaluate import score, translate_many
 from .card import EVERYDAY, md_table, write_card_file
 from .data import read_lines
-from .fidelity import BUCKETS, HEADER, BucketFidelity, fidelity, inputs_by_length, source_sentences, word_list
+from .fidelity import (
+    BUCKETS,
+    CLITICS,
+    HEADER,
+    BucketFidelity,
+    corpus_words,
+    fidelity,
+    inputs_by_length,
+    source_sentences,
+    word_list,
+)
 from .student import SCOPES
 
 LANGUAGES = {"en": "English", "pt": "Portuguese", "de": "German"}
@@ -83,6 +93,7 @@ class Measured:
     size_mb: float
     n_heads: int
     has_word_list: bool
+    corpus_words: int  # words (distinct) of the teacher's translations of the distillation corpus counted as known
 
 
 def goal_verdict(rows: list[BucketFidelity]) -> dict[str, bool | None]:
@@ -121,14 +132,19 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
     sources = json.loads((data_dir / "sources.json").read_text())
     # the buckets exactly as `python -m core eval --by-length --sources data_dir/test.src` makes them
     buckets = inputs_by_length(source_sentences(data_dir / "test.src"), tok, per_bucket=args.per_bucket)
-    known = word_list(tgt_lang)
+    debian = word_list(tgt_lang)
+    corpus = data_dir / "train.tgt"  # the teacher's translations of the distillation corpus (teacher stage)
+    corpus_known = corpus_words(corpus) if corpus.is_file() else set()
+    known = debian | corpus_known
     t0 = time.perf_counter()
-    rows = fidelity(student, teacher, tok, buckets, word_list=known)
+    rows = fidelity(student, teacher, tok, buckets, word_list=known, language=tgt_lang)
     print(f"publish: fidelity by length in {time.perf_counter() - t0:.0f} s", flush=True)
     compare_rows: list[BucketFidelity] = []
     if args.compare_student:
         earlier, earlier_tok, _ = load_checkpoint(args.compare_student)
-        compare_rows = fidelity(earlier, teacher, earlier_tok, buckets, teacher_tokenizer=tok, word_list=known)
+        compare_rows = fidelity(
+            earlier, teacher, earlier_tok, buckets, teacher_tokenizer=tok, word_list=known, language=tgt_lang
+        )
     switches = switch_rows(student, tok, test_src, test_ref)
     everyday = everyday_inputs(src_lang, test_src)
     side = {
@@ -171,7 +187,8 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         alignment=measured_alignment_section(Bundle(student, tok, read_config(out), out)),
         size_mb=folder_mb(out),
         n_heads=student.config.n_heads,
-        has_word_list=bool(known),
+        has_word_list=bool(debian),
+        corpus_words=len(corpus_known),
     )
     write_card_file(out, _card(args, summary, sources, measured, out))
     print(f"published {out} ({folder_mb(out):.1f} MB)", flush=True)
@@ -200,6 +217,12 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
     words_from = (
         f"nor in Debian's {tgt} word lists" if m.has_word_list else f"(there is no word list for {tgt}: only those)"
     )
+    if m.corpus_words:
+        words_from += (
+            f" nor among the {m.corpus_words:,} words of the teacher's translations of the distillation corpus"
+        )
+    if args.target_language in CLITICS:  # a known verb with object pronouns after it is a word
+        words_from += " (a known verb followed by object pronouns, as in “diga-me”, counts as known)"
     on_gpu = device != "cpu"
     as_trained, ablated = m.switches["as trained"], m.switches["all decoder self-attention heads ablated"]
     drop = as_trained["chrf"] - ablated["chrf"]

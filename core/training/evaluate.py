@@ -139,6 +139,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--by-length: held-out source sentences, one per line (UTF-8), instead of the Ding English, e.g. "
         "data/distill-long/pt-en/test.src for a pt->en student; not with --held-out",
     )
+    parser.add_argument(
+        "--teacher-corpus",
+        default=None,
+        metavar="FILE",
+        help="--by-length: the teacher's translations of the distillation corpus (e.g. "
+        "data/distill-long/en-pt/train.tgt): their words count as known words, as the card's publish stage counts them",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -171,7 +178,15 @@ def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
     """The student's fidelity to its teacher per source-length bucket (``core.distill.fidelity``), on the
     held-out Ding test English (``--held-out all``: dev + test) or on the sentences of ``--sources``."""
     from ..checkpoint import load_checkpoint
-    from ..distill.fidelity import HEADER, fidelity, heldout_sentences, inputs_by_length, source_sentences, word_list
+    from ..distill.fidelity import (
+        HEADER,
+        corpus_words,
+        fidelity,
+        heldout_sentences,
+        inputs_by_length,
+        source_sentences,
+        word_list,
+    )
     from ..errors import InputError
 
     if not args.teacher:
@@ -180,6 +195,9 @@ def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
         raise InputError(f"--per-bucket must be at least 1, got {args.per_bucket}")
     if args.sources and args.held_out:
         raise InputError("--held-out chooses among the Ding English; it cannot be combined with --sources")
+    corpus = Path(args.teacher_corpus) if args.teacher_corpus else None
+    if corpus is not None and not corpus.is_file():
+        raise InputError(f"--teacher-corpus {corpus}: no such file (the teacher stage writes train.tgt)")
     if args.sources:
         sentences = source_sentences(Path(args.sources))
         origin = f"{len(sentences)} sentences of {args.sources}"
@@ -191,8 +209,11 @@ def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
     teacher, teacher_tokenizer, _ = load_checkpoint(args.teacher)
     buckets = inputs_by_length(sentences, tokenizer, per_bucket=args.per_bucket)
     start = time.perf_counter()
-    words = word_list(str(info.get("target_language", "")))
-    rows = fidelity(student, teacher, tokenizer, buckets, teacher_tokenizer=teacher_tokenizer, word_list=words)
+    language = str(info.get("target_language", ""))
+    words = word_list(language) | (corpus_words(corpus) if corpus else set())
+    rows = fidelity(
+        student, teacher, tokenizer, buckets, teacher_tokenizer=teacher_tokenizer, word_list=words, language=language
+    )
     if args.json:
         print(json.dumps([vars(r) for r in rows]))
     else:

@@ -13,10 +13,13 @@ from core.cli import main
 from core.distill import fidelity as fidelity_module
 from core.distill.fidelity import (
     BUCKETS,
+    bucket_fidelity,
     bucket_of,
+    corpus_words,
     fidelity,
     heldout_sentences,
     inputs_by_length,
+    is_known,
     source_sentences,
     word_list,
     words,
@@ -164,3 +167,38 @@ def test_word_list_by_target_language(tmp_path, monkeypatch) -> None:
     assert word_list("pt", tmp_path) == {"wbrazilian", "wportuguese", "colour"}
     assert fetched[2:] == ["wbrazilian", "wportuguese"]
     assert word_list("de", tmp_path) == set() and len(fetched) == 4  # no list for other languages
+
+
+def test_a_known_verb_with_object_pronouns_after_it_is_a_word() -> None:
+    """Debian's Portuguese lists hold "agitá" and "diga" but no "agitá-lo" or "diga-me" (verb + pronouns, as a
+    spell checker judges them part by part): such words are known; invented verbs and other compounds are not."""
+    known = {"agitá", "diga", "dá", "casa", "joelho"}
+    for word in ("agitá-lo", "diga-me", "dá-se-lhe", "casa-a"):
+        assert is_known(word, known, "pt") and not is_known(word, known, "") and not is_known(word, known, "de")
+    for word in ("belisá-lo", "joelho-jerk", "-me", "agitá-", "agitá-lo-x", "diga-mesa"):
+        assert not is_known(word, known, "pt"), word
+    hyps, reference = ["Diga-me se vai agitá-lo, arrameia."], ["Diga se vai."]
+    known = {"agitá"} | {w for w in words(reference[0])}
+    assert bucket_fidelity((1, 15), hyps, reference, known, "pt").non_words == 1  # arrameia
+    counted = bucket_fidelity((1, 15), hyps, reference, known)  # no language: no pronoun rule
+    assert counted.non_words == 3 and counted.examples == ("agitá-lo", "arrameia", "diga-me")
+
+
+def test_corpus_words_and_the_teacher_corpus_option(tiny_checkpoint, split_dir, tmp_path, capsys, monkeypatch):
+    corpus = tmp_path / "train.tgt"
+    corpus.write_text("Ele vai agitá-lo.\nO pão-de-ló, 3 €\n", encoding="utf-8")
+    assert corpus_words(corpus) == {"ele", "vai", "agitá-lo", "o", "pão-de-ló"}
+    seen: dict = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return []
+
+    monkeypatch.setattr(fidelity_module, "word_list", lambda language: {"debian"})
+    monkeypatch.setattr(fidelity_module, "fidelity", spy)
+    argv = ["eval", "--by-length", "--checkpoint", str(tiny_checkpoint), "--teacher", str(tiny_checkpoint)]
+    assert main([*argv, "--split", str(split_dir), "--teacher-corpus", str(corpus)]) == 0
+    assert seen["word_list"] == {"debian"} | corpus_words(corpus) and seen["language"] == "de"
+    missing = tmp_path / "none.tgt"
+    assert main([*argv, "--split", str(split_dir), "--teacher-corpus", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --teacher-corpus {missing}: no such file")

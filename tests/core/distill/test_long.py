@@ -167,6 +167,11 @@ def test_tiny_teacher_train_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     card = (tmp_path / "student" / "card.md").read_text()
     assert "## Fidelity to the teacher by source length" in card and "| 1–15 |" in card
     assert "python -m core distill-long --stages train" in card and "--max-minutes" in card
+    from core.distill.fidelity import corpus_words
+
+    n_corpus = len(corpus_words(data / "train.tgt"))  # the teacher's translations of the corpus: known words
+    assert n_corpus > 0 and f"nor among the {n_corpus:,} words of the teacher's translations" in card
+    assert "object pronouns" not in card  # German: no pronoun rule
     assert set(info["distillation"]["held_out_vs_teacher"]) == {
         "as trained",
         "causal mask off",
