@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import ModelConfig
 from .durable import fsync_path, fsync_tree
-from .errors import CheckpointError
+from .errors import CheckpointError, InputError
 from .model import Transformer
 from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, read_vocab
 
@@ -115,8 +115,16 @@ def place(staging: Path, directory: Path) -> Path:
     return directory
 
 
+def hidden_sibling(directory: Path, suffix: str) -> Path:
+    """'.NAME<suffix>' beside ``directory`` (made absolute first: "." or "x/.." have no name of their own)."""
+    directory = Path(directory).resolve()
+    if not directory.name:
+        raise InputError(f"{directory}: the file system's root cannot be a checkpoint folder")
+    return directory.with_name(f".{directory.name}{suffix}")
+
+
 def _old(directory: Path) -> Path:
-    return directory.with_name(f".{directory.name}.old")
+    return hidden_sibling(directory, ".old")
 
 
 def _remove_stale_temporaries(directory: Path) -> None:

@@ -127,3 +127,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:  # training and distillation keep resumable state: the same command goes on
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 — the last resort: one line, never a traceback (LAB_DEBUG=1 shows it)
+        import os
+
+        if os.environ.get("LAB_DEBUG"):
+            raise
+        print(f"error: {describe(exc)}", file=sys.stderr)
+        return 2 if isinstance(exc, OSError | UnicodeError) else 1
+
+
+def describe(exc: Exception) -> str:
+    """One line for a failure the commands did not turn into a ``LabError`` themselves: a file that cannot be
+    read or written says which and why; anything else says what it was and that it was not expected."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); check the files the command reads"
+    if isinstance(exc, OSError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc} (not expected: please report it; LAB_DEBUG=1 shows where it happened)"

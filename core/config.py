@@ -63,7 +63,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
             if not ok:
-                raise ValueError(f"ModelConfig: {msg}")
+                raise InputError(f"ModelConfig: {msg}")
 
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
             need(
@@ -138,7 +138,7 @@ class ModelConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"ModelConfig: unknown keys {unknown}")
+            raise InputError(f"ModelConfig: unknown keys {unknown}")
         return cls(**data)
 
 

@@ -32,6 +32,8 @@ from ..model import Transformer
 from ..recorder import Recorder
 from ..trace import Trace
 
+MAX_IG_STEPS = 512  # the path's points are one batch: more only fills the memory (the error then shrinks slowly)
+
 
 def integrated_gradients(
     f: Callable[[Tensor], Tensor], x: Tensor, baseline: Tensor, steps: int = 32

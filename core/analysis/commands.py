@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import InferenceOptions
-from .attribution import attribute
+from .attribution import MAX_IG_STEPS, attribute
 from .importance import head_importance, head_importance_estimate
 from .patching import activation_patching
 from .rollout import FUSIONS, trace_rollout
@@ -39,7 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fusion", choices=FUSIONS, default="mean", help="rollout: how heads are fused (default mean)")
     p.add_argument("--corrupt", default=None, help="patching: the corrupted sentence (same number of pieces)")
     p.add_argument("--position", type=int, default=None, help="patching/attribution: output position (1-based)")
-    p.add_argument("--steps", type=int, default=32, help="attribution: integrated-gradients steps (default 32)")
+    p.add_argument(
+        "--steps", type=int, default=32, help=f"attribution: integrated-gradients steps, 1-{MAX_IG_STEPS} (default 32)"
+    )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("text", nargs="+", help="the sentence")
 
@@ -50,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
+    if not 1 <= args.steps <= MAX_IG_STEPS:
+        raise InputError(f"--steps must be between 1 and {MAX_IG_STEPS}, got {args.steps}")
     if args.estimate and args.what != "importance":
         raise InputError(f"--estimate applies to importance, not {args.what}")
     bundle = load(args.checkpoint, device=args.device)

@@ -439,6 +439,10 @@ def run(args: argparse.Namespace) -> int:
     """Distils the Bergamot en->pt teacher into a student with decoder self-attention (resumable stages)."""
     from ..errors import CheckpointError
 
+    if args.threads < 0:
+        from ..errors import InputError
+
+        raise InputError(f"--threads must be 0 (torch's default) or more, got {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}

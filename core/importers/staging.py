@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import TMP_SUFFIX, TOKENIZER, CheckpointMeta, place, save_checkpoint
+from ..checkpoint import TMP_SUFFIX, TOKENIZER, CheckpointMeta, hidden_sibling, place, save_checkpoint
 from ..durable import fsync_tree
 from ..model import Transformer
 
@@ -22,7 +22,7 @@ from ..model import Transformer
 def staging_folder(directory: Path, purpose: str) -> Path:
     """A hidden sibling of ``directory`` to build it in: '.NAME.PURPOSE.partial' (a later save of ``directory``
     removes one a crash left behind; listings skip hidden folders)."""
-    staging = directory.with_name(f".{directory.name}.{purpose}{TMP_SUFFIX}")
+    staging = hidden_sibling(directory, f".{purpose}{TMP_SUFFIX}")
     shutil.rmtree(staging, ignore_errors=True)
     return staging
 

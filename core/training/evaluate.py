@@ -20,6 +20,10 @@ from ..tokenizer import Tokenizer
 
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Corpus BLEU and chrF (sacreBLEU defaults) of hypotheses against one reference each."""
+    if not hypotheses or len(hypotheses) != len(references):
+        from ..errors import InputError
+
+        raise InputError(f"nothing to score: {len(hypotheses)} outputs for {len(references)} references")
     bleu = sacrebleu.corpus_bleu(list(hypotheses), [list(references)])
     chrf = sacrebleu.corpus_chrf(list(hypotheses), [list(references)])
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
@@ -111,6 +115,23 @@ def evaluate_split(
     return results
 
 
+def beam_sizes(text: str) -> list[int]:
+    """``--beams``: comma-separated beam sizes, each 1 … ``MAX_BEAM`` (a beam of thousands fills the memory)."""
+    from ..bundle import MAX_BEAM
+    from ..errors import InputError
+
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part.strip())
+        except ValueError:
+            raise InputError(f"--beams: {part.strip()!r} is not a whole number (e.g. --beams 1,4)") from None
+        if not 1 <= size <= MAX_BEAM:
+            raise InputError(f"--beams: each beam size must be between 1 and {MAX_BEAM}, got {size}")
+        sizes.append(size)
+    return sizes
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder")
     parser.add_argument("--split", default="data/ding-split", help="folder with test.en/test.de (made by `train`)")
@@ -156,13 +177,18 @@ def run(args: argparse.Namespace) -> int:
     split_dir = Path(args.split)
     if args.by_length:
         return _by_length(args, split_dir)
+    beams = beam_sizes(args.beams)
+    if args.limit < 0:
+        from ..errors import InputError
+
+        raise InputError(f"--limit must be 0 (all) or more, got {args.limit}")
     split_or_prepare(split_dir)
     sources = (split_dir / f"{args.set}.en").read_text(encoding="utf-8").splitlines()
     refs = (split_dir / f"{args.set}.de").read_text(encoding="utf-8").splitlines()
     if args.limit:
         sources, refs = sources[: args.limit], refs[: args.limit]
     model, tokenizer, _ = load_checkpoint(args.checkpoint)
-    results = evaluate_split(model, tokenizer, sources, refs, [int(b) for b in args.beams.split(",")])
+    results = evaluate_split(model, tokenizer, sources, refs, beams)
     if args.json:
         print(json.dumps(results))
     else:

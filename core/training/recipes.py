@@ -90,6 +90,10 @@ def checksum(model: Transformer) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Trains English -> German on the Ding corpus (or a synthetic task) — resumes automatically."""
+    if args.threads < 0:
+        from ..errors import InputError
+
+        raise InputError(f"--threads must be 0 (torch's default) or more, got {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
     run_dir = Path(args.run_dir or Path("runs") / Path(args.out).name)

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ..config import ModelConfig
 from ..durable import replace_durably
-from ..errors import ResumeError
+from ..errors import InputError, ResumeError
 from ..model import Transformer
 from .batching import Batch, collate, token_batches
 
@@ -58,10 +58,15 @@ class TrainConfig:
             or self.lr_factor <= 0
             or not 0 <= self.label_smoothing < 1
             or self.save_minutes < 0
+            or self.log_every < 1
+            or self.eval_every < 0
         ):
-            raise ValueError(f"TrainConfig: invalid values {self}")
+            raise InputError(
+                "TrainConfig: max_tokens must be >= 16, warmup >= 1, lr_factor > 0, label_smoothing in [0, 1), "
+                f"save_minutes >= 0, log_every >= 1 and eval_every >= 0; got {self}"
+            )
         if self.anneal_start < 0 or self.anneal_steps < 0 or (self.anneal_start > 0) != (self.anneal_steps > 0):
-            raise ValueError(f"TrainConfig: anneal_start and anneal_steps go together (both > 0), got {self}")
+            raise InputError(f"TrainConfig: anneal_start and anneal_steps go together (both > 0), got {self}")
 
 
 STATE_KEY = "core_train_state"  # the safetensors metadata entry holding the counters

@@ -1,0 +1,98 @@
+"""The command line under abuse: every bad option, path or file gives one ``error:`` line naming it, never a
+traceback (cases a sweep of every subcommand found printing one), and what no command foresaw still gives one
+line (``LAB_DEBUG=1`` shows the traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import core.cli
+from core.cli import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--beams", "99999"), "error: --beams: each beam size must be between 1 and 16, got 99999"),
+        (("--beams", "1,,4"), "error: --beams: '' is not a whole number"),
+        (("--beams", "a"), "error: --beams: 'a' is not a whole number"),
+        (("--limit", "-3"), "error: --limit must be 0 (all) or more, got -3"),
+    ],
+)
+def test_eval_names_bad_options_before_loading_anything(tmp_path, capsys, extra, message) -> None:
+    # the checkpoint does not exist: the options are checked first (a beam of 99,999 once filled 20 GB)
+    code, err = _run(capsys, "eval", "--checkpoint", str(tmp_path / "none"), "--split", str(tmp_path), *extra)
+    assert code == 2 and err.startswith(message), err
+
+
+def test_eval_on_an_empty_split_says_there_is_nothing_to_score(tiny_checkpoint, tmp_path, capsys) -> None:
+    split = tmp_path / "split"
+    split.mkdir()
+    for name in ("train.en", "train.de", "train.kind", "dev.en", "dev.de", "test.en", "test.de"):
+        (split / name).write_text("", encoding="utf-8")
+    code, err = _run(capsys, "eval", "--checkpoint", str(tiny_checkpoint), "--split", str(split), "--beams", "1")
+    assert code == 2 and err.startswith("error: nothing to score: 0 outputs for 0 references")
+
+
+def test_unreadable_files_and_impossible_paths_are_named(tiny_checkpoint, tmp_path, capsys) -> None:
+    split = tmp_path / "split"
+    split.mkdir()
+    for name in ("train.en", "train.de", "train.kind", "dev.en", "dev.de", "test.de"):
+        (split / name).write_text("", encoding="utf-8")
+    (split / "test.en").write_bytes(b"\xff\xfe not text")
+    code, err = _run(capsys, "eval", "--checkpoint", str(tiny_checkpoint), "--split", str(split), "--beams", "1")
+    assert code == 2 and err.startswith("error: a file is not UTF-8 text (invalid start byte at byte 0)")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x", encoding="utf-8")
+    code, err = _run(capsys, "eval", "--checkpoint", str(tiny_checkpoint), "--split", str(a_file / "split"))
+    assert code == 2 and err.startswith(f"error: {a_file / 'split'}: Not a directory"), err
+    code, err = _run(capsys, "info", "/")
+    assert code == 2 and err.startswith("error: /: the file system's root cannot be a checkpoint folder")
+
+
+def test_train_and_explain_options_out_of_range(tiny_checkpoint, tmp_path, capsys) -> None:
+    code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), "--log-every", "0")
+    assert code == 2 and err.startswith("error: TrainConfig: max_tokens must be >= 16") and "log_every >= 1" in err
+    code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), "--threads", "-1")
+    assert code == 2 and err.startswith("error: --threads must be 0 (torch's default) or more, got -1")
+    argv = ("explain", "attribution", "--checkpoint", str(tiny_checkpoint), "--steps", "100000000", "Hello")
+    code, err = _run(capsys, *argv)  # once: an attempt to allocate 307 GB
+    assert code == 2 and err.startswith("error: --steps must be between 1 and 512, got 100000000")
+
+
+def test_what_no_command_foresaw_is_one_line_and_ctrl_c_stops_quietly(monkeypatch, capsys, tmp_path) -> None:
+    def failing(args):
+        raise KeyError("type")
+
+    monkeypatch.setattr(core.cli, "_info", failing)
+    code, err = _run(capsys, "info", str(tmp_path))
+    assert (
+        code == 1
+        and err == "error: KeyError: 'type' (not expected: please report it; LAB_DEBUG=1 shows where it happened)\n"
+    )
+    monkeypatch.setenv("LAB_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["info", str(tmp_path)])
+    monkeypatch.delenv("LAB_DEBUG")
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(core.cli, "_info", interrupted)
+    assert _run(capsys, "info", str(tmp_path)) == (130, "interrupted\n")
+
+    def unwritable(args):
+        Path("/proc/not-here/x").write_text("x")
+
+    monkeypatch.setattr(core.cli, "_info", unwritable)
+    code, err = _run(capsys, "info", str(tmp_path))
+    assert code == 2 and err == "error: /proc/not-here/x: No such file or directory\n"
