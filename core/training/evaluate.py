@@ -182,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import InputError
 
         raise InputError(f"--limit must be 0 (all) or more, got {args.limit}")
-    split_or_prepare(split_dir)
+    if not (split_dir / f"{args.set}.en").is_file():  # a folder with only the scored set is enough
+        split_or_prepare(split_dir)
     sources = (split_dir / f"{args.set}.en").read_text(encoding="utf-8").splitlines()
     refs = (split_dir / f"{args.set}.de").read_text(encoding="utf-8").splitlines()
     if args.limit:

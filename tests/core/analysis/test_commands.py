@@ -50,7 +50,7 @@ def test_patching_and_attribution_as_text(tiny_checkpoint, capsys):
         (["patching"], "needs --corrupt"),
         (["patching", "--corrupt", "Dog."], "same number of pieces"),
         (["attribution", "--position", "99"], "--position must be from 1"),
-        (["attribution", "--steps", "0"], "--steps must be at least 1"),
+        (["attribution", "--steps", "0"], "--steps must be between 1 and 512, got 0"),
         (["importance", "--top", "0"], "--top must be at least 1"),
         (["rollout", "--estimate"], "--estimate applies to importance, not rollout"),
     ],
