@@ -32,6 +32,7 @@ from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
+from ..training.train import use_threads
 from .card import side_by_side, write_card, write_card_file
 from .data import make_data, read_lines
 
@@ -437,18 +438,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Distils the Bergamot en->pt teacher into a student with decoder self-attention (resumable stages)."""
-    from ..errors import CheckpointError
+    from ..bundle import MAX_BEAM
+    from ..errors import CheckpointError, InputError
 
-    if args.threads < 0:
-        from ..errors import InputError
-
-        raise InputError(f"--threads must be 0 (torch's default) or more, got {args.threads}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
+    if not 0 <= args.eval_beam <= MAX_BEAM:
+        raise InputError(f"--eval-beam must be 0 (skip) to {MAX_BEAM}, got {args.eval_beam}")
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     unknown = stages - {"data", "train", "eval", "publish"}
     if unknown:
-        raise SystemExit(f"distill: unknown stages {sorted(unknown)}")
+        raise InputError(f"distill: unknown stages {sorted(unknown)} (data, train, eval, publish)")
     teacher, tok, _ = load_checkpoint(args.teacher)
     if teacher.config.decoder_self != "ssru":
         raise CheckpointError(f"{args.teacher}: the teacher must have decoder_self='ssru'")

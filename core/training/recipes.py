@@ -31,6 +31,7 @@ from .train import (
     plot_curves,
     seed_everything,
     train_config_from_args,
+    use_threads,
 )
 
 # Sentences we wrote ourselves, to see whether outputs depend on the input (not from the corpus).
@@ -90,12 +91,7 @@ def checksum(model: Transformer) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Trains English -> German on the Ding corpus (or a synthetic task) — resumes automatically."""
-    if args.threads < 0:
-        from ..errors import InputError
-
-        raise InputError(f"--threads must be 0 (torch's default) or more, got {args.threads}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     run_dir = Path(args.run_dir or Path("runs") / Path(args.out).name)
     if args.task in ("copy", "reverse"):
         result = run_synthetic(args.task, run_dir, train_config_from_args(args))

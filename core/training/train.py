@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import time
@@ -60,13 +61,24 @@ class TrainConfig:
             or self.save_minutes < 0
             or self.log_every < 1
             or self.eval_every < 0
+            or not all(math.isfinite(v) for v in (self.lr_factor, self.clip, self.max_minutes, self.save_minutes))
         ):
             raise InputError(
                 "TrainConfig: max_tokens must be >= 16, warmup >= 1, lr_factor > 0, label_smoothing in [0, 1), "
-                f"save_minutes >= 0, log_every >= 1 and eval_every >= 0; got {self}"
+                f"save_minutes >= 0, log_every >= 1, eval_every >= 0 and every rate and time finite; got {self}"
             )
         if self.anneal_start < 0 or self.anneal_steps < 0 or (self.anneal_start > 0) != (self.anneal_steps > 0):
             raise InputError(f"TrainConfig: anneal_start and anneal_steps go together (both > 0), got {self}")
+
+
+def use_threads(threads: int) -> None:
+    """``--threads``: 0 leaves torch's default; more than the machine's cores is refused (100,000 crashed torch,
+    5,000 hung)."""
+    cores = os.cpu_count() or 1
+    if not 0 <= threads <= cores:
+        raise InputError(f"--threads must be 0 (torch's default) to {cores} (this machine's cores), got {threads}")
+    if threads:
+        torch.set_num_threads(threads)
 
 
 STATE_KEY = "core_train_state"  # the safetensors metadata entry holding the counters

@@ -62,8 +62,18 @@ def test_unreadable_files_and_impossible_paths_are_named(tiny_checkpoint, tmp_pa
 def test_train_and_explain_options_out_of_range(tiny_checkpoint, tmp_path, capsys) -> None:
     code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), "--log-every", "0")
     assert code == 2 and err.startswith("error: TrainConfig: max_tokens must be >= 16") and "log_every >= 1" in err
-    code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), "--threads", "-1")
-    assert code == 2 and err.startswith("error: --threads must be 0 (torch's default) or more, got -1")
+    for threads in ("-1", "100000"):  # 100,000 crashed torch (exit 139), 5,000 hung
+        code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), "--threads", threads)
+        assert code == 2 and err.startswith("error: --threads must be 0 (torch's default) to "), err
+        assert err.rstrip().endswith(f"got {threads}")
+    # NaN passed `<= 0`: every step was skipped as non-finite and the run never ended
+    code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), "--lr-factor", "nan")
+    assert code == 2 and "every rate and time finite" in err
+    argv = ("distill", "--stages", "eval", "--eval-beam", "1000", "--teacher", str(tiny_checkpoint))
+    code, err = _run(capsys, *argv)  # it ran on past 120 s
+    assert code == 2 and err.startswith("error: --eval-beam must be 0 (skip) to 16, got 1000")
+    code, err = _run(capsys, "distill", "--stages", "bogus", "--teacher", str(tiny_checkpoint))
+    assert code == 2 and err.startswith("error: distill: unknown stages ['bogus']")
     argv = ("explain", "attribution", "--checkpoint", str(tiny_checkpoint), "--steps", "100000000", "Hello")
     code, err = _run(capsys, *argv)  # once: an attempt to allocate 307 GB
     assert code == 2 and err.startswith("error: --steps must be between 1 and 512, got 100000000")
