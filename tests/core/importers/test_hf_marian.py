@@ -331,7 +331,7 @@ BAD = {
     "NaN": (_set(ENC_FC1, torch.full((32, 16), float("nan"))), f"tensor {ENC_FC1} holds NaN"),
     "learned table": (
         _set("model.encoder.embed_positions.weight", torch.randn(64, 16)),
-        "is not transformers' sinusoid table",
+        "is neither transformers' sinusoid table nor Marian's",
     ),
     "no embeddings": (
         _edit_tensors(lambda t: t.pop("model.shared.weight")),
