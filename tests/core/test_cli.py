@@ -106,3 +106,23 @@ def test_what_no_command_foresaw_is_one_line_and_ctrl_c_stops_quietly(monkeypatc
     monkeypatch.setattr(core.cli, "_info", unwritable)
     code, err = _run(capsys, "info", str(tmp_path))
     assert code == 2 and err == "error: /proc/not-here/x: No such file or directory\n"
+
+
+def test_an_output_path_holding_someone_elses_file_or_folder_is_never_replaced(tmp_path, capsys):
+    """`export-hf --force OUT` (and every whole-folder writer) swapped away whatever was at OUT: a file, or a
+    folder of unrelated files. Only a folder this lab (or a model writer) made, with a config.json, is replaced."""
+    from conftest import build_tiny_checkpoint
+
+    checkpoint = build_tiny_checkpoint(tmp_path / "ckpt", pe_layout="concatenated_hf")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine", encoding="utf-8")
+    code, err = _run(capsys, "export-hf", "--force", str(checkpoint), str(a_file))
+    assert code == 2 and "a file is there, not a folder" in err and a_file.read_text(encoding="utf-8") == "mine"
+    folder = tmp_path / "documents"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("mine", encoding="utf-8")
+    code, err = _run(capsys, "export-hf", "--force", str(checkpoint), str(folder))
+    assert code == 2 and "holds files but no config.json" in err
+    assert (folder / "thesis.tex").read_text(encoding="utf-8") == "mine"
+    assert _run(capsys, "export-hf", str(checkpoint), str(tmp_path / "hf"))[0] == 0
+    assert _run(capsys, "export-hf", "--force", str(checkpoint), str(tmp_path / "hf"))[0] == 0  # its own: replaced
