@@ -61,11 +61,15 @@ class TrainConfig:
             or self.save_minutes < 0
             or self.log_every < 1
             or self.eval_every < 0
+            or self.max_steps < 0
+            or self.max_minutes < 0
+            or self.epochs < 1
             or not all(math.isfinite(v) for v in (self.lr_factor, self.clip, self.max_minutes, self.save_minutes))
         ):
             raise InputError(
                 "TrainConfig: max_tokens must be >= 16, warmup >= 1, lr_factor > 0, label_smoothing in [0, 1), "
-                f"save_minutes >= 0, log_every >= 1, eval_every >= 0 and every rate and time finite; got {self}"
+                f"save_minutes >= 0, log_every >= 1, eval_every >= 0, max_steps >= 0 (0: no limit), max_minutes >= 0, "
+                f"epochs >= 1 and every rate and time finite; got {self}"
             )
         if self.anneal_start < 0 or self.anneal_steps < 0 or (self.anneal_start > 0) != (self.anneal_steps > 0):
             raise InputError(f"TrainConfig: anneal_start and anneal_steps go together (both > 0), got {self}")

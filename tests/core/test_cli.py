@@ -69,6 +69,9 @@ def test_train_and_explain_options_out_of_range(tiny_checkpoint, tmp_path, capsy
     # NaN passed `<= 0`: every step was skipped as non-finite and the run never ended
     code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), "--lr-factor", "nan")
     assert code == 2 and "every rate and time finite" in err
+    for option, value in (("--max-steps", "-5"), ("--epochs", "-1")):  # both ran 0 steps without a word
+        code, err = _run(capsys, "train", "--task", "copy", "--run-dir", str(tmp_path / "r"), option, value)
+        assert code == 2 and "max_steps >= 0 (0: no limit), max_minutes >= 0, epochs >= 1" in err, (option, err)
     argv = ("distill", "--stages", "eval", "--eval-beam", "1000", "--teacher", str(tiny_checkpoint))
     code, err = _run(capsys, *argv)  # it ran on past 120 s
     assert code == 2 and err.startswith("error: --eval-beam must be 0 (skip) to 16, got 1000")
