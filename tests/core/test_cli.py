@@ -111,6 +111,7 @@ def test_what_no_command_foresaw_is_one_line_and_ctrl_c_stops_quietly(monkeypatc
     assert code == 2 and err == "error: /proc/not-here/x: No such file or directory\n"
 
 
+@pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # transformers' tokenizer, in the check
 def test_an_output_path_holding_someone_elses_file_or_folder_is_never_replaced(tmp_path, capsys):
     """`export-hf --force OUT` (and every whole-folder writer) swapped away whatever was at OUT: a file, or a
     folder of unrelated files. Only a folder this lab (or a model writer) made, with a config.json, is replaced."""
