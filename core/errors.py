@@ -21,6 +21,11 @@ class ResumeError(LabError, ValueError):
     """A training run's saved state cannot be resumed (unreadable, from another model, or inconsistent)."""
 
 
+def not_utf8(path: object, exc: UnicodeDecodeError) -> InputError:
+    """The error for a text file that is not UTF-8, naming it (a bare UnicodeDecodeError names no file)."""
+    return InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+
+
 class FetchError(LabError, RuntimeError):
     """Data a command needs (a Debian package, a wheel) could not be fetched or unpacked; the message names the
     step that failed and what to do instead."""

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, not_utf8
 
 SPECIALS = ("</s>", "<s>", "<pad>", "<unk>")
 Link = tuple[int, int]  # (source word, target word)
@@ -122,7 +122,11 @@ def read_gold(path: str | Path) -> list[GoldPair]:
     """Pairs of a gold file (format in the module doc); InputError naming the line of a bad one."""
     path = Path(path)
     pairs = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc) from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         fields = line.split("\t")

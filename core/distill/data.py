@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import not_utf8
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.corpus import fetch_deb, leak_key, split_or_prepare
@@ -58,7 +59,12 @@ def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str
 
 
 def read_lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else []
+    if not path.is_file():
+        return []
+    try:
+        return path.read_text(encoding="utf-8").split("\n")[:-1]
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc) from None
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> None:

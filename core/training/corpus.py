@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
-from ..errors import FetchError, InputError
+from ..errors import FetchError, InputError, not_utf8
 
 __all__ = [
     "Pair",
@@ -342,7 +342,17 @@ def _write_lines(path: Path, lines: list[str]) -> None:  # (core.distill.data ha
 
 
 def _read_lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
+    return text_lines(path, every_line_ended=True)
+
+
+def text_lines(path: Path, every_line_ended: bool = False) -> list[str]:
+    """A UTF-8 text file's lines (InputError naming the file when it is not UTF-8); ``every_line_ended``: as the
+    split files are written, each line ended by "\n" (so an empty last line is still a line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc) from None
+    return text.split("\n")[:-1] if every_line_ended else text.splitlines()
 
 
 def write_split(split: Split, out_dir: Path, params: dict | None = None) -> None:

@@ -172,7 +172,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Scores a checkpoint on the held-out split (downloads and splits the corpus if needed)."""
     from ..checkpoint import load_checkpoint
-    from .corpus import split_or_prepare
+    from .corpus import split_or_prepare, text_lines
 
     split_dir = Path(args.split)
     if args.by_length:
@@ -184,8 +184,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--limit must be 0 (all) or more, got {args.limit}")
     if not (split_dir / f"{args.set}.en").is_file():  # a folder with only the scored set is enough
         split_or_prepare(split_dir)
-    sources = (split_dir / f"{args.set}.en").read_text(encoding="utf-8").splitlines()
-    refs = (split_dir / f"{args.set}.de").read_text(encoding="utf-8").splitlines()
+    sources, refs = (text_lines(split_dir / f"{args.set}.{side}") for side in ("en", "de"))
     if args.limit:
         sources, refs = sources[: args.limit], refs[: args.limit]
     model, tokenizer, _ = load_checkpoint(args.checkpoint)

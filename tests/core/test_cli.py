@@ -50,7 +50,7 @@ def test_unreadable_files_and_impossible_paths_are_named(tiny_checkpoint, tmp_pa
         (split / name).write_text("", encoding="utf-8")
     (split / "test.en").write_bytes(b"\xff\xfe not text")
     code, err = _run(capsys, "eval", "--checkpoint", str(tiny_checkpoint), "--split", str(split), "--beams", "1")
-    assert code == 2 and err.startswith("error: a file is not UTF-8 text (invalid start byte at byte 0)")
+    assert code == 2 and err.startswith(f"error: {split / 'test.en'}: not UTF-8 text (invalid start byte at byte 0)")
     a_file = tmp_path / "a_file"
     a_file.write_text("x", encoding="utf-8")
     code, err = _run(capsys, "eval", "--checkpoint", str(tiny_checkpoint), "--split", str(a_file / "split"))
