@@ -16,10 +16,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import not_utf8
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from ..training.corpus import fetch_deb, leak_key, split_or_prepare
+from ..training.corpus import fetch_deb, leak_key, split_or_prepare, text_lines
 from ..training.evaluate import translate_many
 
 
@@ -59,12 +58,8 @@ def english_sources(split_dir: Path, seed: int = 0) -> tuple[list[str], list[str
 
 
 def read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        return []
-    try:
-        return path.read_text(encoding="utf-8").split("\n")[:-1]
-    except UnicodeDecodeError as exc:
-        raise not_utf8(path, exc) from None
+    """The lines ``write_lines`` wrote (none when the file is not there yet)."""
+    return text_lines(path, every_line_ended=True) if path.is_file() else []
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> None:
