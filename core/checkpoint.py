@@ -101,14 +101,14 @@ def place(staging: Path, directory: Path) -> Path:
     listing) puts back."""
     recover(directory)
     parent = directory.parent
-    if directory.exists() and not directory.is_dir():  # a file there is someone's: never swapped away
-        raise InputError(f"{directory}: a file is there, not a folder; choose another output path")
-    if directory.exists() and any(directory.iterdir()) and not (directory / CONFIG).is_file():
-        raise InputError(
-            f"{directory}: a folder that holds files but no {CONFIG} is there (not a model this lab wrote); "
-            "choose another output path"
-        )
     if directory.exists():
+        if not directory.is_dir():  # a file there is someone's: never swapped away
+            raise InputError(f"{directory}: a file is there, not a folder; choose another output path")
+        if not (directory / CONFIG).is_file() and any(directory.iterdir()):
+            raise InputError(
+                f"{directory}: a folder that holds files but no {CONFIG} is there (not a model this lab wrote); "
+                "choose another output path"
+            )
         old = _old(directory)
         shutil.rmtree(old, ignore_errors=True)
         os.replace(directory, old)
