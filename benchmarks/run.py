@@ -585,9 +585,11 @@ def main() -> int:
     if 9 in only:
         load_section(rep, not args.no_browser, args.sessions, args.load_seconds)
     if 10 in only:
-        engine_section(rep, rounds)
+        engine_section(rep, rounds, "en", "pt")
+        engine_section(rep, rounds, "pt", "en")
     if 11 in only:
-        ct2_section(rep, rounds)
+        ct2_section(rep, rounds, "distilled-en-pt")
+        ct2_section(rep, rounds, "distilled-pt-en")
     if 12 in only:
         scaling_section(rep, rounds, args.scaling_png)
     tail = [
