@@ -156,6 +156,11 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     """Parse and check config.json of a checkpoint folder."""
     directory = Path(directory)
     recover(directory)
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(
+            f"{directory}: is a file, not a checkpoint folder — pass the folder that holds {CONFIG}, {WEIGHTS}, "
+            f"{TOKENIZER} and {CARD}"
+        )
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint folder {directory} does not exist")
     path = directory / CONFIG

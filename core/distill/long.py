@@ -197,6 +197,17 @@ def run(args: argparse.Namespace) -> int:
     unknown = stages - {"inputs", "teacher", "train", "publish"}
     if unknown:
         raise InputError(f"distill-long: unknown stages {sorted(unknown)} (inputs, teacher, train, publish)")
+    for option, value, least in (  # counts and sizes: a negative one was written to sources.json as given
+        ("--phrases", args.phrases, 0),
+        ("--joined", args.joined, 0),
+        ("--dev-per-bucket", args.dev_per_bucket, 1),
+        ("--per-bucket", args.per_bucket, 1),
+        ("--max-pieces", args.max_pieces, 1),
+        ("--teacher-max-tokens", args.teacher_max_tokens, 0),
+        ("--eval-max-tokens", args.eval_max_tokens, 0),
+    ):
+        if value < least:
+            raise InputError(f"{option} must be {'at least 1' if least else '0 or more'}, got {value}")
     from ..bundle import pick_device
 
     device = pick_device(None if args.device == "auto" else args.device)

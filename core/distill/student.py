@@ -448,6 +448,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = stages - {"data", "train", "eval", "publish"}
     if unknown:
         raise InputError(f"distill: unknown stages {sorted(unknown)} (data, train, eval, publish)")
+    if args.compare and not Path(args.compare).exists():
+        raise InputError(f"--compare {args.compare}: no such checkpoint folder")
     teacher, tok, _ = load_checkpoint(args.teacher)
     if teacher.config.decoder_self != "ssru":
         raise CheckpointError(f"{args.teacher}: the teacher must have decoder_self='ssru'")

@@ -232,7 +232,13 @@ def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
         sentences = heldout_sentences(split_dir, which)
         origin = "held-out Ding English, " + ("test only" if which == "test" else "dev + test")
     student, tokenizer, info = load_checkpoint(args.checkpoint)
-    teacher, teacher_tokenizer, _ = load_checkpoint(args.teacher)
+    teacher, teacher_tokenizer, teacher_info = load_checkpoint(args.teacher)
+    pairs = [f"{i.get('source_language')}->{i.get('target_language')}" for i in (info, teacher_info)]
+    if pairs[0] != pairs[1]:
+        raise InputError(
+            f"--teacher {args.teacher} translates {pairs[1]} but the student {args.checkpoint} translates "
+            f"{pairs[0]}; pass the teacher it was distilled from"
+        )
     buckets = inputs_by_length(sentences, tokenizer, per_bucket=args.per_bucket)
     start = time.perf_counter()
     language = str(info.get("target_language", ""))

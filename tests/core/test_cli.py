@@ -57,6 +57,8 @@ def test_unreadable_files_and_impossible_paths_are_named(tiny_checkpoint, tmp_pa
     assert code == 2 and err.startswith(f"error: {a_file / 'split'}: Not a directory"), err
     code, err = _run(capsys, "info", "/")
     assert code == 2 and err.startswith("error: /: the file system's root cannot be a checkpoint folder")
+    code, err = _run(capsys, "info", str(a_file))  # it said "checkpoint folder ... does not exist"
+    assert code == 2 and err.startswith(f"error: {a_file}: is a file, not a checkpoint folder"), err
 
 
 def test_train_and_explain_options_out_of_range(tiny_checkpoint, tmp_path, capsys) -> None:
@@ -80,6 +82,37 @@ def test_train_and_explain_options_out_of_range(tiny_checkpoint, tmp_path, capsy
     argv = ("explain", "attribution", "--checkpoint", str(tiny_checkpoint), "--steps", "100000000", "Hello")
     code, err = _run(capsys, *argv)  # once: an attempt to allocate 307 GB
     assert code == 2 and err.startswith("error: --steps must be between 1 and 512, got 100000000")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--phrases", "-5"), "error: --phrases must be 0 or more, got -5"),  # was written to sources.json
+        (("--joined", "-1"), "error: --joined must be 0 or more, got -1"),
+        (("--dev-per-bucket", "0"), "error: --dev-per-bucket must be at least 1, got 0"),
+        (("--stages", "publish", "--per-bucket", "0"), "error: --per-bucket must be at least 1, got 0"),
+        (("--max-pieces", "-1"), "error: --max-pieces must be at least 1, got -1"),
+        (("--teacher-max-tokens", "-5"), "error: --teacher-max-tokens must be 0 or more, got -5"),
+        (("--eval-max-tokens", "-5"), "error: --eval-max-tokens must be 0 or more, got -5"),
+    ],
+)
+def test_distill_long_names_bad_counts_before_loading_anything(tmp_path, capsys, extra, message) -> None:
+    # the teacher does not exist: the counts are checked first, and nothing is written
+    argv = ("distill-long", "--teacher", str(tmp_path / "none"), "--data-dir", str(tmp_path / "data"), *extra)
+    code, err = _run(capsys, *argv)
+    assert code == 2 and err.startswith(message), err
+    assert not (tmp_path / "data").exists()
+
+
+def test_by_length_per_bucket_and_distill_compare_are_checked(tiny_checkpoint, tmp_path, capsys) -> None:
+    argv = ("eval", "--by-length", "--checkpoint", str(tiny_checkpoint), "--teacher", str(tiny_checkpoint))
+    code, err = _run(capsys, *argv, "--per-bucket", "0")
+    assert code == 2 and err.startswith("error: --per-bucket must be at least 1, got 0"), err
+    missing = tmp_path / "nonexistent"  # the side-by-side left it out without a word
+    code, err = _run(
+        capsys, "distill", "--stages", "publish", "--teacher", str(tiny_checkpoint), "--compare", str(missing)
+    )
+    assert code == 2 and err.startswith(f"error: --compare {missing}: no such checkpoint folder"), err
 
 
 def test_what_no_command_foresaw_is_one_line_and_ctrl_c_stops_quietly(monkeypatch, capsys, tmp_path) -> None:

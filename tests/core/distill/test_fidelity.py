@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,22 @@ def test_by_length_sources_errors(tiny_checkpoint, tmp_path, capsys, content, ex
     code = main([*argv, "--split", str(tmp_path / "none"), "--sources", str(path), *extra])
     captured = capsys.readouterr()
     assert code == 2 and captured.err.startswith(message.format(path=path)), captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_by_length_refuses_a_teacher_of_another_language_pair(tiny_checkpoint, split_dir, tmp_path, capsys) -> None:
+    teacher = tmp_path / "pt-en"
+    shutil.copytree(tiny_checkpoint, teacher)
+    config = json.loads((teacher / "config.json").read_text(encoding="utf-8"))
+    assert (config["source_language"], config["target_language"]) == ("en", "de")  # the student's pair
+    config.update(source_language="pt", target_language="en")
+    (teacher / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    argv = ["eval", "--by-length", "--checkpoint", str(tiny_checkpoint), "--teacher", str(teacher)]
+    code = main([*argv, "--split", str(split_dir)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.startswith(
+        f"error: --teacher {teacher} translates pt->en but the student {tiny_checkpoint} translates en->de"
+    ), captured.err
     assert "Traceback" not in captured.err and captured.out == ""
 
 
