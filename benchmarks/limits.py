@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from contenders import Sizes
@@ -93,6 +94,22 @@ def matmul_work(n: int = 1024) -> tuple[Callable[[], object], float]:
     """A large float32 ``torch.matmul`` (n×n by n×n) and its FLOPs: timing it gives this machine's matmul rate."""
     a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
     return (lambda: torch.matmul(a, b, out=out)), 2.0 * n**3
+
+
+def last_level_cache(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """Bytes of the largest cache the kernel reports for CPU 0 (a virtual machine may report its host's), or None."""
+    sizes = []
+    for index in sorted(root.glob("index*")):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text[-1:] in units and text[:-1].isdigit():
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes, default=None)
 
 
 def stream_work(n_bytes: int = 256 << 20) -> tuple[Callable[[], object], float]:
