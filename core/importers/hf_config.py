@@ -4,13 +4,15 @@ reads the same names the other way)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
+from ..positional import sinusoidal_table
 from .hf_folder import CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG, VOCAB, WEIGHTS, HFMarianFolder
 
 # transformers 5.23's MarianConfig defaults: what a field absent from config.json means.
@@ -173,6 +175,22 @@ def embeddings(f: HFMarianFolder, *, share: bool, tie: bool) -> tuple[torch.Tens
     return resolve(ENC_EMB), resolve(DEC_EMB), resolve(HEAD)
 
 
+def position_layout(f: HFMarianFolder, cfg: ModelConfig) -> Literal["concatenated_hf", "concatenated"]:
+    """Which sinusoids the folder's stored position tables are: transformers' own ("concatenated_hf"; also when
+    none is stored) or Marian C++'s ("concatenated": the frequencies Bergamot models use, which this lab's
+    ``export-hf`` stores so that transformers loads them); CheckpointError for anything else (learned positions)."""
+    stored = {name: f.tensors[name] for name in POSITIONS if name in f.tensors}
+    layouts: tuple[Literal["concatenated_hf", "concatenated"], ...] = ("concatenated_hf", "concatenated")
+    for layout in layouts:
+        table = sinusoidal_table(cfg.max_positions, cfg.d_model, layout)
+        if all(t.shape == table.shape and torch.allclose(t.float(), table, atol=1e-3) for t in stored.values()):
+            return layout
+    raise CheckpointError(
+        f"{f.path(WEIGHTS)}: tensor {next(iter(stored))} is neither transformers' sinusoid table nor Marian's "
+        "(max_position_embeddings x d_model); learned or other positions are not supported"
+    )
+
+
 def config_from_hf(f: HFMarianFolder) -> ModelConfig:
     """The core ModelConfig of a Marian folder; CheckpointError naming the file and field for what core cannot run."""
     c, where, weights = f.config, f.path(CONFIG), f.path(WEIGHTS)
@@ -253,7 +271,7 @@ def config_from_hf(f: HFMarianFolder) -> ModelConfig:
             f"{min(vocab_size, target_vocab)} rows"
         )
     try:
-        return ModelConfig(
+        cfg = ModelConfig(
             src_vocab_size=vocab_size,
             tgt_vocab_size=target_vocab,
             d_model=d_model,
@@ -266,7 +284,7 @@ def config_from_hf(f: HFMarianFolder) -> ModelConfig:
             norm="post",
             norm_eps=NORM_EPS,
             positional="sinusoidal",
-            pe_layout="concatenated_hf",
+            pe_layout="concatenated_hf",  # until the stored tables are read, below
             max_positions=field(c, "max_position_embeddings", int, where),
             scale_embedding=field(c, "scale_embedding", bool, where),
             share_embeddings=enc.shape == dec.shape and torch.equal(enc, dec),
@@ -282,3 +300,5 @@ def config_from_hf(f: HFMarianFolder) -> ModelConfig:
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None
+    # the sizes are checked by now, so the sinusoid tables compared with the stored ones are of sane size
+    return dataclasses.replace(cfg, pe_layout=position_layout(f, cfg))

@@ -14,12 +14,10 @@ generation_config.json bans (``bad_words_ids``) as ``suppress_ids``. Anything el
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import sys
 import time
 from pathlib import Path
-from typing import Literal
 
 import torch
 
@@ -27,7 +25,6 @@ from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..model import Transformer
-from ..positional import sinusoidal_table
 from ..tokenizer import MarianVocabTokenizer
 from .hf_card import card_text
 from .hf_config import (
@@ -86,26 +83,9 @@ def state_from_hf(f: HFMarianFolder, cfg: ModelConfig) -> dict[str, torch.Tensor
     return state
 
 
-def position_layout(f: HFMarianFolder, cfg: ModelConfig) -> Literal["concatenated_hf", "concatenated"]:
-    """Which sinusoids the folder's stored position tables are: transformers' own ("concatenated_hf"; also when
-    none is stored) or Marian C++'s ("concatenated": the frequencies Bergamot models use, which this lab's
-    ``export-hf`` stores so that transformers loads them); CheckpointError for anything else (learned positions)."""
-    stored = {name: f.tensors[name] for name in POSITIONS if name in f.tensors}
-    layouts: tuple[Literal["concatenated_hf", "concatenated"], ...] = ("concatenated_hf", "concatenated")
-    for layout in layouts:
-        table = sinusoidal_table(cfg.max_positions, cfg.d_model, layout)
-        if all(t.shape == table.shape and torch.allclose(t.float(), table, atol=1e-3) for t in stored.values()):
-            return layout
-    raise CheckpointError(
-        f"{f.path(WEIGHTS)}: tensor {next(iter(stored))} is neither transformers' sinusoid table nor Marian's "
-        "(max_position_embeddings x d_model); learned or other positions are not supported"
-    )
-
-
 def build_model(f: HFMarianFolder) -> Transformer:
     """The core Transformer (eval mode) holding the folder's weights."""
     cfg = config_from_hf(f)
-    cfg = dataclasses.replace(cfg, pe_layout=position_layout(f, cfg))
     model = Transformer(cfg)
     model.load_state_dict(state_from_hf(f, cfg), strict=True)
     return model.eval()

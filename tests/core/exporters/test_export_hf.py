@@ -19,6 +19,8 @@ import core
 from core import CheckpointError
 from core.cli import main
 from core.exporters.hf_marian import export_hf
+from core.importers.hf_config import config_from_hf
+from core.importers.hf_folder import read_folder
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -111,6 +113,11 @@ def test_the_folder_follows_opus_mt_conventions(exported):
     with safe_open(str(exported.folder / "model.safetensors"), "pt") as weights:
         has_table = "model.encoder.embed_positions.weight" in set(weights.keys())
     assert has_table == (cfg.pe_layout == "concatenated")  # Marian C++'s sinusoids travel as a table
+
+
+def test_the_folders_config_names_its_own_sinusoids(exported):
+    """config_from_hf alone gives the layout the stored tables hold (no caller has to replace it after)."""
+    assert config_from_hf(read_folder(exported.folder)).pe_layout == exported.bundle.config.pe_layout
 
 
 def test_an_exported_checkpoint_imports_back_to_the_same_model(exported, tmp_path):
