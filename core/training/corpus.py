@@ -60,6 +60,7 @@ DING_RELPATH = Path("usr/share/trans/de-en")
 KINDS = ("sentence", "phrase", "word")
 FORMAT_VERSION = 1
 MAX_ALTS = 3
+N_DEV, N_TEST, SEED = 500, 1000, 1234  # the held-out sizes and shuffle seed of the split train uses
 
 # Bracket groups, innermost first.  A group glued to a following word ("(un)vollständig",
 # "(a)round") is removed alone; otherwise together with the whitespace before it.
@@ -378,13 +379,20 @@ def write_split(split: Split, out_dir: Path, params: dict | None = None) -> None
 SPLIT_FILES = ("train.en", "train.de", "train.kind", "dev.en", "dev.de", "test.en", "test.de")
 
 
-def split_or_prepare(out_dir: Path, cache_dir: Path = Path("data/ding"), **params: int) -> Split:
+def split_or_prepare(
+    out_dir: Path,
+    cache_dir: Path = Path("data/ding"),
+    *,
+    n_dev: int = N_DEV,
+    n_test: int = N_TEST,
+    seed: int = SEED,
+) -> Split:
     """The split written in ``out_dir``; where none is there yet (a fresh machine), the Ding corpus fetched into
-    ``cache_dir`` and split into ``out_dir`` first (``prepare``, its defaults unless ``params`` say otherwise, as
-    ``train`` does). A split that is there is only read, whatever parameters made it."""
+    ``cache_dir`` and split into ``out_dir`` first (``prepare``, with ``train``'s defaults unless told otherwise).
+    A split that is there is only read, whatever parameters made it."""
     out_dir = Path(out_dir)
     if not all((out_dir / name).is_file() for name in SPLIT_FILES):
-        return prepare(out_dir, Path(cache_dir), **params)  # type: ignore[arg-type]
+        return prepare(out_dir, Path(cache_dir), n_dev=n_dev, n_test=n_test, seed=seed)
     return read_split(out_dir)
 
 
@@ -407,9 +415,9 @@ def read_split(out_dir: Path) -> Split:
 def prepare(
     out_dir: Path = Path("data/ding-split"),
     cache_dir: Path = Path("data/ding"),
-    n_dev: int = 500,
-    n_test: int = 1000,
-    seed: int = 1234,
+    n_dev: int = N_DEV,
+    n_test: int = N_TEST,
+    seed: int = SEED,
     max_alts: int = MAX_ALTS,
     force: bool = False,
 ) -> Split:
