@@ -59,6 +59,7 @@ if not common.sidebar():  # no checkpoint, or it failed to load (the sidebar sho
     if not state.checkpoint_names():
         common.no_checkpoint()
     st.stop()
+notice = st.empty() if state.link_pending() else None  # above the page: what of a link could not be used
 try:
     page.run()
 except Exception as exc:  # noqa: BLE001 — a generic box instead of a traceback (script control is BaseException)
@@ -67,4 +68,6 @@ except Exception as exc:  # noqa: BLE001 — a generic box instead of a tracebac
         icon=":material/bug_report:",
     )
 finally:  # once per run, after the page (its widgets may change the state the URL mirrors), even after st.stop()
+    if notice is not None:
+        state.show_link_problems(notice)
     state.sync_url(page.url_path or "overview")

@@ -230,6 +230,8 @@ def sidebar() -> bool:
         )
         st.toggle("Padding mask", key="padding", help="Stop attention to <pad> tokens of a padded batch.")
         if bundle.shortlist is None:
+            if ss.get("shortlist"):
+                state.link_problem("shortlist", "asks for a shortlist this model does not ship")
             ss["shortlist"] = False  # only imported Marian models ship one
         else:
             st.toggle(
@@ -250,7 +252,10 @@ def sidebar() -> bool:
             for l in range(cfg.n_encoder_layers if k == "encoder" else cfg.n_decoder_layers)
             for h in range(cfg.n_heads)
         ]
-        ss["ablate"] = [a for a in ss.get("ablate", []) if a in labels]
+        missing = [a for a in ss.get("ablate", []) if a not in labels]
+        if missing:
+            state.link_problem("ablate", f"names heads this model does not have ({', '.join(missing[:4])})")
+            ss["ablate"] = [a for a in ss["ablate"] if a in labels]
         st.multiselect(
             "Switch off heads",
             labels,

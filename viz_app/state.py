@@ -326,6 +326,12 @@ def _bool(text: str) -> bool:
     raise ValueError(text)
 
 
+def _within(value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise ValueError(value)
+    return value
+
+
 def _one_based(text: str) -> int:
     value = int(text) - 1
     if value < 0:
@@ -359,7 +365,7 @@ PARAMS: dict[str, Param] = {
     "padding": Param(True, **_BOOL),
     "shortlist": Param(False, **_BOOL),
     "ablate": Param([], _ablate_parse, _ablate_dump),
-    "beam": Param(1, lambda t: max(1, min(8, int(t)))),
+    "beam": Param(1, lambda t: _within(int(t), 1, 8)),
     "kind": Param("cross"),
     "layer": Param(0, **_INDEX),
     "head": Param(0, **_INDEX),
@@ -394,14 +400,18 @@ def init() -> None:
     """First run of a session: read the query parameters; later runs: keep every value alive across pages."""
     ss = st.session_state
     if "_initialised" not in ss:
+        problems, from_link = [], {}
         for name, param in PARAMS.items():
             value = param.default
             if name in st.query_params:
+                raw = st.query_params[name]
                 try:
-                    value = param.parse(st.query_params[name])
-                except (ValueError, TypeError):
-                    pass  # a hand-edited link with a bad value: fall back to the default
+                    value = param.parse(raw)
+                    from_link[name] = raw
+                except (ValueError, TypeError):  # a hand-edited link with a bad value: the default, said so
+                    problems.append(f"`{name}={_shown(raw)}` could not be read")
             ss[name] = value
+        ss["_link_problems"], ss["_link_values"] = problems, from_link
         ss["_initialised"] = True
         ss["_first_page"] = st.query_params.get("page", "")
     else:
@@ -429,9 +439,49 @@ def sync_url(page: str) -> None:
 
 
 def clamp(name: str, choices: list[Any]) -> None:
-    """Before a widget is drawn: make sure its state is one of ``choices`` (e.g. after a checkpoint change)."""
+    """Before a widget is drawn: make sure its state is one of ``choices`` (e.g. after a checkpoint change); a
+    value the page's link gave is reported (``show_link_problems``)."""
     if choices and st.session_state.get(name) not in choices:
+        if name in _INDEX_PARAMS and all(isinstance(c, int) for c in choices):
+            allowed = f"{min(choices) + 1}–{max(choices) + 1}" if len(choices) > 1 else str(choices[0] + 1)
+        else:
+            allowed = ", ".join(map(str, choices[:8])) + (", …" if len(choices) > 8 else "")
+        link_problem(name, f"is not available here (choices: {allowed})")
         st.session_state[name] = choices[0]
+
+
+_INDEX_PARAMS = {name for name, p in PARAMS.items() if p.parse is _one_based}
+_SHOWN = 40  # characters of a link's value repeated in a message
+
+
+def _shown(raw: str) -> str:
+    text = raw if len(raw) <= _SHOWN else raw[:_SHOWN] + "…"
+    return text.replace("`", "ˋ")
+
+
+def link_problem(name: str, why: str) -> None:
+    """Note that the value the link gave ``name`` cannot be used (said once, on the link's first page)."""
+    from_link = st.session_state.get("_link_values") or {}
+    if name in from_link:
+        st.session_state.setdefault("_link_problems", []).append(f"`{name}={_shown(from_link.pop(name))}` {why}")
+
+
+def show_link_problems(slot: Any) -> None:
+    """After the link's first page has run: what of the link could not be used, in ``slot``; then forget the link
+    (later changes of checkpoint or sentence clamp values without a word, as they should)."""
+    ss = st.session_state
+    problems = ss.pop("_link_problems", None) or []
+    ss.pop("_link_values", None)
+    if problems:
+        slot.warning(
+            "**Parts of this link could not be used**, so their defaults are shown: " + "; ".join(problems) + ".",
+            icon=":material/link_off:",
+        )
+
+
+def link_pending() -> bool:
+    """Whether this run still reads a link (its first page has not run yet)."""
+    return "_link_values" in st.session_state or bool(st.session_state.get("_link_problems"))
 
 
 PE_SIDES = {"both": "both sides", "encoder": "encoder only", "decoder": "decoder only"}

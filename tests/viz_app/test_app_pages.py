@@ -182,6 +182,31 @@ def test_bad_query_params_fall_back_to_defaults() -> None:
     assert at.session_state["layer"] == 0 and at.session_state["pe"] is True
     assert at.session_state["shortlist"] is False  # and this model has none to switch on
     assert at.selectbox(key="ckpt").value == "tiny"
+    said = link_warning(at)
+    for part in ("`layer=zero`", "`head=-4`", "`beam=many`", "`pe=maybe`", "`ablate=bogus`", "`shortlist=perhaps`"):
+        assert part in said  # each unreadable value is named...
+    assert "`kind=nonsense` is not available here (choices: " in said  # ...and a readable one this page lacks
+    assert "../etc" not in said  # the checkpoint has its own notice, which repeats no path
+    at.text_input(key="text").set_value(LONGER).run(timeout=TIMEOUT)
+    assert not link_warning(ok(at))  # said once: the next action no longer reads the link
+
+
+def link_warning(at: AppTest) -> str:
+    return "\n".join(w.value for w in at.warning if "Parts of this link could not be used" in w.value)
+
+
+def test_a_link_beyond_this_model_says_which_values_it_could_not_use() -> None:
+    at = ok(run({"page": "head", "layer": "9", "head": "2", "ablate": "cross.7.1,encoder.1.2", "beam": "20"}))
+    said = link_warning(at)
+    assert "`layer=9` is not available here (choices: 1–2)" in said  # the tiny model has two layers
+    assert "`ablate=cross.7.1,encoder.1.2` names heads this model does not have (cross L7 H1)" in said
+    assert "`beam=20` could not be read" in said and "`head=" not in said  # head 2 exists: used, not named
+    assert at.session_state["head"] == 1 and at.session_state["ablate"] == ["encoder L1 H2"]
+
+
+def test_a_good_link_says_nothing_about_itself() -> None:
+    at = ok(run({"page": "head", "layer": "2", "head": "1", "pe": "0", "text": SENTENCE}))
+    assert not link_warning(at) and at.session_state["layer"] == 1
 
 
 def test_checkpoint_picker_lists_only_checkpoint_folders() -> None:
