@@ -201,7 +201,7 @@ def clean_text(text: Any) -> str:
     if len(text) > MAX_CHARS:
         raise InputError(
             f"The text is {len(text):,} characters long; the limit is {MAX_CHARS:,}. "
-            "Shorten it (or pass truncate=True to cut it)."
+            "Shorten it (in Python, truncate=True cuts a source text instead)."
         )
     text = unicodedata.normalize("NFC", text)
     text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs", "Co") else ch for ch in text)
@@ -292,7 +292,7 @@ class Bundle:
             if not truncate:
                 raise InputError(
                     f"The text is {len(ids)} tokens long; the limit is {limit}. "
-                    "Shorten it (or pass truncate=True to cut it)."
+                    "Shorten it (in Python, truncate=True cuts a source text instead)."
                 )
             notices.append(f"Truncated: the text was {len(ids)} tokens long; only the first {limit} were translated.")
             ids = ids[:limit]

@@ -100,15 +100,9 @@ def place(staging: Path, directory: Path) -> Path:
     crash between the two renames leaves only that copy, which ``recover`` (run by every later save, load and
     listing) puts back."""
     recover(directory)
+    check_output_folder(directory)
     parent = directory.parent
     if directory.exists():
-        if not directory.is_dir():  # a file there is someone's: never swapped away
-            raise InputError(f"{directory}: a file is there, not a folder; choose another output path")
-        if not (directory / CONFIG).is_file() and any(directory.iterdir()):
-            raise InputError(
-                f"{directory}: a folder that holds files but no {CONFIG} is there (not a model this lab wrote); "
-                "choose another output path"
-            )
         old = _old(directory)
         shutil.rmtree(old, ignore_errors=True)
         os.replace(directory, old)
@@ -120,6 +114,27 @@ def place(staging: Path, directory: Path) -> Path:
         os.replace(staging, directory)
         fsync_path(parent)
     return directory
+
+
+def check_output_folder(directory: str | Path) -> None:
+    """Refuse an output path that ``place`` must never swap away: the file system's root, the current folder or
+    a folder holding it, a file, or a folder of files without a config.json (someone else's). Commands call it
+    before their work as well; ``place`` calls it before every swap."""
+    directory = Path(directory)
+    hidden_sibling(directory, "")  # the root: InputError
+    here = Path.cwd()
+    if directory.resolve() in (here, *here.parents):
+        what = "the current folder" if directory.resolve() == here else "a folder that holds the current folder"
+        raise InputError(f"{directory}: is {what}, which cannot be replaced; choose another output path")
+    if not directory.exists():
+        return
+    if not directory.is_dir():  # a file there is someone's: never swapped away
+        raise InputError(f"{directory}: a file is there, not a folder; choose another output path")
+    if not (directory / CONFIG).is_file() and any(directory.iterdir()):
+        raise InputError(
+            f"{directory}: a folder that holds files but no {CONFIG} is there (not a model this lab wrote); "
+            "choose another output path"
+        )
 
 
 def hidden_sibling(directory: Path, suffix: str) -> Path:
@@ -196,21 +211,13 @@ def _tokenizer_file(directory: Path, name: Any, field: str) -> Path:
     return path
 
 
-def _sentencepiece(path: Path) -> Tokenizer:
-    """The SentencePiece model at ``path``; CheckpointError naming it when it is not one."""
-    try:
-        return Tokenizer(path)
-    except Exception as exc:  # sentencepiece raises RuntimeError/OSError with C++ text
-        raise CheckpointError(f"{path}: not a readable SentencePiece model ({exc})") from None
-
-
 def open_tokenizer(directory: str | Path, spec: Any = TOKENIZER) -> Tokenizer:
     """The tokenizer config.json's ``tokenizer`` names: a file name (one SentencePiece model, e.g.
     'tokenizer.model'), or ``{"type": "marian-vocab", "source": ..., "target": ..., "vocab": ...}`` (a Marian
     vocabulary: ``MarianVocabTokenizer``). Every file must sit in the folder; CheckpointError names what is wrong."""
     directory = Path(directory)
     if not isinstance(spec, dict):
-        return _sentencepiece(_tokenizer_file(directory, spec, "'tokenizer'"))
+        return Tokenizer(_tokenizer_file(directory, spec, "'tokenizer'"))  # CheckpointError: not SentencePiece
     where = f"{directory / CONFIG}: 'tokenizer'"
     if spec.get("type") != MARIAN_VOCAB:
         raise CheckpointError(
@@ -224,9 +231,7 @@ def open_tokenizer(directory: str | Path, spec: Any = TOKENIZER) -> Tokenizer:
         if not isinstance(spec.get(key), str) or not spec[key]:
             raise CheckpointError(f"{where}.{key} must be a piece (e.g. '<unk>'), got {spec.get(key)!r}")
         pieces[key] = spec[key]
-    _sentencepiece(files["source"])
-    _sentencepiece(files["target"])
-    try:
+    try:  # a file that is not SentencePiece: CheckpointError from the tokenizer, naming it
         return MarianVocabTokenizer(files["source"], files["target"], read_vocab(files["vocab"]), **pieces)
     except ValueError as exc:
         raise CheckpointError(f"{files['vocab']}: {exc}") from None

@@ -5,12 +5,23 @@ Hugging Face's Marian folders hold it — a SentencePiece model per side and one
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import sentencepiece as spm
 
+from .errors import CheckpointError, InputError
+
 SPACE = "\u2581"  # SentencePiece's word-start mark
+
+
+def _processor(path: Path) -> spm.SentencePieceProcessor:
+    """The SentencePiece model at ``path``; CheckpointError naming it when the file is not one."""
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except Exception as exc:  # sentencepiece raises RuntimeError/OSError with C++ text
+        raise CheckpointError(f"{path}: not a readable SentencePiece model ({exc})") from None
 
 
 class Tokenizer:
@@ -18,7 +29,7 @@ class Tokenizer:
 
     def __init__(self, model_path: str | Path) -> None:
         self.path = Path(model_path)
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        self.sp = _processor(self.path)
 
     @property
     def vocab_size(self) -> int:
@@ -64,26 +75,35 @@ class Tokenizer:
         model_type: str = "unigram",
         seed_sentencepiece_size: int = 200000,
     ) -> Path:
-        """Train a SentencePiece model on ``sentences``; ids: pad 0, bos 1, eos 2, unk 3. Returns the .model path."""
+        """Train a SentencePiece model on ``sentences``; ids: pad 0, bos 1, eos 2, unk 3. Returns the .model path.
+        InputError when ``vocab_size`` is too small for the characters of ``sentences``."""
         prefix = Path(model_prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(list(sentences)),
-            model_prefix=str(prefix),
-            vocab_size=vocab_size,
-            character_coverage=character_coverage,
-            model_type=model_type,
-            pad_id=0,
-            bos_id=1,
-            eos_id=2,
-            unk_id=3,
-            input_sentence_size=2_000_000,
-            shuffle_input_sentence=True,
-            seed_sentencepiece_size=seed_sentencepiece_size,
-            num_threads=2,
-            minloglevel=2,
-            hard_vocab_limit=False,
-        )
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(list(sentences)),
+                model_prefix=str(prefix),
+                vocab_size=vocab_size,
+                character_coverage=character_coverage,
+                model_type=model_type,
+                pad_id=0,
+                bos_id=1,
+                eos_id=2,
+                unk_id=3,
+                input_sentence_size=2_000_000,
+                shuffle_input_sentence=True,
+                seed_sentencepiece_size=seed_sentencepiece_size,
+                num_threads=2,
+                minloglevel=2,
+                hard_vocab_limit=False,
+            )
+        except RuntimeError as exc:  # C++ text; the one a person causes often is said plainly
+            few = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(exc))
+            if few is None:
+                raise
+            raise InputError(
+                f"too few pieces for this text: its characters and the 4 special pieces need at least {few[2]}"
+            ) from None
         return prefix.with_suffix(".model")
 
 
@@ -121,7 +141,7 @@ class MarianVocabTokenizer(Tokenizer):
     ) -> None:
         super().__init__(source_model)  # self.sp: the source side's model
         self.target_path = Path(target_model)
-        self.target_sp = spm.SentencePieceProcessor(model_file=str(self.target_path))
+        self.target_sp = _processor(self.target_path)
         for what, piece in (("unk", unk_piece), ("eos", eos_piece)):
             if piece not in vocab:
                 raise ValueError(f"the vocabulary has no {what} piece {piece!r}")

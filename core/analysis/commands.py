@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = load(args.checkpoint, device=args.device)
     out = bundle.translate(" ".join(args.text), InferenceOptions(), truncate=True)
     if args.what == "importance":
-        src_ids, _ = bundle.encode_source(out.source_text)
+        src_ids, _ = bundle.encode_source(out.source_text, truncate=True)  # as the translation was cut
         out_ids = [int(i) for i in out.trace["output.ids"]]
         if args.estimate:
             result = head_importance_estimate(bundle.model, src_ids, out_ids)

@@ -42,7 +42,12 @@ def run(args: argparse.Namespace) -> int:
     if args.gold is not None and not args.gold.is_file():
         raise InputError(f"--gold {args.gold}: no such file")
     gold = read_gold(args.gold) if args.gold is not None else gold_pairs(*bundle.languages)
-    scores = alignment_scores(bundle, gold) if gold else None
+    try:
+        scores = alignment_scores(bundle, gold) if gold else None
+    except InputError as exc:  # a pair too long to read: say which file holds it
+        if args.gold is None:
+            raise
+        raise InputError(f"--gold {args.gold}: a pair cannot be used: {exc}") from None
     if args.text:
         out = bundle.translate(" ".join(args.text), truncate=True, record_qkv=False)
         stats = sentence_statistics(out.trace)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
+from ..checkpoint import CONFIG, CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
 from ..config import InferenceOptions, ModelConfig
 from ..model import Transformer
 from ..tokenizer import Tokenizer
@@ -450,6 +450,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"distill: unknown stages {sorted(unknown)} (data, train, eval, publish)")
     if args.compare and not Path(args.compare).exists():
         raise InputError(f"--compare {args.compare}: no such checkpoint folder")
+    if args.compare and not (Path(args.compare) / CONFIG).is_file():  # the side-by-side left it out without a word
+        raise InputError(f"--compare {args.compare}: not a checkpoint folder (a checkpoint folder holds {CONFIG})")
     teacher, tok, _ = load_checkpoint(args.teacher)
     if teacher.config.decoder_self != "ssru":
         raise CheckpointError(f"{args.teacher}: the teacher must have decoder_self='ssru'")

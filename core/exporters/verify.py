@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..bundle import Bundle
-from ..checkpoint import place
+from ..checkpoint import check_output_folder, place
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
@@ -142,8 +142,10 @@ def add_export_arguments(parser: argparse.ArgumentParser, what: str, verify_help
 
 
 def target(args: argparse.Namespace) -> Path:
-    """The export's output folder; CheckpointError when it exists and --force was not given."""
+    """The export's output folder; CheckpointError when it exists and --force was not given, InputError when it
+    could never be replaced (``check_output_folder``)."""
     out = Path(args.out)
+    check_output_folder(out)
     if out.exists() and not args.force:
         raise CheckpointError(f"{out}: already exists; pass --force to replace it")
     return out

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
+from ..checkpoint import CheckpointMeta, check_output_folder, folder_mb, load_checkpoint, save_checkpoint
+from ..errors import InputError, not_utf8
 from .evaluate import evaluate_split, translate_many
 from .recipes import PROBE_SENTENCES
 
 MAX_MB = 25.0
+SCHEDULE_KEYS = ("warmup", "lr_factor", "max_tokens", "label_smoothing", "clip", "seed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,13 +27,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--command", default=None, help="the training command to print in the card")
 
 
+def _json_object(path: Path) -> dict:
+    """The JSON object in ``path``; InputError naming the file when it is not one (a run folder edited by hand)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _need_numbers(entry: dict, names: tuple[str, ...], where: str) -> None:
+    """InputError naming ``where`` and the fields of ``names`` that ``entry`` lacks or holds as no number."""
+    bad = [n for n in names if isinstance(entry.get(n), bool) or not isinstance(entry.get(n), int | float)]
+    if bad:
+        raise InputError(f"{where}: missing or not a number: {', '.join(bad)}")
+
+
 def _log_summary(run_dir: Path) -> dict:
     from .train import read_log
 
-    rows = read_log(run_dir / "log.jsonl")
-    train = [r for r in rows if r["type"] == "train"]
-    evals = [r for r in rows if r["type"] == "eval"]
-    state = json.loads((run_dir / "state.json").read_text())
+    log_path, state_path = run_dir / "log.jsonl", run_dir / "state.json"
+    rows = read_log(log_path)
+    train = [r for r in rows if r.get("type") == "train"]
+    evals = [r for r in rows if r.get("type") == "eval"]
+    for kind, entries, names in (
+        ("train", train, ("loss", "tokens_per_s")),
+        ("eval", evals, ("step", "dev_loss", "dev_bleu", "dev_chrf")),
+    ):
+        for i, entry in enumerate(entries):
+            _need_numbers(entry, names, f"{log_path}: {kind} entry {i + 1}")
+    state = _json_object(state_path)
+    _need_numbers(state, ("step", "epoch", "elapsed", "tokens_seen"), str(state_path))
+    if not isinstance(state.get("train_config"), dict) or not all(k in state["train_config"] for k in SCHEDULE_KEYS):
+        raise InputError(f"{state_path}: train_config must be an object with {', '.join(SCHEDULE_KEYS)}")
     speeds = sorted(r["tokens_per_s"] for r in train)
     return {
         "steps": state["step"],
@@ -47,10 +79,12 @@ def _log_summary(run_dir: Path) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     run_dir, out = Path(args.run_dir), Path(args.out)
+    check_output_folder(out)  # refused before minutes of scoring, as a broken run file is below
     model, tok, info = load_checkpoint(run_dir / "best")
     split = Path(args.split)
     read = lambda name: (split / name).read_text(encoding="utf-8").splitlines()  # noqa: E731
-    split_info = json.loads((split / "split.json").read_text())
+    split_info = _json_object(split / "split.json")
+    summary = _log_summary(run_dir)
     t0 = time.time()
     scores = {
         "dev": evaluate_split(model, tok, read("dev.en"), read("dev.de")),
@@ -58,7 +92,6 @@ def run(args: argparse.Namespace) -> int:
     }
     greedy = translate_many(model, tok, PROBE_SENTENCES)
     beam = translate_many(model, tok, PROBE_SENTENCES, beam_size=4)
-    summary = _log_summary(run_dir)
     best = info.get("best", {})
     cfg = model.config
     n_params = model.n_parameters()
@@ -78,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     split_counts = json.dumps(split_info.get("counts", split_info))
     layers = f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers}"
-    schedule_keys = ("warmup", "lr_factor", "max_tokens", "label_smoothing", "clip", "seed")
-    schedule = json.dumps({k: summary["train_config"][k] for k in schedule_keys})
+    schedule = json.dumps({k: summary["train_config"][k] for k in SCHEDULE_KEYS})
     card = f"""# ding-en-de — English → German, trained here from scratch
 
 A Transformer as in "Attention Is All You Need" (pre-norm variant), trained on this project's

@@ -17,6 +17,7 @@ import torch
 from ..checkpoint import CheckpointMeta, save_checkpoint
 from ..config import InferenceOptions, ModelConfig
 from ..decoding import greedy
+from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from .batching import Batch, collate, token_batches
@@ -33,6 +34,11 @@ from .train import (
     train_config_from_args,
     use_threads,
 )
+
+# --vocab-size: SentencePiece needs its 4 special pieces (pad, bos, eos, unk) and one piece per character of the
+# text (training the tokenizer says how many when too few); past its 200,000 seed pieces it gives what the text
+# supports, and past 2**31 it cannot read the number
+MIN_VOCAB, MAX_VOCAB = 5, 1_000_000
 
 # Sentences we wrote ourselves, to see whether outputs depend on the input (not from the corpus).
 PROBE_SENTENCES = [
@@ -57,7 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="resumable state, JSONL log, curves (default runs/<out name>)")
     p.add_argument("--data-dir", default="data/ding-split")
     p.add_argument("--cache-dir", default="data/ding")
-    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument(
+        "--vocab-size", type=int, default=8000, help=f"ding: SentencePiece pieces, {MIN_VOCAB} to {MAX_VOCAB:,}"
+    )
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--layers", type=int, default=3)
@@ -92,6 +100,11 @@ def checksum(model: Transformer) -> str:
 def run(args: argparse.Namespace) -> int:
     """Trains English -> German on the Ding corpus (or a synthetic task) — resumes automatically."""
     use_threads(args.threads)
+    if args.task == "ding" and not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
+        raise InputError(
+            f"--vocab-size must be from {MIN_VOCAB} (the 4 special pieces and a character) to {MAX_VOCAB:,}, "
+            f"got {args.vocab_size}"
+        )
     run_dir = Path(args.run_dir or Path("runs") / Path(args.out).name)
     if args.task in ("copy", "reverse"):
         result = run_synthetic(args.task, run_dir, train_config_from_args(args))
@@ -192,7 +205,10 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
             p.de for p in split.train if p.kind != "sentence"
         ]
         random.Random(0).shuffle(text)
-        Tokenizer.train(text[:1_500_000], run_dir / "spm", vocab_size=args.vocab_size)
+        try:
+            Tokenizer.train(text[:1_500_000], run_dir / "spm", vocab_size=args.vocab_size)
+        except InputError as exc:
+            raise InputError(f"--vocab-size {args.vocab_size}: {exc}") from None
     if world > 1:
         torch.distributed.barrier()
     tok = Tokenizer(spm_path)

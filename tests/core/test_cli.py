@@ -163,3 +163,132 @@ def test_an_output_path_holding_someone_elses_file_or_folder_is_never_replaced(t
     assert (folder / "thesis.tex").read_text(encoding="utf-8") == "mine"
     assert _run(capsys, "export-hf", str(checkpoint), str(tmp_path / "hf"))[0] == 0
     assert _run(capsys, "export-hf", "--force", str(checkpoint), str(tmp_path / "hf"))[0] == 0  # its own: replaced
+
+
+def _tiny_split(root: Path) -> Path:
+    """The fixture corpus as a split that ``train --task ding`` reads as it is (the parameters it would ask for)."""
+    from conftest import FIXTURES
+
+    from core.training.corpus import MAX_ALTS, Pair, Split, write_split
+
+    lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
+    pairs = [Pair(en=lines[i], de=lines[i + 1], kind="sentence") for i in range(0, len(lines) - 1, 2)]
+    params = {"n_dev": 500, "n_test": 1000, "seed": 1234, "max_alts": MAX_ALTS}
+    write_split(Split(train=pairs[:8], dev=pairs[8:11], test=pairs[11:14]), root, params=params)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("state.json", '{"step": 10', "state.json: not valid JSON (Expecting ',' delimiter"),
+        ("state.json", "[1, 2]", "state.json: must hold a JSON object, got list"),
+        ("state.json", '{"epoch": 1, "elapsed": 6, "tokens_seen": 9}', "state.json: missing or not a number: step"),
+        ("state.json", '{"step": 1, "epoch": 1, "elapsed": 6, "tokens_seen": 9}', "state.json: train_config must be"),
+        ("log.jsonl", '{"type": "train", "loss": 2.5}\n', "log.jsonl: train entry 1: missing or not a number: tokens_"),
+        ("log.jsonl", '{"type": "eval", "step": 4, "dev_loss": 2.0}\n', "eval entry 1: missing or not a number: dev_"),
+        ("split.json", '{"counts": ', "split.json: not valid JSON (Expecting value"),
+        ("split.json", '"text"', "split.json: must hold a JSON object, got str"),
+    ],
+)
+def test_publish_names_a_run_file_broken_by_hand(tiny_checkpoint, tmp_path, capsys, name, text, message) -> None:
+    """A state.json, log.jsonl or split.json with fields missing or not JSON was a KeyError or JSONDecodeError
+    'not expected' line, after minutes of scoring: now the file and what is wrong, before any scoring."""
+    import json
+    import shutil
+
+    run, split = tmp_path / "run", _tiny_split(tmp_path / "split")
+    shutil.copytree(tiny_checkpoint, run / "best")
+    schedule = {"warmup": 1, "lr_factor": 1.0, "max_tokens": 100, "label_smoothing": 0.1, "clip": 1.0, "seed": 1}
+    state = {"step": 4, "epoch": 1, "elapsed": 6.0, "tokens_seen": 90, "train_config": schedule}
+    (run / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    rows = [
+        {"type": "train", "step": 2, "loss": 3.0, "tokens_per_s": 10.0},
+        {"type": "eval", "step": 4, "dev_loss": 2.0, "dev_bleu": 1.0, "dev_chrf": 5.0},
+    ]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    argv = ("publish", "--run-dir", str(run), "--split", str(split))
+    assert _run(capsys, *argv, "--out", str(tmp_path / "good"))[0] == 0  # the files as the training loop writes them
+    (split if name == "split.json" else run).joinpath(name).write_text(text, encoding="utf-8")
+    code, err = _run(capsys, *argv, "--out", str(tmp_path / "out"))
+    assert code == 2 and err.startswith("error: ") and message in err and str(tmp_path) in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_file_that_is_not_sentencepiece_is_named(tiny_checkpoint, tmp_path, capsys) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "tokenizer.model").write_bytes(b"garbage\x00\x01")
+    code, err = _run(capsys, "translate", "--checkpoint", str(broken), "Hello")
+    assert code == 2 and err.startswith(f"error: {broken / 'tokenizer.model'}: not a readable SentencePiece model")
+    run = tmp_path / "run"  # a training run's own tokenizer (it resumes with it) was a RuntimeError 'not expected'
+    run.mkdir()
+    (run / "spm.model").write_bytes(b"garbage\x00\x01")
+    argv = ("train", "--run-dir", str(run), "--data-dir", str(_tiny_split(tmp_path / "split")), "--max-steps", "1")
+    code, err = _run(capsys, *argv, "--cache-dir", str(tmp_path / "no-cache"))
+    assert code == 2 and err.startswith(f"error: {run / 'spm.model'}: not a readable SentencePiece model"), err
+
+
+def test_train_refuses_a_vocabulary_sentencepiece_cannot_make(tmp_path, capsys) -> None:
+    split = _tiny_split(tmp_path / "split")
+    argv = ("train", "--run-dir", str(tmp_path / "run"), "--data-dir", str(split), "--cache-dir", str(tmp_path / "c"))
+    for size in ("0", "-3", "2147483648"):  # SentencePiece's C++ errors, a 'not expected' line
+        code, err = _run(capsys, *argv, "--vocab-size", size)
+        assert (
+            code == 2
+            and err
+            == f"error: --vocab-size must be from 5 (the 4 special pieces and a character) to 1,000,000, got {size}\n"
+        ), err
+        assert not (tmp_path / "run").exists()
+    code, err = _run(capsys, *argv, "--vocab-size", "20")  # fewer than the corpus's characters
+    assert code == 2 and err.startswith(
+        "error: --vocab-size 20: too few pieces for this text: its characters and the 4 special pieces need at least "
+    ), err
+
+
+def test_the_current_folder_or_one_holding_it_is_never_an_output(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """`export-hf --force CKPT .` (or publish --out .) inside a model folder said 'Device or resource busy'."""
+    import shutil
+
+    here = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, here)
+    (here / "sub").mkdir()
+    listing = sorted(here.iterdir())
+    monkeypatch.chdir(here)
+    for argv in (("export-hf", "--force", str(tiny_checkpoint), "."), ("publish", "--run-dir", "r", "--out", ".")):
+        code, err = _run(capsys, *argv)
+        assert (
+            code == 2
+            and err == "error: .: is the current folder, which cannot be replaced; choose another output path\n"
+        ), (argv, err)
+    monkeypatch.chdir(here / "sub")
+    code, err = _run(capsys, "export-hf", "--force", str(tiny_checkpoint), "..")
+    assert code == 2 and err.startswith("error: ..: is a folder that holds the current folder, which cannot be")
+    assert sorted(here.iterdir()) == listing  # nothing swapped away, nothing left beside it
+
+
+def test_a_text_too_long_is_cut_or_named_without_api_wording(tiny_checkpoint, tmp_path, capsys) -> None:
+    """'pass truncate=True' reached the command line, which has no such option."""
+    long = " ".join(["hello world"] * 200)  # past the tiny model's 255 source tokens
+    code, _ = _run(capsys, "explain", "importance", "--checkpoint", str(tiny_checkpoint), "--top", "1", long)
+    assert code == 0  # it explains the translation as cut (it refused the text its translation had cut)
+    gold = tmp_path / "gold.tsv"
+    gold.write_text(f"{long}\thallo welt\t0-0\n", encoding="utf-8")
+    code, err = _run(capsys, "heads", "--checkpoint", str(tiny_checkpoint), "--gold", str(gold))
+    assert code == 2 and err.startswith(f"error: --gold {gold}: a pair cannot be used: The text is "), err
+    assert "the limit is 255" in err and "pass truncate=True" not in err
+
+
+def test_distill_compare_refuses_a_folder_that_is_not_a_checkpoint(tiny_checkpoint, tmp_path, capsys) -> None:
+    folder = tmp_path / "documents"  # the side-by-side left it out without a word
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine", encoding="utf-8")
+    for compare in (folder, folder / "notes.txt"):
+        argv = ("distill", "--stages", "publish", "--teacher", str(tiny_checkpoint), "--compare", str(compare))
+        code, err = _run(capsys, *argv)
+        assert (
+            code == 2
+            and err == f"error: --compare {compare}: not a checkpoint folder (a checkpoint folder holds config.json)\n"
+        ), err
