@@ -110,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         for e in summary["evals"]
     ]
     split_counts = json.dumps(split_info.get("counts", split_info))
+    split_params = split_info.get("params")  # write_split keeps the seed there, with the held-out sizes
+    split_seed = split_params.get("seed") if isinstance(split_params, dict) else split_info.get("seed")
     layers = f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers}"
     schedule = json.dumps({k: summary["train_config"][k] for k in SCHEDULE_KEYS})
     card = f"""# ding-en-de — English → German, trained here from scratch
@@ -122,7 +124,7 @@ A Transformer as in "Attention Is All You Need" (pre-norm variant), trained on t
 - Source: Debian package `trans-de-en` (the Ding dictionary by Frank Richter, TU Chemnitz), \
 licence **GPL-2.0-or-later**.
   Fetched by the training command (`apt-get download trans-de-en`), never committed.
-- Parsed by `core/training/corpus.py`; split deterministically (seed {split_info.get("seed")}): counts {split_counts}.
+- Parsed by `core/training/corpus.py`; split deterministically (seed {split_seed}): counts {split_counts}.
 - Dev and test are full sentences only and share no normalised English or German text with training.
 - Training mix per epoch: every training sentence ×{4} plus a fresh random sample of phrase pairs; \
 single-word pairs left out.

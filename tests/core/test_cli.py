@@ -209,6 +209,7 @@ def test_publish_names_a_run_file_broken_by_hand(tiny_checkpoint, tmp_path, caps
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     argv = ("publish", "--run-dir", str(run), "--split", str(split))
     assert _run(capsys, *argv, "--out", str(tmp_path / "good"))[0] == 0  # the files as the training loop writes them
+    assert "split deterministically (seed 1234)" in (tmp_path / "good" / "card.md").read_text(encoding="utf-8")
     (split if name == "split.json" else run).joinpath(name).write_text(text, encoding="utf-8")
     code, err = _run(capsys, *argv, "--out", str(tmp_path / "out"))
     assert code == 2 and err.startswith("error: ") and message in err and str(tmp_path) in err, err
