@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--estimate applies to importance, not {args.what}")
     bundle = load(args.checkpoint, device=args.device)
     out = bundle.translate(" ".join(args.text), InferenceOptions(), truncate=True)
+    for notice in out.notices:  # a text cut to the model's limit, pieces it does not know: as translate says them
+        print(f"note: {notice}", file=sys.stderr)
     if args.what == "importance":
         src_ids, _ = bundle.encode_source(out.source_text, truncate=True)  # as the translation was cut
         out_ids = [int(i) for i in out.trace["output.ids"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--gold {args.gold}: a pair cannot be used: {exc}") from None
     if args.text:
         out = bundle.translate(" ".join(args.text), truncate=True, record_qkv=False)
+        for notice in out.notices:  # as translate says them
+            print(f"note: {notice}", file=sys.stderr)
         stats = sentence_statistics(out.trace)
         what = f"the sentence {out.source_text!r} → {out.text!r}"
     else:

@@ -431,6 +431,10 @@ def fit(
     return last
 
 
+def _numbers(entry: dict, *names: str) -> bool:
+    return all(isinstance(entry.get(n), int | float) and not isinstance(entry.get(n), bool) for n in names)
+
+
 def plot_curves(
     log_path: Path, png_path: Path, train_label: str = "train (label-smoothed)", loss_label: str = "cross-entropy"
 ) -> None:
@@ -441,22 +445,26 @@ def plot_curves(
     import matplotlib.pyplot as plt
 
     rows = read_log(log_path)
-    train = [r for r in rows if r["type"] == "train"]
-    evals = [r for r in rows if r["type"] == "eval"]
+    # what a plot can draw: a log edited by hand may hold entries without a kind or a number (publish names those)
+    train = [r for r in rows if r.get("type") == "train" and _numbers(r, "step", "loss")]
+    evals = [r for r in rows if r.get("type") == "eval" and _numbers(r, "step")]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     ax[0].plot([r["step"] for r in train], [r["loss"] for r in train], label=train_label, lw=1)
-    if evals and "dev_loss" in evals[0]:
-        ax[0].plot([r["step"] for r in evals], [r["dev_loss"] for r in evals], "o-", label="dev (no smoothing)")
+
+    def series(name: str) -> tuple[list[float], list[float]]:
+        have = [r for r in evals if _numbers(r, name)]
+        return [r["step"] for r in have], [r[name] for r in have]
+
+    if series("dev_loss")[0]:
+        ax[0].plot(*series("dev_loss"), "o-", label="dev (no smoothing)")
     ax[0].set_xlabel("step")
     ax[0].set_ylabel(loss_label)
     ax[0].legend()
     ax[0].grid(alpha=0.3)
-    if evals and "dev_bleu" in evals[0]:
-        ax[1].plot(
-            [r["step"] for r in evals], [r["dev_bleu"] for r in evals], "o-", color="C2", label="dev BLEU (greedy)"
-        )
-        if "dev_chrf" in evals[0]:
-            ax[1].plot([r["step"] for r in evals], [r["dev_chrf"] for r in evals], "s-", color="C3", label="dev chrF")
+    if series("dev_bleu")[0]:
+        ax[1].plot(*series("dev_bleu"), "o-", color="C2", label="dev BLEU (greedy)")
+        if series("dev_chrf")[0]:
+            ax[1].plot(*series("dev_chrf"), "s-", color="C3", label="dev chrF")
         ax[1].legend()
     ax[1].set_xlabel("step")
     ax[1].grid(alpha=0.3)

@@ -273,8 +273,11 @@ def test_the_current_folder_or_one_holding_it_is_never_an_output(tiny_checkpoint
 def test_a_text_too_long_is_cut_or_named_without_api_wording(tiny_checkpoint, tmp_path, capsys) -> None:
     """'pass truncate=True' reached the command line, which has no such option."""
     long = " ".join(["hello world"] * 200)  # past the tiny model's 255 source tokens
-    code, _ = _run(capsys, "explain", "importance", "--checkpoint", str(tiny_checkpoint), "--top", "1", long)
-    assert code == 0  # it explains the translation as cut (it refused the text its translation had cut)
+    code, err = _run(capsys, "explain", "importance", "--checkpoint", str(tiny_checkpoint), "--top", "1", long)
+    assert code == 0  # it explains the translation as cut (it refused the text its translation had cut)...
+    assert "note: Truncated: the text was " in err  # ...and says so, as translate does
+    code, err = _run(capsys, "heads", "--checkpoint", str(tiny_checkpoint), "--no-cache", long)
+    assert code == 0 and "note: Truncated: the text was " in err
     gold = tmp_path / "gold.tsv"
     gold.write_text(f"{long}\thallo welt\t0-0\n", encoding="utf-8")
     code, err = _run(capsys, "heads", "--checkpoint", str(tiny_checkpoint), "--gold", str(gold))

@@ -261,3 +261,20 @@ def test_kill_9_mid_run_loses_little_and_the_log_lists_each_step_once(tmp_path):
     assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == target
     steps = [json.loads(line)["step"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] > saved  # every logged step once, in order
+
+
+def test_plot_curves_draws_what_a_log_edited_by_hand_still_holds(tmp_path: Path) -> None:
+    """Entries without a kind or a number (a KeyError at the end of training before) are left out of the plot."""
+    from core.training.train import plot_curves
+
+    rows = [
+        {"type": "train", "step": 1, "loss": 3.0, "tokens_per_s": 10.0},
+        {"step": 2, "loss": 2.9},  # no kind
+        {"type": "train", "step": 3},  # no loss
+        {"type": "eval", "step": 3, "dev_loss": 2.5, "dev_bleu": 1.0},  # no chrF
+        {"type": "eval", "step": 4, "dev_bleu": "high", "dev_chrf": 9.0},  # no dev loss, a BLEU that is no number
+    ]
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    plot_curves(log, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
