@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
+from ..checkpoint import CheckpointMeta, check_output_folder, load_checkpoint, save_checkpoint
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value < least:
             raise InputError(f"{option} must be {'at least 1' if least else '0 or more'}, got {value}")
+    if "publish" in stages:
+        check_output_folder(args.out)  # refused before hours of training, not after them
     from ..bundle import pick_device
 
     device = pick_device(None if args.device == "auto" else args.device)

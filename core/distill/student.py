@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..checkpoint import CONFIG, CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
+from ..checkpoint import CONFIG, CheckpointMeta, check_output_folder, folder_mb, load_checkpoint, save_checkpoint
 from ..config import InferenceOptions, ModelConfig
 from ..model import Transformer
 from ..tokenizer import Tokenizer
@@ -452,6 +452,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--compare {args.compare}: no such checkpoint folder")
     if args.compare and not (Path(args.compare) / CONFIG).is_file():  # the side-by-side left it out without a word
         raise InputError(f"--compare {args.compare}: not a checkpoint folder (a checkpoint folder holds {CONFIG})")
+    if "publish" in stages:
+        check_output_folder(args.out)  # refused before hours of training, not after them
     teacher, tok, _ = load_checkpoint(args.teacher)
     if teacher.config.decoder_self != "ssru":
         raise CheckpointError(f"{args.teacher}: the teacher must have decoder_self='ssru'")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint
+from ..checkpoint import CheckpointMeta, check_output_folder, folder_mb, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..model import Transformer
@@ -159,6 +159,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     out = Path(args.out) if args.out else Path("checkpoints") / folder.resolve().name
+    check_output_folder(out)  # a path that could never be replaced: said first, not "pass --force"
     if out.exists() and not args.force:
         raise CheckpointError(f"{out}: already exists; pass --force to replace it")
     command = f"python -m core import-hf {folder} --out {out} --dtype {args.dtype}"

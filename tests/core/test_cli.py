@@ -258,7 +258,14 @@ def test_the_current_folder_or_one_holding_it_is_never_an_output(tiny_checkpoint
     (here / "sub").mkdir()
     listing = sorted(here.iterdir())
     monkeypatch.chdir(here)
-    for argv in (("export-hf", "--force", str(tiny_checkpoint), "."), ("publish", "--run-dir", "r", "--out", ".")):
+    teacher = str(tiny_checkpoint)  # refused before the teacher is read, before hours of training
+    for argv in (
+        ("export-hf", "--force", str(tiny_checkpoint), "."),
+        ("publish", "--run-dir", "r", "--out", "."),
+        ("import-hf", "--force", "any-folder", "--out", "."),
+        ("distill", "--stages", "train,publish", "--teacher", teacher, "--out", "."),
+        ("distill-long", "--stages", "train,publish", "--teacher", teacher, "--out", "."),
+    ):
         code, err = _run(capsys, *argv)
         assert (
             code == 2
