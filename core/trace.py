@@ -301,8 +301,11 @@ class Trace:
                 raise ValueError(f"cannot read the trace file: {e.strerror}") from None
         else:
             data = bytes(source)
+        if not data.strip():
+            raise ValueError("the file is empty")
         if data[:2] == b"PK":
             try:
+                _check_archive(data)
                 with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                     metadata = json.loads(str(npz["metadata"]))
                     arrays = {name: npz[name] for name in npz.files if name != "metadata"}
@@ -322,6 +325,8 @@ class Trace:
                         arrays[name] = np.array(values, dtype=dtype)
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"not a trace (.json): {e}") from None
+            except RecursionError:
+                raise ValueError("not a trace (.json): its lists are nested too deeply") from None
         return cls._from_parts(metadata, arrays)
 
     @classmethod
@@ -338,11 +343,114 @@ class Trace:
             meta = dict(metadata.get("meta") or {})
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"the trace's metadata is incomplete or wrong: {e}") from None
-        if "ids.src" not in arrays:
-            raise ValueError("the trace holds no source ids ('ids.src')")
+        _check_shape(shape)
+        _check_arrays(shape, arrays)
+        _check_meta(meta)
         for a in arrays.values():
             a.flags.writeable = False
         return cls(arrays=arrays, vocab=vocab, options=options, shape=shape, meta=meta)
+
+
+MAX_ARCHIVE_BYTES = 4 << 30  # what an .npz may unpack to: a 512-piece trace with q/k/v is under 1 GiB
+
+
+def _check_archive(data: bytes) -> None:
+    """Before numpy reads it: a zip archive whose members unpack to at most MAX_ARCHIVE_BYTES (a small file can
+    declare gigabytes of zeros). The sizes are the ones the zip reader stops at, so the check holds."""
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise ValueError("the file starts like a zip archive but is not one (cut short or damaged?)")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        unpacked = sum(info.file_size for info in archive.infolist())
+    if unpacked > MAX_ARCHIVE_BYTES:
+        raise ValueError(
+            f"it unpacks to {unpacked / 2**30:.1f} GiB; a trace is at most {MAX_ARCHIVE_BYTES / 2**30:.0f} GiB"
+        )
+
+
+# the axes of the arrays every translation records: B batch, S source and T target pieces, H heads, D d_model;
+# '*' any size; a mask's parts ('mask.decoder.causal') have the mask's shape
+_SHAPES = {
+    "ids.tgt": "BT",
+    "keep.src": "BS",
+    "keep.tgt": "BT",
+    "pe.src": "SD",
+    "pe.tgt": "TD",
+    "mask.encoder": "BSS",
+    "mask.decoder": "BTT",
+    "mask.cross": "BTS",
+    "output.ids": "BT",
+    "output.probs": "BT",
+    "output.top_ids": "BT*",
+    "output.top_probs": "BT*",
+}
+_ATTENTION_ARRAYS = ("weights", "scores", "scores_raw")
+_META_TYPES = {"model": str, "source_text": str, "text": str, "beam_size": int, "forced_prefix": int, "notices": list}
+
+
+def _check_shape(shape: ModelShape) -> None:
+    for name in ("n_heads", "d_model", "n_encoder_layers", "n_decoder_layers"):
+        value = getattr(shape, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"the trace's model shape is wrong: {name} is {value!r} (a whole number >= 1)")
+    if shape.decoder_self not in ("attention", "ssru"):
+        raise ValueError(f"the trace's model shape is wrong: decoder_self is {shape.decoder_self!r}")
+
+
+def _check_arrays(shape: ModelShape, arrays: Mapping[str, np.ndarray]) -> None:
+    """ValueError naming the first array that a recording of ``shape`` could not have made (a hand-edited or
+    damaged file): numbers only, the batch and head axes, every layer of each attention kind present."""
+    for name, a in arrays.items():
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"array {name!r} holds {a.dtype} values, not numbers")
+    ids = arrays.get("ids.src")
+    if ids is None:
+        raise ValueError("the trace holds no source ids ('ids.src')")
+    if ids.ndim != 2 or ids.dtype.kind not in "iu" or 0 in ids.shape:
+        raise ValueError(f"'ids.src' must be whole numbers shaped (batch, source length), got {ids.dtype} {ids.shape}")
+    batch, n_src = ids.shape
+    n_tgt = arrays["ids.tgt"].shape[-1] if "ids.tgt" in arrays else None
+    for name, a in arrays.items():
+        if not name.startswith(UNBATCHED) and (a.ndim < 1 or a.shape[0] != batch):
+            raise ValueError(f"array {name!r} has shape {a.shape}; its first axis should be the batch of {batch}")
+    sizes = {"B": batch, "S": n_src, "T": n_tgt, "H": shape.n_heads, "D": shape.d_model}
+    for name, a in arrays.items():
+        want = _SHAPES.get(name) or _SHAPES.get(name.rsplit(".", 1)[0] if name.startswith("mask.") else "")
+        if want is not None and (
+            a.ndim != len(want) or any(d in sizes and sizes[d] != n for d, n in zip(want, a.shape, strict=True))
+        ):
+            named = {"B": "batch", "S": "source length", "T": "target length", "H": "heads", "D": "d_model"}
+            axes = ", ".join(f"{named[d]} {sizes[d]}" if d in sizes else "any" for d in want)
+            raise ValueError(f"array {name!r} has shape {a.shape}, not ({axes})")
+    for kind in shape.kinds:
+        layers = range(shape.n_layers[kind])
+        recorded = [layer for layer in layers if f"{attention_site(kind, layer)}.weights" in arrays]
+        if recorded and len(recorded) != shape.n_layers[kind]:
+            missing = sorted(set(range(shape.n_layers[kind])) - set(recorded))
+            raise ValueError(f"{kind} attention of layer {missing[0] + 1} is missing ({shape.n_layers[kind]} layers)")
+        if recorded and kind != "encoder" and n_tgt is None:
+            raise ValueError(f"the trace has {kind} attention but no target ids ('ids.tgt')")
+        n_query = n_src if kind == "encoder" else n_tgt
+        n_key = n_src if kind != "decoder" else n_tgt
+        for layer in recorded:
+            for part in _ATTENTION_ARRAYS:
+                name = f"{attention_site(kind, layer)}.{part}"
+                got = arrays[name].shape if name in arrays else None
+                if got is not None and got != (batch, shape.n_heads, n_query, n_key):
+                    raise ValueError(
+                        f"array {name!r} has shape {got}, not (batch {batch}, {shape.n_heads} heads, "
+                        f"{n_query} queries, {n_key} keys)"
+                    )
+
+
+def _check_meta(meta: Mapping[str, Any]) -> None:
+    for key, kind in _META_TYPES.items():
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            raise ValueError(f"the trace's meta[{key!r}] is {type(value).__name__} {value!r:.40}, not {kind.__name__}")
+    if meta.get("beam_size", 1) < 1 or meta.get("forced_prefix", 0) < 0:
+        raise ValueError("the trace's beam_size is below 1 or its forced_prefix negative")
+    if not all(isinstance(n, str) for n in meta.get("notices") or []):
+        raise ValueError("the trace's notices are not all text")
 
 
 def _nulls_to_inf(values: Any) -> Any:

@@ -564,12 +564,27 @@ def replay() -> core.Translation | None:
     return out if isinstance(out, core.Translation) else None
 
 
+REPLAYED = ("ids.tgt", "output.ids", "output.probs", "output.top_ids", "output.top_probs")  # a translation's
+
+
 def open_trace(data: bytes) -> str | None:
-    """Open a trace file's bytes for replay; returns what is wrong with it (None when it opened)."""
+    """Open a trace file's bytes for replay; returns what is wrong with it (None when it opened). The pages read
+    a whole translation: every attention kind of its model and the output, as ``Bundle.translate`` records."""
     try:
-        st.session_state[REPLAY] = core.Translation(core.Trace.load(data))
+        trace = core.Trace.load(data)
     except ValueError as exc:
         return f"This file is not a trace the lab can open: {exc}"
+    except Exception as exc:  # noqa: BLE001 — last resort, e.g. MemoryError: named, and the session goes on
+        logging.getLogger("viz_app").exception("unexpected error while opening a trace file")
+        return f"This file could not be opened ({type(exc).__name__}): {exc}"
+    missing = [f"{kind} attention" for kind in trace.shape.kinds if kind not in trace.kinds]
+    missing += [f"'{name}'" for name in REPLAYED if name not in trace]
+    if missing:
+        return (
+            "This file is not a trace the lab can open: the pages replay a whole translation, and this one has "
+            f"no {', no '.join(missing)}."
+        )
+    st.session_state[REPLAY] = core.Translation(trace)
     return None
 
 

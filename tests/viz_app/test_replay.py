@@ -124,3 +124,72 @@ def test_analyses_exported_with_the_trace_replay_on_why_this_word(tiny_checkpoin
     assert len(titles) == 3 and titles[2].startswith("Cross-attention")
     assert len(at.dataframe[0].value) == 12
     assert not any("holds no head importance" in i.value for i in at.info)
+
+
+def _open_each(payloads: list[bytes]) -> None:  # runs inside AppTest.from_function
+    import streamlit as st
+
+    from viz_app import state as s
+
+    for data in payloads:
+        st.write(f"error: {s.open_trace(data)}")
+    st.write(f"replaying: {s.replay() is not None}")
+
+
+def _broken(saved: Path) -> dict[str, tuple[bytes, str]]:
+    """Hand-edited or damaged trace files -> (their bytes, what the message must name)."""
+    good = json.loads(saved.with_suffix(".json").read_text(encoding="utf-8"))
+
+    def edited(change: object) -> bytes:
+        data = json.loads(json.dumps(good))
+        change(data)  # type: ignore[operator]
+        return json.dumps(data).encode()
+
+    import io
+    import zipfile
+
+    bomb = io.BytesIO()  # a few kB that declare 5 GiB of zeros
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive, archive.open("x.npy", "w", force_zip64=True) as f:
+        for _ in range(5 * 64):
+            f.write(bytes(16 << 20))
+    return {
+        "empty": (b"", "the file is empty"),
+        "cut short": (saved.read_bytes()[:1000], "not one (cut short or damaged?)"),
+        "a zip bomb": (bomb.getvalue(), "it unpacks to 5.0 GiB"),
+        "deeply nested": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        "weights of another shape": (
+            edited(lambda d: d["arrays"]["cross.0.weights"].update(data=[[1.0, 2.0]])),
+            "'cross.0.weights' has shape (1, 2)",
+        ),
+        "a number for an array": (
+            edited(lambda d: d["arrays"]["encoder.0.self.weights"].update(data=0.5)),
+            "'encoder.0.self.weights' has shape ()",
+        ),
+        "ids without the batch axis": (edited(lambda d: d["arrays"]["ids.src"].update(data=[3, 4])), "'ids.src'"),
+        "text ids": (edited(lambda d: d["arrays"]["ids.src"].update(dtype="object")), "not numbers"),
+        "negative heads": (edited(lambda d: d["shape"].update(n_heads=-1)), "n_heads is -1"),
+        "more layers than recorded": (edited(lambda d: d["shape"].update(n_encoder_layers=50)), "layer 3 is missing"),
+        "a beam size in words": (edited(lambda d: d["meta"].update(beam_size="x")), "meta['beam_size']"),
+        "no cross-attention": (
+            edited(lambda d: [d["arrays"].pop(k) for k in list(d["arrays"]) if k.startswith("cross.")]),
+            "no cross attention",
+        ),
+        "no output": (edited(lambda d: d["arrays"].pop("output.ids")), "no 'output.ids'"),
+    }
+
+
+def test_a_damaged_or_hand_edited_trace_is_refused_with_what_is_wrong(
+    saved: tuple[Path, core.Translation],
+) -> None:
+    """Before, these opened and every page showed 'This view failed' (or the upload a traceback); a zip bomb
+    made the server allocate what it declared."""
+    path, original = saved
+    original.trace.save(path.with_suffix(".json"))
+    cases = _broken(path)
+    at = AppTest.from_function(_open_each, args=([data for data, _ in cases.values()],), default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    shown = [m.value for m in at.markdown]
+    for (name, (_, why)), line in zip(cases.items(), shown, strict=False):
+        assert line.startswith("error: This file is not a trace the lab can open") and why in line, (name, line)
+    assert shown[-1] == "replaying: False"
