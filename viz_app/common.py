@@ -315,9 +315,9 @@ def _sentence_picker() -> None:
     whole text's translation (each sentence translated on its own, as production translators do)."""
     found = state.sentences()
     total = len(split_sentences(str(st.session_state.get("text", ""))))
+    state.clamp("sentence", list(range(len(found))))  # a link's ?sentence= beyond the text is named
     if len(found) < 2:
         return
-    state.clamp("sentence", list(range(len(found))))
     st.info(
         f"This text has {total} sentences. Like production translators, the lab translates one sentence at a "
         "time; pick the one to look inside."

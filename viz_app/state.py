@@ -23,7 +23,7 @@ from typing import Any
 import streamlit as st
 
 import core
-from core.analysis import HeadImportance, head_importance, head_importance_estimate
+from core.analysis import FUSIONS, HeadImportance, head_importance, head_importance_estimate
 from core.analysis.alignment import AlignmentScores
 from core.analysis.attribution import Attribution, attribute
 from core.analysis.heads import HeadStatistics
@@ -316,6 +316,9 @@ class Param:
     default: Any
     parse: Callable[[str], Any] = str
     dump: Callable[[Any], str] = str
+    # a fixed set of values, checked whichever page reads it: a link to another page carries the value too, and
+    # that page would drop a bad one without a word
+    choices: tuple[str, ...] = ()
 
 
 def _bool(text: str) -> bool:
@@ -360,27 +363,27 @@ PARAMS: dict[str, Param] = {
     "text": Param(""),
     "text2": Param(""),
     "pe": Param(True, **_BOOL),
-    "pe_side": Param("both"),
+    "pe_side": Param("both", choices=("both", "encoder", "decoder")),
     "causal": Param(True, **_BOOL),
     "padding": Param(True, **_BOOL),
     "shortlist": Param(False, **_BOOL),
     "ablate": Param([], _ablate_parse, _ablate_dump),
     "beam": Param(1, lambda t: _within(int(t), 1, 8)),
-    "kind": Param("cross"),
+    "kind": Param("cross", choices=tuple(KINDS)),
     "layer": Param(0, **_INDEX),
     "head": Param(0, **_INDEX),
-    "agg": Param("single head"),
-    "values": Param("weights"),
+    "agg": Param("single head", choices=("single head", "mean", "max")),
+    "values": Param("weights", choices=("weights", "scores")),
     "fixed": Param(False, **_BOOL),
     "query": Param(0, **_INDEX),
     "step": Param(0, **_INDEX),
     "whatif": Param((), lambda t: tuple(int(i) for i in t.split(".")), lambda v: ".".join(map(str, v))),
     "compare": Param(False, **_BOOL),
-    "explain_fusion": Param("mean"),
+    "explain_fusion": Param("mean", choices=FUSIONS),
     "overview_tab": Param("Encoder self-attention"),
-    "heads_scope": Param("sentence"),
+    "heads_scope": Param("sentence", choices=("sentence", "set")),
     "heads_stat": Param("entropy"),
-    "overview_show": Param("run"),
+    "overview_show": Param("run", choices=("run", "difference")),
     "sentence": Param(0, **_INDEX),
 }
 
@@ -406,10 +409,13 @@ def init() -> None:
             if name in st.query_params:
                 raw = st.query_params[name]
                 try:
-                    value = param.parse(raw)
-                    from_link[name] = raw
+                    parsed = param.parse(raw)
+                    if param.choices and parsed not in param.choices:
+                        raise ValueError(raw)
+                    value, from_link[name] = parsed, raw
                 except (ValueError, TypeError):  # a hand-edited link with a bad value: the default, said so
-                    problems.append(f"`{name}={_shown(raw)}` could not be read")
+                    allowed = f" (choices: {', '.join(param.choices)})" if param.choices else ""
+                    problems.append(f"`{name}={_shown(raw)}` could not be read{allowed}")
             ss[name] = value
         ss["_link_problems"], ss["_link_values"] = problems, from_link
         ss["_initialised"] = True

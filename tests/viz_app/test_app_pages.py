@@ -185,7 +185,7 @@ def test_bad_query_params_fall_back_to_defaults() -> None:
     said = link_warning(at)
     for part in ("`layer=zero`", "`head=-4`", "`beam=many`", "`pe=maybe`", "`ablate=bogus`", "`shortlist=perhaps`"):
         assert part in said  # each unreadable value is named...
-    assert "`kind=nonsense` is not available here (choices: " in said  # ...and a readable one this page lacks
+    assert "`kind=nonsense` could not be read (choices: encoder, decoder, cross)" in said  # ...with its choices
     assert "../etc" not in said  # the checkpoint has its own notice, which repeats no path
     at.text_input(key="text").set_value(LONGER).run(timeout=TIMEOUT)
     assert not link_warning(ok(at))  # said once: the next action no longer reads the link
@@ -202,6 +202,19 @@ def test_a_link_beyond_this_model_says_which_values_it_could_not_use() -> None:
     assert "`ablate=cross.7.1,encoder.1.2` names heads this model does not have (cross L7 H1)" in said
     assert "`beam=20` could not be read" in said and "`head=" not in said  # head 2 exists: used, not named
     assert at.session_state["head"] == 1 and at.session_state["ablate"] == ["encoder L1 H2"]
+
+
+def test_a_link_value_for_another_page_or_beyond_the_text_is_named_too() -> None:
+    """Values with fixed choices are checked whichever page the link opens (the overview reads no pe_side while
+    PE is on, no explain_fusion, no agg); a sentence number beyond a one-sentence text is named (was silent)."""
+    at = ok(run({"pe_side": "sideways", "explain_fusion": "median", "agg": "sum", "sentence": "3", "kind": "self"}))
+    said = link_warning(at)
+    assert "`pe_side=sideways` could not be read (choices: both, encoder, decoder)" in said
+    assert "`explain_fusion=median` could not be read (choices: mean, max, min)" in said
+    assert "`agg=sum` could not be read (choices: single head, mean, max)" in said
+    assert "`kind=self` could not be read (choices: encoder, decoder, cross)" in said
+    assert "`sentence=3` is not available here (choices: 1)" in said
+    assert at.session_state["pe_side"] == "both" and at.session_state["sentence"] == 0
 
 
 def test_a_good_link_says_nothing_about_itself() -> None:

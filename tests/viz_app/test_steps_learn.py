@@ -187,6 +187,9 @@ def test_a_bad_or_stale_what_if_link_falls_back_to_the_models_own_translation(wh
     at = ok(run({"page": "steps", "whatif": whatif}))
     assert at.session_state["whatif"] == () and "**Step 1 of" in texts(at)
     assert "What if step" not in texts(at)
+    said = "\n".join(w.value for w in at.warning if "Parts of this link could not be used" in w.value)
+    why = "could not be read" if whatif in ("abc", "") else "is not a branch of this translation"
+    assert f"`whatif={whatif}` {why}" in said  # named, not dropped without a word
 
 
 @pytest.mark.parametrize("checkpoint", ["tiny", "tiny-ssru"])

@@ -236,8 +236,9 @@ if out is not None and not out.steps:
 elif out is not None:
     own = tuple(_ids(out))
     prefix = _valid_what_if(out, own) if state.replay() is None else ()
-    if ss.get("whatif") and not prefix:
-        ss["whatif"] = ()  # a choice made for another sentence, beam or model: start from the model's own
+    if ss.get("whatif") and not prefix:  # a choice made for another sentence, beam or model: start from the model's own
+        state.link_problem("whatif", "is not a branch of this translation (its own pieces, then another candidate)")
+        ss["whatif"] = ()
     alt = None
     if prefix:
         alt = state.guarded(
