@@ -344,6 +344,7 @@ class Trace:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"the trace's metadata is incomplete or wrong: {e}") from None
         _check_shape(shape)
+        _check_options(shape, metadata["options"], options)
         _check_arrays(shape, arrays)
         _check_meta(meta)
         for a in arrays.values():
@@ -394,6 +395,17 @@ def _check_shape(shape: ModelShape) -> None:
             raise ValueError(f"the trace's model shape is wrong: {name} is {value!r} (a whole number >= 1)")
     if shape.decoder_self not in ("attention", "ssru"):
         raise ValueError(f"the trace's model shape is wrong: decoder_self is {shape.decoder_self!r}")
+
+
+def _check_options(shape: ModelShape, stored: dict[str, Any], options: InferenceOptions) -> None:
+    """The switches as written: true/false values (``bool("false")`` is True), heads the model has."""
+    for name, value in stored.items():
+        if name != "ablate" and not isinstance(value, bool):
+            raise ValueError(f"the trace's option {name!r} is {value!r:.40}, not true or false")
+    try:
+        shape.check_ablation(options.ablate)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the trace's switched-off heads are wrong: {e}") from None
 
 
 def _check_arrays(shape: ModelShape, arrays: Mapping[str, np.ndarray]) -> None:

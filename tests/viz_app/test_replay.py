@@ -169,6 +169,11 @@ def _broken(saved: Path) -> dict[str, tuple[bytes, str]]:
         "text ids": (edited(lambda d: d["arrays"]["ids.src"].update(dtype="object")), "not numbers"),
         "negative heads": (edited(lambda d: d["shape"].update(n_heads=-1)), "n_heads is -1"),
         "more layers than recorded": (edited(lambda d: d["shape"].update(n_encoder_layers=50)), "layer 3 is missing"),
+        "an option in words": (edited(lambda d: d["options"].update(causal_mask="false")), "'causal_mask' is 'false'"),
+        "a head the model lacks": (
+            edited(lambda d: d["options"].update(ablate=[["cross", 99, 0]])),
+            "cannot switch off cross layer 100",
+        ),
         "a beam size in words": (edited(lambda d: d["meta"].update(beam_size="x")), "meta['beam_size']"),
         "no cross-attention": (
             edited(lambda d: [d["arrays"].pop(k) for k in list(d["arrays"]) if k.startswith("cross.")]),
