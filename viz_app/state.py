@@ -541,12 +541,14 @@ def bundle() -> core.Bundle | None:
     return guarded(lambda: load_bundle(str(checkpoint_root() / name)))
 
 
-def guarded(call: Callable[[], Any]) -> Any:
-    """Run ``call``; show a friendly message instead of a traceback and return None if it fails."""
+def guarded(call: Callable[[], Any], refused: str = "Cannot translate this text.") -> Any:
+    """Run ``call``; show a friendly message instead of a traceback and return None if it fails. ``refused``
+    heads the message of an input the call refuses (what the input was for)."""
     try:
         return call()
     except core.InputError as exc:
-        st.warning(f"**Cannot translate this text.** {exc}", icon=":material/edit_note:")
+        why = str(exc)
+        st.warning(f"**{refused}** {why[:1].upper()}{why[1:]}", icon=":material/edit_note:")
     except core.CheckpointError as exc:
         st.error(f"**The checkpoint cannot be loaded.** {exc}", icon=":material/inventory_2:")
     except core.LabError as exc:

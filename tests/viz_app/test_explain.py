@@ -140,7 +140,9 @@ def test_patching_tab_restores_the_replaced_word_and_names_bad_pairs() -> None:
     assert np.abs(np.delete(restored[0], replaced)).max() < 1e-3
     at.text_input(key="explain_corrupt").set_value("A dog.").run(timeout=TIMEOUT)
     assert not at.exception
-    assert any("same number of pieces" in w.value for w in at.warning)
+    said = [w.value for w in at.warning if "same number of pieces" in w.value]
+    # says what the sentence was for (it used to read "Cannot translate this text. the corrupted sentence ...")
+    assert said and said[0].startswith("**Cannot patch with this corrupted sentence.** The corrupted sentence has")
 
 
 def test_attribution_tab_compares_attribution_with_attention() -> None:

@@ -296,7 +296,10 @@ def _patching_tab(out: core.Translation) -> None:
         return
     position = None if choice == "the most affected" else int(choice.split(":")[0]) - 1
     key = state.options_key(out.options)
-    result = state.guarded(lambda: state.patching(state.ckpt_path(), state.sentence(), corrupt, key, position))
+    result = state.guarded(
+        lambda: state.patching(state.ckpt_path(), state.sentence(), corrupt, key, position),
+        refused="Cannot patch with this corrupted sentence.",
+    )
     if result is None:
         return
     _remember(out, *result.to_arrays(corrupt))
