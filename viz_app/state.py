@@ -163,8 +163,12 @@ def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.T
 
 @cached("Translating the batch …")
 def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> tuple[list[str], core.Trace]:
-    """Cached padded batch (``Bundle.translate_batch``), without q/k/v (the Masks page reads weights and scores)."""
-    return load_bundle(path).translate_batch(list(texts), options=_options(key), truncate=True, record_qkv=False)
+    """Cached padded batch (``Bundle.translate_batch``), without q/k/v (the Masks page reads weights and scores).
+
+    Texts are cut to the characters the encoder reads (``truncate`` cuts them there too, and the page says so),
+    since the batch's record of its texts refuses longer ones."""
+    cut = [text[: core.bundle.MAX_CHARS] for text in texts]
+    return load_bundle(path).translate_batch(cut, options=_options(key), truncate=True, record_qkv=False)
 
 
 # Beyond this many pieces (source + translation) head importance opens with the one-pass estimate and measures

@@ -569,3 +569,16 @@ def test_the_masks_page_opens_on_the_decoder_and_names_truncation_and_padding() 
     assert "Sentence 2 is the longest of the batch" in texts(ok(at))
     titles_now = [a["text"] for s in specs(at) for a in s["layout"].get("annotations", []) if a.get("text")]
     assert {"padding", "causal (not used)", "applied"} <= set(titles_now)
+
+
+def test_a_second_sentence_beyond_the_character_limit_or_with_nothing_in_it() -> None:
+    """Over 5,000 characters the batch was refused ('... (in Python, truncate=True ...)') while the notice below
+    said it had been cut; an invisible one was refused twice, as 'Cannot translate this text'."""
+    at = run({"text": SENTENCE})
+    at.switch_page("views/masks.py").run(timeout=TIMEOUT)
+    at.text_input(key="text2").set_value("The dog runs. " * 500).run(timeout=TIMEOUT)
+    assert not ok(at).warning or all("Sentence 2: " in w.value for w in at.warning), [w.value for w in at.warning]
+    assert "Sentence 2: Truncated: the text was 6,999 characters long" in texts(at) and at.radio(key="mask_item")
+    at.text_input(key="text2").set_value("\u200b\x01").run(timeout=TIMEOUT)
+    said = [w.value for w in ok(at).warning]
+    assert len(said) == 1 and said[0].startswith("**Cannot make a batch with the second sentence.** The text is empty")

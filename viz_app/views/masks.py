@@ -41,9 +41,11 @@ if out is not None:
     second = "" if replaying else st.session_state.get("text2", "").strip()
     trace, texts = out.trace, [out.text]
     texts_in = (state.sentence(), second)
+    batch = None
     if second:
         batch = state.guarded(
-            lambda: state.translate_batch(state.ckpt_path(), (state.sentence(), second), state.options_key(opts))
+            lambda: state.translate_batch(state.ckpt_path(), (state.sentence(), second), state.options_key(opts)),
+            refused="Cannot make a batch with the second sentence.",
         )
         if batch is not None:
             texts, batch_trace = batch
@@ -88,7 +90,7 @@ if out is not None:
         "allows everything); middle: the causal mask (decoder self-attention only); right: what was applied, both "
         "combined."
     )
-    bundle = state.bundle() if second else None
+    bundle = state.bundle() if batch is not None else None
     if bundle is not None:  # the batch's sentences are truncated like single ones: say so for each
         for i, text in enumerate(texts_in):
             for notice in state.guarded(lambda t=text: bundle.encode_source(t, truncate=True)[1]) or ():
