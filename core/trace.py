@@ -313,7 +313,13 @@ class Trace:
                 raise ValueError(f"not a trace archive (.npz): {e}") from None
         else:
             try:
-                parsed = json.loads(data.decode("utf-8"))
+                decoded = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"it is neither an .npz archive nor JSON text (byte {data[e.start]:#04x} at {e.start} is not UTF-8)"
+                ) from None
+            try:
+                parsed = json.loads(decoded)
                 metadata = parsed
                 arrays = {}
                 for name, entry in parsed["arrays"].items():
@@ -323,7 +329,7 @@ class Trace:
                         arrays[name] = np.array(_nulls_to_inf(values), dtype=np.float32)
                     else:
                         arrays[name] = np.array(values, dtype=dtype)
-            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"not a trace (.json): {e}") from None
             except RecursionError:
                 raise ValueError("not a trace (.json): its lists are nested too deeply") from None

@@ -154,6 +154,7 @@ def _broken(saved: Path) -> dict[str, tuple[bytes, str]]:
             f.write(bytes(16 << 20))
     return {
         "empty": (b"", "the file is empty"),
+        "garbage": (bytes(range(256)), "neither an .npz archive nor JSON text (byte 0x80 at 128 is not UTF-8)"),
         "cut short": (saved.read_bytes()[:1000], "not one (cut short or damaged?)"),
         "a zip bomb": (bomb.getvalue(), "it unpacks to 5.0 GiB"),
         "deeply nested": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
