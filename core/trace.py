@@ -358,7 +358,7 @@ class Trace:
         return cls(arrays=arrays, vocab=vocab, options=options, shape=shape, meta=meta)
 
 
-MAX_ARCHIVE_BYTES = 4 << 30  # what an .npz may unpack to: a 512-piece trace with q/k/v is under 1 GiB
+MAX_ARCHIVE_BYTES = 1 << 30  # what an .npz may unpack to: a 256-piece trace with q/k/v of the models here is ~70 MB
 
 
 def _check_archive(data: bytes) -> None:
