@@ -199,3 +199,11 @@ def test_a_damaged_or_hand_edited_trace_is_refused_with_what_is_wrong(
     for (name, (_, why)), line in zip(cases.items(), shown, strict=False):
         assert line.startswith("error: This file is not a trace the lab can open") and why in line, (name, line)
     assert shown[-1] == "replaying: False"
+
+
+def test_the_trace_picker_takes_a_file_of_any_name_and_judges_its_content() -> None:
+    """With type=['npz', 'json'] a renamed file (trace.json.txt) was refused in the browser by a red icon and no
+    word; now any file reaches open_trace, which opens a trace whatever its name and names what is wrong."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run(timeout=TIMEOUT)
+    picker = at.get("file_uploader")
+    assert len(picker) == 1 and list(picker[0].proto.type) == []
