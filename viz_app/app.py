@@ -54,12 +54,16 @@ page = st.navigation(list(PAGES.values()), position="sidebar")
 first = st.session_state.pop("_first_page", "")
 if first in PAGES and page.url_path in ("", "overview") and first != "overview":
     st.switch_page(PAGES[first], query_params=st.query_params.to_dict())  # a link naming ?page=…
+if first and first not in PAGES:
+    state.note_link("page", first, "is not a page of the lab (the overview is shown)")
 
+notice = st.empty() if state.link_pending() else None  # above the page: what of a link could not be used
 if not common.sidebar():  # no checkpoint, or it failed to load (the sidebar showed why), and no saved trace
     if not state.checkpoint_names():
         common.no_checkpoint()
+    if notice is not None:  # said now: the user's next action must not read this link's values
+        state.show_link_problems(notice)
     st.stop()
-notice = st.empty() if state.link_pending() else None  # above the page: what of a link could not be used
 try:
     page.run()
 except Exception as exc:  # noqa: BLE001 — a generic box instead of a traceback (script control is BaseException)

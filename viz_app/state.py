@@ -26,7 +26,7 @@ import core
 from core.analysis import FUSIONS, HeadImportance, head_importance, head_importance_estimate
 from core.analysis.alignment import AlignmentScores
 from core.analysis.attribution import Attribution, attribute
-from core.analysis.heads import HeadStatistics
+from core.analysis.heads import STATS, HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
 from core.segment import split_sentences
@@ -322,7 +322,7 @@ class Param:
     dump: Callable[[Any], str] = str
     # a fixed set of values, checked whichever page reads it: a link to another page carries the value too, and
     # that page would drop a bad one without a word
-    choices: tuple[str, ...] = ()
+    choices: tuple[Any, ...] = ()
 
 
 def _bool(text: str) -> bool:
@@ -331,12 +331,6 @@ def _bool(text: str) -> bool:
     if text.lower() in ("0", "false", "off", "no"):
         return False
     raise ValueError(text)
-
-
-def _within(value: int, low: int, high: int) -> int:
-    if not low <= value <= high:
-        raise ValueError(value)
-    return value
 
 
 def _one_based(text: str) -> int:
@@ -360,6 +354,8 @@ def _ablate_dump(labels: list[str]) -> str:
     return ",".join(f"{k}.{l + 1}.{h + 1}" for k, l, h in map(parse_head_label, labels))
 
 
+PE_SIDES = {"both": "both sides", "encoder": "encoder only", "decoder": "decoder only"}
+BEAMS = (1, 2, 4, 8)  # the beam sizes the Steps page offers
 _BOOL = dict(parse=_bool, dump=lambda v: "1" if v else "0")
 _INDEX = dict(parse=_one_based, dump=lambda v: str(int(v) + 1))  # layers, heads, positions: 1-based in links
 PARAMS: dict[str, Param] = {
@@ -367,12 +363,12 @@ PARAMS: dict[str, Param] = {
     "text": Param(""),
     "text2": Param(""),
     "pe": Param(True, **_BOOL),
-    "pe_side": Param("both", choices=("both", "encoder", "decoder")),
+    "pe_side": Param("both", choices=tuple(PE_SIDES)),
     "causal": Param(True, **_BOOL),
     "padding": Param(True, **_BOOL),
     "shortlist": Param(False, **_BOOL),
     "ablate": Param([], _ablate_parse, _ablate_dump),
-    "beam": Param(1, lambda t: _within(int(t), 1, 8)),
+    "beam": Param(1, int, choices=BEAMS),
     "kind": Param("cross", choices=tuple(KINDS)),
     "layer": Param(0, **_INDEX),
     "head": Param(0, **_INDEX),
@@ -386,7 +382,7 @@ PARAMS: dict[str, Param] = {
     "explain_fusion": Param("mean", choices=FUSIONS),
     "overview_tab": Param("Encoder self-attention"),
     "heads_scope": Param("sentence", choices=("sentence", "set")),
-    "heads_stat": Param("entropy"),
+    "heads_stat": Param("entropy", choices=tuple(STATS)),
     "overview_show": Param("run", choices=("run", "difference")),
     "sentence": Param(0, **_INDEX),
 }
@@ -407,7 +403,7 @@ def init() -> None:
     """First run of a session: read the query parameters; later runs: keep every value alive across pages."""
     ss = st.session_state
     if "_initialised" not in ss:
-        problems, from_link = [], {}
+        ss["_link_problems"], from_link = [], {}
         for name, param in PARAMS.items():
             value = param.default
             if name in st.query_params:
@@ -418,10 +414,10 @@ def init() -> None:
                         raise ValueError(raw)
                     value, from_link[name] = parsed, raw
                 except (ValueError, TypeError):  # a hand-edited link with a bad value: the default, said so
-                    allowed = f" (choices: {', '.join(param.choices)})" if param.choices else ""
-                    problems.append(f"`{name}={_shown(raw)}` could not be read{allowed}")
+                    allowed = f" (choices: {', '.join(map(str, param.choices))})" if param.choices else ""
+                    note_link(name, raw, f"could not be read{allowed}")
             ss[name] = value
-        ss["_link_problems"], ss["_link_values"] = problems, from_link
+        ss["_link_values"] = from_link
         ss["_initialised"] = True
         ss["_first_page"] = st.query_params.get("page", "")
     else:
@@ -469,11 +465,16 @@ def _shown(raw: str) -> str:
     return text.replace("`", "ˋ")
 
 
+def note_link(name: str, raw: str, why: str) -> None:
+    """Note that the link's ``name=raw`` cannot be used, and why (shown by ``show_link_problems``)."""
+    st.session_state.setdefault("_link_problems", []).append(f"`{name}={_shown(raw)}` {why}")
+
+
 def link_problem(name: str, why: str) -> None:
     """Note that the value the link gave ``name`` cannot be used (said once, on the link's first page)."""
     from_link = st.session_state.get("_link_values") or {}
     if name in from_link:
-        st.session_state.setdefault("_link_problems", []).append(f"`{name}={_shown(from_link.pop(name))}` {why}")
+        note_link(name, from_link.pop(name), why)
 
 
 def show_link_problems(slot: Any) -> None:
@@ -492,9 +493,6 @@ def show_link_problems(slot: Any) -> None:
 def link_pending() -> bool:
     """Whether this run still reads a link (its first page has not run yet)."""
     return "_link_values" in st.session_state or bool(st.session_state.get("_link_problems"))
-
-
-PE_SIDES = {"both": "both sides", "encoder": "encoder only", "decoder": "decoder only"}
 
 
 def options() -> core.InferenceOptions:

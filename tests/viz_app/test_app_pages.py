@@ -202,6 +202,32 @@ def test_a_link_beyond_this_model_says_which_values_it_could_not_use() -> None:
     assert "`ablate=cross.7.1,encoder.1.2` names heads this model does not have (cross L7 H1)" in said
     assert "`beam=20` could not be read" in said and "`head=" not in said  # head 2 exists: used, not named
     assert at.session_state["head"] == 1 and at.session_state["ablate"] == ["encoder L1 H2"]
+    assert [t.value for t in at.title] == ["Head detail"] and len([w for w in at.warning if "link" in w.value]) == 1
+
+
+def test_a_link_beam_the_steps_page_does_not_offer_or_an_unknown_page_is_named() -> None:
+    """?beam=3 ran every page with beam 3 until Steps reset it to 1 without a word; ?page=bogus and a
+    ?heads_stat= the heads page does not know fell back silently."""
+    at = ok(run({"beam": "3", "page": "bogus", "heads_stat": "median"}))
+    said = link_warning(at)
+    assert "`beam=3` could not be read (choices: 1, 2, 4, 8)" in said and at.session_state["beam"] == 1
+    assert "`page=bogus` is not a page of the lab" in said and "`heads_stat=median` could not be read" in said
+
+
+def test_a_link_whose_checkpoint_cannot_load_is_not_read_again_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sidebar stopped the first run before the link was said; the user's next action (another checkpoint)
+    then showed the link's problems, clamps of that change included."""
+    root = tmp_path / "root"
+    build_tiny_checkpoint(root / "tiny", seed=3)
+    build_tiny_checkpoint(root / "broken", seed=3)
+    (root / "broken" / "model.safetensors").write_bytes(b"not weights")
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    at = run({"ckpt": "broken", "layer": "5", "beam": "5", "page": "head"})
+    assert "`beam=5` could not be read" in link_warning(at)  # said on the link's own run
+    at.selectbox(key="ckpt").set_value("tiny").run(timeout=TIMEOUT)
+    assert not link_warning(ok(at)) and at.session_state["layer"] == 0  # clamped by the change, silently
 
 
 def test_a_link_value_for_another_page_or_beyond_the_text_is_named_too() -> None:

@@ -175,7 +175,7 @@ def test_patching_by_picking_a_word() -> None:
 
 def test_with_beam_search_on_the_page_explains_the_greedy_translation() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.query_params["beam"] = "3"
+    at.query_params["beam"] = "4"  # a beam the Steps page offers
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
     assert any("explains the greedy translation" in c.value for c in at.caption)

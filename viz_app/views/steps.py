@@ -14,7 +14,7 @@ from core.bundle import BeamTree
 from viz_app import common, figures, figures_steps, state
 from viz_app.cache import cached
 
-BEAMS = [1, 2, 4, 8]
+BEAMS = list(state.BEAMS)
 
 st.title("Step-by-step decoding")
 _ssru = (b := state.bundle() if state.replay() is None and state.selected() else None) is not None and (
