@@ -10,6 +10,12 @@ from ..tokenizer import MarianVocabTokenizer
 from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS, HFMarianFolder
 
 # generation settings transformers' generate reads that core's decoding does not (it has its own options)
+POSITION_WORDS = {  # the two layouts the importer accepts (``position_layout``)
+    "concatenated_hf": "transformers' `MarianSinusoidalPositionalEmbedding`, the paper's frequencies; position "
+    "tables in the file, if any, were checked equal to it",
+    "concatenated": "Marian C++'s frequencies, as Bergamot models and this lab's `export-hf` of them store; the "
+    "file's position tables were checked equal to them",
+}
 GENERATION_FIELDS = (
     "num_beams",
     "max_length",
@@ -72,8 +78,7 @@ Keep the original folder's licence and credits with this checkpoint.
 opened) and mapped every tensor by name onto the core Transformer, which runs transformers' `MarianMTModel`
 computation as configuration:
 
-* positions: sines then cosines at the paper's frequencies, from position 0 (`pe_layout: concatenated_hf`,
-  transformers' `MarianSinusoidalPositionalEmbedding`; position tables in the file, if any, were checked equal to it);
+* positions: sines then cosines from position 0 (`pe_layout: {cfg.pe_layout}`: {POSITION_WORDS[cfg.pe_layout]});
 * post-norm layers, LayerNorm eps {cfg.norm_eps:g} (transformers' fixed value), scores scaled by 1/sqrt(d_head);
 * the decoder starts from the embedding of `decoder_start_token_id` {cfg.bos_id} (`{tokenizer.piece(cfg.bos_id)}`);
   eos {cfg.eos_id} (`{tokenizer.piece(cfg.eos_id)}`), pad {cfg.pad_id}, unk {cfg.unk_id};

@@ -180,10 +180,19 @@ def position_layout(f: HFMarianFolder, cfg: ModelConfig) -> Literal["concatenate
     none is stored) or Marian C++'s ("concatenated": the frequencies Bergamot models use, which this lab's
     ``export-hf`` stores so that transformers loads them); CheckpointError for anything else (learned positions)."""
     stored = {name: f.tensors[name] for name in POSITIONS if name in f.tensors}
+    if not stored:  # nothing to compare: no table is built (max_position_embeddings may be large)
+        return "concatenated_hf"
+    shape = (cfg.max_positions, cfg.d_model)
+    wrong = next((name for name, t in stored.items() if tuple(t.shape) != shape), None)
+    if wrong is not None:  # the stored tensor's own size: tables are built only for a tensor that is there
+        raise CheckpointError(
+            f"{f.path(WEIGHTS)}: tensor {wrong} has shape {tuple(stored[wrong].shape)}, {CONFIG} implies {shape} "
+            "(max_position_embeddings x d_model)"
+        )
     layouts: tuple[Literal["concatenated_hf", "concatenated"], ...] = ("concatenated_hf", "concatenated")
     for layout in layouts:
         table = sinusoidal_table(cfg.max_positions, cfg.d_model, layout)
-        if all(t.shape == table.shape and torch.allclose(t.float(), table, atol=1e-3) for t in stored.values()):
+        if all(torch.allclose(t.float(), table, atol=1e-3) for t in stored.values()):
             return layout
     raise CheckpointError(
         f"{f.path(WEIGHTS)}: tensor {next(iter(stored))} is neither transformers' sinusoid table nor Marian's "
@@ -300,5 +309,4 @@ def config_from_hf(f: HFMarianFolder) -> ModelConfig:
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None
-    # the sizes are checked by now, so the sinusoid tables compared with the stored ones are of sane size
     return dataclasses.replace(cfg, pe_layout=position_layout(f, cfg))

@@ -4,7 +4,8 @@
 
 The folder is read and checked by ``hf_folder`` (safetensors only, never a pickle). transformers' ``MarianMTModel``
 is the same network as core's ``Transformer`` once its variants are set as configuration: concatenated sinusoids at
-the paper's frequencies starting at position 0 (``pe_layout='concatenated_hf'``), embeddings scaled by sqrt(d_model)
+the paper's frequencies starting at position 0 (``pe_layout='concatenated_hf'``; Marian C++'s frequencies,
+``'concatenated'``, when the file's position tables hold those), embeddings scaled by sqrt(d_model)
 only when ``scale_embedding``, post-norm layers with LayerNorm eps 1e-5, scores scaled by 1/sqrt(d_head), the FFN
 activation ``activation_function``, ``final_logits_bias`` as the output bias, the decoder starting from the
 ``decoder_start_token_id`` embedding (Marian's <pad>), shared / tied embeddings as the weights are, and the ids

@@ -126,6 +126,8 @@ def test_an_exported_checkpoint_imports_back_to_the_same_model(exported, tmp_pat
     assert main(["import-hf", str(exported.folder), "--out", str(tmp_path / "back")]) == 0
     back = core.load(tmp_path / "back", device="cpu")
     assert back.config.pe_layout == exported.bundle.config.pe_layout
+    card = (tmp_path / "back" / "card.md").read_text(encoding="utf-8")  # the card names the layout it read
+    assert f"`pe_layout: {back.config.pe_layout}`" in card
     for text in TEXTS:
         ours = exported.bundle.translate(text, core.InferenceOptions(), truncate=True)
         again = back.translate(text, core.InferenceOptions(), truncate=True)

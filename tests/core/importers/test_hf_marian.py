@@ -333,6 +333,10 @@ BAD = {
         _set("model.encoder.embed_positions.weight", torch.randn(64, 16)),
         "is neither transformers' sinusoid table nor Marian's",
     ),
+    "misshapen table": (
+        _set("model.encoder.embed_positions.weight", torch.randn(65, 16)),
+        "tensor model.encoder.embed_positions.weight has shape (65, 16), config.json implies (64, 16)",
+    ),
     "no embeddings": (
         _edit_tensors(lambda t: t.pop("model.shared.weight")),
         "tensor model.encoder.embed_tokens.weight is missing",
@@ -409,3 +413,21 @@ def test_a_float16_import_records_its_precision(good_folder, tmp_path):
     bundle = core.load(tmp_path / "half", device="cpu")
     assert bundle.info["dtype"] == "float16" and "saved as\n  float16" in (tmp_path / "half" / "card.md").read_text()
     assert all(torch.equal(p, p.half().float()) for p in bundle.model.parameters())  # float16 numbers
+
+
+def test_without_stored_tables_no_sinusoid_table_is_built(good_folder, tmp_path, monkeypatch):
+    """The layout was found by building both tables of max_position_embeddings x d_model before looking whether
+    the file stores any (a config allowing 2^20 positions asked for GiBs): with none stored, none is built."""
+    from core.importers import hf_config
+
+    folder = tmp_path / "hf"
+    shutil.copytree(good_folder, folder)
+    _edit_tensors(lambda t: [t.pop(name, None) for name in hf_config.POSITIONS])(folder)
+    _edit_json("config.json", max_position_embeddings=1 << 20)(folder)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a sinusoid table was built")
+
+    monkeypatch.setattr(hf_config, "sinusoidal_table", refuse)
+    cfg = hf_config.config_from_hf(hf_marian.read_folder(folder))
+    assert (cfg.pe_layout, cfg.max_positions) == ("concatenated_hf", 1 << 20)
