@@ -144,6 +144,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fidelity to --teacher by source length (1–15, 16–30, 31–60, 61–120 pieces) on held-out inputs",
     )
+    parser.add_argument(
+        "--invented-words",
+        action="store_true",
+        help="words of --teacher's and the student's output in no word list of the target language, per 100 "
+        "output words, on the --by-length inputs (core.distill.invented)",
+    )
     parser.add_argument("--teacher", default=None, help="--by-length: the teacher checkpoint folder")
     parser.add_argument("--per-bucket", type=int, default=100, help="--by-length: inputs per length bucket")
     parser.add_argument(
@@ -177,6 +183,10 @@ def run(args: argparse.Namespace) -> int:
     split_dir = Path(args.split)
     if args.by_length:
         return _by_length(args, split_dir)
+    if args.invented_words:
+        from ..distill.invented import invented_command
+
+        return invented_command(args, split_dir)
     beams = beam_sizes(args.beams)
     if args.limit < 0:
         from ..errors import InputError
