@@ -14,7 +14,7 @@ import torch
 
 import core
 from core.segment import split_sentences
-from viz_app import figures, state
+from viz_app import claims, figures, state, teacher
 from viz_app.figures import plot_config, token_text
 
 HOW_TO_GET_ONE = (
@@ -24,9 +24,7 @@ HOW_TO_GET_ONE = (
 )
 
 
-def md(text: str) -> str:
-    """User or model text made literal for st.markdown (no accidental bold, links, HTML or LaTeX)."""
-    return "".join("\\" + ch if ch in "\\`*_[]<>#$~|" else ch for ch in text)
+md = claims.md  # user or model text made literal for st.markdown (no accidental bold, links, HTML or LaTeX)
 
 
 def _example_picked() -> None:
@@ -345,6 +343,7 @@ def translation_header(out: core.Translation) -> None:
     note = state.options_note(out.options, out.beam_size)
     st.markdown(f"#### {md(out.text) or EMPTY}")
     st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
+    teacher.beside(out)  # a distilled model: its teacher's translation, the differing words marked
     if out.options != core.InferenceOptions() and state.replay() is None:
         before_after(out)
 
@@ -387,12 +386,8 @@ def before_after(out: core.Translation) -> None:
     if trained is None:
         return
     if trained.text == out.text:
-        changes = (
-            "change the probabilities (over fewer words), not the words"
-            if out.options == core.InferenceOptions(shortlist=True)  # the shortlist alone leaves attention alone
-            else "change the attention, not the words"
-        )
-        st.caption(f"As trained the translation is the same: the switches ({note}) {changes}.")
+        only_shortlist = out.options == core.InferenceOptions(shortlist=True)  # it leaves attention alone
+        st.caption(claims.switches_effect(trained, out, note, shortlist_only=only_shortlist))
     else:
         before, after = marked_words(trained.text, out.text)
         c1, c2 = st.columns(2)

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import streamlit as st
+import torch
 
 import core
 from core.analysis import FUSIONS, HeadImportance, head_importance, head_importance_estimate
@@ -161,6 +163,18 @@ def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.T
     return load_bundle(path).teacher_forced(text, target, options=_options(key), truncate=True, record_qkv=False)
 
 
+@cached("Encoding …")
+def encoder_output(path: str, text: str, key: OptionsKey) -> tuple[list[str], np.ndarray]:
+    """The source pieces (eos included) and the encoder's output (Ts, D) for ``text`` with these switches: what
+    the decoder reads (the Positional-encoding page compares it across word orders)."""
+    bundle = load_bundle(path)
+    ids, _ = bundle.encode_source(text, truncate=True)
+    src, keep = bundle.padded([ids])
+    with torch.inference_mode():
+        memory = bundle.model.encode(src, keep, options=_options(key))  # (1, Ts, D)
+    return [bundle.tokenizer.piece(i) for i in ids], memory[0].float().cpu().numpy()
+
+
 @cached("Translating the batch …")
 def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> tuple[list[str], core.Trace]:
     """Cached padded batch (``Bundle.translate_batch``), without q/k/v (the Masks page reads weights and scores).
@@ -216,8 +230,8 @@ def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int 
 
 
 @cached("Integrating gradients …")
-def attribution(path: str, text: str, key: OptionsKey, position: int) -> Attribution:
-    """Cached gradient x input and integrated gradients for output token ``position``."""
+def attribution(path: str, text: str, key: OptionsKey, position: int, steps: int = 32) -> Attribution:
+    """Cached gradient x input and integrated gradients (``steps`` points) for output token ``position``."""
     src_ids, out_ids = _ids(path, text, key)
     bundle = load_bundle(path)
     return attribute(
@@ -225,6 +239,7 @@ def attribution(path: str, text: str, key: OptionsKey, position: int) -> Attribu
         src_ids,
         out_ids,
         position,
+        steps=steps,
         options=_analysis_options(key),
         fast=bundle.fast,
     )
@@ -380,6 +395,9 @@ PARAMS: dict[str, Param] = {
     "whatif": Param((), lambda t: tuple(int(i) for i in t.split(".")), lambda v: ".".join(map(str, v))),
     "compare": Param(False, **_BOOL),
     "explain_fusion": Param("mean", choices=FUSIONS),
+    "explain_tab": Param(
+        "Head importance", choices=("Head importance", "Attention rollout", "Patching", "Attribution")
+    ),
     "overview_tab": Param("Encoder self-attention"),
     "heads_scope": Param("sentence", choices=("sentence", "set")),
     "heads_stat": Param("entropy", choices=tuple(STATS)),

@@ -382,13 +382,34 @@ def test_positional_page_table_run_and_comparison() -> None:
     at.run(timeout=TIMEOUT)
     at.toggle(key="compare").set_value(True).run(timeout=TIMEOUT)
     ok(at)
-    assert "**With PE:**" in texts(at) and "**Without PE:**" in texts(at)
-    diff = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Difference (without PE − with PE)"))
+    assert "**As trained (with PE):**" in texts(at) and "**Without PE:**" in texts(at)
+    diff = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Difference (without PE − as trained)"))
     axis = diff["layout"]["coloraxis"]
     assert axis["cmin"] == pytest.approx(-axis["cmax"])
     kind = next(k for k in ("encoder", "decoder", "cross") if f"pe_cmp_show_{k}" in at.session_state)
     at.radio(key=f"pe_cmp_show_{kind}").set_value("without").run(timeout=TIMEOUT)
     assert "Without PE — PE off" in titles(ok(at))  # one grid at a time, at full width
+
+
+def test_pe_off_on_the_encoder_only_compares_the_as_trained_run_with_it(app_root: Path) -> None:
+    """?pe=0&pe_side=encoder: "with PE" was the encoder-PE-off run and the encoder difference grid was blank."""
+    at = run({"pe": "0", "pe_side": "encoder", "text": SENTENCE})
+    at.switch_page("views/positional.py")
+    at.session_state["pe_tab"] = "Switch it off"
+    at.run(timeout=TIMEOUT)
+    at.toggle(key="compare").set_value(True).run(timeout=TIMEOUT)
+    shown = texts(ok(at))
+    trained, switched = expected(app_root), expected(app_root, encoder_pe=False)
+    assert f"**As trained (with PE):** {md(trained.text) or '∅'}" in shown
+    assert f"**Without PE on the encoder:** {md(switched.text) or '∅'}" in shown
+    table = at.dataframe[0].value
+    assert set(table.columns) == {"sentence", "as trained (with PE)", "without PE on the encoder"}
+    at.session_state["pe_cmp_tab"] = "Encoder self-attention"
+    at.run(timeout=TIMEOUT)
+    diff = next(s for s in specs(ok(at)) if s["layout"]["title"]["text"].startswith("Difference (without PE on"))
+    cells = np.concatenate([array(t["z"]).ravel() for t in diff["data"] if "z" in t])
+    assert np.nanmax(np.abs(cells)) > 1e-3  # encoder PE off changes the encoder's maps
+    assert "The weights change by up to" in texts(at)
 
 
 # ----------------------------------------------------------------------------- 5 · step by step
@@ -575,6 +596,9 @@ def test_the_pe_page_shows_this_models_formula_and_the_word_order_pairs(app_root
     bundle = core.load(app_root / "tiny", device="cpu")
     off = core.InferenceOptions(positional_encoding=False)
     assert list(table["without PE"])[0] == (bundle.translate("The dog bit the man.", options=off).text or "∅")
+    assert list(table["as trained (with PE)"])[0] == (bundle.translate("The dog bit the man.").text or "∅")
+    told = texts(at)  # the encoder's outputs for each pair, computed live: one set without positions
+    assert "“The dog bit the man.” and “The man bit the dog.”" in told and "the same set of vectors" in told
     monkeypatch.setenv("LAB_CHECKPOINT", "tiny-ssru")  # concatenated sinusoids: the formula says so
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.switch_page("views/positional.py")

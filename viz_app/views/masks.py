@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import common, figures, state
+from viz_app import claims, common, figures, state
 
 PAD = "<pad>"
 
@@ -63,13 +63,15 @@ if out is not None:
     cols = st.columns(len(texts))
     for i, (col, text) in enumerate(zip(cols, texts, strict=True)):
         col.markdown(f"**Translation{f' {i + 1}' if len(texts) > 1 else ''}:** {common.md(text) or '∅'}")
-    baseline = core.InferenceOptions(
-        ablate=opts.ablate, positional_encoding=opts.positional_encoding, shortlist=opts.shortlist
-    )
+    baseline = opts.with_changes(causal_mask=True, padding_mask=True)  # every other switch as it is
     if opts != baseline and not second and not replaying:
         ref = state.current(opts=baseline)
         if ref is not None:
-            st.caption(f"With both masks on the translation is: *{common.md(ref.text) or '∅'}*")
+            masks_off = core.InferenceOptions(causal_mask=opts.causal_mask, padding_mask=opts.padding_mask)
+            st.caption(
+                f"With both masks on the translation is: *{common.md(ref.text) or '∅'}* — with the "
+                f"{masks_off.describe()} the model writes {claims.output_change(ref.text, out.text)}."
+            )
 
     if "mask_kind" not in st.session_state:  # this page opens on the decoder, where both masks are at work
         st.session_state["mask_kind"] = "decoder" if "decoder" in trace.kinds else trace.kinds[0]
@@ -112,7 +114,7 @@ if out is not None:
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     state.clamp("query", list(range(n_q)))
     query = st.select_slider(
-        "Query token", list(range(n_q)), key="query", format_func=lambda i: f"{i} {figures.token_text(q_tokens[i])}"
+        "Query token", list(range(n_q)), key="query", format_func=lambda i: f"{i + 1} {figures.token_text(q_tokens[i])}"
     )
     weights = trace.attention(kind, layer)[head, query]
     raw = trace.scores(kind, layer, masked=False)[head, query]  # (Tk,) blocked keys' scores before the mask

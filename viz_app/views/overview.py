@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import common, figures, state
+from viz_app import claims, common, figures, state
 
 st.title("Translate & overview")
 st.caption(
@@ -123,15 +123,15 @@ if out is not None:
                 )
                 if rows == "generation":
                     maps, mask = as_generated
-                    st.caption(
-                        "With the causal mask off nothing stops a position from looking ahead — but while the "
-                        "translation was being written, the later words did not exist yet: step *t* saw only the "
-                        "pieces before it (grey = not written yet). That is why switching the mask off does not "
-                        "change the output. The other view recomputes every row over the finished output: there "
-                        "early rows look at later words, which never happened during generation. To see the leak "
-                        "itself, open the token-by-token comparison at the top: fed the as-trained translation, "
-                        "each position can read the piece it must predict next."
-                    )
+                    masked = state.current(beam=out.beam_size, opts=out.options.with_changes(causal_mask=True))
+                    if masked is not None:
+                        st.caption(
+                            claims.causal_off(masked.text, out.text)
+                            + "The other view recomputes every row over the finished output: there early rows look "
+                            "at later words, which never happened during generation. To see the leak itself, open "
+                            "the token-by-token comparison at the top: fed the as-trained translation, each "
+                            "position can read the piece it must predict next."
+                        )
             if show == "difference" and diff is not None:
                 trained_run, switched_run = diff
                 maps = [

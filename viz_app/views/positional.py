@@ -8,7 +8,7 @@ import streamlit as st
 import torch
 
 import core
-from viz_app import common, figures, figures_pe, state
+from viz_app import claims, common, figures, figures_pe, state
 
 st.title("Positional encoding")
 st.caption(
@@ -86,24 +86,29 @@ def _table_tab(path: str) -> None:
 
 
 def _run_tab(out: core.Translation, note: str) -> None:
-    """The PE rows actually added to this sentence's tokens (zeros when switched off)."""
+    """The PE rows actually added to this sentence's tokens (zeros when switched off on that side)."""
     for side, tokens, label in (("src", out.src_tokens, "source"), ("tgt", out.tgt_tokens, "decoder input")):
+        added = out.trace.positional_encoding(side)
         fig = figures_pe.pe_matrix(
-            out.trace.positional_encoding(side),
-            tokens=tokens,
-            title=figures.titled(f"PE values added to the {label} tokens", note),
+            added, tokens=tokens, title=figures.titled(f"PE values added to the {label} tokens", note)
         )
         common.chart(fig, f"pe_added_{side}", key=f"pe_added_{side}")
-    if not out.options.positional_encoding:
-        st.info("Positional encoding is switched off in the sidebar: zeros were added.", icon=":material/info:")
+        if not np.any(added):  # read from the trace: what was added, not what the sidebar says
+            st.info(
+                f"Positional encoding is switched off for the {label} tokens in this run: zeros were added.",
+                icon=":material/info:",
+            )
 
 
-def _compare_grids(
-    a: core.Translation, b: core.Translation, with_pe: core.InferenceOptions, without: core.InferenceOptions
-) -> None:
-    """Every attention map with and without PE (same decoder inputs), and their difference."""
+def _compare_grids(a: core.Translation, b: core.Translation, runs: claims.PEComparison) -> None:
+    """Every attention map as trained and with PE switched off (same decoder inputs), and their difference."""
     labels = [state.KINDS[k].capitalize() for k in a.trace.kinds]
     state.clamp("pe_cmp_tab", labels)
+    names = {
+        "with": runs.as_trained_label,
+        "without": runs.switched_label,
+        "difference": f"the difference ({runs.switched_label} − as trained)",
+    }
     for kind, tab in zip(a.trace.kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun"), strict=True):
         if not tab.open:
             continue
@@ -112,38 +117,37 @@ def _compare_grids(
             n_layers = a.trace.n_layers[kind]
             maps_a = [a.trace.attention(kind, l) for l in range(n_layers)]
             maps_b = [b.trace.attention(kind, l) for l in range(n_layers)]
-            off = [(l, h) for k, l, h in with_pe.ablate if k == kind]
+            off = [(l, h) for k, l, h in runs.as_trained.ablate if k == kind]
             show = st.radio(
                 "Show",
                 ["with", "without", "difference"],
                 key=f"pe_cmp_show_{kind}",
                 horizontal=True,
                 index=2,
-                format_func={
-                    "with": "with PE",
-                    "without": "without PE",
-                    "difference": "the difference (without − with)",
-                }.get,
+                format_func=names.get,
             )  # one grid at full width: two side by side leave a few pixels per token
             if show == "difference":
                 maps = [mb - ma for ma, mb in zip(maps_a, maps_b, strict=True)]
                 title = (
-                    f"Difference (without PE − with PE), {state.KINDS[kind]} — red: more attention without PE, "
-                    "blue: less"
+                    f"Difference ({runs.switched_label} − as trained), {state.KINDS[kind]} — red: more attention "
+                    f"{runs.switched_label}, blue: less"
                 )
             else:
                 maps = maps_a if show == "with" else maps_b
-                opts = with_pe if show == "with" else without
-                title = figures.titled("With PE" if show == "with" else "Without PE", state.options_note(opts))
+                opts = runs.as_trained if show == "with" else runs.switched
+                title = figures.titled(claims.first_upper(names[show]), state.options_note(opts))
             common.chart(
                 figures.attention_grid(maps, q_tok, k_tok, ablated=off, diverging=show == "difference", title=title),
                 f"{kind}_pe_{show}",
                 key=f"cmp_{kind}",
             )
+            if show == "difference":
+                st.caption(claims.maps_change(maps_a, maps_b))
 
 
 def _word_order(out: core.Translation) -> None:
-    """Built-in pairs whose meaning is in the word order alone, translated with and without positions."""
+    """Built-in pairs whose meaning is in the word order alone, translated as trained and with PE switched off,
+    and what the encoder makes of each pair: its two outputs matched piece by piece, with and without positions."""
     bundle = state.bundle()
     if bundle is None or state.replay() is not None:
         return
@@ -151,59 +155,72 @@ def _word_order(out: core.Translation) -> None:
     if not pairs:
         return
     st.markdown("##### Who did what to whom? Word order without positions")
+    runs = claims.pe_comparison(out.options)
     path, beam = state.ckpt_path(), 1
-    with_pe, without = (state.options_key(out.options.with_changes(positional_encoding=v)) for v in (True, False))
+    keys = state.options_key(runs.as_trained), state.options_key(runs.switched)
     rows = state.guarded(
         lambda: [
-            (s, state.translate(path, s, with_pe, beam).text, state.translate(path, s, without, beam).text)
+            (s, state.translate(path, s, keys[0], beam).text, state.translate(path, s, keys[1], beam).text)
             for pair in pairs
             for s in pair
         ]
     )
-    if rows:
-        st.dataframe(
-            [{"sentence": s, "with PE": a or "∅", "without PE": b or "∅"} for s, a, b in rows],
-            hide_index=True,
-            width="stretch",
-        )
-        st.caption(
-            "Each pair has the same words in another order. Without positions the encoder receives the same set of "
-            "vectors for both sentences (only shuffled), so its output is the same set too: whatever the model "
-            "writes cannot depend on who did what to whom. Put one of them in the text box and turn on the "
-            "comparison below to see the attention maps change."
-        )
+    if not rows:
+        return
+    st.dataframe(
+        [{"sentence": s, runs.as_trained_label: a or "∅", runs.switched_label: b or "∅"} for s, a, b in rows],
+        hide_index=True,
+        width="stretch",
+    )
+    for pair in pairs:
+        found = state.guarded(lambda p=pair: [[state.encoder_output(path, s, k) for s in p] for k in keys])
+        if not found:
+            continue
+        (a_with, b_with), (a_off, b_off) = found
+        with_pe = claims.order_comparison(a_with[0], a_with[1], b_with[0], b_with[1])
+        switched = claims.order_comparison(a_off[0], a_off[1], b_off[0], b_off[1])
+        if with_pe is not None and switched is not None:
+            st.markdown(claims.word_order(pair, with_pe, switched, runs.switched_label))
+    st.caption(
+        "Each pair has the same words in another order. The comparison above is computed live: each piece of the "
+        "first sentence is matched with the same piece of the second, and the encoder's output vectors there are "
+        "subtracted. Put one of the sentences in the text box and turn on the comparison below to see the "
+        "attention maps change."
+    )
 
 
 def _compare_tab(out: core.Translation) -> None:
-    """A live toggle: run again without PE; translations and every attention map side by side."""
+    """A live toggle: run again with PE switched off; translations and every attention map side by side."""
+    runs = claims.pe_comparison(out.options)
     _word_order(out)
-    st.toggle("Run the model again without positional encoding and compare", key="compare")
+    st.toggle(f"Run the model as trained and {runs.switched_label}, and compare", key="compare")
     if not st.session_state.get("compare"):
         st.caption(
-            "Turn the switch on to translate the sentence a second time with the position signal removed, "
-            "and see every attention map side by side with the difference."
+            f"Turn the switch on to translate the sentence as trained and {runs.switched_label}, and see every "
+            "attention map side by side with the difference."
         )
         return
-    with_pe = out.options.with_changes(positional_encoding=True)
-    without = out.options.with_changes(positional_encoding=False)
-    base, free = state.current(opts=with_pe), state.current(opts=without)
+    base, free = state.current(opts=runs.as_trained), state.current(opts=runs.switched)
     if base is None or free is None:
         return
     c1, c2 = st.columns(2)
-    c1.markdown(f"**With PE:** {common.md(base.text) or '∅'}")
-    c2.markdown(f"**Without PE:** {common.md(free.text) or '∅'}")
+    c1.markdown(f"**{claims.first_upper(runs.as_trained_label)}:** {common.md(base.text) or '∅'}")
+    c2.markdown(f"**{claims.first_upper(runs.switched_label)}:** {common.md(free.text) or '∅'}")
+    st.caption(
+        f"{claims.first_upper(runs.switched_label)} the model writes {claims.output_change(base.text, free.text)}."
+    )
     if not base.text:
-        st.info("The model produced no words, so there is no output to compare attention on.")
+        st.info("As trained the model produced no words, so there is no output to compare attention on.")
         return
     path, text = state.ckpt_path(), state.sentence()
-    a = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(with_pe)))
-    b = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(without)))
+    a = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(runs.as_trained)))
+    b = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(runs.switched)))
     if a is not None and b is not None:
         st.caption(
-            "Both runs are fed the same decoder inputs (the translation with PE), so every map has the "
+            "Both runs are fed the same decoder inputs (the as-trained translation), so every map has the "
             "same shape and can be subtracted."
         )
-        _compare_grids(a, b, with_pe, without)
+        _compare_grids(a, b, runs)
 
 
 out = common.sentence_bar()

@@ -11,7 +11,7 @@ import streamlit as st
 
 import core
 from core.bundle import BeamTree
-from viz_app import common, figures, figures_steps, state
+from viz_app import claims, common, figures, figures_steps, state
 from viz_app.cache import cached
 
 BEAMS = list(state.BEAMS)
@@ -115,13 +115,18 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
             "the forced piece this translation is the model's greedy continuation."
         )
         return
-    s = shown.steps[step]
     top = shown.trace["output.top_ids"][step]
     own_piece = int(own[step]) if step < len(own) else -1
     candidates = tuple(int(i) for i in top if int(i) != own_piece)
     probs = {int(i): float(p) for i, p in zip(top, shown.trace["output.top_probs"][step], strict=True)}
     if not candidates:
         return
+    mine = claims.own_choice(shown.trace, own, step)  # the model's own translation, not the forced alternative
+    placeholder = (
+        f"its own choice: “{figures.token_text(mine)}” — pick another to see what follows"
+        if mine is not None
+        else "pick a piece to see what follows"
+    )
     ss.setdefault("whatif_pick", None)
     if ss["whatif_pick"] is not None and not 0 <= ss["whatif_pick"] < len(candidates):
         ss["whatif_pick"] = None
@@ -130,7 +135,7 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
         list(range(len(candidates))),
         index=None,
         key="whatif_pick",
-        placeholder=f"its own choice: “{figures.token_text(s.token)}” — pick another to see what follows",
+        placeholder=placeholder,
         format_func=lambda j: (
             f"“{figures.token_text(shown.trace.piece(candidates[j]))}” ({figures.share(probs.get(candidates[j], 0.0))})"
         ),
@@ -286,14 +291,15 @@ elif out is not None:
     st.markdown(f"**Step {step + 1} of {n}{which}.** Pieces written so far (decoder input):")
     common.token_pills(shown.tgt_tokens[: step + 1], highlight=step)
     if branch is not None and step == branch:
+        mine = claims.own_choice(out.trace, own, step) or s.top_k[0][0]
         st.markdown(
             f"→ next piece, **forced**: **`{figures.token_text(s.token)}`** — the model gave it "
-            f"**{figures.share(s.prob)}**; its own choice was `{figures.token_text(s.top_k[0][0])}` "
-            f"({figures.share(s.top_k[0][1])})"
+            f"**{figures.share(s.prob)}**; its own choice was `{figures.token_text(mine)}` "
+            f"({figures.share(dict(s.top_k).get(mine, 0.0))})"
         )
     else:
         st.markdown(f"→ next piece: **`{figures.token_text(s.token)}`** with probability **{s.prob:.1%}**")
-    _what_if_picker(shown, tuple(_ids(shown)), step, branch)
+    _what_if_picker(shown, own, step, branch)
 
     note = state.options_note(shown.options, shown.beam_size)
     if branch is not None:
