@@ -17,6 +17,8 @@ The rule (``output_words``, ``is_invented``):
 * a joined word is known when it is listed whole or when every part is listed (the Debian lists hold almost no
   hyphenated compounds: "guarda-chuva" is judged as "guarda" + "chuva"); an object pronoun after a verb
   ("agitá-lo", ``CLITICS``) counts as listed;
+* a Portuguese adverb in -mente counts as listed when the adjective it is made of is ("enganosamente" from
+  "enganosa", ``DERIVED``: the lists hold many such adverbs, not all);
 * every other word is invented when it is in none of the target language's word lists (``WORDLISTS``: Debian's
   wbrazilian and wportuguese for Portuguese, wamerican and wbritish for English), read from /usr/share/dict.
 """
@@ -41,6 +43,7 @@ LETTERS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 JOINS = re.compile(r"['’-]")
 DICT_ROOTS = (Path("/"), Path("data/wordlists"))  # installed packages, else the copies ``fidelity.word_list`` fetched
 N_EXAMPLES = 6
+DERIVED: dict[str, tuple[str, ...]] = {"pt": ("mente",)}  # suffixes that make a word of a listed word
 
 
 def dictionary(language: str, roots: Sequence[Path] = DICT_ROOTS) -> frozenset[str]:
@@ -78,7 +81,9 @@ def is_invented(word: str, known: Iterable[str] | frozenset[str], language: str,
     if word[:1].isupper() and word in source_words(source):
         return False
     folded = word.lower().replace("’", "'")
-    if folded in known:
+    if folded in known or any(
+        folded.endswith(suffix) and folded[: -len(suffix)] in known for suffix in DERIVED.get(language, ())
+    ):
         return False
     first, *rest = JOINS.split(folded)
     clitics = CLITICS.get(language, frozenset())
@@ -169,7 +174,9 @@ def invented_section(table: InventedTable, *, teacher_name: str, inputs: str, co
         f"(in brackets: invented of all words), greedy, on {inputs}; the same rule for the teacher and the student. "
         "A word is letters joined by hyphens or apostrophes, compared case-folded; tokens with a digit are numbers, "
         "not words; a capitalised word that stands as written in the source is a name carried over, never "
-        "invented; a joined word counts as listed when all its parts are (object pronouns after a verb too).\n",
+        "invented; a joined word counts as listed when all its parts are (object pronouns after a verb too)"
+        + (", an adverb in -mente when its adjective is" if table.language in DERIVED else "")
+        + ". A word left untranslated (a source-language word in the output) counts as invented too.\n",
         "| model | " + " | ".join(heads) + " | all | e.g. |",
         "|---" * (len(heads) + 3) + "|",
     ]

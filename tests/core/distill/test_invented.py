@@ -21,7 +21,9 @@ from core.distill.invented import (
 )
 from core.errors import InputError
 
-PT = frozenset({"o", "velho", "guarda", "chuva", "escreveu", "cartas", "à", "filha", "agitá", "diga", "d", "água"})
+PT = frozenset(
+    {"o", "velho", "guarda", "chuva", "escreveu", "cartas", "à", "filha", "agitá", "diga", "d", "água", "enganosa"}
+)
 
 
 def test_output_words_strip_punctuation_and_leave_numbers_out() -> None:
@@ -40,6 +42,9 @@ def test_output_words_strip_punctuation_and_leave_numbers_out() -> None:
         ("agitá-lo", "", False),  # a listed verb with an object pronoun after it
         ("lo-agitá", "", True),  # a pronoun first is no verb
         ("d’água", "", False),  # curly apostrophe, parts listed
+        ("enganosamente", "", False),  # an adverb of a listed adjective
+        ("aplizarmente", "", True),  # of no listed word
+        ("mente", "", True),  # the suffix alone is no word (unless listed)
         ("Tom", "Tom wrote letters.", False),  # a capitalised name carried over from the source
         ("Tom", "He wrote letters.", True),  # not in the source: judged like any word
         ("tom", "Tom wrote letters.", True),  # lower-case: not a name, judged like any word
@@ -49,9 +54,10 @@ def test_is_invented(word: str, source: str, invented: bool) -> None:
     assert is_invented(word, PT, "pt", source) is invented
 
 
-def test_pronouns_after_a_verb_count_only_for_their_language() -> None:
+def test_pronouns_and_adverbs_count_only_for_their_language() -> None:
     assert not is_invented("agitá-lo", PT, "pt")
     assert is_invented("agitá-lo", PT, "en")  # English has no such pronouns: 'lo' must be listed
+    assert is_invented("enganosamente", PT, "en")  # nor adverbs in -mente
 
 
 def test_count_invented_per_output_word() -> None:
@@ -99,6 +105,11 @@ def test_the_card_section_names_the_rule_the_figures_and_the_command() -> None:
     )
     assert text.startswith("## Invented words") and "`wbrazilian`, `wportuguese`" in text
     assert "Reproduce: `python -m core X`" in text and "on some inputs" in text
+    assert "an adverb in -mente" in text
+    english = invented_section(
+        InventedTable("en", table.teacher, table.student), teacher_name="t", inputs="", command=""
+    )
+    assert "-mente" not in english and "`wamerican`, `wbritish`" in english
 
 
 def test_the_eval_option_counts_both_models(tiny_checkpoint, tmp_path, capsys, monkeypatch) -> None:
