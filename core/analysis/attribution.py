@@ -35,12 +35,26 @@ from ..trace import Trace
 MAX_IG_STEPS = 512  # the path's points are one batch: more only fills the memory (the error then shrinks slowly)
 
 
+@dataclass(frozen=True)
+class IntegratedGradients:
+    """Integrated gradients of one scalar function at one input, and the check that they add up."""
+
+    attributions: Tensor  # shaped like the input
+    f_input: float  # f(x)
+    f_baseline: float  # f(baseline)
+
+    @property
+    def delta(self) -> float:
+        """Convergence delta: sum(attributions) - (f(x) - f(baseline)); 0 when the path integral is exact."""
+        return float(self.attributions.sum()) - (self.f_input - self.f_baseline)
+
+
 def integrated_gradients(
     f: Callable[[Tensor], Tensor], x: Tensor, baseline: Tensor, steps: int = 32
-) -> tuple[Tensor, float]:
+) -> IntegratedGradients:
     """IG of a batched scalar function ``f`` ((m, *shape) -> (m,)) at ``x`` (*shape) from ``baseline``.
 
-    Returns (attributions shaped like x, convergence delta = sum(attributions) - (f(x) - f(baseline))).
+    The attributions should add up to f(x) - f(baseline) (completeness); ``delta`` says how far they miss.
     The ``steps`` midpoints of the path are evaluated as one batch.
     """
     if steps < 1:
@@ -52,8 +66,7 @@ def integrated_gradients(
     attributions = (x - baseline) * grads.mean(0)
     with torch.no_grad():
         ends = f(torch.stack([x, baseline]))
-    delta = float(attributions.sum() - (ends[0] - ends[1]))
-    return attributions.detach(), delta
+    return IntegratedGradients(attributions.detach(), float(ends[0]), float(ends[1]))
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,23 @@ class Attribution:
     ig_delta: float  # convergence delta of integrated gradients
     ig_steps: int
     baseline: str  # "position" (positional encodings only) or "zero" (all-zero embeddings)
+    f_input: float | None = None  # log p(y_t) at the input, as the path's end computes it (None: an older trace)
+    f_baseline: float | None = None  # log p(y_t) at the baseline (what the attributions explain is the difference)
+
+    @property
+    def difference(self) -> float | None:
+        """f(input) - f(baseline): what the integrated gradients share out over the tokens (None: not stored)."""
+        if self.f_input is None or self.f_baseline is None:
+            return None
+        return self.f_input - self.f_baseline
+
+    @property
+    def relative_delta(self) -> float | None:
+        """|delta| / |f(input) - f(baseline)| (inf when the difference is 0; None when it is not stored)."""
+        diff = self.difference
+        if diff is None:
+            return None
+        return abs(self.ig_delta) / abs(diff) if diff != 0 else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (v.round(6).tolist() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
@@ -152,18 +182,20 @@ def attribute(
         return logp(recorder, m)
 
     start = pe if baseline == "position" else torch.zeros_like(joint)
-    ig, delta = integrated_gradients(f, joint, start, steps)
+    ig = integrated_gradients(f, joint, start, steps)
     return Attribution(
         position,
         token_id,
         float(value.detach()[0]),
         gxi_src.detach().cpu().numpy(),
         gxi_tgt.detach().cpu().numpy(),
-        ig[:Ts].sum(-1).cpu().numpy(),
-        ig[Ts:].sum(-1).cpu().numpy(),
-        delta,
+        ig.attributions[:Ts].sum(-1).cpu().numpy(),
+        ig.attributions[Ts:].sum(-1).cpu().numpy(),
+        ig.delta,
         steps,
         baseline,
+        ig.f_input,
+        ig.f_baseline,
     )
 
 

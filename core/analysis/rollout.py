@@ -16,6 +16,8 @@ An SSRU decoder has no self-attention: its recurrence is treated as the identity
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -93,3 +95,61 @@ def trace_rollout(trace: Trace, fusion: Fusion = "mean") -> Rollout:
         source = 0.5 * source + 0.5 * (cross[layer] @ encoder)
         target = 0.5 * target
     return Rollout(fusion, encoder, source, target, tuple(notes))
+
+
+# ---- attention sinks: special tokens that soak up rollout's mass ----
+
+SINK_SHARE = 0.2  # special tokens holding this much of the average output row dominate the map
+ROWS_ALIKE = 0.1  # rows whose mean distance from the average row is below this say nearly the same thing
+_SPECIAL = re.compile(r"<[^<>\s]+>")  # one piece that is a <name>: </s>, <unk>, <pad>
+
+
+def special_positions(tokens: Sequence[str]) -> tuple[int, ...]:
+    """Positions of special pieces (``</s>``, ``<unk>``, ``<pad>``: one ``<name>`` piece, no word in it)."""
+    return tuple(j for j, tok in enumerate(tokens) if _SPECIAL.fullmatch(tok))
+
+
+def set_aside(per_output: np.ndarray, columns: Sequence[int]) -> np.ndarray:
+    """(Tt, Ts) -> (Tt, Ts - len(columns)): ``columns`` removed, each row renormalised to sum to 1 (a row with
+    nothing left stays 0)."""
+    kept = np.delete(per_output.astype(np.float64), list(columns), axis=1)
+    total = kept.sum(-1, keepdims=True)
+    return np.divide(kept, total, out=np.zeros_like(kept), where=total > 0)
+
+
+@dataclass(frozen=True)
+class Concentration:
+    """Where a rollout map's mass sits, and how alike its rows are.
+
+    special_share: mean over output rows of the share on the special columns (0 when there are none).
+    top_column / top_share: the column with the largest mean share, and that mean share.
+    row_spread: mean over rows of the total-variation distance from the average row (½ Σ |row − mean|):
+    0 = every row the same, 1 = rows with nothing in common.
+    """
+
+    special: tuple[int, ...]
+    special_share: float
+    top_column: int
+    top_share: float
+    row_spread: float
+
+    @property
+    def sink_dominated(self) -> bool:
+        """The special tokens hold at least ``SINK_SHARE`` of the average row."""
+        return bool(self.special) and self.special_share >= SINK_SHARE
+
+    @property
+    def rows_alike(self) -> bool:
+        return self.row_spread < ROWS_ALIKE
+
+
+def concentration(per_output: np.ndarray, special: Sequence[int] = ()) -> Concentration:
+    """Summary of a (Tt, Ts) map whose rows are distributions over the source (``Rollout.per_output``)."""
+    if per_output.ndim != 2 or per_output.shape[0] == 0 or per_output.shape[1] == 0:
+        raise ValueError(f"concentration needs a non-empty (Tt, Ts) map, got shape {per_output.shape}")
+    z = per_output.astype(np.float64)
+    mean_row = z.mean(0)
+    spread = float((0.5 * np.abs(z - mean_row).sum(-1)).mean())
+    share = float(z[:, list(special)].sum(-1).mean()) if special else 0.0
+    top = int(mean_row.argmax())
+    return Concentration(tuple(special), share, top, float(mean_row[top]), spread)

@@ -12,16 +12,21 @@ from core.analysis.attribution import attribute, integrated_gradients, spearman
 def test_integrated_gradients_of_a_linear_function_is_gradient_times_input():
     w = torch.tensor([[0.5, -2.0], [3.0, 0.25]])
     x, base = torch.tensor([[1.0, 2.0], [-1.0, 4.0]]), torch.zeros(2, 2)
-    ig, delta = integrated_gradients(lambda p: (p * w).sum(dim=(1, 2)), x, base, steps=1)
-    torch.testing.assert_close(ig, w * x)  # exact for a linear function, even with one step
-    assert delta == pytest.approx(0.0, abs=1e-6)
+    ig = integrated_gradients(lambda p: (p * w).sum(dim=(1, 2)), x, base, steps=1)
+    torch.testing.assert_close(ig.attributions, w * x)  # exact for a linear function, even with one step
+    assert ig.delta == pytest.approx(0.0, abs=1e-6)
+    assert ig.f_input == pytest.approx(float((x * w).sum())) and ig.f_baseline == 0.0
 
 
 def test_integrated_gradients_of_a_quadratic_converges():
     x, base = torch.tensor([1.0, -2.0, 3.0]), torch.zeros(3)
-    ig, delta = integrated_gradients(lambda p: (p**2).sum(-1), x, base, steps=64)
-    torch.testing.assert_close(ig, x**2, atol=1e-3, rtol=1e-3)  # ∫ 2αx·x dα = x²
-    assert abs(delta) < 1e-2
+    ig = integrated_gradients(lambda p: (p**2).sum(-1), x, base, steps=64)
+    torch.testing.assert_close(ig.attributions, x**2, atol=1e-3, rtol=1e-3)  # ∫ 2αx·x dα = x²
+    assert abs(ig.delta) < 1e-2
+    # the delta is what the sum misses of f(x) - f(baseline): one midpoint of x³ gives 3/4 of it (15 of 20)
+    coarse = integrated_gradients(lambda p: (p**3).sum(-1), x, base, steps=1)
+    assert (coarse.f_input, coarse.f_baseline) == (20.0, 0.0)
+    assert float(coarse.attributions.sum()) == pytest.approx(15.0) and coarse.delta == pytest.approx(-5.0)
     with pytest.raises(ValueError, match="steps"):
         integrated_gradients(lambda p: p.sum(-1), x, base, steps=0)
 
@@ -42,6 +47,11 @@ def test_attribution_on_the_model(bundle):
     # completeness: the attributions add up to f(input) - f(baseline): the delta is small with enough steps
     assert abs(a.ig_delta) < 0.05, a.ig_delta
     assert a.baseline == "position"
+    # f(input) is the word's log p; the attributions share out f(input) - f(baseline), missing it by the delta
+    assert a.f_input == pytest.approx(a.logprob, abs=1e-4) and a.difference is not None
+    total = float(a.source_ig.sum() + a.target_ig.sum())
+    assert total - a.difference == pytest.approx(a.ig_delta, abs=1e-3)
+    assert a.relative_delta == pytest.approx(abs(a.ig_delta) / abs(a.difference))
     # the all-zero baseline meets LayerNorm's jump at 0: the delta says so (the integral misses it)
     z = attribute(bundle.model, src_ids, out_ids, position, steps=48, baseline="zero")
     assert abs(z.ig_delta) > abs(a.ig_delta)

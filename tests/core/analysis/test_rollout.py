@@ -5,6 +5,7 @@ import pytest
 
 import core
 from core.analysis import fuse_heads, rollout, trace_rollout
+from core.analysis.rollout import concentration, set_aside, special_positions
 
 
 def test_two_layer_rollout_by_hand():
@@ -58,3 +59,41 @@ def test_padding_takes_no_part_and_ssru_is_said(bundle, tmp_path):
     rs = trace_rollout(ssru.translate("Hello.", max_len=4).trace)
     assert rs.notes and "SSRU" in rs.notes[0]
     np.testing.assert_allclose(rs.source.sum(-1) + rs.target.sum(-1), 1.0, atol=1e-9)
+
+
+def test_special_positions_are_whole_angle_bracket_pieces():
+    assert special_positions(["▁The", "▁<", "b", ">", "<unk>", "▁cat", ".", "</s>"]) == (4, 7)
+    assert special_positions(["▁The", "▁cat"]) == ()
+
+
+def test_set_aside_removes_columns_and_renormalises_rows():
+    m = np.array([[0.2, 0.3, 0.5], [0.0, 0.0, 1.0]])
+    np.testing.assert_allclose(set_aside(m, [2]), [[0.4, 0.6], [0.0, 0.0]])  # a row with nothing left stays 0
+    np.testing.assert_allclose(set_aside(m, []), m)
+
+
+def test_concentration_names_a_sink_and_alike_rows():
+    sink = np.array([[0.1, 0.1, 0.8], [0.12, 0.08, 0.8], [0.1, 0.1, 0.8]])  # every row: the last column
+    c = concentration(sink, (2,))
+    assert c.special_share == pytest.approx(0.8) and c.top_column == 2 and c.top_share == pytest.approx(0.8)
+    assert c.sink_dominated and c.rows_alike and c.row_spread < 0.05
+    words = np.array([[0.9, 0.05, 0.05], [0.05, 0.9, 0.05]])  # each row its own word, little on the special one
+    w = concentration(words, (2,))
+    assert not w.sink_dominated and w.special_share == pytest.approx(0.05)
+    assert not w.rows_alike and w.row_spread == pytest.approx(0.425)
+    assert not concentration(sink).sink_dominated  # no special column: no sink to name
+    assert concentration(sink, (0,)).special_share == pytest.approx((0.1 + 0.12 + 0.1) / 3)
+    with pytest.raises(ValueError, match="non-empty"):
+        concentration(np.zeros((0, 3)))
+
+
+def test_on_a_traced_translation_the_sink_is_measured_on_eos(bundle):
+    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
+    special = special_positions(out.src_tokens)
+    assert special == (len(out.src_tokens) - 1,)  # </s> closes the source
+    per_output = trace_rollout(out.trace).per_output()
+    c = concentration(per_output, special)
+    assert c.special_share == pytest.approx(per_output[:, -1].mean())
+    words = set_aside(per_output, special)
+    assert words.shape == (per_output.shape[0], per_output.shape[1] - 1)
+    np.testing.assert_allclose(words.sum(-1), 1.0, atol=1e-9)
