@@ -54,8 +54,13 @@ def importance_heatmap(
 def rollout_heatmap(
     per_output: np.ndarray, output_tokens: Sequence[str], src_tokens: Sequence[str], *, title: str
 ) -> go.Figure:
-    """(Tt, Ts): for each output token, the share of its source-side content coming from each source token."""
+    """(Tt, Ts): for each output token, the share of its source-side content coming from each source token.
+
+    The colours run from the smallest to the largest value drawn (not from 0), so that rows which differ by a
+    little still look different; ``zmin`` / ``zmax`` of the trace are that range (a caption can quote them).
+    """
     z = np.round(per_output.astype(np.float64), DECIMALS)
+    lo, hi = (float(z.min()), float(z.max())) if z.size else (0.0, 1.0)
     out_labels, src_labels = unique_labels(output_tokens), unique_labels(src_tokens)
     text = [
         [f"output {out_labels[t]}<br>source {src_labels[j]}<br>share {z[t, j]:.3f}" for j in range(z.shape[1])]
@@ -69,8 +74,8 @@ def rollout_heatmap(
             text=text,
             hovertemplate="%{text}<extra></extra>",
             colorscale="Blues",
-            zmin=0.0,
-            zmax=max(float(z.max()), 1e-6),
+            zmin=lo,
+            zmax=max(hi, lo + 1e-6),
             xgap=1,
             ygap=1,
             colorbar=dict(title=dict(text="share")),
@@ -140,8 +145,9 @@ def attribution_bars(
                 textposition="none",  # the values are in the hover, not printed on the bars
             )
         )
-    base_layout(fig, title, height=380)
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.35))
+    base_layout(fig, title, height=400)
+    # the legend stands right of the plot: below it, it ran into the rotated token labels and the axis title
+    fig.update_layout(barmode="group", legend=dict(orientation="v", yanchor="top", y=1.0, xanchor="left", x=1.01))
     fig.update_xaxes(**token_axis(tokens, axis_title), tickangle=-60)
     fig.update_yaxes(title=dict(text="scaled to the largest |value|"), zeroline=True)
     return fig

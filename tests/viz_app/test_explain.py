@@ -87,16 +87,41 @@ def test_a_long_sentence_opens_with_the_estimate_and_measures_on_request(monkeyp
 
 def test_rollout_tab_draws_each_output_word_over_the_source() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.session_state["explain_tab"] = "Attention rollout"
+    at.query_params["explain_tab"] = "Attention rollout"
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(specs) == 1 and specs[0]["layout"]["title"]["text"].startswith("Rollout")
-    z = array(specs[0]["data"][0]["z"])
+    heat = specs[0]["data"][0]
+    z = array(heat["z"])
     np.testing.assert_allclose(z.sum(-1), 1.0, atol=1e-3)  # each output word: a distribution over the source
+    # the colours span the values drawn, and the caption quotes that very range
+    assert (heat["zmin"], heat["zmax"]) == (pytest.approx(z.min()), pytest.approx(z.max()))
+    assert any(f"Colours run from {heat['zmin']:.3f} (lightest) to {heat['zmax']:.3f}" in c.value for c in at.caption)
+    aside = next(t for t in at.toggle if t.label.startswith("Set special tokens aside"))
+    n_src = z.shape[1]
+    aside.set_value(not aside.value).run(timeout=TIMEOUT)
+    ok(at)
+    other = array(json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["z"])
+    assert {other.shape[1], n_src} == {n_src, n_src - 1}  # </s>'s column comes and goes
+    np.testing.assert_allclose(other.sum(-1), 1.0, atol=1e-3)  # rows renormalised over what is drawn
     at.radio(key="explain_fusion").set_value("max").run(timeout=TIMEOUT)
     ok(at)
     assert "max of heads" in titles(at)[0]
+
+
+@pytest.mark.parametrize("tab", ["Attention rollout", "Patching", "Attribution"])
+def test_a_link_naming_a_tab_opens_it_and_the_open_tab_is_in_the_link(tab: str) -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": "explain", "explain_tab": tab})
+    ok(at.run(timeout=TIMEOUT))
+    assert at.session_state["explain_tab"] == tab
+    drawn = {"Attention rollout": "explain_fusion", "Patching": "explain_how", "Attribution": "explain_attr_position"}
+    assert drawn[tab] in at.session_state  # only the open tab draws its widgets
+    assert at.query_params["explain_tab"] == tab  # and the address bar keeps it for the next link
+    at.session_state["explain_tab"] = "Head importance"  # the default tab leaves the link
+    ok(at.run(timeout=TIMEOUT))
+    assert "explain_tab" not in at.query_params and at.query_params["page"] == "explain"
 
 
 def test_figure_builders() -> None:
@@ -113,12 +138,17 @@ def test_figure_builders() -> None:
     share = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
     fig = figures_explain.rollout_heatmap(share, ["▁O", "▁gato", "</s>"], ["▁The", "▁cat"], title="r")
     assert np.array(fig.data[0].z).shape == (3, 2) and fig.layout.yaxis.ticktext[1] == "␣gato"
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0.2, 0.8)  # the range drawn, not 0 to the largest
+    bars = figures_explain.attribution_bars(["▁The", "▁cat"], {"a": np.array([1.0, -2.0])}, title="b")
+    legend = bars.layout.legend
+    assert legend.orientation == "v" and legend.x > 1  # beside the plot, clear of the token labels and axis title
+    np.testing.assert_allclose(bars.data[0].y, [0.5, -1.0])
 
 
 def test_patching_tab_restores_the_replaced_word_and_names_bad_pairs() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["text"] = "The cat sleeps on the warm chair."
-    at.session_state["explain_tab"] = "Patching"
+    at.query_params["explain_tab"] = "Patching"
     at.session_state["explain_how"] = "typing the sentence"
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
@@ -147,7 +177,7 @@ def test_patching_tab_restores_the_replaced_word_and_names_bad_pairs() -> None:
 
 def test_attribution_tab_compares_attribution_with_attention() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.session_state["explain_tab"] = "Attribution"
+    at.query_params["explain_tab"] = "Attribution"
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
@@ -156,16 +186,30 @@ def test_attribution_tab_compares_attribution_with_attention() -> None:
     prefix = json.loads(at.get("plotly_chart")[1].proto.spec)
     assert prefix["layout"]["title"]["text"].startswith("… and over the decoder inputs")
     assert any("agrees best with the attribution" in m.value for m in at.markdown)
-    assert any("convergence delta" in c.value for c in at.caption)
+    assert any("convergence delta is how far they miss" in c.value and "f(baseline) = " in c.value for c in at.caption)
+    verdicts = [b.value for b in [*at.success, *at.warning] if "attributions" in b.value or "log p" in b.value]
+    assert len(verdicts) == 1, verdicts  # one computed verdict on whether they add up
+    more = [b for b in at.button if b.key == "explain_ig_more"]
+    if more:  # too far off: one click integrates again with more steps
+        more[0].click().run(timeout=TIMEOUT)
+        ok(at)
+        assert at.select_slider(key="explain_ig_steps").value == 64
+        assert any("(64 steps)" in c.value for c in at.caption)
+    else:
+        at.select_slider(key="explain_ig_steps").set_value(64).run(timeout=TIMEOUT)
+        ok(at)
+        assert any("(64 steps)" in c.value for c in at.caption)
     assert len(at.dataframe[0].value) == 4  # 2 cross layers x 2 heads, each with its rank correlation
 
 
 def test_patching_by_picking_a_word() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["text"] = "The cat sleeps on the warm chair."
-    at.session_state["explain_tab"] = "Patching"
+    at.query_params["explain_tab"] = "Patching"
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
+    assert any(c.value.startswith("Pick the word to replace and type its replacement") for c in at.caption)
+    assert not any("Type the corrupted sentence" in c.value for c in at.caption)  # nothing to type in this mode
     at.selectbox(key="explain_word").set_value(1)  # "cat"
     at.text_input(key="explain_replacement").set_value("car").run(timeout=TIMEOUT)
     ok(at)

@@ -13,7 +13,8 @@ import core
 from core.analysis import FUSIONS, HeadEffect, HeadImportance, all_heads_but, trace_rollout
 from core.analysis.attribution import Attribution, spearman
 from core.analysis.patching import PatchingResult
-from viz_app import common, figures, figures_explain, state
+from core.analysis.rollout import concentration, set_aside, special_positions
+from viz_app import claims_explain, common, figures, figures_explain, state
 
 st.title("Why this word?")
 st.caption(
@@ -194,7 +195,11 @@ def _rollout_tab(out: core.Translation) -> None:
         "residual connection (a position keeps its own content), heads fused by the chosen rule, and the "
         "layers multiplied. Each row is one output word; its colours say which source words its decoder "
         "position draws on **if information only moved along attention**. It ignores the values, the "
-        "feed-forward layers and the norms — a picture of routing, not proof of use (compare head importance)."
+        "feed-forward layers and the norms — a picture of routing, not proof of use (compare head importance).\n\n"
+        "Special tokens such as `</s>` are often **attention sinks**: heads with nothing to do park their "
+        "attention there, so rollout counts them although they carry no word. *Set special tokens aside* "
+        "removes their columns and renormalises each row over the remaining tokens (on by default when a sink "
+        "dominates). The colours run over the range of the values drawn, so small differences between rows show."
     )
     state.clamp("explain_fusion", list(FUSIONS))
     fusion = st.radio("Fuse heads by", list(FUSIONS), horizontal=True, key="explain_fusion")
@@ -202,23 +207,45 @@ def _rollout_tab(out: core.Translation) -> None:
     for note in result.notes:
         st.info(note, icon=":material/info:")
     n = len(out.output_tokens)
+    per_output = result.per_output()[:n]
+    special = special_positions(out.src_tokens)
+    full = concentration(per_output, special)
+    sink = claims_explain.sink_note(full, out.src_tokens)
+    if sink is not None:
+        st.info(sink, icon=":material/info:")
+    aside = bool(special) and st.toggle(
+        "Set special tokens aside (" + ", ".join(out.src_tokens[j] for j in special) + ")",
+        value=full.sink_dominated,  # a new default (another sentence or model) is a new toggle with that default
+        help="Remove their columns and renormalise each row over the other source tokens.",
+    )
+    shown, columns = per_output, list(out.src_tokens)
+    if aside:
+        shown = set_aside(per_output, special)
+        columns = [tok for j, tok in enumerate(out.src_tokens) if j not in special]
     fig = figures_explain.rollout_heatmap(
-        result.per_output()[:n],
+        shown,
         out.output_tokens,
-        out.src_tokens,
+        columns,
         title=figures.titled(
-            f"Rollout: source words behind each output word ({fusion} of heads)",
+            f"Rollout: source words behind each output word ({fusion} of heads"
+            + (", special tokens set aside)" if aside else ")"),
             state.options_note(out.options, out.beam_size),
         ),
     )
-    common.chart(fig, f"rollout_{fusion}", key="rollout")
-    shares = result.source.sum(-1)[:n]
+    common.chart(fig, f"rollout_{fusion}{'_words' if aside else ''}", key="rollout")
+    heat = fig.data[0]
+    drawn = concentration(shown)
     st.caption(
-        f"Share of each output position's content that comes from the source (the rest from the words already "
-        f"written): {shares.min():.2f}–{shares.max():.2f}. Rows are labelled with the word each decoder position "
-        "predicted. A column that lights up for every word (often `</s>` or the final full stop) is an attention "
-        "sink: heads with nothing to do park their attention there, so rollout counts it although little "
-        "information comes from it."
+        " ".join(
+            [
+                claims_explain.colour_note(
+                    float(heat.zmin), float(heat.zmax), [out.src_tokens[j] for j in special] if aside else []
+                ),
+                claims_explain.rows_note(drawn),
+                claims_explain.source_share_note(result.source.sum(-1)[:n]),
+                "Rows are labelled with the word each decoder position predicted.",
+            ]
+        )
     )
 
 
@@ -244,6 +271,32 @@ def _with_analysis(out: core.Translation) -> core.Translation:
     return core.Translation(out.trace.with_analysis(store["arrays"], store["meta"]))
 
 
+IG_STEPS = (32, 64, 128, 256)  # the choices offered for integrated gradients (state.attribution's default first)
+
+
+def _completeness(a: Attribution, replaying: bool) -> None:
+    """Whether the attributions add up to what they explain, in numbers and one verdict (computed)."""
+    st.caption(f"{claims_explain.logp_text(a.logprob)} · baseline: {a.baseline}. {claims_explain.ig_sum_line(a)}")
+    certain = claims_explain.certainty_note(a)
+    if certain is not None:
+        st.caption(certain)
+    trusted, verdict = claims_explain.ig_trust(a)
+    if trusted:
+        st.success(verdict, icon=":material/check:")
+        return
+    st.warning(verdict, icon=":material/warning:")
+    more = [n for n in IG_STEPS if n > a.ig_steps]
+    if not replaying and more and a.difference is not None and abs(a.difference) >= claims_explain.TINY_DIFFERENCE:
+        st.button(
+            f"Integrate again with {more[0]} steps",
+            key="explain_ig_more",
+            icon=":material/replay:",
+            on_click=lambda: st.session_state.update(explain_ig_steps=more[0]),
+        )
+    elif not replaying and not more:
+        st.caption(f"{a.ig_steps} steps is the most this page integrates with.")
+
+
 def _needs_model() -> bool:
     if state.replay() is not None:
         st.info("This runs the model again; close the saved trace to compute it.", icon=":material/history:")
@@ -253,7 +306,8 @@ def _needs_model() -> bool:
 
 def _patching_tab(out: core.Translation) -> None:
     _how_to_read(
-        "Type the sentence again with **one word replaced** (the same number of pieces). Both sentences are "
+        "Corrupt the sentence by **replacing one word** (pick it and type its replacement, or type the whole "
+        "sentence again; it must have the same number of pieces). Both sentences are "
         "run on this translation; the corrupted one makes an output word less likely. Then one site at a time "
         "is copied from the clean run into the corrupted run, and the map shows how much of the clean word's "
         "probability that single copy brings back (1 = all of it, 0 = none). A source position that restores "
@@ -292,7 +346,10 @@ def _patching_tab(out: core.Translation) -> None:
         key="explain_patch_position",
     )
     if not corrupt:
-        st.caption("Type the corrupted sentence above (e.g. replace one noun).")
+        if how == "picking a word":
+            st.caption("Pick the word to replace and type its replacement above (e.g. a noun for another noun).")
+        else:
+            st.caption("Type the corrupted sentence above: this sentence with one word replaced (e.g. one noun).")
         return
     position = None if choice == "the most affected" else int(choice.split(":")[0]) - 1
     key = state.options_key(out.options)
@@ -374,8 +431,15 @@ def _attribution_tab(out: core.Translation) -> None:
     if replaying:
         a = Attribution.from_trace(out.trace, t)
     else:
+        steps = st.select_slider(
+            "Integration steps",
+            IG_STEPS,
+            key="explain_ig_steps",
+            help="Points on the path from the baseline to the input. More steps make the attributions add up more "
+            "closely (the delta below) and take longer: the points run as one batch.",
+        )
         key = state.options_key(out.options)
-        a = state.guarded(lambda: state.attribution(state.ckpt_path(), state.sentence(), key, t))
+        a = state.guarded(lambda: state.attribution(state.ckpt_path(), state.sentence(), key, t, steps))
         if a is not None:
             _remember(out, *a.to_arrays())
     if a is None:
@@ -421,12 +485,20 @@ def _attribution_tab(out: core.Translation) -> None:
             f"**{common.md(best)}** agrees best with the attribution for this word (ρ = {finite[best]:.2f}); "
             f"rollout ρ = {spearman(ig, roll):.2f}, mean cross-attention ρ = {spearman(ig, cross.mean(0)):.2f}."
         )
-    st.caption(
-        f"log p = {a.logprob:.4f}; integrated gradients: {a.ig_steps} steps, baseline: {a.baseline}, "
-        f"convergence delta {a.ig_delta:+.4f} (0 = the attributions add up exactly)."
-    )
+    _completeness(a, replaying)
     table = pd.DataFrame({"head": list(rhos), "ρ with |IG|": [round(v, 3) for v in rhos.values()]})
     st.dataframe(table.sort_values("ρ with |IG|", ascending=False), hide_index=True, height=240, width="stretch")
+
+
+def _replay_opens_on_rollout() -> None:
+    """A saved trace without head importance opens on what it can show without the model (rollout) the first
+    time this page shows it; after that the tab is the user's."""
+    replay = state.replay()
+    if replay is None or st.session_state.get("_explain_replay_tab") == id(replay):
+        return
+    st.session_state["_explain_replay_tab"] = id(replay)
+    if st.session_state.get("explain_tab") == "Head importance" and HeadImportance.from_trace(replay.trace) is None:
+        st.session_state["explain_tab"] = "Attention rollout"
 
 
 out = common.sentence_bar()
@@ -440,12 +512,10 @@ if out is not None:
             "The shortlist switch is on: these analyses still score every word of the vocabulary (log p of the "
             "chosen words among all of them); the shortlist only narrows what decoding may pick."
         )
+    _replay_opens_on_rollout()
     tabs = st.tabs(
-        ["Head importance", "Attention rollout", "Patching", "Attribution"],
-        key="explain_tab",
-        on_change="rerun",
-        default="Attention rollout" if state.replay() is not None else None,  # replay: what the trace can show
-    )
+        ["Head importance", "Attention rollout", "Patching", "Attribution"], key="explain_tab", on_change="rerun"
+    )  # the open tab is kept in the link (?explain_tab=, state.PARAMS)
     if tabs[0].open:
         with tabs[0]:
             _importance_tab(out)

@@ -1,0 +1,106 @@
+"""The "Why this word?" page's computed sentences: each branch of each claim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.analysis.attribution import Attribution
+from core.analysis.rollout import concentration
+from viz_app import claims_explain as ce
+
+SRC = ["▁The", "▁cat", ".", "</s>"]
+SINK = np.array([[0.2, 0.1, 0.1, 0.6], [0.1, 0.2, 0.1, 0.6], [0.15, 0.15, 0.1, 0.6]])  # </s> takes 60% of every row
+WORDS = np.array([[0.9, 0.05, 0.0, 0.05], [0.05, 0.85, 0.05, 0.05], [0.1, 0.1, 0.75, 0.05]])
+
+
+def test_sink_note_names_the_sink_only_when_it_dominates() -> None:
+    said = ce.sink_note(concentration(SINK, (3,)), SRC)
+    assert said is not None and "“\\</s\\>” holds 60% of each output row on average, more than any word" in said
+    assert ce.sink_note(concentration(WORDS, (3,)), SRC) is None  # 5%: no sink
+    assert ce.sink_note(concentration(SINK), SRC) is None  # no special token to blame
+    two = ce.sink_note(concentration(SINK, (2, 3)), SRC)
+    assert two is not None and "hold 70% of each output row on average, “\\</s\\>” most of all" in two
+    sink_not_top = np.array([[0.7, 0.0, 0.0, 0.3], [0.7, 0.0, 0.0, 0.3]])
+    other = ce.sink_note(concentration(sink_not_top, (3,)), SRC)
+    assert other is not None and "holds 30% of each output row on average." in other
+
+
+def test_rows_note_says_whether_rows_differ() -> None:
+    alike = ce.rows_note(concentration(SINK))
+    assert alike.startswith("The rows are nearly alike: a row differs from the average row by 3%")
+    differ = ce.rows_note(concentration(WORDS))
+    assert differ.startswith("The rows differ: a row differs from the average row by 5") and "alike" not in differ
+
+
+def test_source_share_note_says_a_constant_share_once() -> None:
+    assert "the same share, 0.75," in ce.source_share_note(np.full(5, 0.75))
+    spread = ce.source_share_note(np.array([0.5, 0.75]))
+    assert "draw 0.50–0.75 of their content" in spread and "same" not in spread
+
+
+def test_colour_note_quotes_the_range_and_what_was_set_aside() -> None:
+    said = ce.colour_note(0.016, 0.252, ["</s>"])
+    assert said.startswith("Colours run from 0.016 (lightest) to 0.252 (darkest), the smallest and largest share drawn")
+    assert "(“\\</s\\>” set aside, each row renormalised over the other tokens)" in said
+    assert ce.colour_note(0.0, 0.5, []).endswith("(every source token).")
+
+
+def _attribution(logprob: float, f_baseline: float | None, delta: float, steps: int = 32) -> Attribution:
+    """An attribution whose source attributions add up to the difference plus ``delta``."""
+    f_input = None if f_baseline is None else logprob
+    diff = 0.0 if f_baseline is None else logprob - f_baseline
+    return Attribution(
+        position=0,
+        token_id=5,
+        logprob=logprob,
+        source_grad_x_input=np.zeros(2),
+        target_grad_x_input=np.zeros(1),
+        source_ig=np.array([diff + delta, 0.0]),
+        target_ig=np.zeros(1),
+        ig_delta=delta,
+        ig_steps=steps,
+        baseline="position",
+        f_input=f_input,
+        f_baseline=f_baseline,
+    )
+
+
+def test_logp_text_keeps_a_certain_word_from_reading_zero() -> None:
+    assert ce.logp_text(-3e-6) == "log p = -3.0e-06 (p = 0.999997)"
+    assert ce.logp_text(-0.2883) == "log p = -0.2883 (p = 0.7495)"
+
+
+def test_certainty_note_only_for_a_certain_word() -> None:
+    certain = ce.certainty_note(_attribution(-1e-5, -22.5, 0.45))
+    assert certain is not None and "p = 0.999990" in certain and "f(input) − f(baseline) = +22.5000" in certain
+    assert ce.certainty_note(_attribution(-0.29, -7.9, 0.1)) is None
+    old = ce.certainty_note(_attribution(-1e-5, None, 0.45))  # a trace saved before f(baseline) was kept
+    assert old is not None and "not log p itself" in old
+
+
+def test_ig_sum_line_shows_both_ends_and_their_difference() -> None:
+    line = ce.ig_sum_line(_attribution(-1e-5, -22.5, 0.4585))
+    assert "f(input) = -0.0000" in line and "f(baseline) = -22.5000" in line and "difference +22.5000" in line
+    assert "add up to +22.9585: delta +0.4585 (32 steps)" in line
+    old = ce.ig_sum_line(_attribution(-1e-5, None, 0.4585))
+    assert "f(baseline) =" not in old and "delta +0.4585 is how far they miss" in old
+
+
+@pytest.mark.parametrize(
+    ("logprob", "f_baseline", "delta", "trusted", "said"),
+    [
+        (-1e-5, -22.5, 0.4585, True, "within 2.0% of it"),  # the user's case: tiny log p, large difference
+        (-0.2883, -7.9153, -5.4231, False, "miss the difference by 71% of it (more than 5%)"),
+        (-1e-5, -0.01, 0.2, False, "hardly differs with and without the tokens (f(input) − f(baseline) = +0.0100)"),
+        (-1e-5, -0.02, 0.001, False, "is 5% of that"),
+        (-1e-5, None, 0.2, False, "does not hold f(baseline)"),
+    ],
+)
+def test_ig_trust_weighs_the_delta_against_the_difference(
+    logprob: float, f_baseline: float | None, delta: float, trusted: bool, said: str
+) -> None:
+    ok, sentence = ce.ig_trust(_attribution(logprob, f_baseline, delta))
+    assert ok is trusted and said in sentence, sentence
+    if f_baseline is not None and abs(logprob - f_baseline) < ce.TINY_DIFFERENCE and delta > 0.05:
+        assert f"{delta / abs(logprob - f_baseline):.1f}× that" in sentence

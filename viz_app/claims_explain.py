@@ -1,0 +1,151 @@
+"""Sentences the "Why this word?" page states about an outcome, each computed from the run it describes.
+
+One function per claim, a test for each branch (tests/viz_app/test_claims_explain.py). Pure: no Streamlit, no
+model. Pieces are quoted through ``claims.quote`` (Markdown-literal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from core.analysis.attribution import Attribution
+from core.analysis.rollout import Concentration
+from viz_app.claims import quote
+
+IG_TOLERANCE = 0.05  # attributions that miss f(input) - f(baseline) by more than this share are not to be trusted
+TINY_DIFFERENCE = 0.05  # nats: removing the tokens changes log p by less than this — next to nothing to share out
+CERTAIN = 0.999  # p at or above this: the model was certain (log p prints as -0.00…)
+SAME_SHARE = 1e-9
+
+
+# ---- attention rollout ----
+
+
+def sink_note(c: Concentration, src_tokens: Sequence[str]) -> str | None:
+    """Said when special tokens hold at least ``SINK_SHARE`` of the average output row (``Concentration``)."""
+    if not c.sink_dominated:
+        return None
+    names = ", ".join(quote(src_tokens[j]) for j in c.special)
+    verb = "holds" if len(c.special) == 1 else "hold"
+    if c.top_column in c.special:
+        largest = "more than any word" if len(c.special) == 1 else f"{quote(src_tokens[c.top_column])} most of all"
+        where = f"{c.special_share:.0%} of each output row on average, {largest}"
+    else:
+        where = f"{c.special_share:.0%} of each output row on average"
+    return (
+        f"An attention sink dominates this rollout: {names} {verb} {where}. Heads with nothing to do park their "
+        "attention on such tokens, so rollout counts them although they carry no word. The switch below sets "
+        "them aside, to show how the rest splits over the words."
+    )
+
+
+def rows_note(c: Concentration) -> str:
+    """How alike the drawn rows are (mean total-variation distance of a row from the average row)."""
+    if c.rows_alike:
+        return (
+            f"The rows are nearly alike: a row differs from the average row by {c.row_spread:.0%} of its mass on "
+            "average, so rollout says almost the same thing for every output word here — it shows the sentence's "
+            "routing more than why one word was chosen (compare *Attribution* for one word)."
+        )
+    return f"The rows differ: a row differs from the average row by {c.row_spread:.0%} of its mass on average."
+
+
+def source_share_note(shares: np.ndarray) -> str:
+    """Each output position's share of content from the source (the rest from the words already written)."""
+    lo, hi = float(shares.min()), float(shares.max())
+    if hi - lo <= SAME_SHARE:
+        return (
+            f"Every output position draws the same share, {lo:.2f}, of its content from the source (the rest from "
+            "the words already written); the map splits that share over the source tokens."
+        )
+    return (
+        f"Output positions draw {lo:.2f}–{hi:.2f} of their content from the source (the rest from the words "
+        "already written); the map splits each position's share over the source tokens."
+    )
+
+
+def colour_note(zmin: float, zmax: float, set_aside: Sequence[str]) -> str:
+    """The colour range actually drawn (read from the figure) and what the columns are."""
+    columns = (
+        f"{', '.join(quote(t) for t in set_aside)} set aside, each row renormalised over the other tokens"
+        if set_aside
+        else "every source token"
+    )
+    return (
+        f"Colours run from {zmin:.3f} (lightest) to {zmax:.3f} (darkest), the smallest and largest share drawn "
+        f"({columns})."
+    )
+
+
+# ---- attribution ----
+
+
+def logp_text(logprob: float) -> str:
+    """log p and p, with enough digits that a near-certain word does not read as 'log p = −0.0000'."""
+    p = math.exp(logprob)
+    if logprob > -1e-3:
+        return f"log p = {logprob:.1e} (p = {p:.6f})"
+    return f"log p = {logprob:.4f} (p = {p:.4f})"
+
+
+def certainty_note(a: Attribution) -> str | None:
+    """Said when the model was certain of the word: what integrated gradients then share out."""
+    p = math.exp(a.logprob)
+    if p < CERTAIN:
+        return None
+    diff = a.difference
+    shared = (
+        f"what the bars share out is the change from the baseline, f(input) − f(baseline) = {diff:+.4f}"
+        if diff is not None
+        else "what the bars share out is the change from the baseline, not log p itself"
+    )
+    return f"The model was certain of this word (p = {p:.6f}, so log p is almost 0): {shared}."
+
+
+def ig_sum_line(a: Attribution) -> str:
+    """What the delta is, with the numbers of this run."""
+    total = float(a.source_ig.sum() + a.target_ig.sum())
+    if a.difference is None or a.f_baseline is None:
+        return (
+            f"The attributions add up to {total:+.4f}; they should add up to f(input) − f(baseline), and the "
+            f"convergence delta {a.ig_delta:+.4f} is how far they miss ({a.ig_steps} steps, baseline: {a.baseline})."
+        )
+    return (
+        f"Integrated gradients should add up to f(input) − f(baseline); the convergence delta is how far they miss. "
+        f"Here f(input) = {a.logprob if a.f_input is None else a.f_input:.4f} (log p with the real tokens), "
+        f"f(baseline) = {a.f_baseline:.4f} (tokens removed, positions kept), difference {a.difference:+.4f}; "
+        f"the attributions add up to {total:+.4f}: delta {a.ig_delta:+.4f} ({a.ig_steps} steps)."
+    )
+
+
+def ig_trust(a: Attribution) -> tuple[bool, str]:
+    """(trustworthy, the sentence): whether the attributions add up to the difference they explain."""
+    diff, rel = a.difference, a.relative_delta
+    if diff is None or rel is None:
+        return False, (
+            "This saved trace does not hold f(baseline), so the delta cannot be weighed against the difference it "
+            "belongs to; close the trace to compute the attribution again."
+        )
+    if abs(diff) < TINY_DIFFERENCE:
+        return False, (
+            f"This word's log p hardly differs with and without the tokens (f(input) − f(baseline) = {diff:+.4f}): "
+            "there is next to nothing to share "
+            "out, so the bars (each measure scaled to its largest value) magnify small numbers, and the delta "
+            f"({a.ig_delta:+.4f}) is {_times(abs(a.ig_delta), abs(diff))}."
+        )
+    if rel > IG_TOLERANCE:
+        return False, (
+            f"The attributions miss the difference by {rel:.0%} of it (more than {IG_TOLERANCE:.0%}): do not trust "
+            "their sizes yet — integrate with more steps."
+        )
+    return True, f"The attributions add up to the difference within {rel:.1%} of it: they account for it."
+
+
+def _times(part: float, whole: float) -> str:
+    if whole == 0:
+        return "as large as anything there is to explain"
+    ratio = part / whole
+    return f"{ratio:.1f}× that" if ratio >= 1 else f"{ratio:.0%} of that"
