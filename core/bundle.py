@@ -194,8 +194,15 @@ class BeamTree:
         return self.steps[step - 1].alive[int(self.steps[step].candidate_parents[candidate])]
 
 
+# the categories of characters nothing is seen of: controls, format characters (zero-width spaces and joiners),
+# surrogates, private use, separators, and combining marks (seen only on a letter). A text needs one character
+# outside them; unassigned code points (Cn) count as seen: Python's tables lag Unicode (a new emoji is Cn here)
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Zs", "Zl", "Zp", "Mn", "Mc", "Me"})
+
+
 def clean_text(text: Any) -> str:
-    """NFC-normalise, turn control characters into spaces, collapse whitespace. Raises InputError if nothing is left."""
+    """NFC-normalise, turn control characters into spaces, collapse whitespace. Raises InputError if no visible
+    character is left (a letter, digit, punctuation mark or symbol)."""
     if not isinstance(text, str):
         raise InputError(f"Expected text (a str), got {type(text).__name__}.")
     if len(text) > MAX_CHARS:
@@ -209,8 +216,11 @@ def clean_text(text: Any) -> str:
     # those is empty; the joiners that shape a script (ZWJ, ZWNJ) stay inside words
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf" or ch in "\u200c\u200d")
     text = " ".join(text.split())
-    if not text:
-        raise InputError("The text is empty (or only spaces and control characters). Type a sentence to translate.")
+    if not any(unicodedata.category(ch) not in _INVISIBLE for ch in text):
+        raise InputError(
+            "The text is empty: it has no visible character (only spaces, control or invisible format characters, "
+            "or combining marks with no letter to sit on). Type a sentence to translate."
+        )
     return text
 
 
@@ -618,7 +628,8 @@ class Bundle:
         options = self.check_options(options, max_len=max_len)
         if not texts:
             raise InputError("translate_batch needs at least one text")
-        encoded = [self.encode_source(t, truncate=truncate)[0] for t in texts]
+        sources = [self._source(t, truncate) for t in texts]  # each cut and cleaned as translate cuts it
+        encoded = [ids for ids, _, _ in sources]
         src, keep = self.padded(encoded)
         width = src.shape[1]
         recorder = Recorder(self.model, qkv=record_qkv)
@@ -637,7 +648,9 @@ class Bundle:
         for b, n in enumerate(result.lengths):
             ids = [i for i in result.tokens[b, 1 : 1 + n].tolist() if i != self.config.eos_id]
             outs.append(self.tokenizer.decode(ids))
-        return outs, self._freeze(recorder, texts=[clean_text(t) for t in texts], outputs=outs, **self._rows(vocab))
+        return outs, self._freeze(
+            recorder, texts=[cleaned for _, _, cleaned in sources], outputs=outs, **self._rows(vocab)
+        )
 
 
 def weights_digest(model: Transformer) -> str:

@@ -315,6 +315,42 @@ def test_truncate_cuts_overlong_character_input_with_a_notice(bundle):
     assert out.truncated and any("characters" in n for n in out.notices)
 
 
+def test_translate_batch_cuts_an_overlong_text_as_translate_does(bundle):
+    """translate_batch(truncate=True) refused a text over MAX_CHARS characters that translate(truncate=True) cut."""
+    long = "Hello there. " * 600  # 7,800 characters, over the 5,000 limit
+    with pytest.raises(InputError, match="characters long"):
+        bundle.translate_batch([long, "Hello"], max_len=3)
+    outs, trace = bundle.translate_batch([long, "Hello"], max_len=3, truncate=True)
+    alone = bundle.translate(long, max_len=3, truncate=True)
+    assert len(outs) == 2 and outs[0] == alone.text
+    assert trace.meta["texts"][0] == alone.source_text and len(trace.meta["texts"][0]) <= core.bundle.MAX_CHARS
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\u200b\u200c\u200d",  # zero-width space, non-joiner, joiner: was translated from <unk>
+        "\u200c",
+        "\u200d \u200d",
+        "\ufeff\u2060",  # byte-order mark, word joiner
+        "\u0301\u0308",  # combining marks with no letter
+        "\u2028\u2029\u3000\u00a0",  # line / paragraph separators, ideographic and no-break spaces
+        "\U000e0041",  # a tag character (Cf)
+    ],
+)
+def test_a_text_with_no_visible_character_is_refused(bundle, text):
+    with pytest.raises(InputError, match="no visible character"):
+        bundle.translate(text)
+    with pytest.raises(InputError, match="no visible character"):
+        bundle.translate_batch(["Hello", text])
+
+
+@pytest.mark.parametrize("text", ["e\u0301", "a\u200db", "\u0915\u094d\u200d", "\U0001faea", "5", "?"])
+def test_a_text_with_one_visible_character_is_translated(bundle, text):
+    """A mark on a letter, joiners inside a word, an emoji newer than Python's tables (unassigned here)."""
+    assert bundle.translate(text, max_len=2).source_text
+
+
 def test_checkpoint_without_card_is_refused(tmp_path, tiny_checkpoint):
     broken = tmp_path / "nocard"
     shutil.copytree(tiny_checkpoint, broken)
