@@ -595,9 +595,23 @@ def replay() -> core.Translation | None:
 REPLAYED = ("ids.tgt", "output.ids", "output.probs", "output.top_ids", "output.top_probs")  # a translation's
 
 
+# the largest JSON trace opened for replay: reading JSON takes about eight times its size in memory (a 106 MB
+# trace peaked at 0.8 GB more), so one upload may cost the server ~0.5 GB; the app's longest runs (256 pieces, with
+# q/k/v) export ~100 MB of JSON but ~50 MB of .npz, which opens up to core.trace.MAX_ARCHIVE_BYTES unpacked
+MAX_JSON_TRACE_BYTES = 64 << 20
+
+
 def open_trace(data: bytes) -> str | None:
     """Open a trace file's bytes for replay; returns what is wrong with it (None when it opened). The pages read
-    a whole translation: every attention kind of its model and the output, as ``Bundle.translate`` records."""
+    a whole translation: every attention kind of its model and the output, as ``Bundle.translate`` records.
+    A JSON trace over MAX_JSON_TRACE_BYTES is refused before it is parsed."""
+    if data[:2] != b"PK" and len(data) > MAX_JSON_TRACE_BYTES:
+        return (
+            f"This trace is too large to open as JSON: the file is {len(data) / 2**20:,.0f} MiB, and a JSON trace "
+            f"is opened up to {MAX_JSON_TRACE_BYTES >> 20} MiB (reading JSON takes about eight times its size in "
+            "memory). Export the run as NPZ instead: exact, smaller, and opened up to "
+            f"{core.trace.MAX_ARCHIVE_BYTES >> 30} GiB unpacked."
+        )
     try:
         trace = core.Trace.load(data)
     except ValueError as exc:
