@@ -34,8 +34,14 @@ if _refusal:
     st.error(_refusal, icon=":material/gpp_bad:")
     st.stop()
 
-PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
-    key: st.Page(f"views/{key}.py", title=title, icon=f":material/{icon}:", url_path=key, default=key == "overview")
+PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too, but the overview's is the root
+    key: st.Page(
+        f"views/{key}.py",
+        title=title,
+        icon=f":material/{icon}:",
+        url_path=key if key != "overview" else "overview-at-root",  # a default page reserves its path unused
+        default=key == "overview",
+    )
     for key, title, icon in [
         ("overview", "Translate & overview", "translate"),
         ("head", "Head detail", "zoom_in"),
@@ -48,9 +54,19 @@ PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too
     ]
 }
 
+
+def _overview_by_name() -> None:
+    """/overview, typed or kept from an old link: the overview lives at the root path (Streamlit gives the default
+    page no path of its own and showed "Page not found" first), so go there with the link's values."""
+    st.switch_page(PAGES["overview"], query_params=st.query_params.to_dict())
+
+
+# hidden from the menu: only answers the path
+ALIASES = [st.Page(_overview_by_name, title="Translate & overview", url_path="overview", visibility="hidden")]
+
 state.init()
 state.warm_up()  # once per process: what the pages would import on their first visit
-page = st.navigation(list(PAGES.values()), position="sidebar")
+page = st.navigation([*PAGES.values(), *ALIASES], position="sidebar")
 first = st.session_state.pop("_first_page", "")
 if first in PAGES and page.url_path in ("", "overview") and first != "overview":
     st.switch_page(PAGES[first], query_params=st.query_params.to_dict())  # a link naming ?page=…

@@ -444,12 +444,41 @@ def init() -> None:
                 ss[name] = ss[name]  # widgets of other pages would otherwise forget their value
 
 
+def replay_link_values(saved: core.Translation, checkpoints: list[str]) -> dict[str, Any]:
+    """What a link made while ``saved`` is replayed carries instead of the sidebar's values: its sentence, its
+    switches and beam, and its model where that is a listed checkpoint (a link cannot carry the file itself, so
+    it asks the model to make the same run again). Switches as the sidebar holds them (the inverse of
+    ``options``)."""
+    o = saved.options
+    src, tgt = o.pe_on("src"), o.pe_on("tgt")
+    values: dict[str, Any] = {
+        "text": saved.source_text,
+        "text2": "",
+        "pe": src and tgt,
+        "pe_side": "both" if src == tgt else "encoder" if not src else "decoder",
+        "causal": o.causal_mask,
+        "padding": o.padding_mask,
+        "shortlist": o.shortlist,
+        "ablate": sorted(head_label(k, l, h) for k, l, h in o.ablate),
+        "beam": saved.beam_size if saved.beam_size in BEAMS else 1,
+        "whatif": (),
+    }
+    model = str(saved.trace.meta.get("model", ""))
+    values["ckpt"] = model if model in checkpoints else ""
+    return values
+
+
 def url_params(page: str) -> dict[str, str]:
-    """The current state as query parameters (defaults left out, checkpoint and text always in)."""
+    """The current state as query parameters (defaults left out, checkpoint and text always in); while a saved
+    trace is replayed, the trace's sentence, switches and model instead of the sidebar's."""
     ss = st.session_state
+    saved = replay()
+    from_trace = replay_link_values(saved, checkpoint_names()) if saved is not None else {}
     out = {"page": page}
     for name, param in PARAMS.items():
-        value = ss.get(name, param.default)
+        value = from_trace[name] if name in from_trace else ss.get(name, param.default)
+        if name == "ckpt" and from_trace and not value:
+            continue  # the trace's model is not a listed checkpoint: the link opens the default
         if name in ("ckpt", "text") or value != param.default:
             out[name] = param.dump(value)
     return out

@@ -52,6 +52,24 @@ def test_every_page_renders_from_a_reloaded_trace(saved: tuple[Path, core.Transl
         assert original.text.replace(".", "") in shown.replace("\\", "").replace(".", "")
 
 
+def test_the_address_bar_names_the_replayed_run_not_the_previous_sentence(saved: tuple[Path, core.Translation]) -> None:
+    """While a trace is replayed the link carried the sentence typed before it (and the sidebar's switches)."""
+    path, original = saved
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"text": "An earlier sentence.", "pe": "0"})
+    at.session_state["_replay"] = core.Translation(core.Trace.load(path))
+    at.run(timeout=TIMEOUT)
+    assert not at.exception
+    link = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert link["text"] == original.source_text == "The cat sleeps on the warm chair."
+    assert link["causal"] == "0" and "pe" not in link  # the trace's switches: causal mask off, positions on
+    assert "ckpt" not in link  # its model is not a checkpoint of this machine: the link opens the default
+    from viz_app import state
+
+    values = state.replay_link_values(original, [str(original.trace.meta["model"])])
+    assert values["ckpt"] == original.trace.meta["model"] and values["beam"] == 1
+
+
 def test_a_shortlist_trace_replays_the_steps_page(tmp_path: Path, tiny_checkpoint: Path) -> None:
     """The Steps page's shortlist note reads the trace (how many words of how many), not a model."""
     import shutil
