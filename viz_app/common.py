@@ -13,6 +13,7 @@ import streamlit as st
 import torch
 
 import core
+from core.language import check_language
 from core.segment import split_sentences
 from viz_app import claims, figures, state, teacher
 from viz_app.figures import plot_config, token_text
@@ -304,6 +305,9 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
     out = state.current(qkv=qkv)
     if out is not None:
         state.show_notices(out)
+        other = check_language(out.source_text, *bundle.languages, output=out.text).message()
+        if other:  # the text does not look like the model's source language (core.language)
+            st.warning(other, icon=":material/translate:")
     return out
 
 
