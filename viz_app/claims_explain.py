@@ -115,7 +115,7 @@ def ig_sum_line(a: Attribution) -> str:
         )
     return (
         f"Integrated gradients should add up to f(input) − f(baseline); the convergence delta is how far they miss. "
-        f"Here f(input) = {a.logprob if a.f_input is None else a.f_input:.4f} (log p with the real tokens), "
+        f"Here f(input) = {_nats(a.logprob if a.f_input is None else a.f_input)} (log p with the real tokens), "
         f"f(baseline) = {a.f_baseline:.4f} (tokens removed, positions kept), difference {a.difference:+.4f}; "
         f"the attributions add up to {total:+.4f}: delta {a.ig_delta:+.4f} ({a.ig_steps} steps)."
     )
@@ -142,6 +142,11 @@ def ig_trust(a: Attribution) -> tuple[bool, str]:
             "their sizes yet — integrate with more steps."
         )
     return True, f"The attributions add up to the difference within {rel:.1%} of it: they account for it."
+
+
+def _nats(value: float) -> str:
+    """A log-probability with enough digits to tell a near-certain word from exactly 0 (not '-0.0000')."""
+    return f"{value:.1e}" if 0 < abs(value) < 1e-3 else f"{value:.4f}"
 
 
 def _times(part: float, whole: float) -> str:

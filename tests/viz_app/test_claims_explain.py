@@ -81,8 +81,9 @@ def test_certainty_note_only_for_a_certain_word() -> None:
 
 def test_ig_sum_line_shows_both_ends_and_their_difference() -> None:
     line = ce.ig_sum_line(_attribution(-1e-5, -22.5, 0.4585))
-    assert "f(input) = -0.0000" in line and "f(baseline) = -22.5000" in line and "difference +22.5000" in line
+    assert "f(input) = -1.0e-05" in line and "f(baseline) = -22.5000" in line and "difference +22.5000" in line
     assert "add up to +22.9585: delta +0.4585 (32 steps)" in line
+    assert "f(input) = -0.2883 " in ce.ig_sum_line(_attribution(-0.2883, -7.9, 0.1))
     old = ce.ig_sum_line(_attribution(-1e-5, None, 0.4585))
     assert "f(baseline) =" not in old and "delta +0.4585 is how far they miss" in old
 
