@@ -1,14 +1,20 @@
-"""Pure Plotly builders for "What does each head do?": a statistic per head, and word alignments."""
+"""Pure builders for "What does each head do?": a statistic per head, word alignments, and the table of every head.
+
+Nothing here knows about Streamlit."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
-from viz_app.figures import DECIMALS, HOVER_TEXT_MAX, WEIGHTS_SCALE, base_layout, token_axis
+from core.analysis.heads import STAT_TITLES, STATS
+from viz_app.figures import DECIMALS, HOVER_TEXT_MAX, TITLE_TOP, WEIGHTS_SCALE, base_layout, token_axis
 
 SHORT = {  # a label's few letters, written in its square
     "previous-token": "prev",
@@ -72,6 +78,23 @@ def stat_heatmap(
     return fig
 
 
+WORD_FONT = 12  # px, the words of the link diagram
+WORD_ROW = 22  # px between two neighbouring words of a column (a 12 px line is about 15 px tall)
+CHAR_PX = 7.5  # px a character may take at 12 px (generous: wide letters and accents)
+WORD_MAX = 24  # characters of a word written in the diagram; a longer one is cut with '…' (hover has it whole)
+
+
+def word_label(word: str) -> str:
+    """A word as the link diagram writes it: cut to ``WORD_MAX`` characters, HTML-escaped."""
+    cut = word if len(word) <= WORD_MAX else word[: WORD_MAX - 1] + "…"
+    return html.escape(cut, quote=False)
+
+
+def label_px(word: str) -> int:
+    """Width in px that a word of the diagram may take (an estimate that errs wide)."""
+    return int(np.ceil(min(len(word), WORD_MAX) * CHAR_PX))
+
+
 def alignment_links(
     src_words: Sequence[str],
     tgt_words: Sequence[str],
@@ -80,13 +103,16 @@ def alignment_links(
     title: str,
     gold: tuple[set[tuple[int, int]], set[tuple[int, int]]] | None = None,
 ) -> go.Figure:
-    """The source sentence above, the translation below, a line per link (source word i, target word j).
+    """The source sentence down the left, the translation down the right, a line per link (source word i, target
+    word j). One word per line, ``WORD_ROW`` px apart, so words never run into each other at any sentence length
+    (side by side in a row they did: 'lighthousekeeper'); the figure grows taller instead, and the side margins are
+    as wide as the longest word.
 
     With ``gold`` (sure, possible): links that are sure are solid green, possible dashed green, wrong red;
     gold links the heads missed are grey dotted."""
     n = max(len(src_words), len(tgt_words), 1)
-    xs = np.linspace(0, n - 1, len(src_words)) if len(src_words) > 1 else np.array([0.0])
-    xt = np.linspace(0, n - 1, len(tgt_words)) if len(tgt_words) > 1 else np.array([0.0])
+    ys = np.linspace(0, n - 1, len(src_words)) if len(src_words) > 1 else np.array([0.0])
+    yt = np.linspace(0, n - 1, len(tgt_words)) if len(tgt_words) > 1 else np.array([0.0])
     fig = go.Figure()
     sure, possible = gold if gold is not None else (set(), set())
 
@@ -111,9 +137,9 @@ def alignment_links(
         y: list[float | None] = []
         text: list[str] = []
         for i, j in pairs:  # segments separated by gaps (None)
-            label = f"{src_words[i]} → {tgt_words[j]} ({name})"
-            x += [float(xs[i]), float(xt[j]), None]
-            y += [1, 0, None]
+            label = f"{html.escape(src_words[i])} → {html.escape(tgt_words[j])} ({name})"
+            x += [0.0, 1.0, None]
+            y += [float(ys[i]), float(yt[j]), None]
             text += [label, label, ""]
         fig.add_trace(
             go.Scatter(
@@ -127,22 +153,35 @@ def alignment_links(
                 showlegend=False,
             )
         )
-    for y, xpos, words in ((1, xs, src_words), (0, xt, tgt_words)):
+    for side, (xpos, ypos, words) in enumerate(((0.0, ys, src_words), (1.0, yt, tgt_words))):
         fig.add_trace(
             go.Scatter(
-                x=list(xpos),
-                y=[y] * len(words),
+                x=[xpos] * len(words),
+                y=list(ypos),
                 mode="markers+text",
-                text=list(words),
-                textposition="top center" if y == 1 else "bottom center",
+                text=[word_label(w) for w in words],
+                hovertext=[
+                    f"{'source' if side == 0 else 'target'} word {k + 1}: {html.escape(w)}" for k, w in enumerate(words)
+                ],
+                textposition="middle left" if side == 0 else "middle right",
+                textfont=dict(size=WORD_FONT, color="#222"),
                 marker=dict(size=7, color="#333"),
                 hoverinfo="text",
+                cliponaxis=False,  # the words stand in the side margins, outside the plot area
+                name="source words" if side == 0 else "target words",
                 showlegend=False,
             )
         )
-    base_layout(fig, title, height=300)
-    fig.update_xaxes(visible=False, range=[-0.8, n - 0.2])
-    fig.update_yaxes(visible=False, range=[-0.5, 1.5])
+    base_layout(fig, title, height=max(n * WORD_ROW, 120) + TITLE_TOP + 10)  # plot area: a row per word
+    pad = 16  # the marker, and a gap between it and its word
+    left = max((label_px(w) for w in src_words), default=0) + pad
+    right = max((label_px(w) for w in tgt_words), default=0) + pad
+    fig.update_layout(margin=dict(l=10 + left, r=10 + right, b=10))
+    fig.update_xaxes(visible=False, range=[0.0, 1.0], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[n - 0.5, -0.5], fixedrange=True)  # first words on top
+    head = dict(xref="paper", yref="paper", y=1.0, yanchor="bottom", showarrow=False, font=dict(size=12, color="#555"))
+    fig.add_annotation(text="source", x=0.0, xanchor="right", xshift=-6, **head)
+    fig.add_annotation(text="translation", x=1.0, xanchor="left", xshift=6, **head)
     return fig
 
 
@@ -193,3 +232,88 @@ def alignment_matrix(
     fig.update_yaxes(**token_axis(tgt_words, "target word", first=first), autorange="reversed")
     fig.update_layout(showlegend=False)
     return fig
+
+
+# ----------------------------------------------------------------------------- the table of every head
+MISSING = "—"  # a cell with no value (pandas' NaN would be drawn as the word 'None')
+AER = "alignment AER"
+
+
+@dataclass(frozen=True)
+class HeadTable:
+    """The table of every head: ``frame`` (one row per head; the labels right after the head's name so they are
+    seen without scrolling), ``help`` (column -> what it holds and, where some cells are empty, why), ``widths``
+    (column -> px, for the text columns: sized by their longest cell, as the grid sizes them by the first rows only
+    and cut 'EOS sink' to 'EOS sin') and ``note`` (a line under the table, '' when every cell has a value)."""
+
+    frame: pd.DataFrame
+    help: dict[str, str]
+    widths: dict[str, int]
+    note: str
+    as_text: tuple[str, ...] = ()  # number columns with a missing value, written as text (see ``numbers_as_text``)
+
+
+def missing_reason(column: str, kind: str) -> str:
+    """Why the statistic ``column`` has no value for a head of ``kind``."""
+    if column == AER:
+        if kind != "cross":
+            return "only cross-attention heads are scored as word aligners"
+        return "the hand-aligned gold sentences gave this head no score"
+    if kind == "cross" and column in ("previous", "next"):
+        return "cross-attention has no previous or next token (its keys are the source)"
+    if kind == "decoder" and column == "next":
+        return "the causal mask hides the next token from the decoder"
+    return "no query row defines it (a row that may see one key only is left out)"
+
+
+def head_table(rows: Sequence[Mapping[str, Any]], kind_names: Mapping[str, str]) -> HeadTable:
+    """``HeadStatistics.table()`` rows as the page shows them: the kind by its short name ('cross', the column's help
+    names each in full from ``kind_names``), each missing value's reason in its column's help, by kind ('— for
+    cross: cross-attention has no previous or next token …')."""
+    frame = pd.DataFrame(list(rows))
+    if frame.empty:
+        return HeadTable(frame, {}, {}, "")
+    order = ["kind", "layer", "head", "labels", *[c for c in (*STATS, AER) if c in frame.columns], "evidence"]
+    frame = frame[[c for c in order if c in frame.columns]]
+    helps: dict[str, str] = {"labels": "What the head does, by the rules under 'How to read this'"}
+    helps["evidence"] = "The statistic behind each label, and over how many query rows"
+    for column in (*STATS, AER):
+        if column not in frame.columns:
+            continue
+        what = STAT_TITLES.get(column, "alignment error rate on hand-aligned sentences, 0 = perfect (cross heads)")
+        empty = frame[column].isna()
+        reasons: dict[str, list[str]] = {}
+        for kind in dict.fromkeys(frame.loc[empty, "kind"]):
+            reasons.setdefault(missing_reason(column, kind), []).append(kind)
+        said = "; ".join(f"{MISSING} for {' and '.join(kinds)}: {why}" for why, kinds in reasons.items())
+        helps[column] = f"{what[0].upper()}{what[1:]}." + (f" {said}." if said else "")
+    helps["kind"] = "; ".join(f"{k} = {kind_names.get(k, k)}" for k in dict.fromkeys(frame["kind"]))
+    columns = [c for c in (*STATS, AER) if c in frame.columns and frame[c].isna().any()]
+    note = (
+        f"{MISSING} marks a statistic with no value for that head ({', '.join(columns)}); hover the column's name "
+        "for why."
+        if columns
+        else ""
+    )
+    widths = {c: text_column_px(frame[c]) for c in ("kind", "labels", "evidence") if c in frame.columns}
+    for c in columns:
+        frame[c] = numbers_as_text(frame[c])
+    return HeadTable(frame, helps, widths, note, tuple(columns))
+
+
+def numbers_as_text(values: pd.Series, decimals: int = 3) -> list[str]:
+    """A number column with gaps as text: '0.458', and ``MISSING`` for no value (Streamlit's table draws an empty
+    number as the word 'None', whatever the formatting says). Padded on the left with spaces to one width, so that
+    sorting the text still sorts by value (' 3.650' before '12.100'; '—' after every number)."""
+    shown = [None if pd.isna(v) else f"{float(v):.{decimals}f}" for v in values]
+    width = max((len(x) for x in shown if x is not None), default=0)
+    return [MISSING if x is None else x.rjust(width) for x in shown]
+
+
+TABLE_CHAR_PX = 7.5  # px a character of the table's 14 px font may take (errs wide)
+
+
+def text_column_px(values: pd.Series, *, most: int = 480) -> int:
+    """Width in px that shows a text column's longest cell and its name whole (at most ``most``)."""
+    longest = max([len(str(values.name)), *(len(str(v)) for v in values)])
+    return int(min(most, np.ceil(longest * TABLE_CHAR_PX) + 28))

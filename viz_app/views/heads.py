@@ -94,10 +94,22 @@ if out is not None:
                     key=f"stat_{kind}",
                 )
         st.caption("The words in the squares are the heads' labels (hover for the evidence).")
-        table = pd.DataFrame(stats.table())
-        table["kind"] = table["kind"].map(state.KINDS)
-        st.dataframe(table, width="stretch", hide_index=True, height=320)
-        st.caption("Click a column's name to sort by it.")
+        table = figures_heads.head_table(stats.table(), state.KINDS)
+        st.dataframe(
+            table.frame.style.format(precision=3),
+            width="stretch",
+            hide_index=True,
+            height=320,
+            column_config={
+                c: st.column_config.Column(
+                    help=table.help.get(c),
+                    width=table.widths.get(c),
+                    alignment="right" if c in table.as_text else None,
+                )
+                for c in table.help.keys() | table.widths.keys()
+            },
+        )
+        st.caption(" ".join(x for x in ("Click a column's name to sort by it.", table.note) if x))
 
     st.subheader("Word alignment from cross-attention")
     trace = out.trace
