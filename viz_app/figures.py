@@ -101,16 +101,76 @@ def aggregate(attention: np.ndarray, how: str) -> np.ndarray:
     raise ValueError(f"unknown aggregation {how!r}; use 'mean' or 'max'")
 
 
-def base_layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    """Title (left-aligned), height, font, margins and a white plot area."""
+TITLE_TOP = 70  # px above the plot area for a one-line title (it starts 20 px from the top)
+TITLE_LINE = 22  # px each further title line takes (16 px font)
+NO_CHANGE_TOL = 1e-9  # a difference smaller than this is no difference
+NO_CHANGE = "no change: every weight is the same in both runs"
+
+
+def wrap_title(text: str, width: int | None) -> str:
+    """``text`` broken at spaces into lines of at most ``width`` characters, joined by '<br>' (Plotly's line break),
+    so that a title in a narrow column wraps instead of running past the chart's right edge (Plotly never wraps
+    on its own). A word longer than ``width`` keeps a line to itself; ``width`` None leaves the title as it is."""
+    if width is None or len(text) <= width:
+        return text
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def title_lines(title: str) -> int:
+    """How many lines a (wrapped) title takes."""
+    return title.count("<br>") + 1
+
+
+def base_layout(fig: go.Figure, title: str, height: int, *, wrap: int | None = None, top: int = 0) -> go.Figure:
+    """Title (left-aligned, wrapped at ``wrap`` characters: the top margin grows by a line for each), height, font,
+    margins and a white plot area. ``top``: extra px above the plot area (for a legend placed there)."""
+    title = wrap_title(title, wrap)
+    extra = TITLE_LINE * (title_lines(title) - 1) + top
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16)),
-        height=height,
+        title=dict(
+            text=title,
+            x=0.0,
+            xanchor="left",
+            y=1.0,
+            yref="container",
+            yanchor="top",
+            pad=dict(t=20),
+            font=dict(size=16),
+        ),
+        height=height + extra,
         font=FONT,
-        margin=dict(l=10, r=10, t=70, b=10),
+        margin=dict(l=10, r=10, t=TITLE_TOP + extra, b=10),
         plot_bgcolor="white",
     )
     return fig
+
+
+def unchanged(values: np.ndarray, tol: float = NO_CHANGE_TOL) -> bool:
+    """True when every finite value of a difference is zero (|x| < ``tol``): the two runs agree there. NaN and ±inf
+    (masked cells) are left out."""
+    z = np.asarray(values, dtype=np.float64)
+    return bool(np.all(np.abs(z[np.isfinite(z)]) < tol))
+
+
+def no_change_note(**where: Any) -> dict[str, Any]:
+    """The annotation a difference map gets where nothing changed (blank otherwise: white on white, no word)."""
+    spec: dict[str, Any] = dict(
+        text=NO_CHANGE,
+        showarrow=False,
+        font=dict(size=15, color="#333"),
+        bgcolor="rgba(255,255,255,0.9)",
+        bordercolor="#888",
+        borderpad=6,
+        name="no change",
+    )
+    spec.update(where)
+    return spec
 
 
 MAX_TICKS = 50  # above this many tokens an axis labels every k-th one (hover and zoom still name each)
@@ -239,6 +299,8 @@ def head_heatmap(
         )
     n_q, n_k = z.shape
     base_layout(fig, title, height=int(min(1500, max(380, 22 * n_q + 190))))
+    if values == "difference" and unchanged(matrix):
+        fig.add_annotation(**no_change_note(xref="paper", yref="paper", x=0.5, y=0.5))
     first = trace["x"][0]  # 1 where the hover names positions
     fig.update_xaxes(**token_axis(k_tokens, "key (attended to)", first=first), tickangle=-60)
     fig.update_yaxes(**token_axis(q_tokens, "query (attending)", first=first), autorange="reversed")
@@ -284,13 +346,16 @@ def attention_grid(
     0..max for weights, or symmetric around 0 with ``diverging`` (differences). ``ablated``
     heads are marked 'off'; ``selected`` (layer, head) is outlined; ``head_labels`` (layer, head) -> text is
     written small under each labelled head's square (what "What does each head do?" found). ``mask`` (Tq, Tk),
-    True where a query may attend: blocked cells are left grey, distinct from a weight of zero.
+    True where a query may attend: blocked cells are left grey, distinct from a weight of zero. A difference grid
+    (``diverging``) where nothing changed says so in words; where only some heads are unchanged, each of those
+    squares reads 'no change' (an all-white square could also be a drawing that failed).
     """
     n_layers, (n_heads, n_q, n_k) = len(maps), maps[0].shape
     height = n_layers * (cell + 16) + 110
     layout = copy.deepcopy(_grid_layout(n_layers, height))
     masked = mask is not None and mask.shape == (n_q, n_k) and not mask.all()
     zs = [np.where(mask[None], m, np.nan) if masked and mask is not None else m for m in maps]
+    same = [[diverging and unchanged(z[h]) for h in range(n_heads)] for z in zs]  # before pooling and rounding
     fq, fk = -(-n_q // GRID_MAX), -(-n_k // GRID_MAX)
     if fq > 1 or fk > 1:  # long inputs: each square shows the largest weight of a block of tokens (pooled)
         zs = [pool_max(z, fq, fk) for z in zs]
@@ -359,6 +424,21 @@ def attention_grid(
         )
         for h in range(n_heads):
             box = dict(xref=f"x{i}", yref=f"y{i}", x0=h * width - 0.5, x1=h * width + n_k - 0.5, y0=-0.5, y1=n_q - 0.5)
+            if same[l][h] and not all(all(row) for row in same):  # the whole grid unchanged: said once, below
+                notes.append(
+                    dict(
+                        text="no change",
+                        x=h * width + (n_k - 1) / 2,
+                        y=(n_q - 1) / 2,
+                        xref=f"x{i}",
+                        yref=f"y{i}",
+                        yshift=-16 if (l, h) in off else 0,  # under the 'off' note
+                        showarrow=False,
+                        font=dict(size=11, color="#333"),
+                        bgcolor="rgba(255,255,255,0.75)",
+                        name=f"no change L{l + 1} H{h + 1}",
+                    )
+                )
             if (l, h) in off:
                 notes.append(
                     dict(
@@ -389,6 +469,8 @@ def attention_grid(
                         name=f"label L{l + 1} H{h + 1}",
                     )
                 )
+    if diverging and all(all(row) for row in same):
+        notes.append(no_change_note(xref="paper", yref="paper", x=0.5, y=0.5))
     layout.update(annotations=notes, shapes=shapes)
     return go.Figure(data=data, layout=layout)
 
@@ -418,8 +500,14 @@ def pooled_labels(tokens: Sequence[str], f: int) -> list[str]:
     return [f"{i + 1}–{min(i + f, n)} {tokens[i]}…" if f > 1 else tokens[i] for i in range(0, n, f)]
 
 
-def step_attention(rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, title: str) -> go.Figure:
-    """At one decoding step: every layer/head's attention row (y = 'L1 H1' …, x = keys)."""
+COLUMN_TITLE = 60  # characters a title may take on a line in a two-thirds column (about 540 px at 1280 px wide)
+
+
+def step_attention(
+    rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, title: str, wrap: int | None = COLUMN_TITLE
+) -> go.Figure:
+    """At one decoding step: every layer/head's attention row (y = 'L1 H1' …, x = keys). The title wraps at ``wrap``
+    characters (the Steps page shows this chart in a column two thirds wide: one line ran past its edge)."""
     z = rounded(np.concatenate(list(rows), axis=0))  # (L*H, n_key)
     n_heads = rows[0].shape[0]
     labels = [f"L{l + 1} H{h + 1}" for l in range(len(rows)) for h in range(n_heads)]
@@ -438,7 +526,7 @@ def step_attention(rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, tit
             colorbar=dict(title=dict(text="weight")),
         )
     )
-    base_layout(fig, title, height=int(max(260, 18 * z.shape[0] + 170)))
+    base_layout(fig, title, height=int(max(260, 18 * z.shape[0] + 170)), wrap=wrap)
     fig.update_xaxes(**token_axis(key_tokens, "key"), tickangle=-60)
     fig.update_yaxes(autorange="reversed", showgrid=False, tickfont=dict(size=10))
     return fig
@@ -630,15 +718,21 @@ def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Fi
     return base_layout(fig, title, height=560)
 
 
+LEGEND_ROW = 28  # px for a one-row horizontal legend above the plot area
+LEGEND_NAME = 30  # a legend entry longer than this is named generically (a long list of switches would wrap)
+FULL_TITLE = 100  # characters a title may take on a line across the page (about 820 px at 1280 px wide)
+
+
 def token_logprob_bars(tokens: Sequence[str], p_trained: np.ndarray, p_switched: np.ndarray, *, note: str) -> go.Figure:
     """Grouped bars: each output piece's log-probability as trained and with the switches (same decoder inputs)."""
     floor = -30.0  # log(0) would be -inf: drawn at the floor, with the exact value on hover
     lp = [np.maximum(np.log(np.clip(p, 1e-300, None)), floor) for p in (p_trained, p_switched)]
     x = [f"{i + 1} {html.escape(t)}" for i, t in enumerate(tokens)]
+    switched = note if len(note) <= LEGEND_NAME else "with the switches"  # the title names them all
     fig = go.Figure(
         [
             go.Bar(x=x, y=lp[0], name="as trained", marker_color="#4c72b0", customdata=p_trained),
-            go.Bar(x=x, y=lp[1], name=html.escape(note), marker_color="#dd8452", customdata=p_switched),
+            go.Bar(x=x, y=lp[1], name=html.escape(switched), marker_color="#dd8452", customdata=p_switched),
         ]
     )
     fig.update_traces(hovertemplate="%{x}<br>log p %{y:.3f} (p %{customdata:.4f})<extra>%{fullData.name}</extra>")
@@ -646,7 +740,10 @@ def token_logprob_bars(tokens: Sequence[str], p_trained: np.ndarray, p_switched:
         fig,
         titled("Log-probability of each as-trained output piece: as trained (blue) and with the switches", note),
         height=320,
+        wrap=FULL_TITLE,
+        top=LEGEND_ROW,
     )
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
+    # the legend sits in its own row between the title and the plot area (inside it, it covered the last bars)
+    fig.update_layout(barmode="group", legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom"))
     fig.update_yaxes(title=dict(text="log p"))
     return fig

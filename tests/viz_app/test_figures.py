@@ -311,3 +311,73 @@ def test_ordinals_read_as_english() -> None:
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th", "112th",
     ]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- nothing drawn on top of anything
+def test_log_prob_legend_sits_above_the_bars_not_on_them() -> None:
+    """Inside the plot area (y 1.12 of a 320 px chart) the legend covered bars 14–17 of an 18-piece sentence."""
+    n = 18
+    p = np.linspace(0.99, 0.5, n)
+    fig = figures.token_logprob_bars([f"▁w{i}" for i in range(n)], p, p / 1e4, note="PE off")
+    legend = fig.layout.legend
+    assert legend.orientation == "h" and legend.yanchor == "bottom" and legend.y >= 1.0  # wholly above the bars
+    title_px = 20 + figures.TITLE_LINE * figures.title_lines(fig.layout.title.text)  # pad, then the title's lines
+    assert fig.layout.margin.t >= title_px + figures.LEGEND_ROW  # room for the legend between title and bars
+    long = figures.token_logprob_bars(["▁a"], np.array([0.5]), np.array([0.1]), note="PE off, " + "L1H1, " * 20)
+    assert long.data[1].name == "with the switches"  # a list of switches would wrap the legend into the title
+    assert "<br>" in long.layout.title.text  # the long title wraps (the margin grows with it)
+    assert long.layout.margin.t == fig.layout.margin.t + figures.TITLE_LINE * (
+        figures.title_lines(long.layout.title.text) - 1
+    )
+
+
+def test_titles_wrap_at_the_width_given() -> None:
+    title = "Decoder self-attention at step 12: every layer/head over the pieces so far — PE off, causal mask off"
+    wrapped = figures.wrap_title(title, 60)
+    lines = wrapped.split("<br>")
+    assert len(lines) == 2 and all(len(x) <= 60 for x in lines) and " ".join(lines) == title
+    assert figures.wrap_title("short", 60) == "short" and figures.wrap_title(title, None) == title
+    assert figures.wrap_title("a " + "x" * 70, 60) == "a<br>" + "x" * 70  # a long word keeps a line to itself
+
+
+def test_steps_decoder_title_wraps_instead_of_running_past_the_column() -> None:
+    """On the Steps page this chart is two thirds wide (about 540 px at 1280 px): one line was cut at 'PE'."""
+    rows = [_weights(2, 1, 3, seed=s)[:, 0, :] for s in range(2)]
+    title = "Decoder self-attention at step 3: every layer/head over the pieces so far — PE off"
+    fig = figures.step_attention(rows, TGT[:3], title=title)
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) == 2 and max(map(len, lines)) <= figures.COLUMN_TITLE
+    one_line = figures.step_attention(rows, TGT[:3], title="step 3")
+    assert fig.layout.margin.t == one_line.layout.margin.t + figures.TITLE_LINE  # the plot moves down a line
+    assert fig.layout.height == one_line.layout.height + figures.TITLE_LINE  # and keeps its own height
+
+
+def _no_change_notes(fig: go.Figure) -> list[str]:
+    return [a.text for a in fig.layout.annotations if a.text and a.text.startswith("no change")]
+
+
+def test_a_difference_map_where_nothing_changed_says_so() -> None:
+    zero = np.zeros((3, 4), dtype=np.float32)
+    fig = figures.head_heatmap(zero, TGT[:3], SRC[:4], title="Δ", values="difference")
+    assert _no_change_notes(fig) == [figures.NO_CHANGE]
+    changed = zero.copy()
+    changed[1, 2] = 1e-6  # tiny, but a change: no claim that nothing changed
+    assert _no_change_notes(figures.head_heatmap(changed, TGT[:3], SRC[:4], title="Δ", values="difference")) == []
+    weights = figures.head_heatmap(zero, TGT[:3], SRC[:4], title="w")  # weights of 0 are not a difference
+    assert _no_change_notes(weights) == []
+
+
+def test_a_difference_grid_names_the_unchanged_heads_or_says_nothing_changed() -> None:
+    still = [np.zeros((2, 3, 3), dtype=np.float32), np.zeros((2, 3, 3), dtype=np.float32)]
+    grid = figures.attention_grid(still, TGT[:3], TGT[:3], title="Δ", diverging=True)
+    assert _no_change_notes(grid) == [figures.NO_CHANGE]  # once, for the whole grid
+    some = [still[0], _weights(2, 3, 3) - _weights(2, 3, 3, seed=1)]
+    some[1][1] = 0.0  # L2 H2 unchanged too
+    grid = figures.attention_grid(some, TGT[:3], TGT[:3], title="Δ", diverging=True, ablated=[(0, 0)])
+    notes = [a for a in grid.layout.annotations if a.text == "no change"]
+    assert sorted(a.name for a in notes) == ["no change L1 H1", "no change L1 H2", "no change L2 H2"]
+    assert figures.NO_CHANGE not in _no_change_notes(grid)
+    under_off = next(a for a in notes if a.name == "no change L1 H1")
+    assert under_off.yshift < 0 and under_off.yref == "y"  # below the 'off' note of the same square, in its panel
+    plain = figures.attention_grid(still, TGT[:3], TGT[:3], title="w")  # weights grid: no claim about change
+    assert _no_change_notes(plain) == []
