@@ -1,0 +1,85 @@
+"""The teacher beside its student: on a checkpoint distilled from another one (config.json's ``teacher``, written
+by the distillation's publish stage), the teacher's translation of the same sentence under the student's, with
+the words that differ marked, so that a learner sees which words are the student's own.
+
+``common.translation_header`` calls ``beside``; this module reads ``common.md`` and ``common.marked_words`` at
+call time (each imports the other)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+import core
+from core.importers.bergamot_wheel import DIRECTIONS
+from viz_app import common, state
+
+IMPORTED = frozenset(f"bergamot-{d}" for d in DIRECTIONS)  # the folders `make models` writes
+
+
+def teacher_name(info: Mapping[str, Any]) -> str | None:
+    """The checkpoint folder name of the teacher a checkpoint's config.json names (None: not distilled)."""
+    teacher = info.get("teacher")
+    return Path(teacher).name or None if isinstance(teacher, str) and teacher.strip() else None
+
+
+def own_words(teacher_text: str, student_text: str) -> list[str]:
+    """The student's words that are not matched by the teacher's (word by word, in order, as the marks show)."""
+    a, b = teacher_text.split(), student_text.split()
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    return [w for op, _, _, j1, j2 in matcher.get_opcodes() if op != "equal" for w in b[j1:j2]]
+
+
+def comparison_line(teacher: str, teacher_text: str, student_text: str) -> str:
+    """What the comparison shows, from the two translations."""
+    own = own_words(teacher_text, student_text)
+    if teacher_text == student_text:
+        return f"The teacher `{teacher}` writes the same translation: none of these words is the student's own."
+    if not own:
+        return f"Every word of the student's translation is also in the teacher's (`{teacher}`), which has more."
+    n = len(student_text.split())
+    return (
+        f"{len(own)} of the student's {n} words are not the teacher's (`{teacher}`; marked): the student's own choices."
+    )
+
+
+def missing_line(teacher: str, names: Sequence[str]) -> str:
+    """How to get an absent teacher (``names``: the checkpoints there are)."""
+    if teacher in IMPORTED:
+        return (
+            f"This model was distilled from `{teacher}`, which is not in the checkpoints folder: `make models` "
+            "imports it, and its translation then shows here beside the student's."
+        )
+    return (
+        f"This model was distilled from `{teacher}`, which is not among the checkpoints "
+        f"({', '.join(f'`{n}`' for n in names) or 'none'}); put it there to see its translation beside the student's."
+    )
+
+
+def beside(out: core.Translation) -> None:
+    """Under the translation header: the teacher's translation (as trained, the same beam) with the words that
+    differ from ``out``'s (the selected checkpoint's) marked, or one caption on how to get the teacher. Nothing
+    for a model without one, or while a saved trace is replayed."""
+    bundle = state.bundle() if state.replay() is None else None
+    name = teacher_name(bundle.info) if bundle is not None else None
+    if name is None:
+        return
+    names = state.checkpoint_names()
+    if name not in names:
+        st.caption(missing_line(name, names))
+        return
+    path = str(state.checkpoint_root() / name)
+    key = state.options_key(core.InferenceOptions())
+    text = state.sentence()
+    theirs = state.guarded(lambda: state.translate(path, text, key, out.beam_size))
+    if theirs is None:
+        return
+    teacher_marked, student_marked = common.marked_words(theirs.text, out.text)
+    c1, c2 = st.columns(2)
+    c1.markdown(f"**Teacher ({common.md(name)}, as trained):** {teacher_marked}")
+    c2.markdown(f"**This student:** {student_marked}")
+    st.caption(comparison_line(name, theirs.text, out.text))
