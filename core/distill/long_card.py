@@ -2,10 +2,11 @@
 
 Measured here, on the machine that publishes (greedy, against the teacher's greedy output):
 fidelity by source length (``core.distill.fidelity``, on the run's held-out test sources, joined where longer),
-optionally the same for an earlier student (``--compare-student``); the held-out test sentences one by one,
-as trained and with the decoder's causal mask off or its self-attention heads ablated; a side-by-side of
-everyday inputs; the alignment-heads table (``core.analysis.survey``). The training figures come from the
-run's ``summary.json`` and ``log.jsonl`` (``--run-dir``), wherever the run was made.
+optionally the same for an earlier student (``--compare-student``); invented words of the teacher and the
+student on the same inputs (``core.distill.invented``, where Debian's word lists are installed); the held-out
+test sentences one by one, as trained and with the decoder's causal mask off or its self-attention heads ablated;
+a side-by-side of everyday inputs; the alignment-heads table (``core.analysis.survey``). The training figures
+come from the run's ``summary.json`` and ``log.jsonl`` (``--run-dir``), wherever the run was made.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, read_config, save_checkpoint
 from ..config import InferenceOptions, heads
+from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import score, translate_many
@@ -37,6 +39,7 @@ from .fidelity import (
     source_sentences,
     word_list,
 )
+from .invented import InventedTable, dictionary, invented_section, measure
 from .student import SCOPES
 
 LANGUAGES = {"en": "English", "pt": "Portuguese", "de": "German"}
@@ -94,6 +97,7 @@ class Measured:
     n_heads: int
     has_word_list: bool
     corpus_words: int  # words (distinct) of the teacher's translations of the distillation corpus counted as known
+    invented: InventedTable | None = None  # invented words of teacher and student (None: no word list installed)
 
 
 def goal_verdict(rows: list[BucketFidelity]) -> dict[str, bool | None]:
@@ -145,6 +149,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         compare_rows = fidelity(
             earlier, teacher, earlier_tok, buckets, teacher_tokenizer=tok, word_list=known, language=tgt_lang
         )
+    invented = measure_invented(teacher, student, tok, buckets, tgt_lang)
     switches = switch_rows(student, tok, test_src, test_ref)
     everyday = everyday_inputs(src_lang, test_src)
     side = {
@@ -189,10 +194,43 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         n_heads=student.config.n_heads,
         has_word_list=bool(debian),
         corpus_words=len(corpus_known),
+        invented=invented,
     )
     write_card_file(out, _card(args, summary, sources, measured, out))
     print(f"published {out} ({folder_mb(out):.1f} MB)", flush=True)
     return out
+
+
+def measure_invented(
+    teacher: Transformer, student: Transformer, tok: Tokenizer, buckets: list[list[str]], language: str
+) -> InventedTable | None:
+    """Invented words of the teacher and the student on the fidelity buckets (``core.distill.invented``); None,
+    with a note, when the target language's Debian word lists are not installed."""
+    try:
+        known = dictionary(language)
+    except InputError as exc:
+        print(f"publish: invented words not measured: {exc}", flush=True)
+        return None
+    t0 = time.perf_counter()
+    table = measure(teacher, student, tok, buckets, known, language)
+    print(f"publish: invented words in {time.perf_counter() - t0:.0f} s", flush=True)
+    return table
+
+
+def invented_card_section(
+    args: argparse.Namespace, table: InventedTable, out: Path, per_bucket: str, second: bool
+) -> str:
+    """The card's "Invented words" section (``per_bucket``: the inputs per bucket, as the fidelity table says;
+    ``second``: the sources are a first run's teacher outputs)."""
+    made_from = "translations of the Ding **test** sentences" if second else "Ding **test** sentences"
+    sources = Path(args.data_dir) / "test.src"
+    command = f"python -m core eval --invented-words --teacher {args.teacher} --checkpoint {out} --sources {sources}"
+    return invented_section(
+        table,
+        teacher_name=Path(args.teacher).name,
+        inputs=f"the {per_bucket} held-out inputs per length bucket of the table above (from the {made_from})",
+        command=command + (f" --per-bucket {args.per_bucket}" if args.per_bucket != 100 else ""),
+    )
 
 
 def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, out: Path) -> str:
@@ -330,6 +368,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         f"--sources {Path(args.data_dir) / 'test.src'}"
         + (f" --per-bucket {args.per_bucket}`" if args.per_bucket != 100 else "`"),
         "",
+        *([invented_card_section(args, m.invented, out, "/".join(map(str, n_per)), second)] if m.invented else []),
         "## Held-out sentences one by one, and the switches\n",
         f"The {n_test:,} {test_inputs.replace('**', '')}, greedy, against the teacher's greedy output.\n",
         md_table(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
+import core
 from core.cli import main
 from core.distill import invented as invented_module
+from core.distill import long_card
+from core.distill.fidelity import WORDLISTS
 from core.distill.invented import (
     Invented,
     InventedTable,
@@ -105,11 +109,11 @@ def test_the_card_section_names_the_rule_the_figures_and_the_command() -> None:
     )
     assert text.startswith("## Invented words") and "`wbrazilian`, `wportuguese`" in text
     assert "Reproduce: `python -m core X`" in text and "on some inputs" in text
-    assert "an adverb in -mente" in text
+    assert "an adverb in -mente" in text and "object pronouns after a verb" in text
     english = invented_section(
         InventedTable("en", table.teacher, table.student), teacher_name="t", inputs="", command=""
     )
-    assert "-mente" not in english and "`wamerican`, `wbritish`" in english
+    assert "-mente" not in english and "pronouns" not in english and "`wamerican`, `wbritish`" in english
 
 
 def test_the_eval_option_counts_both_models(tiny_checkpoint, tmp_path, capsys, monkeypatch) -> None:
@@ -136,7 +140,7 @@ def test_the_eval_option_needs_a_teacher(tiny_checkpoint, capsys) -> None:
 
 
 @pytest.mark.skipif(
-    not Path("/usr/share/dict/brazilian").is_file() or not Path("/usr/share/dict/american-english").is_file(),
+    not all((Path("/") / member).is_file() for lists in WORDLISTS.values() for member in lists.values()),
     reason="Debian's word lists are not installed (make test installs them with apt-get where it can)",
 )
 def test_the_real_word_lists() -> None:
@@ -145,3 +149,21 @@ def test_the_real_word_lists() -> None:
     assert not is_invented("guarda-chuva", pt, "pt") and not is_invented("diga-me", pt, "pt")
     assert not is_invented("lighthouse", en, "en") and not is_invented("don't", en, "en")
     assert is_invented("jewelleaf", en, "en")
+
+
+def test_the_card_writer_measures_and_words_the_section(tiny_checkpoint, monkeypatch) -> None:
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    buckets = [["Hello there."], ["The cat sleeps on the warm chair."], [], []]
+    assert long_card.measure_invented(bundle.model, bundle.model, bundle.tokenizer, buckets, "de") is None  # no list
+    monkeypatch.setattr(long_card, "dictionary", lambda language: frozenset())
+    table = long_card.measure_invented(bundle.model, bundle.model, bundle.tokenizer, buckets, "pt")
+    assert table is not None and table.teacher == table.student and len(table.student) == 4
+    assert table.student[2] == Invented(0, 0, ())  # an empty bucket
+    args = argparse.Namespace(data_dir="data/x", teacher="checkpoints/bergamot-en-pt", per_bucket=100)
+    first = long_card.invented_card_section(args, table, Path("checkpoints/s"), "100", second=False)
+    assert "from the Ding **test** sentences" in first and "translations of" not in first
+    command = "python -m core eval --invented-words --teacher checkpoints/bergamot-en-pt --checkpoint checkpoints/s"
+    assert f"Reproduce: `{command} --sources data/x/test.src`" in first
+    args.per_bucket = 5
+    second = long_card.invented_card_section(args, table, Path("checkpoints/s"), "5", second=True)
+    assert "from the translations of the Ding **test** sentences" in second and "--per-bucket 5`" in second

@@ -130,6 +130,7 @@ def test_tiny_teacher_train_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (data / "test.src").write_text("\n".join(english[:4]) + "\n")
     (data / "sources.json").write_text(json.dumps({"ding_sentences": len(english)}))
     monkeypatch.setattr("core.distill.long_card.word_list", lambda language: {"katze"})  # no network in tests
+    monkeypatch.setattr("core.distill.long_card.dictionary", lambda language: frozenset({"katze"}))  # no apt
     parser = argparse.ArgumentParser()
     long_mod.add_arguments(parser)
     common = ["--teacher", str(teacher_dir), "--data-dir", str(data), "--run-dir", str(tmp_path / "run")]
@@ -167,6 +168,8 @@ def test_tiny_teacher_train_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     card = (tmp_path / "student" / "card.md").read_text()
     assert "## Fidelity to the teacher by source length" in card and "| 1–15 |" in card
     assert "python -m core distill-long --stages train" in card and "--max-minutes" in card
+    assert "## Invented words" in card and "| this student | " in card  # invented words of teacher and student
+    assert f"eval --invented-words --teacher {teacher_dir} --checkpoint {tmp_path / 'student'}" in card
     from core.distill.fidelity import corpus_words
 
     n_corpus = len(corpus_words(data / "train.tgt"))  # the teacher's translations of the corpus: known words
