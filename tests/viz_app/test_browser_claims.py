@@ -1,0 +1,248 @@
+"""What the page says agrees with the numbers: a real Chromium over pages × switches, each claim checked against
+the core results for the same settings (issue: "every sentence the lab says is true").
+
+One server per checkpoint and one browser for every case. Each case opens a link (a fresh session, as a copied
+link would), reads the page's words and the figures' data from the DOM, and compares them with ``core`` run here
+with the same switches, on one thread like the server (identical arithmetic, identical greedy choices).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+import torch
+from conftest import build_tiny_checkpoint
+
+import core
+from viz_app import claims
+from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+SENTENCES = {
+    "en": ("The old lighthouse keeper wrote letters to his daughter every winter.", "The cat sleeps."),
+    "pt": ("O velho faroleiro escrevia cartas à filha todos os invernos.", "O gato dorme."),
+}
+EMPTY = "∅ (the model produced no words)"
+IDLE = (
+    """() => document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state') === 'notRunning'"""
+)
+# the largest |z| of the first figure whose title starts with the prefix (null when there is none)
+MAX_ABS = """(prefix) => {
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const title = ((gd.layout && gd.layout.title && gd.layout.title.text) || '').replace(/<[^>]*>/g, '');
+    if (!title.startsWith(prefix)) continue;
+    let m = 0;
+    for (const tr of gd._fullData || []) {
+      if (!tr.z) continue;
+      for (const row of tr.z) for (const v of row) if (v !== null && !Number.isNaN(v)) m = Math.max(m, Math.abs(v));
+    }
+    return m;
+  }
+  return null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("claims_checkpoints")
+    build_tiny_checkpoint(root / "tiny", seed=3)
+    return root
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser test")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(params=["tiny", "real"])
+def served(request: pytest.FixtureRequest, tiny_root: Path) -> Iterator[tuple[str, core.Bundle]]:
+    if request.param == "tiny":
+        root, name = tiny_root, "tiny"
+    else:
+        name = core.default_checkpoint(REPO / "checkpoints")
+        if name is None:
+            pytest.skip("no real checkpoint under checkpoints/ yet (make run)")
+        root = REPO / "checkpoints"
+    ARTIFACTS.mkdir(exist_ok=True)
+    torch.set_num_threads(1)
+    bundle = core.load(root / name, device="cpu")
+    env = {"LAB_TORCH_THREADS": "1"}
+    try:
+        with streamlit_server(root, name, ARTIFACTS / f"server-claims-{name}.log", extra_env=env) as url:
+            yield url, bundle
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+class Page:
+    """One browser tab on the served app: open a link, wait until the page has run, read what it says."""
+
+    def __init__(self, browser: object, url: str, name: str) -> None:
+        self.tab = browser.new_page(viewport={"width": 1400, "height": 2000})  # type: ignore[attr-defined]
+        self.url, self.name = url, name
+
+    def open(self, shot: str, marker: str, path: str = "", **params: str) -> str:
+        start = time.time()
+        self.tab.goto(f"{self.url}/{path}?{urlencode(params)}", timeout=120_000)
+        self.tab.wait_for_function(
+            "([m]) => document.querySelector('[data-testid=\"stMain\"]')?.innerText.includes(m)",
+            arg=[marker],
+            timeout=120_000,
+        )
+        self.tab.wait_for_function(IDLE, timeout=120_000)
+        self.tab.wait_for_timeout(400)
+        self.tab.screenshot(path=str(ARTIFACTS / f"claims-{self.name}-{shot}.png"), timeout=120_000)
+        print(f"[{self.name}] {shot}: {time.time() - start:.1f} s")
+        return self.tab.inner_text('[data-testid="stMain"]')
+
+    def max_abs(self, title_prefix: str) -> float | None:
+        return self.tab.evaluate(MAX_ABS, title_prefix)
+
+    def marked(self, *labels: str) -> list[str]:
+        """The words the page highlights as changed (red and green backgrounds) in the texts headed ``labels``."""
+        return self.tab.eval_on_selector_all(
+            '[data-testid="stMain"] .stMarkdownColoredBackground',
+            """(els, labels) => els.filter(e => {
+                 const box = e.closest('[data-testid="stMarkdownContainer"]');
+                 return box && labels.some(l => box.innerText.startsWith(l)); }).map(e => e.textContent)""",
+            list(labels),
+        )
+
+
+def line_after(text: str, label: str) -> str:
+    """The rest of the line that starts with ``label`` (bold labels render as plain text)."""
+    for line in text.splitlines():
+        if line.startswith(label):
+            return line[len(label) :].strip()
+    raise AssertionError(f"no line starts with {label!r} in:\n{text[:3000]}")
+
+
+def changed_words(before: str, after: str) -> list[str]:
+    """The words ``marked_words`` highlights, in page order (before's, then after's)."""
+    import difflib
+
+    a, b = before.split(), after.split()
+    out_a, out_b = [], []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op != "equal":
+            out_a += a[i1:i2]
+            out_b += b[j1:j2]
+    return out_a + out_b
+
+
+def forced_maps(bundle: core.Bundle, text: str, target: str, options: core.InferenceOptions, kind: str) -> list:
+    out = bundle.teacher_forced(text, target, options, truncate=True, record_qkv=False)
+    return [out.trace.attention(kind, l) for l in range(out.trace.n_layers[kind])]
+
+
+def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, core.Bundle], browser: object) -> None:
+    url, bundle = served
+    name = bundle.name if bundle.name != "tiny-test" else "tiny"
+    first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
+    page = Page(browser, url, name)
+
+    def translate(text: str = first, **switches: object) -> core.Translation:
+        beam = int(switches.pop("beam_size", 1))  # type: ignore[call-overload]
+        return bundle.translate(text, core.InferenceOptions(**switches), beam_size=beam, truncate=True)
+
+    trained = translate()
+
+    # 0 · /overview typed as a path opens the overview (Streamlit said "Page not found" first)
+    said = page.open("overview-path", "Translation ·", path="overview", text=first)
+    assert "Page not found" not in page.tab.inner_text("body") and "page=overview" in page.tab.url
+    assert f"\n{trained.text or EMPTY}\n" in f"\n{said}\n"
+
+    # 1 · positional encoding, one side at a time: the "as trained" text is the as-trained run, the switched text
+    # the switched one, and the encoder's difference grid is non-zero exactly when encoder PE is off
+    for side, switch in (("encoder", {"encoder_pe": False}), ("decoder", {"decoder_pe": False})):
+        said = page.open(
+            f"pe-{side}", "As trained (with PE):", page="positional", text=first, pe="0", pe_side=side, compare="1"
+        )
+        label = f"Without PE on the {side}:"
+        assert line_after(said, "As trained (with PE):") == (trained.text or "∅")
+        assert line_after(said, label) == (translate(**switch).text or "∅")
+        if trained.text:
+            core_delta = claims.largest_change(
+                forced_maps(bundle, first, trained.text, core.InferenceOptions(), "encoder"),
+                forced_maps(bundle, first, trained.text, core.InferenceOptions(**switch), "encoder"),
+            )
+            shown = page.max_abs(f"Difference (without PE on the {side} − as trained)")
+            assert shown is not None
+            assert (shown > 1e-6) == (core_delta > 1e-6), (side, shown, core_delta)
+            assert ("No change: every attention weight here is the same" in said) == (core_delta < 1e-6)
+        if bundle.languages[0] == "en" and side == "encoder":  # the word-order pairs, computed live
+            assert "the same set of vectors for both sentences" in said
+
+    # 2 · causal mask off: the output shown is the switched run, the changed words marked are the ones that
+    # differ, and the caption says "changes" exactly when it did
+    off = translate(causal_mask=False)
+    said = page.open(
+        "causal-off", "Translation ·", text=first, causal="0", overview_tab="Decoder masked self-attention"
+    )
+    assert f"\n{off.text or EMPTY}\n" in f"\n{said}\n"
+    if off.text != trained.text:
+        assert line_after(said, "As trained:") == (trained.text or EMPTY)
+        assert line_after(said, "With causal mask off:") == (off.text or EMPTY)
+        assert page.marked("As trained:", "With causal mask off:") == changed_words(trained.text, off.text)
+    else:
+        assert "As trained the translation is the same" in said
+    changed = claims.first_changed_word(trained.text, off.text) is not None
+    assert ("The output still changes" in said) == changed
+    assert ("Here the output is the same as with the mask" in said) == (not changed)
+
+    # 3 · one head switched off, and beam 4: the header is that run's translation
+    ablated = translate(ablate=frozenset({("encoder", 0, 0)}))
+    said = page.open("head-off", "Translation ·", text=first, ablate="encoder.1.1")
+    assert f"\n{ablated.text or EMPTY}\n" in f"\n{said}\n"
+    if ablated.text == trained.text:
+        assert "As trained the translation is the same" in said
+    else:
+        assert line_after(said, "As trained:") == trained.text
+    beam = translate(beam_size=4)
+    said = page.open("beam-4", "Translation ·", text=first, beam="4")
+    assert f"\n{beam.text or EMPTY}\n" in f"\n{said}\n" and "beam 4" in said
+
+    # 4 · padding mask off on a batch of two: each translation shown is the batch's
+    opts = core.InferenceOptions(padding_mask=False)
+    texts, _ = bundle.translate_batch([first, second], options=opts, truncate=True, record_qkv=False)
+    said = page.open("padding-off", "Translation 2:", page="masks", text=first, text2=second, padding="0")
+    assert line_after(said, "Translation 1:") == (texts[0] or "∅")
+    assert line_after(said, "Translation 2:") == (texts[1] or "∅")
+
+    # 5 · a forced word: the alternative is the model's continuation after it, and "its own choice" is the
+    # model's own piece at that step (it named the forced one)
+    own = [int(i) for i in trained.trace["output.ids"]]
+    if len(own) >= 3:
+        step = 1
+        candidate = next(int(i) for i in trained.trace["output.top_ids"][step] if int(i) != own[step])
+        prefix = [*own[:step], candidate]
+        alt = bundle.translate(first, prefix=prefix, truncate=True)
+        said = page.open(
+            "what-if", "What if step 2 were", page="steps", text=first, step="2", whatif=".".join(map(str, prefix))
+        )
+        assert re.search(r"What if step 2 were “[^”]*”: (.*)", said).group(1).strip() == (alt.text or "∅")
+        own_piece = trained.trace.piece(own[step])
+        assert f"At step 2 the model's own choice was “{own_piece.replace('▁', '␣')}”" in said
+        placeholders = " | ".join(
+            page.tab.eval_on_selector_all('[data-testid="stMain"] input', "els => els.map(e => e.placeholder)")
+        )  # the picker's placeholder names the model's own piece at this step
+        assert f"its own choice: “{own_piece.replace('▁', '␣')}”" in placeholders
+        assert f"its own choice: “{alt.trace.piece(candidate).replace('▁', '␣')}”" not in placeholders
+    page.tab.close()
