@@ -185,6 +185,9 @@ def alignment_links(
     return fig
 
 
+MATRIX_X_TICKS = 16  # source words labelled at most on the alignment matrix's x axis (about 20 px apart)
+
+
 def alignment_matrix(
     matrix: np.ndarray, src_words: Sequence[str], tgt_words: Sequence[str], links: set[tuple[int, int]], *, title: str
 ) -> go.Figure:
@@ -228,7 +231,10 @@ def alignment_matrix(
             )
         )
     base_layout(fig, title, height=int(min(700, max(260, 26 * len(tgt_words) + 170))))
-    fig.update_xaxes(**token_axis(src_words, "source word", first=first), tickangle=-45)
+    # the matrix stands in a column two fifths wide: beyond MATRIX_X_TICKS words the labels ran into each other,
+    # so every k-th is labelled, with its position (the axis title stays short: a long one would be cut)
+    x_axis = token_axis(src_words, "source word", first=first, max_ticks=MATRIX_X_TICKS, note=False)
+    fig.update_xaxes(**x_axis, tickangle=-45)
     fig.update_yaxes(**token_axis(tgt_words, "target word", first=first), autorange="reversed")
     fig.update_layout(showlegend=False)
     return fig

@@ -46,7 +46,11 @@ def test_the_matrix_names_words_when_short_and_positions_when_long() -> None:
     assert heat.customdata is None and "source word %{x}" in heat.hovertemplate
     assert list(heat.x[:2]) == [1, 2] and list(dots.x) == [1, 201] and list(dots.y) == [1, 98]  # 1-based, as hovered
     ticks = fig.layout.xaxis
-    assert len(ticks.tickvals) <= 51 and ticks.tickvals[0] == 1 and ticks.ticktext[0].startswith("1 ")
+    assert len(ticks.tickvals) <= figures_heads.MATRIX_X_TICKS and ticks.tickvals[0] == 1
+    assert ticks.ticktext[0].startswith("1 ") and ticks.title.text == "source word"
+    forty = figures_heads.alignment_matrix(np.eye(40), [f"w{i}" for i in range(40)], ["o"] * 40, set(), title="t")
+    assert len(forty.layout.xaxis.tickvals) <= figures_heads.MATRIX_X_TICKS  # 40 labels in ~300 px overlapped
+    assert len(fig.layout.yaxis.tickvals) <= 50
     assert len(fig.to_json()) < 600_000
 
 
