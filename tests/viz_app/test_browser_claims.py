@@ -51,10 +51,21 @@ MAX_ABS = """(prefix) => {
 
 
 @pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """ONE server for every case: a root holding the tiny checkpoint and (linked) the default real one."""
     root = tmp_path_factory.mktemp("claims_checkpoints")
     build_tiny_checkpoint(root / "tiny", seed=3)
-    return root
+    real = core.default_checkpoint(REPO / "checkpoints")
+    if real is not None:
+        (root / real).symlink_to(REPO / "checkpoints" / real, target_is_directory=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        with streamlit_server(
+            root, "tiny", ARTIFACTS / "server-claims.log", extra_env={"LAB_TORCH_THREADS": "1"}
+        ) as url:
+            yield url, root
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -71,36 +82,25 @@ def browser() -> Iterator[object]:
             chromium.close()
 
 
-@pytest.fixture(params=["tiny", "real"])
-def served(request: pytest.FixtureRequest, tiny_root: Path) -> Iterator[tuple[str, core.Bundle]]:
-    if request.param == "tiny":
-        root, name = tiny_root, "tiny"
-    else:
-        name = core.default_checkpoint(REPO / "checkpoints")
-        if name is None:
-            pytest.skip("no real checkpoint under checkpoints/ yet (make run)")
-        root = REPO / "checkpoints"
-    ARTIFACTS.mkdir(exist_ok=True)
-    torch.set_num_threads(1)
-    bundle = core.load(root / name, device="cpu")
-    env = {"LAB_TORCH_THREADS": "1"}
-    try:
-        with streamlit_server(root, name, ARTIFACTS / f"server-claims-{name}.log", extra_env=env) as url:
-            yield url, bundle
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+def checkpoint(which: str, root: Path) -> str:
+    if which == "tiny":
+        return "tiny"
+    real = core.default_checkpoint(REPO / "checkpoints")
+    if real is None or not (root / real).exists():
+        pytest.skip("no real checkpoint under checkpoints/ yet (make run)")
+    return real
 
 
 class Page:
     """One browser tab on the served app: open a link, wait until the page has run, read what it says."""
 
-    def __init__(self, browser: object, url: str, name: str) -> None:
+    def __init__(self, browser: object, url: str, ckpt: str) -> None:
         self.tab = browser.new_page(viewport={"width": 1400, "height": 2000})  # type: ignore[attr-defined]
-        self.url, self.name = url, name
+        self.url, self.name = url, ckpt
 
     def open(self, shot: str, marker: str, path: str = "", **params: str) -> str:
         start = time.time()
-        self.tab.goto(f"{self.url}/{path}?{urlencode(params)}", timeout=120_000)
+        self.tab.goto(f"{self.url}/{path}?{urlencode({'ckpt': self.name, **params})}", timeout=120_000)
         self.tab.wait_for_function(
             "([m]) => document.querySelector('[data-testid=\"stMain\"]')?.innerText.includes(m)",
             arg=[marker],
@@ -152,9 +152,12 @@ def forced_maps(bundle: core.Bundle, text: str, target: str, options: core.Infer
     return [out.trace.attention(kind, l) for l in range(out.trace.n_layers[kind])]
 
 
-def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, core.Bundle], browser: object) -> None:
-    url, bundle = served
-    name = bundle.name if bundle.name != "tiny-test" else "tiny"
+@pytest.mark.parametrize("which", ["tiny", "real"])
+def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], browser: object, which: str) -> None:
+    url, root = served
+    name = checkpoint(which, root)
+    torch.set_num_threads(1)  # the server's setting: identical arithmetic, identical greedy choices
+    bundle = core.load(root / name, device="cpu")
     first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
     page = Page(browser, url, name)
 
