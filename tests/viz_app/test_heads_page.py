@@ -67,6 +67,10 @@ def test_statistics_alignment_and_scores_on_each_kind_of_model(checkpoint: str, 
     assert any("AER of each cross head" in t for t in titles)
     table = at.dataframe[0].value
     assert {"entropy", "previous", "labels", "evidence"} <= set(table.columns)
+    # an empty number cell is drawn as the word 'None': none is left empty, '—' stands there, and the page says why
+    assert not table.isna().any().any()
+    assert set(table.loc[table["kind"] != "cross", "alignment AER"]) == {"—"}
+    assert "— marks a statistic with no value for that head" in "\n".join(c.value for c in at.caption)
     at.selectbox(key="heads_stat").set_value("eos").run(timeout=TIMEOUT)
     assert any(t.startswith("Encoder self-attention: weight on </s>") for t in chart_titles(ok(at)))
     at.radio(key="heads_scope").set_value("set").run(timeout=TIMEOUT)
