@@ -110,9 +110,14 @@ NO_CHANGE = "no change: every weight is the same in both runs"
 def wrap_title(text: str, width: int | None) -> str:
     """``text`` broken at spaces into lines of at most ``width`` characters, joined by '<br>' (Plotly's line break),
     so that a title in a narrow column wraps instead of running past the chart's right edge (Plotly never wraps
-    on its own). A word longer than ``width`` keeps a line to itself; ``width`` None leaves the title as it is."""
+    on its own). Where what the chart shows and the options ('… — PE off') each fit a line, the break comes before
+    the options; otherwise between words. A word longer than ``width`` keeps a line to itself; ``width`` None leaves
+    the title as it is."""
     if width is None or len(text) <= width:
         return text
+    what, dash, note = text.rpartition(" — ")
+    if dash and len(what) <= width and len(note) + 2 <= width:
+        return f"{what}<br>— {note}"
     lines: list[str] = []
     for word in text.split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:

@@ -338,6 +338,10 @@ def test_titles_wrap_at_the_width_given() -> None:
     assert len(lines) == 2 and all(len(x) <= 60 for x in lines) and " ".join(lines) == title
     assert figures.wrap_title("short", 60) == "short" and figures.wrap_title(title, None) == title
     assert figures.wrap_title("a " + "x" * 70, 60) == "a<br>" + "x" * 70  # a long word keeps a line to itself
+    options = (
+        "Log-probability of each as-trained output piece: as trained (blue) and with the switches — 5 heads ablated"
+    )
+    assert figures.wrap_title(options, 100) == options.replace(" — ", "<br>— ")  # the options keep a line whole
 
 
 def test_steps_decoder_title_wraps_instead_of_running_past_the_column() -> None:
