@@ -62,8 +62,8 @@ def missing_line(teacher: str, names: Sequence[str]) -> str:
 
 def beside(out: core.Translation) -> None:
     """Under the translation header: the teacher's translation (as trained, the same beam) with the words that
-    differ from ``out``'s (the selected checkpoint's) marked, or one caption on how to get the teacher. Nothing
-    for a model without one, or while a saved trace is replayed."""
+    differ from the student's as-trained translation (``out`` itself when no switch is on) marked, or one caption
+    on how to get the teacher. Nothing for a model without one, or while a saved trace is replayed."""
     bundle = state.bundle() if state.replay() is None else None
     name = teacher_name(bundle.info) if bundle is not None else None
     if name is None:
@@ -78,8 +78,12 @@ def beside(out: core.Translation) -> None:
     theirs = state.guarded(lambda: state.translate(path, text, key, out.beam_size))
     if theirs is None:
         return
-    teacher_marked, student_marked = common.marked_words(theirs.text, out.text)
+    # both as trained: with switches on, the student's words would be the switches' doing, not its own choices
+    mine = out if out.options == core.InferenceOptions() else state.current(out.beam_size, core.InferenceOptions())
+    if mine is None:
+        return
+    teacher_marked, student_marked = common.marked_words(theirs.text, mine.text)
     c1, c2 = st.columns(2)
     c1.markdown(f"**Teacher ({common.md(name)}, as trained):** {teacher_marked}")
-    c2.markdown(f"**This student:** {student_marked}")
-    st.caption(comparison_line(name, theirs.text, out.text))
+    c2.markdown(f"**This student{'' if mine is out else ', as trained'}:** {student_marked}")
+    st.caption(comparison_line(name, theirs.text, mine.text))

@@ -80,6 +80,25 @@ def test_the_teacher_translation_beside_the_student(tmp_path: Path, monkeypatch:
     assert "make models" not in shown
 
 
+def test_with_switches_on_the_teacher_is_compared_with_the_as_trained_student(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With PE off the student's words are the switch's doing, not its own choices: the comparison reads the
+    student as trained (it compared the switched translation, calling every changed word the student's own)."""
+    student = _student(tmp_path, "the-teacher")
+    teacher = build_tiny_checkpoint(tmp_path / "the-teacher", seed=0)
+    mine, theirs = (core.load(p).translate(SENTENCE, truncate=True).text for p in (student, teacher))
+    switched = core.load(student).translate(SENTENCE, core.InferenceOptions(positional_encoding=False)).text
+    assert switched != mine  # else this could not tell the two apart
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(tmp_path))
+    monkeypatch.setenv("LAB_CHECKPOINT", "student")
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"pe": "0"})
+    shown = texts(ok(at.run(timeout=TIMEOUT)))
+    assert f"**This student, as trained:** {marked_words(theirs, mine)[1]}" in shown
+    assert comparison_line("the-teacher", theirs, mine) in shown
+
+
 def test_an_absent_teacher_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _student(tmp_path, "bergamot-en-pt")
     at = _run(tmp_path, monkeypatch)
