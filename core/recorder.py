@@ -1,8 +1,8 @@
 """The per-call object that records a call and changes it at named sites (``core.sites``).
 
-A ``Recorder`` is made from the model for ONE call (it knows the kinds, layers and heads), passed down
-through it, and frozen once at the end into a ``Trace``: tensors are detached and moved to the CPU once,
-as numpy arrays. Incremental decoding records one query row per step; ``freeze`` stitches the rows
+A ``Recorder`` is made from the model (or its ``ModelConfig``) for ONE call (it knows the kinds, layers and
+heads), passed down through it, and frozen once at the end into a ``Trace``: tensors are detached and moved to
+the CPU once, as numpy arrays. Incremental decoding records one query row per step; ``freeze`` stitches the rows
 together (keys padded with 0 weight / -inf score / False mask), which yields the same arrays a
 teacher-forced pass over the same output records — except the decoder's ``scores_raw`` for keys a step had
 not seen yet: a cached step never computes them, so they stay -inf.
@@ -15,20 +15,24 @@ Nothing is stored on the model, so calls on one shared model stay independent un
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .config import InferenceOptions
+from .config import InferenceOptions, ModelConfig
 from .interventions import Intervention, Patch, ScaleHeads
 from .masks import causal_mask
 from .sites import AttentionKind, Side, attention_site, parse_attention_site
 from .trace import ModelShape, Trace
 
-if TYPE_CHECKING:
-    from .model import Transformer
+
+class HasConfig(Protocol):
+    """What a Recorder reads of a model: its config (the kinds, layers and heads). A ``Transformer`` is one."""
+
+    @property
+    def config(self) -> ModelConfig: ...
 
 
 def _cpu(t: Tensor, dtype: Any = np.float32) -> np.ndarray:
@@ -78,7 +82,7 @@ class Recorder:
 
     def __init__(
         self,
-        model: Transformer,
+        model: HasConfig | ModelConfig,
         *,
         record: bool = True,
         qkv: bool = False,
@@ -86,7 +90,7 @@ class Recorder:
         interventions: Iterable[Intervention] = (),
         keep_grad: Iterable[str] = (),
     ) -> None:
-        self.shape = ModelShape.of(model.config)
+        self.shape = ModelShape.of(model if isinstance(model, ModelConfig) else model.config)
         self.record, self.record_qkv, self.record_activations = record, qkv, activations
         self.interventions = tuple(interventions)
         self.keep_grad = frozenset(keep_grad)
