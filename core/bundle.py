@@ -7,7 +7,7 @@ import hashlib
 import json
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -432,7 +432,7 @@ class Bundle:
             vocab=vocab,
         )
         out_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
-        text_out = self.tokenizer.decode([i for i in out_ids if i != self.config.eos_id])
+        text_out = self._text(out_ids)
         extra = {"forced_prefix": len(forced)} if forced else {}
         return Translation(
             self._freeze(
@@ -512,8 +512,8 @@ class Bundle:
             meta={
                 "model": self.name,
                 "source_text": cleaned,
-                "text": self.tokenizer.decode([i for i in out_ids if i != eos]),
-                "greedy_text": self.tokenizer.decode([i for i in greedy_ids if i != eos]),
+                "text": self._text(out_ids),
+                "greedy_text": self._text(greedy_ids),
             },
         )
 
@@ -546,7 +546,7 @@ class Bundle:
         top_i = vocab_ids(top_i, vocab)
         for t in range(ids.shape[1]):
             recorder.output(ids[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
-        text_out = self.tokenizer.decode([i for i in out_ids if i != cfg.eos_id])
+        text_out = self._text(out_ids)
         return Translation(self._freeze(recorder, text=text_out, **meta, **self._rows(vocab)))
 
     @torch.inference_mode()
@@ -613,44 +613,57 @@ class Bundle:
     @torch.inference_mode()
     def translate_batch(
         self,
-        texts: list[str],
+        texts: Sequence[str],
         options: InferenceOptions | None = None,
-        max_len: int | None = None,
         *,
+        max_len: int | None = None,
+        top_k: int = 10,
         truncate: bool = False,
-        record_qkv: bool = False,
-    ) -> tuple[list[str], Trace]:
-        """Greedy-translate several texts as ONE padded batch (so padding masks are real).
+        record_qkv: bool = True,
+        record_activations: bool = False,
+    ) -> list[Translation]:
+        """Greedy-translate several texts as ONE padded batch (so padding masks are real): one ``Translation`` per
+        text, in order, as ``translate`` gives it (text, source text, notices of that text).
 
-        Returns the translations and the batched Trace (``trace.select(i)`` views item i; its
-        token lists include ``<pad>`` where the item was padded).
-        """
-        options = self.check_options(options, max_len=max_len)
-        if not texts:
-            raise InputError("translate_batch needs at least one text")
+        Each one's trace is the batch's trace viewed at its item (``trace.select(i)`` views item i, and
+        ``trace.batch_size`` is the batch's): its token lists include ``<pad>`` where that item was padded, and
+        the batch may run steps after its eos (until every item has produced one)."""
+        options = self.check_options(options, max_len=max_len, top_k=top_k)
+        if isinstance(texts, str) or not texts:
+            raise InputError("translate_batch needs a list of at least one text")
         sources = [self._source(t, truncate) for t in texts]  # each cut and cleaned as translate cuts it
         encoded = [ids for ids, _, _ in sources]
         src, keep = self.padded(encoded)
-        width = src.shape[1]
-        recorder = Recorder(self.model, qkv=record_qkv)
+        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
         vocab = self.shortlist_vocab(options, [i for e in encoded for i in e])  # one shortlist per batch, as Marian's
         result = greedy(
             self.model,
             src,
             keep,
             options=options,
-            max_len=max_len or default_max_len(width),
+            max_len=max_len or default_max_len(src.shape[1]),
             recorder=recorder,
+            top_k=top_k,
             fast=self.fast,
             vocab=vocab,
         )
-        outs = []
-        for b, n in enumerate(result.lengths):
-            ids = [i for i in result.tokens[b, 1 : 1 + n].tolist() if i != self.config.eos_id]
-            outs.append(self.tokenizer.decode(ids))
-        return outs, self._freeze(
-            recorder, texts=[cleaned for _, _, cleaned in sources], outputs=outs, **self._rows(vocab)
-        )
+        outs = [self._text(result.tokens[b, 1 : 1 + n].tolist()) for b, n in enumerate(result.lengths)]
+        cleaned = [text for _, _, text in sources]
+        batch = self._freeze(recorder, texts=cleaned, outputs=outs, **self._rows(vocab))
+        return [
+            Translation(
+                replace(
+                    batch.select(i),
+                    meta={**batch.meta, "source_text": cleaned[i], "text": outs[i], "beam_size": 1, "notices": notices},
+                )
+            )
+            for i, (_, notices, _) in enumerate(sources)
+        ]
+
+    def _text(self, out_ids: Sequence[int]) -> str:
+        """Output ids (eos included if produced) as text: eos dropped, pieces joined."""
+        eos = self.config.eos_id
+        return self.tokenizer.decode([i for i in out_ids if i != eos])
 
 
 def weights_digest(model: Transformer) -> str:

@@ -176,8 +176,9 @@ def encoder_output(path: str, text: str, key: OptionsKey) -> tuple[list[str], np
 
 
 @cached("Translating the batch …")
-def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> tuple[list[str], core.Trace]:
-    """Cached padded batch (``Bundle.translate_batch``), without q/k/v (the Masks page reads weights and scores).
+def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> list[core.Translation]:
+    """Cached padded batch (``Bundle.translate_batch``: one Translation per text, each its item of the batch's
+    trace), without q/k/v (the Masks page reads weights and scores).
 
     Texts are cut to the characters the encoder reads (``truncate`` cuts them there too, and the page says so),
     since the batch's record of its texts refuses longer ones."""

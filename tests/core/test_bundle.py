@@ -122,12 +122,14 @@ def test_trace_teacher_forced_on_given_text(bundle):
 
 def test_a_padded_batch_translates_each_item_as_it_would_alone(bundle):
     sentences = ["Hi.", "My brother bought a new car yesterday.", "Where is it?"]
-    texts, trace = bundle.translate_batch(sentences, max_len=5)
-    assert trace.batch_size == 3
+    batch = bundle.translate_batch(sentences, max_len=5)
+    assert len(batch) == 3 and all(one.trace.batch_size == 3 for one in batch)
     for i, sentence in enumerate(sentences):
         alone = bundle.translate(sentence, max_len=5)
-        assert texts[i] == alone.text
-        item = trace.select(i)
+        assert batch[i].text == alone.text and batch[i].source_text == alone.source_text
+        assert batch[i].beam_size == 1 and batch[i].options == alone.options
+        item = batch[i].trace
+        assert item.item == i and batch[0].trace.select(i).src_tokens == item.src_tokens  # the batch, from any item
         n_real = len(alone.src_tokens)
         assert item.src_tokens[:n_real] == alone.src_tokens
         assert item.src_tokens[n_real:] == ["<pad>"] * (len(item.src_tokens) - n_real)
@@ -142,7 +144,7 @@ def test_a_padded_batch_translates_each_item_as_it_would_alone(bundle):
             np.testing.assert_allclose(cross[..., :n_real], alone.trace.attention("cross", layer), atol=1e-5)
             assert np.all(cross[..., n_real:] == 0)
         assert not item.mask("encoder")[:, n_real:].any() and not item.mask("cross", "padding")[:, n_real:].any()
-    assert "<pad>" in trace.select(0).src_tokens  # the short sentence really was padded
+    assert "<pad>" in batch[0].src_tokens  # the short sentence really was padded
 
 
 @pytest.mark.parametrize("text", ["", "   \n\t ", "\x00\x01\x02", 42])
@@ -320,10 +322,25 @@ def test_translate_batch_cuts_an_overlong_text_as_translate_does(bundle):
     long = "Hello there. " * 600  # 7,800 characters, over the 5,000 limit
     with pytest.raises(InputError, match="characters long"):
         bundle.translate_batch([long, "Hello"], max_len=3)
-    outs, trace = bundle.translate_batch([long, "Hello"], max_len=3, truncate=True)
+    outs = bundle.translate_batch([long, "Hello"], max_len=3, truncate=True)
     alone = bundle.translate(long, max_len=3, truncate=True)
-    assert len(outs) == 2 and outs[0] == alone.text
-    assert trace.meta["texts"][0] == alone.source_text and len(trace.meta["texts"][0]) <= core.bundle.MAX_CHARS
+    assert len(outs) == 2 and outs[0].text == alone.text
+    assert outs[0].source_text == alone.source_text and len(outs[0].source_text) <= core.bundle.MAX_CHARS
+    assert outs[0].notices == alone.notices and outs[0].truncated and not outs[1].notices  # each text's own notices
+
+
+def test_translate_batch_takes_translate_s_keywords_and_records_as_it_does(bundle):
+    """translate_batch returned (texts, Trace), took max_len positionally and did not record q/k/v by default."""
+    with pytest.raises(TypeError):
+        bundle.translate_batch(["Hello"], None, 3)  # max_len is keyword-only, as in translate
+    batch = bundle.translate_batch(["Hello", "Where is it?"], max_len=3, top_k=2)
+    alone = bundle.translate("Hello", max_len=3, top_k=2)
+    assert all(isinstance(one, core.Translation) for one in batch)
+    assert "decoder.0.self.q" in batch[0].trace and "decoder.0.self.q" in alone.trace  # record_qkv=True by default
+    assert batch[0].trace["output.top_ids"].shape[-1] == alone.trace["output.top_ids"].shape[-1] == 2
+    assert [s.token for s in batch[0].steps[: len(alone.steps)]] == [s.token for s in alone.steps]
+    bare = bundle.translate_batch(["Hello"], max_len=3, record_qkv=False, record_activations=True)
+    assert "decoder.0.self.q" not in bare[0].trace and "embed.src" in bare[0].trace
 
 
 @pytest.mark.parametrize(

@@ -48,9 +48,8 @@ def test_beam_and_batch_on_cuda_match_cpu(tiny_checkpoint: Path) -> None:
     assert (
         cpu.translate(SENTENCES[2], beam_size=4).output_tokens == gpu.translate(SENTENCES[2], beam_size=4).output_tokens
     )
-    texts_cpu, _ = cpu.translate_batch(SENTENCES)
-    texts_gpu, trace = gpu.translate_batch(SENTENCES)
-    assert texts_cpu == texts_gpu and trace.batch_size == len(SENTENCES)
+    on_cpu, on_gpu = cpu.translate_batch(SENTENCES), gpu.translate_batch(SENTENCES)
+    assert [t.text for t in on_cpu] == [t.text for t in on_gpu] and on_gpu[0].trace.batch_size == len(SENTENCES)
     assert translate_many(cpu.model, cpu.tokenizer, SENTENCES) == translate_many(gpu.model, gpu.tokenizer, SENTENCES)
 
 

@@ -53,8 +53,8 @@ def test_every_site_is_recorded_under_one_vocabulary(bundle):
 
 def test_raw_scores_are_q_dot_k_and_the_mask_makes_the_scores(bundle):
     texts = ["Hello.", "The cat sleeps on the warm chair because it is tired."]
-    _, batch = bundle.translate_batch(texts, max_len=5, record_qkv=True)
-    short = batch.select(0)
+    batch = bundle.translate_batch(texts, max_len=5, record_qkv=True)
+    short = batch[0].trace
     assert not short["keep.src"].all()  # the short sentence was padded
     for kind in ("encoder", "cross", "decoder"):
         q, k, _ = short.qkv(kind, 1)
@@ -72,7 +72,7 @@ def test_raw_scores_are_q_dot_k_and_the_mask_makes_the_scores(bundle):
     pad_keys = ~short["keep.src"]
     assert not short.mask("encoder", "padding")[:, pad_keys].any()
     assert short.mask("encoder", "padding")[:, ~pad_keys].all()
-    assert short.src_tokens[-1] == "<pad>" and batch.select(1).src_tokens[-1] == "</s>"
+    assert short.src_tokens[-1] == "<pad>" and batch[1].src_tokens[-1] == "</s>"
     causal = short.mask("decoder", "causal")
     np.testing.assert_array_equal(causal, np.tril(np.ones_like(causal)))
 

@@ -342,7 +342,7 @@ def test_masks_page_with_a_padded_batch_and_live_toggles(app_root: Path) -> None
     at.text_input(key="text2").input(LONGER).run(timeout=TIMEOUT)
     at.radio(key="mask_kind").set_value("cross").run(timeout=TIMEOUT)
     ok(at)
-    batch_texts, _ = core.load(app_root / "tiny").translate_batch([SENTENCE, LONGER])
+    batch_texts = [one.text for one in core.load(app_root / "tiny").translate_batch([SENTENCE, LONGER])]
     assert f"**Translation 2:** {md(batch_texts[1])}" in texts(at)
     panels = specs(at)[0]
     assert panels["layout"]["title"]["text"] == "Masks of the cross-attention — as trained, batch of 2 (greedy)"

@@ -224,7 +224,7 @@ def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], brows
 
     # 4 · padding mask off on a batch of two: each translation shown is the batch's
     opts = core.InferenceOptions(padding_mask=False)
-    texts, _ = bundle.translate_batch([first, second], options=opts, truncate=True, record_qkv=False)
+    texts = [one.text for one in bundle.translate_batch([first, second], options=opts, truncate=True, record_qkv=False)]
     said = page.open("padding-off", "Translation 2:", page="masks", text=first, text2=second, padding="0")
     assert line_after(said, "Translation 1:") == (texts[0] or "∅")
     assert line_after(said, "Translation 2:") == (texts[1] or "∅")

@@ -48,15 +48,15 @@ if out is not None:
             refused="Cannot make a batch with the second sentence.",
         )
         if batch is not None:
-            texts, batch_trace = batch
+            texts = [one.text for one in batch]
             item = st.radio(
                 "Look at",
                 [0, 1],
                 horizontal=True,
                 key="mask_item",
-                format_func=lambda i: f"sentence {i + 1} ({int(batch_trace.select(i)['keep.src'].sum())} pieces)",
+                format_func=lambda i: f"sentence {i + 1} ({int(batch[i].trace['keep.src'].sum())} pieces)",
             )
-            trace = batch_trace.select(item)
+            trace = batch[item].trace
             note = state.options_note(opts) + ", batch of 2 (greedy)"
     src = trace.src_tokens
     tgt = trace.tgt_tokens

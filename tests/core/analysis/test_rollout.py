@@ -49,8 +49,8 @@ def test_every_output_row_is_a_distribution_over_source_and_prefix(bundle, fusio
 def test_padding_takes_no_part_and_ssru_is_said(bundle, tmp_path):
     from conftest import build_tiny_checkpoint
 
-    _, batch = bundle.translate_batch(["Hello.", "The cat sleeps on the warm chair because it is tired."], max_len=4)
-    short = batch.select(0)
+    batch = bundle.translate_batch(["Hello.", "The cat sleeps on the warm chair because it is tired."], max_len=4)
+    short = batch[0].trace
     r = trace_rollout(short)
     pads = ~short["keep.src"]
     assert pads.any() and (r.source[:, pads] == 0).all() and (r.encoder[:, pads] == 0).all()
