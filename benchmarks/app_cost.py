@@ -1,6 +1,6 @@
 """What the app costs: bytes of the figures it sends, and seconds in a real browser.
 
-``figure_payload`` builds the overview page's figures with ``viz_app.figures`` (the same builders
+``figure_payload`` builds the overview page's figures with ``viz_app.figures.attention_maps`` (the same builders
 the page calls) and measures their JSON. ``browser_timings`` starts ``streamlit run viz_app/app.py``,
 drives Debian's Chromium with Playwright, and times Enter -> every heatmap drawn, and the
 positional-encoding toggle -> the updated page. Each returns a reason string instead when it cannot run.
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import core
-from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+from .serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = [
@@ -52,7 +53,7 @@ HEATMAPS_DONE = """([want, note]) => [...document.querySelectorAll('h4')].some(h
 # ----------------------------------------------------------------------------- bytes sent
 def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[str]) -> dict[str, Any]:
     """JSON bytes of the overview's figures (one grid per attention kind, one large head), and build time."""
-    from viz_app import figures
+    from viz_app.figures import attention_maps
 
     axes = {"encoder": (src_tokens, src_tokens), "decoder": (tgt_tokens, tgt_tokens), "cross": (tgt_tokens, src_tokens)}
     out: dict[str, Any] = {}
@@ -61,11 +62,13 @@ def figure_payload(trace: core.Trace, src_tokens: list[str], tgt_tokens: list[st
         t0 = time.perf_counter()
         maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
         out[f"{kind} grid"] = len(
-            figures.attention_grid(maps, *axes[kind], title=f"{kind}: every layer × head").to_json()
+            attention_maps.attention_grid(maps, *axes[kind], title=f"{kind}: every layer × head").to_json()
         )
         seconds[kind] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    head = figures.head_heatmap(trace.attention("encoder", 0)[0], src_tokens, src_tokens, title="encoder · L1 · H1")
+    head = attention_maps.head_heatmap(
+        trace.attention("encoder", 0)[0], src_tokens, src_tokens, title="encoder · L1 · H1"
+    )
     out["one head, large"] = len(head.to_json())
     seconds["head"] = time.perf_counter() - t0
     out["build + to_json seconds"] = sum(seconds.values())
@@ -157,6 +160,6 @@ def bytes_str(n: float) -> str:
 
 def trace_for(model: core.Transformer, src: Any, n: int, qkv: bool) -> core.Trace:
     """A greedy trace of exactly ``n`` generated tokens (eos suppressed by the benchmark model)."""
-    import contenders
+    from . import contenders
 
     return contenders.ours_greedy(model, src, True, n, qkv=qkv)()

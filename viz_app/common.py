@@ -15,8 +15,9 @@ import torch
 import core
 from core.language import check_language
 from core.segment import split_sentences
-from viz_app import claims, figures, state, teacher
-from viz_app.figures import plot_config, token_text
+from viz_app import claims, state, teacher
+from viz_app.figures import overview
+from viz_app.figures.style import plot_config, token_text
 
 HOW_TO_GET_ONE = (
     "No checkpoint found under `{root}`. Get one with **`make run`** (imports the pretrained "
@@ -410,7 +411,7 @@ def before_after(out: core.Translation) -> None:
         p_switched = np.asarray(forced.trace["output.probs"], dtype=np.float64)
         n = min(len(tokens), len(p_trained), len(p_switched))
         chart(
-            figures.token_logprob_bars(tokens[:n], p_trained[:n], p_switched[:n], note=note),
+            overview.token_logprob_bars(tokens[:n], p_trained[:n], p_switched[:n], note=note),
             "as-trained-logprobs",
             key="before_after_logp",
         )

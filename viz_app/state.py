@@ -31,6 +31,7 @@ from core.analysis.attribution import Attribution, attribute
 from core.analysis.heads import STATS, HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
+from core.call import Call
 from core.segment import split_sentences
 from viz_app.cache import cached, peek
 
@@ -96,10 +97,13 @@ LAZY_MODULES = (
     "plotly.graph_objs.scatter._textfont",
     "plotly.graph_objs.scatter._line",
     "plotly.graph_objs.heatmap._textfont",
-    "viz_app.figures_pe",
-    "viz_app.figures_steps",
-    "viz_app.figures_heads",
-    "viz_app.figures_explain",
+    "viz_app.figures.masking",
+    "viz_app.figures.positional",
+    "viz_app.figures.decoding",
+    "viz_app.figures.learn",
+    "viz_app.figures.head_roles",
+    "viz_app.figures.explain",
+    "viz_app.claims_explain",
 )
 
 
@@ -171,7 +175,7 @@ def encoder_output(path: str, text: str, key: OptionsKey) -> tuple[list[str], np
     ids, _ = bundle.encode_source(text, truncate=True)
     src, keep = bundle.padded([ids])
     with torch.inference_mode():
-        memory = bundle.model.encode(src, keep, options=_options(key))  # (1, Ts, D)
+        memory = bundle.model.encode(src, keep, call=Call(options=_options(key)))  # (1, Ts, D)
     return [bundle.tokenizer.piece(i) for i in ids], memory[0].float().cpu().numpy()
 
 

@@ -14,7 +14,7 @@ from conftest import build_tiny_checkpoint
 from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
 
-from viz_app import figures_explain
+from viz_app.figures import explain
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 120
@@ -126,20 +126,20 @@ def test_a_link_naming_a_tab_opens_it_and_the_open_tab_is_in_the_link(tab: str) 
 
 def test_figure_builders() -> None:
     m = np.array([[-4.0, 0.5], [0.0, -1.0]])
-    fig = figures_explain.importance_heatmap(m, title="t", scale=2.0)
+    fig = explain.importance_heatmap(m, title="t", scale=2.0)
     heat = fig.data[0]
     np.testing.assert_allclose(np.array(heat.z), -m)  # drawn as the loss: relied-on heads at the warm end
     assert (heat.zmin, heat.zmax, heat.zmid) == (-2.0, 2.0, 0.0)
     assert list(heat.x) == ["H1", "H2"] and list(heat.y) == ["L1", "L2"]
     assert heat.colorbar.title.text == "−Δ log p" and "Δ log p = -4.000" in heat.text[0][0]
-    est = figures_explain.importance_heatmap(m, title="t", scale=2.0, estimate=True).data[0]
+    est = explain.importance_heatmap(m, title="t", scale=2.0, estimate=True).data[0]
     assert "estimate" in est.colorbar.title.text and "Δ log p ≈ -4.000 (estimate)" in est.text[0][0]
     assert "Δ log p = -4.000" in heat.text[0][0]
     share = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
-    fig = figures_explain.rollout_heatmap(share, ["▁O", "▁gato", "</s>"], ["▁The", "▁cat"], title="r")
+    fig = explain.rollout_heatmap(share, ["▁O", "▁gato", "</s>"], ["▁The", "▁cat"], title="r")
     assert np.array(fig.data[0].z).shape == (3, 2) and fig.layout.yaxis.ticktext[1] == "␣gato"
     assert (fig.data[0].zmin, fig.data[0].zmax) == (0.2, 0.8)  # the range drawn, not 0 to the largest
-    bars = figures_explain.attribution_bars(["▁The", "▁cat"], {"a": np.array([1.0, -2.0])}, title="b")
+    bars = explain.attribution_bars(["▁The", "▁cat"], {"a": np.array([1.0, -2.0])}, title="b")
     legend = bars.layout.legend
     assert legend.orientation == "v" and legend.x > 1  # beside the plot, clear of the token labels and axis title
     np.testing.assert_allclose(bars.data[0].y, [0.5, -1.0])

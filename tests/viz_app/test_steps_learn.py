@@ -1,12 +1,9 @@
 """The Step-by-step page's beam-search tree and "what if", and the Learn page's walk from x to W_O: the pure
-builders of viz_app/figures_steps.py, then both pages driven with AppTest on tiny checkpoints (self-attention,
-SSRU, pre-norm), then one click on the tree in a real browser."""
+builders of viz_app/figures/decoding.py and learn.py, then both pages driven with AppTest on tiny checkpoints
+(self-attention, SSRU, pre-norm), then one click on the tree in a real browser."""
 
 from __future__ import annotations
 
-import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +18,8 @@ from streamlit.testing.v1 import AppTest
 import core
 from core.bundle import BeamTree
 from core.decoding import BeamStep
-from viz_app import figures, figures_steps
 from viz_app.common import marked_words, md
+from viz_app.figures import decoding, learn, style
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "viz_app" / "app.py"
@@ -32,17 +29,7 @@ OPTS = core.InferenceOptions()
 
 
 # ----------------------------------------------------------------------------- pure builders
-def test_figures_steps_never_imports_streamlit() -> None:
-    tree = ast.parse((REPO / "viz_app" / "figures_steps.py").read_text(encoding="utf-8"))
-    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-    assert not [n for n in names if n.split(".")[0] == "streamlit"]
-    code = "import sys; import viz_app.figures_steps; print('streamlit' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False"
-
-
+# (that viz_app/figures/decoding.py and learn.py never import Streamlit: test_figures.py checks every figure module)
 def _step(step, tokens, scores, ids, parents, logp, n_kept, eos=2) -> BeamStep:
     tokens, scores = np.asarray(tokens, dtype=np.int64).reshape(len(scores), step), np.asarray(scores, np.float32)
     ids, parents, logp = np.asarray(ids), np.asarray(parents), np.asarray(logp, np.float32)
@@ -67,7 +54,7 @@ def small_tree() -> BeamTree:
 def test_beam_tree_figure_marks_kept_pruned_winner_and_divergence(small_tree: BeamTree) -> None:
     assert small_tree.winner_path == (1, 1, 0)
     assert small_tree.divergence == 0
-    fig = figures_steps.beam_tree(small_tree, title="Beam search tree — beam 2", selected=(1, 2))
+    fig = decoding.beam_tree(small_tree, title="Beam search tree — beam 2", selected=(1, 2))
     by_name = {t.name: t for t in fig.data}
     assert set(by_name) >= {"pruned", "kept", "finished (ends with &lt;/s&gt;)", "winner", "selected"}
     assert list(by_name["winner"].x) == [1, 2, 3] and list(by_name["winner"].y) == [2, 2, 1]  # 1-based
@@ -87,13 +74,13 @@ def test_beam_tree_figure_marks_kept_pruned_winner_and_divergence(small_tree: Be
 
 
 def test_beam_tree_text_helpers(small_tree: BeamTree) -> None:
-    assert figures_steps.hypothesis_text(small_tree, [11, 10, 2]) == "a b </s>"
-    assert figures_steps.hypothesis_text(small_tree, []) == "∅"
-    assert [figures_steps.node_status(small_tree, 1, j) for j in range(4)] == ["finished", "kept", "pruned", "pruned"]
-    assert "step 1" in figures_steps.beam_summary(small_tree) and "‘␣b’" in figures_steps.beam_summary(small_tree)
+    assert decoding.hypothesis_text(small_tree, [11, 10, 2]) == "a b </s>"
+    assert decoding.hypothesis_text(small_tree, []) == "∅"
+    assert [decoding.node_status(small_tree, 1, j) for j in range(4)] == ["finished", "kept", "pruned", "pruned"]
+    assert "step 1" in decoding.beam_summary(small_tree) and "‘␣b’" in decoding.beam_summary(small_tree)
     agree = BeamTree(small_tree.steps, (11, 10, 2), (11, 10, 2), (), small_tree.vocab, 2, 1.0, OPTS, 2)
-    assert "agree" in figures_steps.beam_summary(agree) and agree.divergence is None
-    fig = figures_steps.beam_tree(agree, title="t")
+    assert "agree" in decoding.beam_summary(agree) and agree.divergence is None
+    fig = decoding.beam_tree(agree, title="t")
     assert not [s for s in fig.layout.shapes if s.name == "divergence"]
 
 
@@ -108,22 +95,22 @@ def test_changed_words_are_marked_on_both_sides() -> None:
 
 
 def test_percent_never_rounds_a_small_probability_to_zero() -> None:
-    assert figures.share(0.536) == "53.6%"
-    assert figures.share(3.2e-5) == "0.0032%"
-    assert figures.share(0.0) == "0%"
+    assert style.share(0.536) == "53.6%"
+    assert style.share(3.2e-5) == "0.0032%"
+    assert style.share(0.0) == "0%"
 
 
 def test_excerpt_layer_norm_and_differences() -> None:
     m = np.arange(300.0).reshape(20, 15)
-    part, note = figures_steps.excerpt(m, 8, 8)
+    part, note = learn.excerpt(m, 8, 8)
     assert part.shape == (8, 8) and note == "its first 8 of 20 rows and 8 of 15 columns"
-    assert figures_steps.excerpt(m[:3, :4])[1] == ""
+    assert learn.excerpt(m[:3, :4])[1] == ""
     x = np.random.default_rng(0).normal(size=(5, 16))
     w, b = np.linspace(0.5, 1.5, 16), np.linspace(-1, 1, 16)
     expected = torch.layer_norm(torch.tensor(x), (16,), torch.tensor(w), torch.tensor(b), 1e-5).numpy()
-    np.testing.assert_allclose(figures_steps.layer_norm(x, w, b, 1e-5), expected, atol=1e-12)
-    assert figures_steps.max_difference(np.ones(3), np.array([1.0, 1.5, 0.75])) == 0.5
-    assert figures_steps.max_difference(np.zeros(0), np.zeros(0)) == 0.0
+    np.testing.assert_allclose(learn.layer_norm(x, w, b, 1e-5), expected, atol=1e-12)
+    assert learn.max_difference(np.ones(3), np.array([1.0, 1.5, 0.75])) == 0.5
+    assert learn.max_difference(np.zeros(0), np.zeros(0)) == 0.0
 
 
 # ----------------------------------------------------------------------------- the pages, in AppTest
@@ -207,7 +194,7 @@ def test_beam_tree_pickers_show_a_hypothesis_and_its_cross_attention(app_root: P
     at.selectbox(key="tree_node").set_value(3).run(timeout=TIMEOUT)  # a pruned one
     ok(at)
     step = tree.steps[2]
-    words = figures_steps.hypothesis_text(tree, step.path(3))
+    words = decoding.hypothesis_text(tree, step.path(3))
     assert f"Hypothesis “{md(words)}”: score" in texts(at)
     assert f"= **{float(step.candidate_scores[3]):.3f}**" in texts(at)
     assert "· pruned" in at.selectbox(key="tree_node").options[3]
@@ -216,7 +203,7 @@ def test_beam_tree_pickers_show_a_hypothesis_and_its_cross_attention(app_root: P
     n_src = len(tree.src_tokens)
     expected = step.cross_attention[parent].reshape(-1, n_src)  # (layers × heads, source tokens)
     np.testing.assert_allclose(plotly_array(cross["data"][0]["z"]), expected, atol=1e-4)
-    assert md(figures_steps.beam_summary(tree)) in texts(at)
+    assert md(decoding.beam_summary(tree)) in texts(at)
 
 
 def test_greedy_decoding_shows_no_tree_and_changing_the_beam_leaves_what_if() -> None:
@@ -277,7 +264,7 @@ def test_learn_page_on_a_beam_translation() -> None:
 def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(app_root: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+    from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser test")

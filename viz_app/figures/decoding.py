@@ -1,7 +1,6 @@
-"""Pure builders for the Step-by-step and Learn pages: the beam-search tree figure, the word-level difference of
-two translations, matrix excerpts and a numpy LayerNorm. Nothing here knows about Streamlit (a test checks it).
+"""The Step-by-step page: every head's row at one step, the top-k candidates, the beam-search tree.
 
-Conventions as in ``figures``: steps, ranks, layers and heads are 1-based on screen; values are rounded to
+Conventions as in ``figures.style``: steps, ranks, layers and heads are 1-based on screen; values are rounded to
 ``DECIMALS`` before they are sent to the browser.
 """
 
@@ -15,10 +14,81 @@ import numpy as np
 import plotly.graph_objects as go
 
 from core.bundle import BeamTree
-from viz_app.figures import DECIMALS, FONT, SPECIAL, token_label, token_text
+from viz_app.figures.style import (
+    COLUMN_TITLE,
+    FONT,
+    SPECIAL,
+    WEIGHTS_SCALE,
+    base_layout,
+    rounded,
+    share,
+    token_axis,
+    token_label,
+    token_text,
+    unique_labels,
+)
 
 KEPT, FINISHED, PRUNED, WINNER, SELECTED = "#457b9d", "#2a9d8f", "#c5c9ce", "#e4572e", "#1d1d1d"
 LABELLED_STEPS = 16  # up to this many steps every kept hypothesis is labelled; beyond, only the winner's path
+
+
+def step_attention(
+    rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, title: str, wrap: int | None = COLUMN_TITLE
+) -> go.Figure:
+    """At one decoding step: every layer/head's attention row (y = 'L1 H1' …, x = keys). The title wraps at ``wrap``
+    characters (the Steps page shows this chart in a column two thirds wide: one line ran past its edge)."""
+    z = rounded(np.concatenate(list(rows), axis=0))  # (L*H, n_key)
+    n_heads = rows[0].shape[0]
+    labels = [f"L{l + 1} H{h + 1}" for l in range(len(rows)) for h in range(n_heads)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(z.shape[1])),
+            y=labels,
+            colorscale=WEIGHTS_SCALE,
+            zmin=0.0,
+            zmax=max(float(np.nanmax(z)), 1e-6) if z.size else 1.0,
+            xgap=1,
+            ygap=1,
+            customdata=[unique_labels(key_tokens)] * z.shape[0],
+            hovertemplate="%{y}<br>key %{customdata}<br>weight %{z:.4f}<extra></extra>",
+            colorbar=dict(title=dict(text="weight")),
+        )
+    )
+    base_layout(fig, title, height=int(max(260, 18 * z.shape[0] + 170)), wrap=wrap)
+    fig.update_xaxes(**token_axis(key_tokens, "key"), tickangle=-60)
+    fig.update_yaxes(autorange="reversed", showgrid=False, tickfont=dict(size=10))
+    return fig
+
+
+# ----------------------------------------------------------------------------- decoding
+def topk_bars(top_k: Sequence[tuple[str, float]], chosen: str, *, title: str) -> go.Figure:
+    """Horizontal bars of the top-k next-token candidates; the chosen piece is highlighted. When the best one
+    takes nearly everything the axis is logarithmic, so the others stay visible (with their exact shares)."""
+    labels = [f"{r + 1}. {token_label(p)}" for r, (p, _) in enumerate(top_k)]
+    probs = [float(f"{float(q):.4g}") for _, q in top_k]  # four significant digits: small ones stay non-zero
+    colours = ["#e4572e" if p == chosen else "#5fa8d3" for p, _ in top_k]
+    fig = go.Figure(
+        go.Bar(
+            x=probs,
+            y=labels,
+            orientation="h",
+            marker_color=colours,
+            text=[share(q) for q in probs],
+            textposition="auto",
+            hovertemplate="%{y}: %{x:.3g}<extra></extra>",
+        )
+    )
+    base_layout(fig, title, height=max(260, 26 * len(labels) + 110))
+    fig.update_layout(plot_bgcolor="white")
+    positive = [q for q in probs if q > 0]
+    if positive and min(positive) < max(positive) / 100:
+        low = np.log10(min(positive)) - 0.3
+        fig.update_xaxes(title=dict(text="probability (log scale)"), type="log", range=[low, 0.05])
+    else:
+        fig.update_xaxes(title=dict(text="probability"), range=[0, max(probs + [0.01]) * 1.1])
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig
 
 
 # ----------------------------------------------------------------------------- beam tree
@@ -223,37 +293,3 @@ def beam_summary(tree: BeamTree) -> str:
 
 
 # ----------------------------------------------------------------------------- "what if"
-# ----------------------------------------------------------------------------- learn: numbers
-def excerpt(matrix: np.ndarray, rows: int = 8, cols: int = 8) -> tuple[np.ndarray, str]:
-    """The top-left ``rows`` × ``cols`` corner of ``matrix`` (2-D) and a note saying what was left out ('' when
-    nothing was)."""
-    m = np.atleast_2d(np.asarray(matrix))
-    r, c = m.shape
-    part = m[:rows, :cols]
-    if (r, c) == part.shape:
-        return part, ""
-    return part, f"its first {part.shape[0]} of {r} rows and {part.shape[1]} of {c} columns"
-
-
-def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm over the last axis, as torch computes it (biased variance), in float64."""
-    x = np.asarray(x, dtype=np.float64)
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * np.asarray(weight, np.float64) + np.asarray(bias, np.float64)
-
-
-def max_difference(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest |a − b| (0 for empty arrays)."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b), initial=0.0))
-
-
-def vector_columns(n: int, prefix: str = "d") -> list[str]:
-    """1-based column names for the entries of a vector: d1, d2, …"""
-    return [f"{prefix}{j + 1}" for j in range(n)]
-
-
-def rounded_frame_values(matrix: np.ndarray, decimals: int = DECIMALS) -> np.ndarray:
-    """float64 copy rounded for display tables."""
-    return np.round(np.asarray(matrix, dtype=np.float64), decimals)

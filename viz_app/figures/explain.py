@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_app.figures import DECIMALS, DIVERGING_SCALE, base_layout, symmetric_range, token_axis, unique_labels
+from viz_app.figures.style import DECIMALS, DIVERGING_SCALE, base_layout, symmetric_range, token_axis, unique_labels
 
 
 def importance_heatmap(

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from core.analysis.heads import STAT_TITLES, STATS
-from viz_app.figures import DECIMALS, HOVER_TEXT_MAX, TITLE_TOP, WEIGHTS_SCALE, base_layout, token_axis
+from viz_app.figures.style import DECIMALS, HOVER_TEXT_MAX, TITLE_TOP, WEIGHTS_SCALE, base_layout, token_axis
 
 SHORT = {  # a label's few letters, written in its square
     "previous-token": "prev",

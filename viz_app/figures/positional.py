@@ -1,6 +1,6 @@
 """Pure Plotly builders for positional encodings: the table, its curves, PE·PE similarity.
 
-Like ``viz_app.figures`` (whose helpers it uses), this module never imports Streamlit.
+Like every module of ``viz_app.figures`` (it uses ``style``), this module never imports Streamlit.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_app.figures import DIVERGING_SCALE, base_layout, rounded, symmetric_range, token_axis
+from viz_app.figures.style import DIVERGING_SCALE, base_layout, rounded, symmetric_range, token_axis
 
 
 def pe_matrix(table: np.ndarray, *, title: str, tokens: Sequence[str] | None = None) -> go.Figure:

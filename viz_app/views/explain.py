@@ -14,7 +14,8 @@ from core.analysis import FUSIONS, HeadEffect, HeadImportance, all_heads_but, tr
 from core.analysis.attribution import Attribution, spearman
 from core.analysis.patching import PatchingResult
 from core.analysis.rollout import concentration, set_aside, special_positions
-from viz_app import claims_explain, common, figures, figures_explain, state
+from viz_app import claims_explain, common, state
+from viz_app.figures import explain, style
 
 st.title("Why this word?")
 st.caption(
@@ -71,9 +72,9 @@ def _importance_tab(out: core.Translation) -> None:
     shared = max(float(np.percentile([abs(e.delta_logprob) for e in result.effects], 90)), 0.5)
     cols = st.columns(len(kinds))
     for col, kind in zip(cols, kinds, strict=True):
-        fig = figures_explain.importance_heatmap(
+        fig = explain.importance_heatmap(
             result.matrix(kind),
-            title=figures.titled(state.KINDS[kind].capitalize(), note),
+            title=style.titled(state.KINDS[kind].capitalize(), note),
             scale=shared,
             estimate=not result.exact,
         )
@@ -222,11 +223,11 @@ def _rollout_tab(out: core.Translation) -> None:
     if aside:
         shown = set_aside(per_output, special)
         columns = [tok for j, tok in enumerate(out.src_tokens) if j not in special]
-    fig = figures_explain.rollout_heatmap(
+    fig = explain.rollout_heatmap(
         shown,
         out.output_tokens,
         columns,
-        title=figures.titled(
+        title=style.titled(
             f"Rollout: source words behind each output word ({fusion} of heads"
             + (", special tokens set aside)" if aside else ")"),
             state.options_note(out.options, out.beam_size),
@@ -342,7 +343,7 @@ def _patching_tab(out: core.Translation) -> None:
     tokens = out.output_tokens
     choice = st.selectbox(
         "Output word to explain",
-        ["the most affected"] + [f"{t + 1}: {figures.token_text(tok)}" for t, tok in enumerate(tokens)],
+        ["the most affected"] + [f"{t + 1}: {style.token_text(tok)}" for t, tok in enumerate(tokens)],
         key="explain_patch_position",
     )
     if not corrupt:
@@ -365,7 +366,7 @@ def _patching_tab(out: core.Translation) -> None:
 
 def _show_patching(out: core.Translation, result: PatchingResult) -> None:
     tokens = out.output_tokens
-    word = figures.token_text(tokens[result.position])
+    word = style.token_text(tokens[result.position])
     st.markdown(
         f"Output word {result.position + 1} **{common.md(word)}**: p = {result.p_clean:.3f} with the clean "
         f"sentence, {result.p_corrupt:.3f} with the corrupted one."
@@ -373,20 +374,20 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
     if abs(result.p_clean - result.p_corrupt) < 1e-3:
         st.info("The corruption hardly changes this word's probability: pick another word or another corruption.")
     note = state.options_note(out.options, 1)
-    src = [figures.token_label(t) for t in out.src_tokens]
+    src = [style.token_label(t) for t in out.src_tokens]
     layers = ["embeddings"] + [f"encoder L{i + 1}" for i in range(result.encoder.shape[0] - 1)]
-    fig = figures_explain.labelled_heatmap(
+    fig = explain.labelled_heatmap(
         result.restored(result.encoder),
         layers,
         src,
         value_name="restored",
-        title=figures.titled("Source position × encoder layer: share restored", note),
+        title=style.titled("Source position × encoder layer: share restored", note),
     )
     common.chart(fig, "patching_encoder", key="patching_encoder")
     c1, c2 = st.columns(2)
     with c1:
         heads = result.cross_heads
-        fig = figures_explain.labelled_heatmap(
+        fig = explain.labelled_heatmap(
             result.restored(heads),
             [f"cross L{i + 1}" for i in range(heads.shape[0])],
             [f"H{h + 1}" for h in range(heads.shape[1])],
@@ -396,8 +397,8 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
         common.chart(fig, "patching_cross", key="patching_cross")
     with c2:
         dec = result.decoder
-        prefix = [figures.token_label(t) for t in out.tgt_tokens[: dec.shape[1]]]
-        fig = figures_explain.labelled_heatmap(
+        prefix = [style.token_label(t) for t in out.tgt_tokens[: dec.shape[1]]]
+        fig = explain.labelled_heatmap(
             result.restored(dec),
             [f"decoder L{i + 1}" for i in range(dec.shape[0])],
             prefix,
@@ -426,7 +427,7 @@ def _attribution_tab(out: core.Translation) -> None:
         "Output word",
         stored if replaying else list(range(len(tokens))),
         key="explain_attr_position",
-        format_func=lambda i: f"{i + 1}: {figures.token_text(tokens[i])}",
+        format_func=lambda i: f"{i + 1}: {style.token_text(tokens[i])}",
     )
     if replaying:
         a = Attribution.from_trace(out.trace, t)
@@ -456,17 +457,17 @@ def _attribution_tab(out: core.Translation) -> None:
         f"cross-attention L{last + 1} (max of heads)": cross.max(0),
         "rollout": roll,
     }
-    fig = figures_explain.attribution_bars(
+    fig = explain.attribution_bars(
         out.src_tokens,
         series,
-        title=figures.titled(
-            f"Output word {t + 1} “{figures.token_label(tokens[t])}”: attribution and attention",
+        title=style.titled(
+            f"Output word {t + 1} “{style.token_label(tokens[t])}”: attribution and attention",
             state.options_note(out.options, 1),
         ),
     )
     common.chart(fig, f"attribution_{t + 1}", key="attribution")
     prefix = out.tgt_tokens[: len(a.target_ig)]  # up to this word (every decoder input with the causal mask off)
-    fig = figures_explain.attribution_bars(
+    fig = explain.attribution_bars(
         prefix,
         {"integrated gradients |IG|": np.abs(a.target_ig), "gradient × input |g·x|": np.abs(a.target_grad_x_input)},
         title=f"… and over the decoder inputs (1–{len(prefix)})",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from viz_app import common, figures, state
+from viz_app import common, state
+from viz_app.figures import attention_maps, style
 
 st.title("Head detail")
 st.caption(
@@ -53,14 +54,14 @@ if out is not None:
         matrix, which = data[head], f"head {head + 1}"
     else:
         with np.errstate(invalid="ignore"):
-            matrix, which = figures.aggregate(data, agg), f"{agg} over {trace.n_heads} heads"
-    q_tokens, k_tokens = figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens)
+            matrix, which = attention_maps.aggregate(data, agg), f"{agg} over {trace.n_heads} heads"
+    q_tokens, k_tokens = style.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens)
     what = "weights" if values == "weights" else "scaled scores QKᵀ/√d_k (grey = masked, −∞)"
-    title = figures.titled(
+    title = style.titled(
         f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · {which} · {what}",
         state.options_note(out.options, out.beam_size),
     )
-    fig = figures.head_heatmap(
+    fig = attention_maps.head_heatmap(
         matrix, q_tokens, k_tokens, title=title, values=values, fixed_scale=fixed, mask=trace.mask(kind)
     )
     common.chart(fig, f"{kind}_L{layer + 1}_{which.replace(' ', '_')}_{values}", key="head_detail")

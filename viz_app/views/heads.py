@@ -10,7 +10,8 @@ import streamlit as st
 import core
 from core.analysis.alignment import AlignmentScores, links, word_matrix, word_spans
 from core.analysis.heads import ALIGNMENT_AER, LABEL_RULES, STAT_TITLES, STATS, HeadStatistics, sentence_statistics
-from viz_app import common, figures_heads, state
+from viz_app import common, state
+from viz_app.figures import head_roles
 
 st.title("What does each head do?")
 st.caption(
@@ -83,7 +84,7 @@ if out is not None:
         for tab, kind in zip(tabs, stats.kinds, strict=True):
             with tab:
                 common.chart(
-                    figures_heads.stat_heatmap(
+                    head_roles.stat_heatmap(
                         stats.mean(kind, stat),
                         title=f"{state.KINDS[kind].capitalize()}: {STAT_TITLES[stat]}",
                         value_name=stat,
@@ -94,7 +95,7 @@ if out is not None:
                     key=f"stat_{kind}",
                 )
         st.caption("The words in the squares are the heads' labels (hover for the evidence).")
-        table = figures_heads.head_table(stats.table(), state.KINDS)
+        table = head_roles.head_table(stats.table(), state.KINDS)
         st.dataframe(
             table.frame.style.format(precision=3),
             width="stretch",
@@ -150,13 +151,13 @@ if out is not None:
         left, right = st.columns([3, 2])
         with left:
             common.chart(
-                figures_heads.alignment_links(src_words, tgt_words, found, title=f"Links read from {_name(by)}"),
+                head_roles.alignment_links(src_words, tgt_words, found, title=f"Links read from {_name(by)}"),
                 "alignment-links",
                 key="align_links",
             )
         with right:
             common.chart(
-                figures_heads.alignment_matrix(matrix, src_words, tgt_words, found, title="Alignment matrix"),
+                head_roles.alignment_matrix(matrix, src_words, tgt_words, found, title="Alignment matrix"),
                 "alignment-matrix",
                 key="align_matrix",
             )
@@ -180,7 +181,7 @@ if out is not None:
         m2.metric(f"Best combination · AER {scores.best_k_aer:.3f}", combo)
         m3.metric("Every cross head averaged", f"AER {scores.all_aer:.3f}")
         common.chart(
-            figures_heads.stat_heatmap(
+            head_roles.stat_heatmap(
                 scores.head_aer,
                 title=f"AER of each cross head on {scores.n_pairs} hand-aligned sentence pairs (lower is better)",
                 value_name="AER",

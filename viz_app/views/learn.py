@@ -13,8 +13,9 @@ import torch
 
 import core
 from core.sites import Stack, attention_site, layer_input_site
-from viz_app import common, figures, figures_steps, state
+from viz_app import common, state
 from viz_app.cache import cached
+from viz_app.figures import learn, masking, style
 
 DIGITS = 3
 SHOWN = 12  # dimensions of a d_model-long vector shown in a table
@@ -93,10 +94,10 @@ class Walkthrough:
         return np.asarray(x, dtype=np.float64)
 
     def sub_in(self, h: np.ndarray, norm: torch.nn.Module) -> np.ndarray:
-        return figures_steps.layer_norm(h, *_norm(norm)) if self.pre else h
+        return learn.layer_norm(h, *_norm(norm)) if self.pre else h
 
     def sub_out(self, h: np.ndarray, y: np.ndarray, norm: torch.nn.Module) -> np.ndarray:
-        return h + y if self.pre else figures_steps.layer_norm(h + y, *_norm(norm))
+        return h + y if self.pre else learn.layer_norm(h + y, *_norm(norm))
 
     def project_heads(self, attn: torch.nn.Module, heads: np.ndarray) -> np.ndarray:
         """Heads' outputs (H, T, dh) joined (T, H·dh) and projected: · W_O + b_O -> (T, D)."""
@@ -124,7 +125,7 @@ class Walkthrough:
     def memory(self) -> np.ndarray:
         """The encoder's output the cross-attention reads (Ts, D): the last layer's, LayerNorm'd for pre-norm."""
         h = self.stream("encoder", self.cfg.n_encoder_layers)
-        return figures_steps.layer_norm(h, *_norm(self.model.encoder_norm)) if self.pre else h
+        return learn.layer_norm(h, *_norm(self.model.encoder_norm)) if self.pre else h
 
     def residual(self) -> np.ndarray:
         """The stream this sub-layer adds its output to (Tq, D)."""
@@ -190,7 +191,7 @@ def _vector_table(rows: dict[str, np.ndarray]) -> None:
 
 def _matrix_excerpt(matrix: np.ndarray, label: str) -> None:
     """A weight matrix's top-left corner (4 decimals: weights are small), said so when it is not all of it."""
-    part, note = figures_steps.excerpt(matrix, CORNER, CORNER)
+    part, note = learn.excerpt(matrix, CORNER, CORNER)
     r, c = matrix.shape
     st.markdown(f"**{label}**, {r} × {c}" + (f" — {note}:" if note else ":"))
     rows, cols = [f"row {i + 1}" for i in range(part.shape[0])], [f"col {j + 1}" for j in range(part.shape[1])]
@@ -236,7 +237,7 @@ def _input_section(walk: Walkthrough, i: int, token: str, kind: str, layer: int)
                 "h as recorded": recorded,
             }
         )
-        _check("embedding + PE equals the stream the model recorded", figures_steps.max_difference(emb + pe, recorded))
+        _check("embedding + PE equals the stream the model recorded", learn.max_difference(emb + pe, recorded))
         st.markdown(norm_note.strip())
     else:
         st.markdown(f"In layer {layer + 1} the stream h is the output of layer {layer}." + norm_note)
@@ -259,7 +260,7 @@ def _projection_section(walk: Walkthrough, x: np.ndarray, head: int, i: int, q_r
     )
     q = x @ w + b
     st.dataframe(_frame(np.stack([q, q_rec]), ["x·W_Q + b (by hand)", "q (recorded)"]), width="stretch")
-    _check("x · W_Q + b equals the query the model computed", figures_steps.max_difference(q, q_rec))
+    _check("x · W_Q + b equals the query the model computed", learn.max_difference(q, q_rec))
     return q
 
 
@@ -288,24 +289,24 @@ elif run is not None:
     trace = run.trace
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
-    q_tokens, k_tokens = figures.query_key_tokens(kind, run.src_tokens, run.tgt_tokens)
+    q_tokens, k_tokens = style.query_key_tokens(kind, run.src_tokens, run.tgt_tokens)
     state.clamp("query", list(range(len(q_tokens))))
     i = st.select_slider(
         "Query token",
         list(range(len(q_tokens))),
         key="query",
-        format_func=lambda t: f"{t + 1} {figures.token_text(q_tokens[t])}" if 0 <= t < len(q_tokens) else str(t),
+        format_func=lambda t: f"{t + 1} {style.token_text(q_tokens[t])}" if 0 <= t < len(q_tokens) else str(t),
     )
-    token = figures.token_text(q_tokens[i])
+    token = style.token_text(q_tokens[i])
     if kind != "encoder" and i < len(run.output_tokens):
         st.caption(
             f"Query {i + 1} is the decoder input “{common.md(token)}”; from this position the model "
-            f"predicted the next piece, “{common.md(figures.token_text(run.output_tokens[i]))}”."
+            f"predicted the next piece, “{common.md(style.token_text(run.output_tokens[i]))}”."
         )
     Q, K, V = trace.qkv(kind, layer)  # recorded for this page's runs
     q, keys, vals = Q[head, i].astype(np.float64), K[head].astype(np.float64), V[head].astype(np.float64)
     d_k = q.shape[0]
-    labels = [f"{j + 1} {figures.token_text(t)}" for j, t in enumerate(k_tokens)]
+    labels = [f"{j + 1} {style.token_text(t)}" for j, t in enumerate(k_tokens)]
     mask = trace.mask(kind)[i]
     recorded = trace.attention(kind, layer)[head, i]
 
@@ -346,8 +347,8 @@ elif run is not None:
     if walk is not None:
         _, x_kv = walk.inputs()
         (wk, bk), (wv, bv) = walk.projection("k", head), walk.projection("v", head)
-        _check("X · W_K + b equals the recorded keys", figures_steps.max_difference(x_kv @ wk + bk, keys))
-        _check("X · W_V + b equals the recorded values", figures_steps.max_difference(x_kv @ wv + bv, vals))
+        _check("X · W_K + b equals the recorded keys", learn.max_difference(x_kv @ wk + bk, keys))
+        _check("X · W_V + b equals the recorded values", learn.max_difference(x_kv @ wv + bv, vals))
 
     st.markdown("##### 4 · Scores, mask and softmax, one row per key")
     st.latex(
@@ -366,12 +367,12 @@ elif run is not None:
         index=labels,
     )
     st.dataframe(table, width="stretch", height=min(420, 36 * len(labels) + 40))
-    fig = figures.mask_stages(
+    fig = masking.mask_stages(
         scaled,
         mask,
         weights,
         k_tokens,
-        title=figures.titled(
+        title=style.titled(
             f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · query {i + 1}",
             state.options_note(run.options, run.beam_size),
         ),
@@ -419,7 +420,7 @@ elif run is not None:
         if not ablated:
             _check(
                 f"head {head + 1}'s recorded output equals step 5's",
-                figures_steps.max_difference(heads[head, i], output),
+                learn.max_difference(heads[head, i], output),
             )
         y = walk.project_heads(walk.attn, heads)  # (Tq, D)
         w_o = _np(walk.attn.out_proj.weight, n_heads * d_k).T
@@ -433,7 +434,7 @@ elif run is not None:
         )
         _check(
             f"it equals the value the model recorded at query {i + 1}",
-            figures_steps.max_difference(by_hand[i], model_value[i]),
+            learn.max_difference(by_hand[i], model_value[i]),
         )
     elif walk is not None:
         st.caption("The heads' outputs were not recorded for this run, so the W_O step is not shown.")

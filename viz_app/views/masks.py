@@ -6,7 +6,8 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import claims, common, figures, state
+from viz_app import claims, common, state
+from viz_app.figures import masking, style
 
 PAD = "<pad>"
 
@@ -76,16 +77,14 @@ if out is not None:
     if "mask_kind" not in st.session_state:  # this page opens on the decoder, where both masks are at work
         st.session_state["mask_kind"] = "decoder" if "decoder" in trace.kinds else trace.kinds[0]
     kind = common.kind_picker(trace.kinds, key="mask_kind")
-    q_tokens, k_tokens = figures.query_key_tokens(kind, src, tgt)
+    q_tokens, k_tokens = style.query_key_tokens(kind, src, tgt)
     n_q, n_k = len(q_tokens), len(k_tokens)
     padding = trace.mask(kind, "padding")  # the mask's parts, as the trace recorded them
     causal = trace.mask(kind, "causal") if kind == "decoder" else np.ones((n_q, n_k), dtype=bool)
     pad_title = "padding" + ("" if opts.padding_mask else " (off)")
     causal_title = "causal" + (" (not used)" if kind != "decoder" else "" if opts.causal_mask else " (off)")
     panels = {pad_title: padding, causal_title: causal, "applied": trace.mask(kind)}  # short: titles never overlap
-    fig = figures.mask_panels(
-        panels, q_tokens, k_tokens, title=figures.titled(f"Masks of the {state.KINDS[kind]}", note)
-    )
+    fig = masking.mask_panels(panels, q_tokens, k_tokens, title=style.titled(f"Masks of the {state.KINDS[kind]}", note))
     common.chart(fig, f"masks_{kind}", key="mask_panels")
     st.caption(
         "Left: the padding mask (the decoder's own inputs are never padded here, so for decoder self-attention it "
@@ -114,18 +113,18 @@ if out is not None:
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     state.clamp("query", list(range(n_q)))
     query = st.select_slider(
-        "Query token", list(range(n_q)), key="query", format_func=lambda i: f"{i + 1} {figures.token_text(q_tokens[i])}"
+        "Query token", list(range(n_q)), key="query", format_func=lambda i: f"{i + 1} {style.token_text(q_tokens[i])}"
     )
     weights = trace.attention(kind, layer)[head, query]
     raw = trace.scores(kind, layer, masked=False)[head, query]  # (Tk,) blocked keys' scores before the mask
-    fig = figures.mask_stages(
+    fig = masking.mask_stages(
         raw,
         trace.mask(kind)[query],
         weights,
         k_tokens,
-        title=figures.titled(
+        title=style.titled(
             f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
-            f"query “{figures.token_label(q_tokens[query])}”",
+            f"query “{style.token_label(q_tokens[query])}”",
             note,
         ),
     )

@@ -6,7 +6,8 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import claims, common, figures, state
+from viz_app import claims, common, state
+from viz_app.figures import attention_maps, overview, style
 
 st.title("Translate & overview")
 st.caption(
@@ -88,7 +89,7 @@ if out is not None:
         common.head_matrix(bundle.config)
     state.clamp("overview_tab", labels)
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
-    axes = {kind: figures.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens) for kind in kinds}
+    axes = {kind: style.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens) for kind in kinds}
     for kind, tab in zip(kinds, tabs, strict=True):
         if not tab.open:
             continue
@@ -101,8 +102,8 @@ if out is not None:
                     icon=":material/info:",
                 )
                 for layer in range(trace.n_layers.get("cross", 0)):
-                    title = figures.titled(f"SSRU forget gates · decoder layer {layer + 1}", note)
-                    fig = figures.ssru_gates(trace.gates(layer), out.tgt_tokens, title=title)
+                    title = style.titled(f"SSRU forget gates · decoder layer {layer + 1}", note)
+                    fig = overview.ssru_gates(trace.gates(layer), out.tgt_tokens, title=title)
                     common.chart(fig, f"ssru_gates_L{layer + 1}", key=f"ssru_{layer}")
                 continue
             q_tokens, k_tokens = axes[kind]
@@ -138,7 +139,7 @@ if out is not None:
                     switched_run.trace.attention(kind, layer) - trained_run.trace.attention(kind, layer)
                     for layer in range(trace.n_layers[kind])
                 ]
-                q_tokens, k_tokens = figures.query_key_tokens(
+                q_tokens, k_tokens = style.query_key_tokens(
                     kind, trained_run.src_tokens, trained_run.tgt_tokens, trained_run.output_tokens
                 )
                 mask = None
@@ -148,11 +149,11 @@ if out is not None:
                 if st.session_state.get("kind") == kind
                 else None
             )
-            title = figures.titled(f"{state.KINDS[kind].capitalize()}: every layer × head", note)
+            title = style.titled(f"{state.KINDS[kind].capitalize()}: every layer × head", note)
             labels = {h: ", ".join(x) for h, x in common.head_labels(kind).items()}
             if show == "difference":
                 title = f"{state.KINDS[kind].capitalize()}: every layer × head — change made by {note}"
-            fig = figures.attention_grid(
+            fig = attention_maps.attention_grid(
                 maps,
                 q_tokens,
                 k_tokens,
@@ -175,10 +176,10 @@ if out is not None:
     name = f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1}"
     if show == "difference" and diff is not None:
         trained_run, switched_run = diff
-        q_tokens, k_tokens = figures.query_key_tokens(
+        q_tokens, k_tokens = style.query_key_tokens(
             kind, trained_run.src_tokens, trained_run.tgt_tokens, trained_run.output_tokens
         )
-        fig = figures.head_heatmap(
+        fig = attention_maps.head_heatmap(
             switched_run.trace.attention(kind, layer)[head] - trained_run.trace.attention(kind, layer)[head],
             q_tokens,
             k_tokens,
@@ -186,11 +187,11 @@ if out is not None:
             values="difference",
         )
     else:
-        fig = figures.head_heatmap(
+        fig = attention_maps.head_heatmap(
             trace.attention(kind, layer)[head],
             q_tokens,
             k_tokens,
-            title=figures.titled(name, note),
+            title=style.titled(name, note),
             mask=trace.mask(kind),
         )
     common.chart(fig, f"{kind}_L{layer + 1}_H{head + 1}", key="overview_head")

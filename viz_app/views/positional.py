@@ -8,7 +8,8 @@ import streamlit as st
 import torch
 
 import core
-from viz_app import claims, common, figures, figures_pe, state
+from viz_app import claims, common, state
+from viz_app.figures import attention_maps, positional, style
 
 st.title("Positional encoding")
 st.caption(
@@ -56,7 +57,7 @@ def _table_tab(path: str) -> None:
     table = _table(path, n)
     # built at each rerun: st.cache_data would hand out an unpickled copy, which costs as much (about 25 ms at 256)
     common.chart(
-        figures_pe.pe_matrix(
+        positional.pe_matrix(
             table, title=f"Positional-encoding table: {table.shape[0]} positions × {table.shape[1]} dimensions"
         ),
         "pe_table",
@@ -67,7 +68,7 @@ def _table_tab(path: str) -> None:
     c1, c2 = st.columns(2)
     with c1:
         common.chart(
-            figures_pe.pe_curves(table, dims, title="PE value by position, per dimension"), "pe_curves", key="pe_curves"
+            positional.pe_curves(table, dims, title="PE value by position, per dimension"), "pe_curves", key="pe_curves"
         )
         st.caption(
             "Low dimensions oscillate fast, high ones slowly: together they give every position a "
@@ -75,7 +76,7 @@ def _table_tab(path: str) -> None:
         )
     with c2:
         common.chart(
-            figures_pe.pe_similarity(table, title="PE·PE similarity between positions"),
+            positional.pe_similarity(table, title="PE·PE similarity between positions"),
             "pe_similarity",
             key="pe_similarity",
         )
@@ -89,8 +90,8 @@ def _run_tab(out: core.Translation, note: str) -> None:
     """The PE rows actually added to this sentence's tokens (zeros when switched off on that side)."""
     for side, tokens, label in (("src", out.src_tokens, "source"), ("tgt", out.tgt_tokens, "decoder input")):
         added = out.trace.positional_encoding(side)
-        fig = figures_pe.pe_matrix(
-            added, tokens=tokens, title=figures.titled(f"PE values added to the {label} tokens", note)
+        fig = positional.pe_matrix(
+            added, tokens=tokens, title=style.titled(f"PE values added to the {label} tokens", note)
         )
         common.chart(fig, f"pe_added_{side}", key=f"pe_added_{side}")
         if not np.any(added):  # read from the trace: what was added, not what the sidebar says
@@ -113,7 +114,7 @@ def _compare_grids(a: core.Translation, b: core.Translation, runs: claims.PEComp
         if not tab.open:
             continue
         with tab:
-            q_tok, k_tok = figures.query_key_tokens(kind, a.src_tokens, a.tgt_tokens)
+            q_tok, k_tok = style.query_key_tokens(kind, a.src_tokens, a.tgt_tokens)
             n_layers = a.trace.n_layers[kind]
             maps_a = [a.trace.attention(kind, l) for l in range(n_layers)]
             maps_b = [b.trace.attention(kind, l) for l in range(n_layers)]
@@ -135,9 +136,11 @@ def _compare_grids(a: core.Translation, b: core.Translation, runs: claims.PEComp
             else:
                 maps = maps_a if show == "with" else maps_b
                 opts = runs.as_trained if show == "with" else runs.switched
-                title = figures.titled(claims.first_upper(names[show]), state.options_note(opts))
+                title = style.titled(claims.first_upper(names[show]), state.options_note(opts))
             common.chart(
-                figures.attention_grid(maps, q_tok, k_tok, ablated=off, diverging=show == "difference", title=title),
+                attention_maps.attention_grid(
+                    maps, q_tok, k_tok, ablated=off, diverging=show == "difference", title=title
+                ),
                 f"{kind}_pe_{show}",
                 key=f"cmp_{kind}",
             )

@@ -11,8 +11,9 @@ import streamlit as st
 
 import core
 from core.bundle import BeamTree
-from viz_app import claims, common, figures, figures_steps, state
+from viz_app import claims, common, state
 from viz_app.cache import cached
+from viz_app.figures import decoding, style
 
 BEAMS = list(state.BEAMS)
 
@@ -91,13 +92,13 @@ def _what_if_header(out: core.Translation, alt: core.Translation, branch: int) -
     c1, c2 = st.columns(2)
     c1.markdown(f"**The model's translation:** {common.md(out.text) or '∅'}")
     c2.markdown(
-        f"**What if step {branch + 1} were “{common.md(figures.token_text(forced.token))}”:** "
+        f"**What if step {branch + 1} were “{common.md(style.token_text(forced.token))}”:** "
         f"{_marked(out.text, alt.text)}"
     )
     st.caption(
-        f"At step {branch + 1} the model's own choice was “{figures.token_text(own.token)}” "
-        f"({figures.share(own.prob)}); “{figures.token_text(forced.token)}” had "
-        f"{figures.share(forced.prob)}. That piece is forced, then the model "
+        f"At step {branch + 1} the model's own choice was “{style.token_text(own.token)}” "
+        f"({style.share(own.prob)}); “{style.token_text(forced.token)}” had "
+        f"{style.share(forced.prob)}. That piece is forced, then the model "
         "continues greedily (its best piece at each step); changed words in **bold**. The steps below walk "
         "through this alternative."
     )
@@ -123,7 +124,7 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
         return
     mine = claims.own_choice(shown.trace, own, step)  # the model's own translation, not the forced alternative
     placeholder = (
-        f"its own choice: “{figures.token_text(mine)}” — pick another to see what follows"
+        f"its own choice: “{style.token_text(mine)}” — pick another to see what follows"
         if mine is not None
         else "pick a piece to see what follows"
     )
@@ -137,7 +138,7 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
         key="whatif_pick",
         placeholder=placeholder,
         format_func=lambda j: (
-            f"“{figures.token_text(shown.trace.piece(candidates[j]))}” ({figures.share(probs.get(candidates[j], 0.0))})"
+            f"“{style.token_text(shown.trace.piece(candidates[j]))}” ({style.share(probs.get(candidates[j], 0.0))})"
         ),
         on_change=_pick_what_if,
         args=(own, step, candidates),
@@ -178,7 +179,7 @@ def _beam_tree_section(out: core.Translation) -> None:
         f"when it ends the sentence), the next best are **pruned** (grey). The **red line** is the winning "
         f"translation, ranked by score ÷ length. Click a dot, or pick it below, to see its cross-attention."
     )
-    st.markdown(common.md(figures_steps.beam_summary(tree)))
+    st.markdown(common.md(decoding.beam_summary(tree)))
     if tree.divergence is not None:
         st.caption(f"Greedy translation: {common.md(str(tree.meta.get('greedy_text', ''))) or '∅'}")
     n_steps = len(tree.steps)
@@ -189,8 +190,8 @@ def _beam_tree_section(out: core.Translation) -> None:
         ss["tree_node"] = winner[t] if t < len(winner) else 0  # start on the winner's hypothesis
     j = int(ss["tree_node"])
     note = state.options_note(out.options, out.beam_size)
-    fig = figures_steps.beam_tree(
-        tree, title=figures.titled(f"Beam search tree: {tree.beam_size} beams, {n_steps} steps", note), selected=(t, j)
+    fig = decoding.beam_tree(
+        tree, title=style.titled(f"Beam search tree: {tree.beam_size} beams, {n_steps} steps", note), selected=(t, j)
     )
     common.chart(fig, "beam_tree", key="beam_tree_chart", on_select=_tree_clicked, selection_mode="points")
     c1, c2 = st.columns([1, 3])
@@ -200,25 +201,25 @@ def _beam_tree_section(out: core.Translation) -> None:
     def label(k: int) -> str:
         if not isinstance(k, int) or not 0 <= k < len(step.candidate_ids):
             return str(k)
-        status = figures_steps.node_status(tree, t, k)
-        piece = figures.token_text(tree.piece(int(step.candidate_ids[k])))
+        status = decoding.node_status(tree, t, k)
+        piece = style.token_text(tree.piece(int(step.candidate_ids[k])))
         star = " ★ winner's path" if winner[t : t + 1] == (k,) else ""
         return f"rank {k + 1} · “{piece}” · score {float(step.candidate_scores[k]):.3f} · {status}{star}"
 
     c2.selectbox("Hypothesis", list(range(len(step.candidate_ids))), key="tree_node", format_func=label)
     parent = int(step.candidate_parents[j])
-    words = figures_steps.hypothesis_text(tree, step.path(j))
-    piece = common.md(figures.token_text(tree.piece(int(step.candidate_ids[j]))))
+    words = decoding.hypothesis_text(tree, step.path(j))
+    piece = common.md(style.token_text(tree.piece(int(step.candidate_ids[j]))))
     st.markdown(
         f"Hypothesis “{common.md(words)}”: score {float(step.scores[parent]):.3f} so far "
         f"+ log p {float(step.candidate_logp[j]):.3f} for “{piece}” = **{float(step.candidate_scores[j]):.3f}**"
     )
-    before = figures_steps.hypothesis_text(tree, step.tokens[parent]) if t else "the start"
+    before = decoding.hypothesis_text(tree, step.tokens[parent]) if t else "the start"
     rows = [step.cross_attention[parent, layer] for layer in range(step.cross_attention.shape[1])]
-    fig = figures.step_attention(
+    fig = decoding.step_attention(
         rows,
         list(tree.src_tokens),
-        title=figures.titled(
+        title=style.titled(
             f"Cross-attention at step {t + 1}, scoring the piece after “{html.escape(before)}”: every layer/head",
             note,
         ),
@@ -278,7 +279,7 @@ elif out is not None:
 
     def _step_label(t: int) -> str:
         mark = " (forced)" if branch is not None and t == branch else ""
-        return f"{t + 1}: {figures.token_text(shown.steps[t].token)}{mark}"
+        return f"{t + 1}: {style.token_text(shown.steps[t].token)}{mark}"
 
     c0, c1, c2, c3 = st.columns([6, 1, 1, 1.3], vertical_alignment="bottom")
     step = c0.select_slider("Step", list(range(n)), key="step", format_func=_step_label)
@@ -293,12 +294,12 @@ elif out is not None:
     if branch is not None and step == branch:
         mine = claims.own_choice(out.trace, own, step) or s.top_k[0][0]
         st.markdown(
-            f"→ next piece, **forced**: **`{figures.token_text(s.token)}`** — the model gave it "
-            f"**{figures.share(s.prob)}**; its own choice was `{figures.token_text(mine)}` "
-            f"({figures.share(dict(s.top_k).get(mine, 0.0))})"
+            f"→ next piece, **forced**: **`{style.token_text(s.token)}`** — the model gave it "
+            f"**{style.share(s.prob)}**; its own choice was `{style.token_text(mine)}` "
+            f"({style.share(dict(s.top_k).get(mine, 0.0))})"
         )
     else:
-        st.markdown(f"→ next piece: **`{figures.token_text(s.token)}`** with probability **{s.prob:.1%}**")
+        st.markdown(f"→ next piece: **`{style.token_text(s.token)}`** with probability **{s.prob:.1%}**")
     _what_if_picker(shown, own, step, branch)
 
     note = state.options_note(shown.options, shown.beam_size)
@@ -307,17 +308,17 @@ elif out is not None:
     left, right = st.columns([1, 2])
     with left:
         what = f"Top {len(s.top_k)} " + ("candidates " if branch is None else "")  # the forced note is long
-        title = figures.titled(f"{what}at step {step + 1}", note)
-        fig = figures.topk_bars(s.top_k, s.token, title=title)
+        title = style.titled(f"{what}at step {step + 1}", note)
+        fig = decoding.topk_bars(s.top_k, s.token, title=title)
         common.chart(fig, f"topk_step{step + 1}", key="topk")
     with right:
         trace = shown.trace
         if "decoder" in trace.kinds:
             rows = [s.attention("decoder", l) for l in range(trace.n_layers["decoder"])]
-            fig = figures.step_attention(
+            fig = decoding.step_attention(
                 rows,
                 shown.tgt_tokens[: step + 1],
-                title=figures.titled(
+                title=style.titled(
                     f"Decoder self-attention at step {step + 1}: every layer/head over the pieces so far", note
                 ),
             )
@@ -334,10 +335,10 @@ elif out is not None:
                 icon=":material/info:",
             )
         rows = [s.attention("cross", l) for l in range(trace.n_layers["cross"])]
-        fig = figures.step_attention(
+        fig = decoding.step_attention(
             rows,
             shown.src_tokens,
-            title=figures.titled(f"Cross-attention at step {step + 1}: every layer/head over the source", note),
+            title=style.titled(f"Cross-attention at step {step + 1}: every layer/head over the source", note),
         )
         common.chart(fig, f"cross_rows_step{step + 1}", key="cross_rows")
 
