@@ -1,7 +1,7 @@
 """Transformer Attention Lab — the Streamlit entry point: page config, sidebar, navigation.
 
 Run with ``streamlit run viz_app/app.py`` (``make run``). The pages live in ``viz_app/views``;
-figures in ``viz_app/figures.py``; cached loaders and the link state in ``viz_app/state.py``.
+figures in ``viz_app/figures/``; the state (links, cached runs, checkpoints, replay) in ``viz_app/session/``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ if str(REPO) not in sys.path:  # `streamlit run viz_app/app.py` puts only viz_ap
 import streamlit as st  # noqa: E402
 import torch  # noqa: E402
 
-from viz_app import common, guard, state  # noqa: E402
+from viz_app import common, guard  # noqa: E402
+from viz_app.session import checkpoints, server, url  # noqa: E402
 
 # The server's thread count, set here at its entry and nowhere else (loading a model changes nothing global):
 # one sentence at a time is translated per session, and more threads mostly contend on a small machine.
-if torch.get_num_threads() != state.threads():
-    torch.set_num_threads(state.threads())
+if torch.get_num_threads() != server.threads():
+    torch.set_num_threads(server.threads())
 # the icon ships with the app (a ":material/..." or emoji page icon makes the browser fetch an image from a CDN)
 st.set_page_config(page_title="Transformer Attention Lab", page_icon=str(REPO / "viz_app" / "icon.png"), layout="wide")
 
@@ -64,21 +65,21 @@ def _overview_by_name() -> None:
 # hidden from the menu: only answers the path
 ALIASES = [st.Page(_overview_by_name, title="Translate & overview", url_path="overview", visibility="hidden")]
 
-state.init()
-state.warm_up()  # once per process: what the pages would import on their first visit
+url.init()
+server.warm_up()  # once per process: what the pages would import on their first visit
 page = st.navigation([*PAGES.values(), *ALIASES], position="sidebar")
 first = st.session_state.pop("_first_page", "")
 if first in PAGES and page.url_path in ("", "overview") and first != "overview":
     st.switch_page(PAGES[first], query_params=st.query_params.to_dict())  # a link naming ?page=…
 if first and first not in PAGES:
-    state.note_link("page", first, "is not a page of the lab (the overview is shown)")
+    url.note_link("page", first, "is not a page of the lab (the overview is shown)")
 
-notice = st.empty() if state.link_pending() else None  # above the page: what of a link could not be used
+notice = st.empty() if url.link_pending() else None  # above the page: what of a link could not be used
 if not common.sidebar():  # no checkpoint, or it failed to load (the sidebar showed why), and no saved trace
-    if not state.checkpoint_names():
+    if not checkpoints.checkpoint_names():
         common.no_checkpoint()
     if notice is not None:  # said now: the user's next action must not read this link's values
-        state.show_link_problems(notice)
+        url.show_link_problems(notice)
     st.stop()
 try:
     page.run()
@@ -89,5 +90,5 @@ except Exception as exc:  # noqa: BLE001 — a generic box instead of a tracebac
     )
 finally:  # once per run, after the page (its widgets may change the state the URL mirrors), even after st.stop()
     if notice is not None:
-        state.show_link_problems(notice)
-    state.sync_url(page.url_path or "overview")
+        url.show_link_problems(notice)
+    url.sync_url(page.url_path or "overview")

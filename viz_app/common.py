@@ -15,9 +15,10 @@ import torch
 import core
 from core.language import check_language
 from core.segment import split_sentences
-from viz_app import claims, state, teacher
+from viz_app import claims, teacher
 from viz_app.figures import overview
 from viz_app.figures.style import plot_config, token_text
+from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
 
 HOW_TO_GET_ONE = (
     "No checkpoint found under `{root}`. Get one with **`make run`** (imports the pretrained "
@@ -38,12 +39,14 @@ def _example_picked() -> None:
 def _checkpoint_changed() -> None:
     """Switching to a model with another source language: swap an example sentence for one it can read."""
     ss = st.session_state
-    b = state.guarded(lambda: state.load_bundle(state.ckpt_path()))
+    b = errors.guarded(lambda: server.load_bundle(checkpoints.ckpt_path()))
     if b is None:
         return
     src = b.languages[0]
-    if src in state.EXAMPLES and any(ss.get("text") in ex for lang, ex in state.EXAMPLES.items() if lang != src):
-        ss["text"] = state.EXAMPLES[src][0]
+    if src in selection.EXAMPLES and any(
+        ss.get("text") in ex for lang, ex in selection.EXAMPLES.items() if lang != src
+    ):
+        ss["text"] = selection.EXAMPLES[src][0]
 
 
 def _count(n: int) -> str:
@@ -55,12 +58,12 @@ def _reset() -> None:
 
 
 def _ablated(kind: str) -> set[tuple[int, int]]:
-    return {(l, h) for k, l, h in map(state.parse_head_label, st.session_state.get("ablate", [])) if k == kind}
+    return {(l, h) for k, l, h in map(params.parse_head_label, st.session_state.get("ablate", [])) if k == kind}
 
 
 def _set_ablated(kind: str, heads: set[tuple[int, int]]) -> None:
-    others = [a for a in st.session_state.get("ablate", []) if state.parse_head_label(a)[0] != kind]
-    st.session_state["ablate"] = others + [state.head_label(kind, l, h) for l, h in sorted(heads)]
+    others = [a for a in st.session_state.get("ablate", []) if params.parse_head_label(a)[0] != kind]
+    st.session_state["ablate"] = others + [params.head_label(kind, l, h) for l, h in sorted(heads)]
     st.session_state["_matrix_version"] = st.session_state.get("_matrix_version", 0) + 1  # redraw from the state
 
 
@@ -85,7 +88,7 @@ def head_matrix(cfg: core.ModelConfig) -> None:
     kinds = [k for k in core.ATTENTION_KINDS if k != "decoder" or cfg.decoder_self == "attention"]
     version = st.session_state.get("_matrix_version", 0)
     with st.expander("Switch heads off on a grid (whole layers, keep only some)", icon=":material/grid_view:"):
-        for kind, tab in zip(kinds, st.tabs([state.KINDS[k] for k in kinds]), strict=True):
+        for kind, tab in zip(kinds, st.tabs([params.KINDS[k] for k in kinds]), strict=True):
             n_layers = cfg.n_encoder_layers if kind == "encoder" else cfg.n_decoder_layers
             off = _ablated(kind)
             frame = pd.DataFrame(
@@ -114,17 +117,17 @@ def _trace_uploaded() -> None:
     upload = st.session_state.get("trace_file")
     if upload is None:
         return
-    st.session_state["_trace_error"] = state.open_trace(upload.getvalue())
+    st.session_state["_trace_error"] = trace_replay.open_trace(upload.getvalue())
 
 
 def _close_trace() -> None:
-    state.close_trace()
+    trace_replay.close_trace()
     st.session_state["_trace_error"] = None
 
 
 def _replay_controls() -> core.Translation | None:
     """Open a saved trace (exported from any page) and replay it on every page, without the model."""
-    saved = state.replay()
+    saved = trace_replay.replay()
     with st.expander("Open a saved trace", expanded=saved is not None, icon=":material/history:"):
         st.file_uploader(  # any name: a refused type gets only a red icon in the browser; open_trace names the fault
             "Trace file (.npz or .json, from “Export this run”)",
@@ -141,7 +144,7 @@ def _replay_controls() -> core.Translation | None:
         st.info(
             f"**Replaying a saved trace** of *{md(str(saved.trace.meta.get('model', 'a model')))}* "
             f"({shape.n_encoder_layers}+{shape.n_decoder_layers} layers · {shape.n_heads} heads) with "
-            f"**{state.options_note(saved.options, saved.beam_size)}**. Nothing is recomputed; switches that "
+            f"**{selection.options_note(saved.options, saved.beam_size)}**. Nothing is recomputed; switches that "
             "need the model are off until you close it.",
             icon=":material/history:",
         )
@@ -152,7 +155,7 @@ def sidebar() -> bool:
     """Saved-trace replay, checkpoint picker, model info, device, toggles and ablations. True when the pages can
     run: a model is loaded, or a saved trace is replayed."""
     ss = st.session_state
-    names = state.checkpoint_names()
+    names = checkpoints.checkpoint_names()
     with st.sidebar:
         if _replay_controls() is not None:
             return True
@@ -164,19 +167,19 @@ def sidebar() -> bool:
                     "The link names a checkpoint that is not one of the listed ones; the default is shown.",
                     icon=":material/inventory_2:",
                 )
-            ss["ckpt"] = state.default_checkpoint()
+            ss["ckpt"] = checkpoints.default_checkpoint()
         st.selectbox(
             "Checkpoint",
             names,
             key="ckpt",
             on_change=_checkpoint_changed,
-            help=f"Model folders under `{state.checkpoint_root()}`",
+            help=f"Model folders under `{checkpoints.checkpoint_root()}`",
         )
-        bundle = state.bundle()
+        bundle = selection.bundle()
         if bundle is None:
             return False
         if not ss.get("text") and not ss.get("_text_defaulted"):
-            ss["text"] = state.EXAMPLES.get(bundle.languages[0], state.EXAMPLES["en"])[0]
+            ss["text"] = selection.EXAMPLES.get(bundle.languages[0], selection.EXAMPLES["en"])[0]
         ss["_text_defaulted"] = True
         cfg = bundle.config
         n_params = _count(bundle.model.n_parameters())
@@ -195,24 +198,24 @@ def sidebar() -> bool:
                 f"- positions: {cfg.positional} ({cfg.pe_layout})"
             )
         st.caption(f"Running on **{device_label}** · {bundle.name}")
-        st.caption(state.provenance(bundle.info))
-        quality = state.quality_line(bundle)
+        st.caption(checkpoints.provenance(bundle.info))
+        quality = checkpoints.quality_line(bundle)
         if quality:
             st.caption(f"Quality: {md(quality)}")
-        card = state.card_text()
+        card = checkpoints.card_text()
         if card:
             with st.popover("Checkpoint card", icon=":material/description:", width="stretch"):
                 st.markdown(card)
         st.subheader("Switches", divider="gray")
         st.toggle("Positional encoding", key="pe", help="Add the position signal to the token embeddings.")
         if not ss.get("pe", True):
-            state.clamp("pe_side", list(state.PE_SIDES))
+            url.clamp("pe_side", list(params.PE_SIDES))
             st.radio(
                 "Positions removed on",
-                list(state.PE_SIDES),
+                list(params.PE_SIDES),
                 key="pe_side",
                 horizontal=True,
-                format_func=state.PE_SIDES.get,
+                format_func=params.PE_SIDES.get,
                 help="The encoder's input (the source words), the decoder's input (the translation so far), or both.",
             )
         ssru = cfg.decoder_self == "ssru"
@@ -230,7 +233,7 @@ def sidebar() -> bool:
         st.toggle("Padding mask", key="padding", help="Stop attention to <pad> tokens of a padded batch.")
         if bundle.shortlist is None:
             if ss.get("shortlist"):
-                state.link_problem("shortlist", "asks for a shortlist this model does not ship")
+                url.link_problem("shortlist", "asks for a shortlist this model does not ship")
             ss["shortlist"] = False  # only imported Marian models ship one
         else:
             st.toggle(
@@ -246,14 +249,14 @@ def sidebar() -> bool:
             )
         kinds = [k for k in core.ATTENTION_KINDS if k != "decoder" or cfg.decoder_self == "attention"]
         labels = [
-            state.head_label(k, l, h)
+            params.head_label(k, l, h)
             for k in kinds
             for l in range(cfg.n_encoder_layers if k == "encoder" else cfg.n_decoder_layers)
             for h in range(cfg.n_heads)
         ]
         missing = [a for a in ss.get("ablate", []) if a not in labels]
         if missing:
-            state.link_problem("ablate", f"names heads this model does not have ({', '.join(missing[:4])})")
+            url.link_problem("ablate", f"names heads this model does not have ({', '.join(missing[:4])})")
             ss["ablate"] = [a for a in ss["ablate"] if a in labels]
         st.multiselect(
             "Switch off heads",
@@ -262,14 +265,14 @@ def sidebar() -> bool:
             placeholder="none",
             help="An ablated head's output is zeroed (its weights are still shown).",
         )
-        note = state.options_note(state.options(), int(ss.get("beam", 1)))
+        note = selection.options_note(selection.options(), int(ss.get("beam", 1)))
         st.markdown(f"Options in effect: **{note}**", help="Every figure title ends with these options.")
         st.button(
             "Reset switches",
             on_click=_reset,
             key="reset",
             icon=":material/restart_alt:",
-            disabled=state.options() == core.InferenceOptions() and int(ss.get("beam", 1)) == 1,
+            disabled=selection.options() == core.InferenceOptions() and int(ss.get("beam", 1)) == 1,
         )
     return True
 
@@ -277,22 +280,22 @@ def sidebar() -> bool:
 def no_checkpoint() -> None:
     """The page shown when there is nothing to load."""
     st.title("Transformer Attention Lab")
-    st.info(HOW_TO_GET_ONE.format(root=state.checkpoint_root()), icon=":material/inventory_2:")
+    st.info(HOW_TO_GET_ONE.format(root=checkpoints.checkpoint_root()), icon=":material/inventory_2:")
 
 
 def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> core.Translation | None:
     """Text input (Enter translates) with example sentences; returns the cached translation (with q/k/v
     when ``qkv``) or None. While a saved trace is replayed: its source sentence, and the trace."""
-    saved = state.replay()
+    saved = trace_replay.replay()
     if saved is not None:
         st.markdown(f"**{label} (from the saved trace):** {md(saved.source_text) or '—'}")
-        state.show_notices(saved)
+        errors.show_notices(saved)
         return saved
-    bundle = state.bundle()
+    bundle = selection.bundle()
     if bundle is None:
         return None
     src = bundle.languages[0]
-    examples = state.EXAMPLES.get(src, state.EXAMPLES["en"])
+    examples = selection.EXAMPLES.get(src, selection.EXAMPLES["en"])
     left, right = st.columns([3, 1])
     left.text_input(
         f"{label} ({src} → {bundle.languages[1]}) — press Enter",
@@ -303,9 +306,9 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
         "…or pick an example", examples, index=None, key="example", on_change=_example_picked, placeholder="Examples"
     )
     _sentence_picker()
-    out = state.current(qkv=qkv)
+    out = selection.current(qkv=qkv)
     if out is not None:
-        state.show_notices(out)
+        errors.show_notices(out)
         other = check_language(out.source_text, *bundle.languages, output=out.text).message()
         if other:  # the text does not look like the model's source language (core.language)
             st.warning(other, icon=":material/translate:")
@@ -315,9 +318,9 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
 def _sentence_picker() -> None:
     """When the text has several sentences: say so, let the person pick the one to look inside, and show the
     whole text's translation (each sentence translated on its own, as production translators do)."""
-    found = state.sentences()
+    found = selection.sentences()
     total = len(split_sentences(str(st.session_state.get("text", ""))))
-    state.clamp("sentence", list(range(len(found))))  # a link's ?sentence= beyond the text is named
+    url.clamp("sentence", list(range(len(found))))  # a link's ?sentence= beyond the text is named
     if len(found) < 2:
         return
     st.info(
@@ -332,12 +335,12 @@ def _sentence_picker() -> None:
         key="sentence",
         format_func=lambda i: f"{i + 1} · {found[i][:90]}{'…' if len(found[i]) > 90 else ''}",
     )
-    bundle = state.bundle()
-    if bundle is None or state.replay() is not None:
+    bundle = selection.bundle()
+    if bundle is None or trace_replay.replay() is not None:
         return
-    path, key = state.ckpt_path(), state.options_key(state.options())
+    path, key = checkpoints.ckpt_path(), runs.options_key(selection.options())
     beam = int(st.session_state.get("beam", 1))
-    parts = state.guarded(lambda: [state.translate(path, s, key, beam).text for s in found])
+    parts = errors.guarded(lambda: [runs.translate(path, s, key, beam).text for s in found])
     if parts:
         st.caption("Whole text, sentence by sentence: " + " ".join(md(p) or "∅" for p in parts))
 
@@ -345,11 +348,11 @@ def _sentence_picker() -> None:
 def translation_header(out: core.Translation) -> None:
     """The translation in large type plus the options it was made with; with switches on, the as-trained
     translation beside it (changed words marked) and what the switches do to its probabilities."""
-    note = state.options_note(out.options, out.beam_size)
+    note = selection.options_note(out.options, out.beam_size)
     st.markdown(f"#### {md(out.text) or EMPTY}")
     st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
     teacher.beside(out)  # a distilled model: its teacher's translation, the differing words marked
-    if out.options != core.InferenceOptions() and state.replay() is None:
+    if out.options != core.InferenceOptions() and trace_replay.replay() is None:
         before_after(out)
 
 
@@ -369,7 +372,7 @@ def marked_words(before: str, after: str) -> tuple[str, str]:
 
 def before_after(out: core.Translation) -> None:
     """As trained next to the current translation, and the as-trained output's tokens scored by both models."""
-    note = state.options_note(out.options, out.beam_size)
+    note = selection.options_note(out.options, out.beam_size)
     if not out.text:
         why = (
             "Without positions in the decoder every step looks alike to it, and this model answers by ending the "
@@ -383,11 +386,11 @@ def before_after(out: core.Translation) -> None:
             "switched model, so you still see what changes. **Reset switches** in the sidebar brings the normal "
             "translation back."
         )
-        if state.selected() and (not out.options.pe_on("src") or not out.options.pe_on("tgt")):
+        if checkpoints.selected() and (not out.options.pe_on("src") or not out.options.pe_on("tgt")):
             st.page_link(
                 "views/positional.py", label="Compare the maps with and without positions", icon=":material/waves:"
             )
-    trained = state.current(beam=out.beam_size, opts=core.InferenceOptions()) if state.selected() else None
+    trained = selection.current(beam=out.beam_size, opts=core.InferenceOptions()) if checkpoints.selected() else None
     if trained is None:
         return
     if trained.text == out.text:
@@ -400,9 +403,9 @@ def before_after(out: core.Translation) -> None:
         c2.markdown(f"**With {md(note)}:** {after}")
     if not trained.text:
         return
-    path = state.ckpt_path()
-    text = state.sentence()
-    forced = state.guarded(lambda: state.teacher_forced(path, text, trained.text, state.options_key(out.options)))
+    path = checkpoints.ckpt_path()
+    text = selection.sentence()
+    forced = errors.guarded(lambda: runs.teacher_forced(path, text, trained.text, runs.options_key(out.options)))
     if forced is None:
         return
     with st.expander("How likely is the as-trained translation with these switches? (token by token)"):
@@ -433,15 +436,15 @@ def token_pills(tokens: Sequence[str], highlight: int | None = None) -> None:
 
 def kind_picker(kinds: Sequence[str], key: str = "kind") -> str:
     """Radio of the attention kinds this model has."""
-    state.clamp(key, list(kinds))
-    return st.radio("Attention", list(kinds), key=key, horizontal=True, format_func=lambda k: state.KINDS[k])
+    url.clamp(key, list(kinds))
+    return st.radio("Attention", list(kinds), key=key, horizontal=True, format_func=lambda k: params.KINDS[k])
 
 
 def layer_head_pickers(n_layers: int, n_heads: int, with_head: bool = True, kind: str | None = None) -> tuple[int, int]:
     """Layer and head selects (1-based labels, 0-based values). With ``kind``, each head's option carries its
     labels from "What does each head do?" once that page has measured the checkpoint."""
-    state.clamp("layer", list(range(n_layers)))
-    state.clamp("head", list(range(n_heads)))
+    url.clamp("layer", list(range(n_layers)))
+    url.clamp("head", list(range(n_heads)))
     cols = st.columns(2)
     layer = cols[0].selectbox("Layer", list(range(n_layers)), key="layer", format_func=lambda i: f"Layer {i + 1}")
     labels = head_labels(kind) if kind else {}
@@ -457,10 +460,10 @@ def layer_head_pickers(n_layers: int, n_heads: int, with_head: bool = True, kind
 
 def head_labels(kind: str) -> dict[tuple[int, int], list[str]]:
     """(layer, head) -> labels of the current checkpoint's ``kind`` heads, if already measured (never computes)."""
-    if state.replay() is not None or state.selected() is None:
+    if trace_replay.replay() is not None or checkpoints.selected() is None:
         return {}
     try:
-        return state.known_labels(state.ckpt_path(), kind)
+        return runs.known_labels(checkpoints.ckpt_path(), kind)
     except core.LabError:
         return {}
 
@@ -474,7 +477,7 @@ def export(out: core.Translation) -> None:
     """Download the whole trace as JSON or NPZ (generated only when clicked), named after the checkpoint and the
     sentence; the file carries the source text, the translation and the options."""
     st.caption("Export this run (every layer and head, masks, positional encodings, the text and the options)")
-    stem = state.export_stem(out)
+    stem = checkpoints.export_stem(out)
     c1, c2 = st.columns(2)
     c1.download_button(
         "⬇ Trace as JSON",

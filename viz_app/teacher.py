@@ -16,7 +16,8 @@ import streamlit as st
 
 import core
 from core.importers.bergamot_wheel import DIRECTIONS
-from viz_app import common, state
+from viz_app import common
+from viz_app.session import checkpoints, errors, runs, selection, trace_replay
 
 IMPORTED = frozenset(f"bergamot-{d}" for d in DIRECTIONS)  # the folders `make models` writes
 
@@ -64,22 +65,22 @@ def beside(out: core.Translation) -> None:
     """Under the translation header: the teacher's translation (as trained, the same beam) with the words that
     differ from the student's as-trained translation (``out`` itself when no switch is on) marked, or one caption
     on how to get the teacher. Nothing for a model without one, or while a saved trace is replayed."""
-    bundle = state.bundle() if state.replay() is None else None
+    bundle = selection.bundle() if trace_replay.replay() is None else None
     name = teacher_name(bundle.info) if bundle is not None else None
     if name is None:
         return
-    names = state.checkpoint_names()
+    names = checkpoints.checkpoint_names()
     if name not in names:
         st.caption(missing_line(name, names))
         return
-    path = str(state.checkpoint_root() / name)
-    key = state.options_key(core.InferenceOptions())
-    text = state.sentence()
-    theirs = state.guarded(lambda: state.translate(path, text, key, out.beam_size))
+    path = str(checkpoints.checkpoint_root() / name)
+    key = runs.options_key(core.InferenceOptions())
+    text = selection.sentence()
+    theirs = errors.guarded(lambda: runs.translate(path, text, key, out.beam_size))
     if theirs is None:
         return
     # both as trained: with switches on, the student's words would be the switches' doing, not its own choices
-    mine = out if out.options == core.InferenceOptions() else state.current(out.beam_size, core.InferenceOptions())
+    mine = out if out.options == core.InferenceOptions() else selection.current(out.beam_size, core.InferenceOptions())
     if mine is None:
         return
     teacher_marked, student_marked = common.marked_words(theirs.text, mine.text)

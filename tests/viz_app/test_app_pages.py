@@ -266,28 +266,31 @@ def test_ssru_decoder_shows_gates_instead_of_self_attention() -> None:
 
 
 def test_default_checkpoint_env_then_default_file_then_first(app_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from viz_app import state
+    from viz_app.session import checkpoints
 
-    names = state.checkpoint_names()
+    names = checkpoints.checkpoint_names()
     assert names == ["tiny", "tiny-ssru"]
     monkeypatch.setenv("LAB_CHECKPOINT", "tiny-ssru")
-    assert state.default_checkpoint() == "tiny-ssru"
+    assert checkpoints.default_checkpoint() == "tiny-ssru"
     monkeypatch.setenv("LAB_CHECKPOINT", str(app_root / "tiny-ssru"))  # a path works too
-    assert state.default_checkpoint() == "tiny-ssru"
+    assert checkpoints.default_checkpoint() == "tiny-ssru"
     monkeypatch.delenv("LAB_CHECKPOINT")
-    assert state.default_checkpoint() == "tiny"  # no DEFAULT file: the first folder
+    assert checkpoints.default_checkpoint() == "tiny"  # no DEFAULT file: the first folder
     other = app_root.parent / "with_default_file"
     for name in ("a", "b"):
         (other / name).mkdir(parents=True, exist_ok=True)
         (other / name / "config.json").write_text("{}")
     (other / "DEFAULT").write_text("b\n")
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(other))
-    assert state.default_checkpoint() == "b"
+    assert checkpoints.default_checkpoint() == "b"
     monkeypatch.setenv("LAB_CHECKPOINT_ROOT", "checkpoints")
     monkeypatch.chdir(other)  # no ./checkpoints here: a relative root falls back to the repo's
-    assert state.checkpoint_root() == state.REPO / "checkpoints" or not (state.REPO / "checkpoints").is_dir()
+    assert (
+        checkpoints.checkpoint_root() == checkpoints.REPO / "checkpoints"
+        or not (checkpoints.REPO / "checkpoints").is_dir()
+    )
     (other / "checkpoints").mkdir()
-    assert state.checkpoint_root() == Path("checkpoints")  # ... unless the cwd has one
+    assert checkpoints.checkpoint_root() == Path("checkpoints")  # ... unless the cwd has one
 
 
 def test_no_checkpoint_explains_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -519,10 +522,10 @@ def test_the_sidebar_shows_the_quality_line_and_the_card(app_root: Path) -> None
 
 
 def test_exports_are_named_after_the_checkpoint_and_the_sentence() -> None:
-    from viz_app import state
+    from viz_app.session import checkpoints
 
     out = core.load(Path(os.environ["LAB_CHECKPOINT_ROOT"]) / "tiny").translate("Is there any tea left?")
-    assert state.export_stem(out) == "tiny-test_is-there-any-tea-left"
+    assert checkpoints.export_stem(out) == "tiny-test_is-there-any-tea-left"
 
 
 def test_the_head_grid_switches_whole_layers_and_keeps_only_the_checked() -> None:

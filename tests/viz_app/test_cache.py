@@ -131,7 +131,7 @@ def test_pages_reuse_the_translation_they_show(tmp_path: Path, monkeypatch) -> N
 def test_the_options_key_carries_every_switch_and_gives_the_options_back() -> None:
     import dataclasses
 
-    from viz_app import state
+    from viz_app.session import runs
 
     base = core.InferenceOptions()
     changed = {
@@ -146,5 +146,5 @@ def test_the_options_key_carries_every_switch_and_gives_the_options_back() -> No
     assert set(changed) == {f.name for f in dataclasses.fields(base)}  # a new switch must be added here too
     for name, value in changed.items():
         options = base.with_changes(**{name: value})
-        key = state.options_key(options)
-        assert hash(key) != hash(state.options_key(base)) and state._options(key) == options, name
+        key = runs.options_key(options)
+        assert hash(key) != hash(runs.options_key(base)) and runs.options_from_key(key) == options, name

@@ -58,9 +58,9 @@ def test_importance_maps_ranking_and_the_jump_to_a_head() -> None:
 
 
 def test_a_long_sentence_opens_with_the_estimate_and_measures_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    from viz_app import state
+    from viz_app.session import runs
 
-    monkeypatch.setattr(state, "IMPORTANCE_EXACT_PIECES", 4)  # the tiny model's sentence counts as long
+    monkeypatch.setattr(runs, "IMPORTANCE_EXACT_PIECES", 4)  # the tiny model's sentence counts as long
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)

@@ -19,7 +19,7 @@ from core.analysis.survey import gold_pairs
 from core.checkpoint import read_config
 from core.language import check_language
 from core.training.recipes import PROBE_SENTENCES
-from viz_app.state import EXAMPLES
+from viz_app.session.selection import EXAMPLES
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "viz_app" / "app.py"

@@ -14,13 +14,13 @@ def _crafted(value: str) -> None:  # runs inside AppTest.from_function
 
     import core as c
     from viz_app import common as cm
-    from viz_app import state as s
+    from viz_app.session import checkpoints, selection
 
     st.session_state["ckpt"] = value
     cm._checkpoint_changed()  # what the selectbox's on_change runs with a value sent over the websocket
-    st.write(f"bundle loaded: {s.bundle() is not None}")
+    st.write(f"bundle loaded: {selection.bundle() is not None}")
     try:
-        s.ckpt_path()
+        checkpoints.ckpt_path()
     except c.InputError as exc:
         st.write(f"refused: {exc}")
 

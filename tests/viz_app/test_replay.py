@@ -64,9 +64,9 @@ def test_the_address_bar_names_the_replayed_run_not_the_previous_sentence(saved:
     assert link["text"] == original.source_text == "The cat sleeps on the warm chair."
     assert link["causal"] == "0" and "pe" not in link  # the trace's switches: causal mask off, positions on
     assert "ckpt" not in link  # its model is not a checkpoint of this machine: the link opens the default
-    from viz_app import state
+    from viz_app.session import url
 
-    values = state.replay_link_values(original, [str(original.trace.meta["model"])])
+    values = url.replay_link_values(original, [str(original.trace.meta["model"])])
     assert values["ckpt"] == original.trace.meta["model"] and values["beam"] == 1
 
 
@@ -96,7 +96,7 @@ def test_a_shortlist_trace_replays_the_steps_page(tmp_path: Path, tiny_checkpoin
 def _open(data: bytes) -> None:  # runs inside AppTest.from_function
     import streamlit as st
 
-    from viz_app import state as s
+    from viz_app.session import trace_replay as s
 
     st.session_state["text"] = "kept"
     st.write(f"error: {s.open_trace(data)}")
@@ -147,7 +147,7 @@ def test_analyses_exported_with_the_trace_replay_on_why_this_word(tiny_checkpoin
 def _open_each(payloads: list[bytes]) -> None:  # runs inside AppTest.from_function
     import streamlit as st
 
-    from viz_app import state as s
+    from viz_app.session import trace_replay as s
 
     for data in payloads:
         st.write(f"error: {s.open_trace(data)}")

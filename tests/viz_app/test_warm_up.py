@@ -1,6 +1,6 @@
-"""The server's warm-up (``viz_app.state.warm_up``): after it and the first page, no page imports a module on its
-first visit — a page that starts importing something lazily makes its first visit slower for every user (Learn's
-first visit spent ~0.45 s in imports before the warm-up existed).
+"""The server's warm-up (``viz_app.session.server.warm_up``): after it and the first page, no page imports a module
+on its first visit — a page that starts importing something lazily makes its first visit slower for every user
+(Learn's first visit spent ~0.45 s in imports before the warm-up existed).
 
 Runs in a fresh interpreter: this test process has imported everything already, so modules cannot be counted here.
 """
@@ -53,7 +53,7 @@ def test_no_page_imports_a_module_on_its_first_visit(tmp_path: Path) -> None:
     assert line is not None, done.stderr[-3000:]
     found = json.loads(line[len("RESULT ") :])
     assert found["first"] == []
-    from viz_app.state import LAZY_MODULES
+    from viz_app.session.server import LAZY_MODULES
 
     assert set(LAZY_MODULES) <= set(found["warm"])  # the warm-up ran in the first visit and imported them all
     assert set(found["pages"]) == set(PAGES)

@@ -14,8 +14,9 @@ from core.analysis import FUSIONS, HeadEffect, HeadImportance, all_heads_but, tr
 from core.analysis.attribution import Attribution, spearman
 from core.analysis.patching import PatchingResult
 from core.analysis.rollout import concentration, set_aside, special_positions
-from viz_app import claims_explain, common, state
+from viz_app import claims_explain, common
 from viz_app.figures import explain, style
+from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
 
 st.title("Why this word?")
 st.caption(
@@ -31,7 +32,7 @@ def _how_to_read(text: str) -> None:
 
 
 def _show_head(label: str) -> None:
-    kind, layer, head = state.parse_head_label(label)
+    kind, layer, head = params.parse_head_label(label)
     st.session_state.update(kind=kind, layer=layer, head=head, agg="single head")
 
 
@@ -43,12 +44,12 @@ def _importance_tab(out: core.Translation) -> None:
         "It is measured on the model itself, so it is faithful — but only for this sentence and one head at a "
         "time: two heads that back each other up each look unimportant alone. “Output changes” says whether "
         "greedy decoding with that head off writes a different translation.\n\n"
-        f"On long sentences (over {state.IMPORTANCE_EXACT_PIECES} pieces in and out) the page first shows an "
+        f"On long sentences (over {runs.IMPORTANCE_EXACT_PIECES} pieces in and out) the page first shows an "
         "**estimate** from one gradient pass: how fast log p falls as the head's output is turned down, "
         "extrapolated to switching it off (first order, as in Michel et al. 2019). It ranks heads roughly as the "
         "measurement does; press *Measure exactly* for the real thing (one pass per head) and the agreement."
     )
-    replaying = state.replay() is not None
+    replaying = trace_replay.replay() is not None
     estimate: HeadImportance | None = None
     if replaying:
         result = HeadImportance.from_trace(out.trace)
@@ -65,7 +66,7 @@ def _importance_tab(out: core.Translation) -> None:
             return
         result, estimate = got
         _remember(out, *result.to_arrays())
-    note = state.options_note(out.options, 1)
+    note = selection.options_note(out.options, 1)
     kinds = [k for k in out.trace.kinds]
     # one colour scale for every kind, so colours compare; it saturates at the 90th percentile of |Δ| so that one
     # dominant head does not wash out the rest (hover gives every exact value)
@@ -74,7 +75,7 @@ def _importance_tab(out: core.Translation) -> None:
     for col, kind in zip(cols, kinds, strict=True):
         fig = explain.importance_heatmap(
             result.matrix(kind),
-            title=style.titled(state.KINDS[kind].capitalize(), note),
+            title=style.titled(params.KINDS[kind].capitalize(), note),
             scale=shared,
             estimate=not result.exact,
         )
@@ -100,7 +101,7 @@ def _importance_tab(out: core.Translation) -> None:
         f"log p(translation) = {result.base_logprob:.2f} over {result.n_tokens} tokens with every head on. "
         f"{measured} Colours saturate at ±{shared:.2f} (hover a square for its value).{agreement}"
     )
-    labels = [state.head_label(e.kind, e.layer, e.head) for e in ranking]
+    labels = [params.head_label(e.kind, e.layer, e.head) for e in ranking]
     table = pd.DataFrame(
         {
             "head": labels,
@@ -113,7 +114,7 @@ def _importance_tab(out: core.Translation) -> None:
     left, right = st.columns([3, 2])
     left.dataframe(table, hide_index=True, height=320, width="stretch")
     with right:
-        state.clamp("explain_head", labels)
+        url.clamp("explain_head", labels)
         picked = st.selectbox("Look at a head", labels, key="explain_head", help="Most relied-on first.")
         if st.button("Open its attention in Head detail", icon=":material/zoom_in:", key="explain_open"):
             _show_head(picked)
@@ -129,18 +130,18 @@ def _importance_tab(out: core.Translation) -> None:
         k = st.slider("Keep only the top k heads on", 1, total, min(total, max(1, total // 4)), key="explain_k")
         if not on_request or st.toggle("Translate with only these heads", key="explain_k_translate"):
             keep_only = out.options.with_changes(ablate=out.options.ablate | all_heads_but(result.shape, result.top(k)))
-            kept = state.current(beam=1, opts=keep_only)
+            kept = selection.current(beam=1, opts=keep_only)
             if kept is not None:
                 st.markdown(f"With only these {k} of {total} heads: *{common.md(kept.text) or '∅ (no words)'}*")
 
 
 def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImportance | None] | None:
     """The importance to show and, once a long sentence is measured exactly, the estimate shown before it."""
-    path, text, key = state.ckpt_path(), state.sentence(), state.options_key(out.options)
+    path, text, key = checkpoints.ckpt_path(), selection.sentence(), runs.options_key(out.options)
     if not _long(out):
-        exact = state.guarded(lambda: state.importance(path, text, key))
+        exact = errors.guarded(lambda: runs.importance(path, text, key))
         return None if exact is None else (exact, None)
-    estimate = state.guarded(lambda: state.importance_estimate(path, text, key))
+    estimate = errors.guarded(lambda: runs.importance_estimate(path, text, key))
     if estimate is None:
         return None
     asked = st.session_state.get("explain_exact_for") == _analysis_key(out)
@@ -154,7 +155,7 @@ def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImp
         )
         if not st.button("Measure exactly (switch each head off)", icon=":material/science:", key="explain_exact"):
             return estimate, None
-    exact = state.guarded(lambda: state.importance(path, text, key))
+    exact = errors.guarded(lambda: runs.importance(path, text, key))
     if exact is None:  # the message is shown; the button stays for another try
         return estimate, None
     st.session_state["explain_exact_for"] = _analysis_key(out)
@@ -167,7 +168,7 @@ def _pieces(out: core.Translation) -> int:
 
 def _long(out: core.Translation) -> bool:
     """More pieces in and out than head importance measures at once (the page then computes on request)."""
-    return _pieces(out) > state.IMPORTANCE_EXACT_PIECES
+    return _pieces(out) > runs.IMPORTANCE_EXACT_PIECES
 
 
 def _without(out: core.Translation, effect: HeadEffect, on_request: bool) -> None:
@@ -179,7 +180,7 @@ def _without(out: core.Translation, effect: HeadEffect, on_request: bool) -> Non
     if on_request and not st.toggle("Translate without it", key="explain_without"):
         return
     alone = out.options.with_changes(ablate=out.options.ablate | {(effect.kind, effect.layer, effect.head)})
-    without = state.current(beam=1, opts=alone)
+    without = selection.current(beam=1, opts=alone)
     if without is None:
         return
     if effect.first_change is not None:
@@ -202,7 +203,7 @@ def _rollout_tab(out: core.Translation) -> None:
         "removes their columns and renormalises each row over the remaining tokens (on by default when a sink "
         "dominates). The colours run over the range of the values drawn, so small differences between rows show."
     )
-    state.clamp("explain_fusion", list(FUSIONS))
+    url.clamp("explain_fusion", list(FUSIONS))
     fusion = st.radio("Fuse heads by", list(FUSIONS), horizontal=True, key="explain_fusion")
     result = trace_rollout(out.trace, fusion)
     for note in result.notes:
@@ -230,7 +231,7 @@ def _rollout_tab(out: core.Translation) -> None:
         title=style.titled(
             f"Rollout: source words behind each output word ({fusion} of heads"
             + (", special tokens set aside)" if aside else ")"),
-            state.options_note(out.options, out.beam_size),
+            selection.options_note(out.options, out.beam_size),
         ),
     )
     common.chart(fig, f"rollout_{fusion}{'_words' if aside else ''}", key="rollout")
@@ -251,7 +252,7 @@ def _rollout_tab(out: core.Translation) -> None:
 
 
 def _analysis_key(out: core.Translation) -> str:
-    return f"{state.selected()}|{out.source_text}|{state.options_key(out.options)}"
+    return f"{checkpoints.selected()}|{out.source_text}|{runs.options_key(out.options)}"
 
 
 def _remember(out: core.Translation, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -267,12 +268,12 @@ def _remember(out: core.Translation, arrays: dict[str, np.ndarray], meta: dict[s
 def _with_analysis(out: core.Translation) -> core.Translation:
     """The translation whose trace also holds what this session computed on this page (for the export)."""
     store = st.session_state.get("_analysis", {})
-    if state.replay() is not None or store.get("key") != _analysis_key(out) or not store.get("arrays"):
+    if trace_replay.replay() is not None or store.get("key") != _analysis_key(out) or not store.get("arrays"):
         return out
     return core.Translation(out.trace.with_analysis(store["arrays"], store["meta"]))
 
 
-IG_STEPS = (32, 64, 128, 256)  # the choices offered for integrated gradients (state.attribution's default first)
+IG_STEPS = (32, 64, 128, 256)  # the choices offered for integrated gradients (runs.attribution's default first)
 
 
 def _completeness(a: Attribution, replaying: bool) -> None:
@@ -299,7 +300,7 @@ def _completeness(a: Attribution, replaying: bool) -> None:
 
 
 def _needs_model() -> bool:
-    if state.replay() is not None:
+    if trace_replay.replay() is not None:
         st.info("This runs the model again; close the saved trace to compute it.", icon=":material/history:")
         return True
     return False
@@ -315,7 +316,7 @@ def _patching_tab(out: core.Translation) -> None:
         "it carries the word; a head that restores it moves it to the decoder. Heads that share the work each "
         "restore little alone."
     )
-    if state.replay() is not None:
+    if trace_replay.replay() is not None:
         stored = PatchingResult.from_trace(out.trace)
         if stored is None:
             _needs_model()
@@ -328,7 +329,7 @@ def _patching_tab(out: core.Translation) -> None:
     if how == "picking a word":
         words = out.source_text.split()
         c1, c2 = st.columns(2)
-        state.clamp("explain_word", list(range(len(words))))
+        url.clamp("explain_word", list(range(len(words))))
         j = c1.selectbox(
             "Word to replace", list(range(len(words))), key="explain_word", format_func=lambda i: f"{i + 1}: {words[i]}"
         )
@@ -353,9 +354,9 @@ def _patching_tab(out: core.Translation) -> None:
             st.caption("Type the corrupted sentence above: this sentence with one word replaced (e.g. one noun).")
         return
     position = None if choice == "the most affected" else int(choice.split(":")[0]) - 1
-    key = state.options_key(out.options)
-    result = state.guarded(
-        lambda: state.patching(state.ckpt_path(), state.sentence(), corrupt, key, position),
+    key = runs.options_key(out.options)
+    result = errors.guarded(
+        lambda: runs.patching(checkpoints.ckpt_path(), selection.sentence(), corrupt, key, position),
         refused="Cannot patch with this corrupted sentence.",
     )
     if result is None:
@@ -373,7 +374,7 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
     )
     if abs(result.p_clean - result.p_corrupt) < 1e-3:
         st.info("The corruption hardly changes this word's probability: pick another word or another corruption.")
-    note = state.options_note(out.options, 1)
+    note = selection.options_note(out.options, 1)
     src = [style.token_label(t) for t in out.src_tokens]
     layers = ["embeddings"] + [f"encoder L{i + 1}" for i in range(result.encoder.shape[0] - 1)]
     fig = explain.labelled_heatmap(
@@ -418,7 +419,7 @@ def _attribution_tab(out: core.Translation) -> None:
         "attention points where the attribution does — agreement, not proof."
     )
     tokens = out.output_tokens
-    replaying = state.replay() is not None
+    replaying = trace_replay.replay() is not None
     stored = [t for t in range(len(tokens)) if Attribution.from_trace(out.trace, t) is not None]
     if replaying and not stored:
         _needs_model()
@@ -439,8 +440,8 @@ def _attribution_tab(out: core.Translation) -> None:
             help="Points on the path from the baseline to the input. More steps make the attributions add up more "
             "closely (the delta below) and take longer: the points run as one batch.",
         )
-        key = state.options_key(out.options)
-        a = state.guarded(lambda: state.attribution(state.ckpt_path(), state.sentence(), key, t, steps))
+        key = runs.options_key(out.options)
+        a = errors.guarded(lambda: runs.attribution(checkpoints.ckpt_path(), selection.sentence(), key, t, steps))
         if a is not None:
             _remember(out, *a.to_arrays())
     if a is None:
@@ -462,7 +463,7 @@ def _attribution_tab(out: core.Translation) -> None:
         series,
         title=style.titled(
             f"Output word {t + 1} “{style.token_label(tokens[t])}”: attribution and attention",
-            state.options_note(out.options, 1),
+            selection.options_note(out.options, 1),
         ),
     )
     common.chart(fig, f"attribution_{t + 1}", key="attribution")
@@ -475,7 +476,7 @@ def _attribution_tab(out: core.Translation) -> None:
     )
     common.chart(fig, f"attribution_prefix_{t + 1}", key="attribution_prefix")
     rhos = {
-        state.head_label("cross", layer, h): spearman(ig, trace.attention("cross", layer)[h, t])
+        params.head_label("cross", layer, h): spearman(ig, trace.attention("cross", layer)[h, t])
         for layer in range(trace.n_layers["cross"])
         for h in range(trace.n_heads)
     }
@@ -494,7 +495,7 @@ def _attribution_tab(out: core.Translation) -> None:
 def _replay_opens_on_rollout() -> None:
     """A saved trace without head importance opens on what it can show without the model (rollout) the first
     time this page shows it; after that the tab is the user's."""
-    replay = state.replay()
+    replay = trace_replay.replay()
     if replay is None or st.session_state.get("_explain_replay_tab") == id(replay):
         return
     st.session_state["_explain_replay_tab"] = id(replay)
@@ -505,7 +506,7 @@ def _replay_opens_on_rollout() -> None:
 out = common.sentence_bar()
 if out is not None and out.beam_size != 1:  # the analyses explain greedy decoding ("output changes" follows it)
     st.caption("Beam search is on in the sidebar; this page explains the greedy translation (beam 1).")
-    out = state.current(beam=1)
+    out = selection.current(beam=1)
 if out is not None:
     common.translation_header(out)
     if out.options.shortlist:
@@ -516,7 +517,7 @@ if out is not None:
     _replay_opens_on_rollout()
     tabs = st.tabs(
         ["Head importance", "Attention rollout", "Patching", "Attribution"], key="explain_tab", on_change="rerun"
-    )  # the open tab is kept in the link (?explain_tab=, state.PARAMS)
+    )  # the open tab is kept in the link (?explain_tab=, params.PARAMS)
     if tabs[0].open:
         with tabs[0]:
             _importance_tab(out)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from viz_app import common, state
+from viz_app import common
 from viz_app.figures import attention_maps, style
+from viz_app.session import params, selection, url
 
 st.title("Head detail")
 st.caption(
@@ -26,7 +27,7 @@ if out is not None:
         kind=kind,
     )
     c1, c2, c3 = st.columns([1.7, 1.4, 1])
-    state.clamp("agg", ["single head", "mean", "max"])
+    url.clamp("agg", ["single head", "mean", "max"])
     agg = c1.radio(
         "Heads",
         ["single head", "mean", "max"],
@@ -34,7 +35,7 @@ if out is not None:
         horizontal=True,
         format_func=lambda a: {"single head": "one head", "mean": "mean of all heads", "max": "max over heads"}[a],
     )
-    state.clamp("values", ["weights", "scores"])
+    url.clamp("values", ["weights", "scores"])
     values = c2.radio(
         "Show",
         ["weights", "scores"],
@@ -58,8 +59,8 @@ if out is not None:
     q_tokens, k_tokens = style.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens)
     what = "weights" if values == "weights" else "scaled scores QKᵀ/√d_k (grey = masked, −∞)"
     title = style.titled(
-        f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · {which} · {what}",
-        state.options_note(out.options, out.beam_size),
+        f"{params.KINDS[kind].capitalize()} · layer {layer + 1} · {which} · {what}",
+        selection.options_note(out.options, out.beam_size),
     )
     fig = attention_maps.head_heatmap(
         matrix, q_tokens, k_tokens, title=title, values=values, fixed_scale=fixed, mask=trace.mask(kind)

@@ -10,8 +10,9 @@ import streamlit as st
 import core
 from core.analysis.alignment import AlignmentScores, links, word_matrix, word_spans
 from core.analysis.heads import ALIGNMENT_AER, LABEL_RULES, STAT_TITLES, STATS, HeadStatistics, sentence_statistics
-from viz_app import common, state
+from viz_app import common
 from viz_app.figures import head_roles
+from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
 
 st.title("What does each head do?")
 st.caption(
@@ -44,9 +45,9 @@ with st.expander("How to read this", icon=":material/help:"):
 out = common.sentence_bar()
 if out is not None:
     common.translation_header(out)
-    replaying = state.replay() is not None
-    path = "" if replaying else state.ckpt_path()
-    state.clamp("heads_scope", ["sentence", "set"])
+    replaying = trace_replay.replay() is not None
+    path = "" if replaying else checkpoints.ckpt_path()
+    url.clamp("heads_scope", ["sentence", "set"])
     scope = st.radio(
         "Statistics over",
         ["sentence", "set"],
@@ -57,7 +58,7 @@ if out is not None:
     )
     stats: HeadStatistics | None
     if scope == "set" and not replaying:
-        survey = state.guarded(lambda: state.head_survey(path))
+        survey = errors.guarded(lambda: runs.head_survey(path))
         stats = survey[0] if survey else None
         if survey:
             st.caption(
@@ -68,25 +69,25 @@ if out is not None:
         stats = HeadStatistics.from_trace(out.trace) or sentence_statistics(out.trace)
     scores: AlignmentScores | None = None
     if not replaying:
-        scores = state.guarded(lambda: state.alignment(path))
+        scores = errors.guarded(lambda: runs.alignment(path))
     elif "alignment" in out.trace.meta.get("analysis", {}):
         scores = AlignmentScores.from_dict(out.trace.meta["analysis"]["alignment"])
     if stats is not None:
         if scores is not None:
             stats = stats.with_alignment(scores.head_aer)
         st.subheader("Every head, one statistic at a time")
-        state.clamp("heads_stat", list(STATS))
+        url.clamp("heads_stat", list(STATS))
         stat = st.selectbox("Statistic", list(STATS), key="heads_stat", format_func=lambda s: STAT_TITLES[s])
         labels_by_kind: dict[str, dict[tuple[int, int], list[str]]] = {}
         for x in stats.labels():
             labels_by_kind.setdefault(x.kind, {}).setdefault((x.layer, x.head), []).append(x.label)
-        tabs = st.tabs([state.KINDS[k].capitalize() for k in stats.kinds])
+        tabs = st.tabs([params.KINDS[k].capitalize() for k in stats.kinds])
         for tab, kind in zip(tabs, stats.kinds, strict=True):
             with tab:
                 common.chart(
                     head_roles.stat_heatmap(
                         stats.mean(kind, stat),
-                        title=f"{state.KINDS[kind].capitalize()}: {STAT_TITLES[stat]}",
+                        title=f"{params.KINDS[kind].capitalize()}: {STAT_TITLES[stat]}",
                         value_name=stat,
                         labels=labels_by_kind.get(kind, {}),
                         zmax=1.0 if stat != "distance" else None,
@@ -95,7 +96,7 @@ if out is not None:
                     key=f"stat_{kind}",
                 )
         st.caption("The words in the squares are the heads' labels (hover for the evidence).")
-        table = head_roles.head_table(stats.table(), state.KINDS)
+        table = head_roles.head_table(stats.table(), params.KINDS)
         st.dataframe(
             table.frame.style.format(precision=3),
             width="stretch",
@@ -118,7 +119,7 @@ if out is not None:
     choices = ["best"] if scores is not None else []
     choices += [f"layer {i + 1}" for i in range(n_layers)] + ["all"]
     choices += [f"L{i + 1} H{h + 1}" for i in range(n_layers) for h in range(n_heads)]
-    state.clamp("align_by", choices)
+    url.clamp("align_by", choices)
 
     def _name(c: str) -> str:
         if c == "best" and scores is not None:
@@ -166,7 +167,7 @@ if out is not None:
     if scores is None and replaying:
         st.info("This saved trace holds no alignment scores (export it from this page to keep them).")
     elif scores is None:
-        bundle = state.bundle()
+        bundle = selection.bundle()
         pair = "→".join(bundle.languages) if bundle is not None else "these languages"
         st.info(
             f"There are no hand-aligned sentences for {pair}, so the heads cannot be scored here. "

@@ -13,9 +13,10 @@ import torch
 
 import core
 from core.sites import Stack, attention_site, layer_input_site
-from viz_app import common, state
+from viz_app import common
 from viz_app.cache import cached
 from viz_app.figures import learn, masking, style
+from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
 
 DIGITS = 3
 SHOWN = 12  # dimensions of a d_model-long vector shown in a table
@@ -36,10 +37,10 @@ st.latex(
 
 
 @cached("Recording every activation of this translation …")
-def learn_run(path: str, text: str, key: state.OptionsKey, beam: int) -> core.Translation:
+def learn_run(path: str, text: str, key: runs.OptionsKey, beam: int) -> core.Translation:
     """The translation with q/k/v, the residual stream and each head's output recorded (this page only): the
     page's translation again as one teacher-forced pass, not decoded a second time."""
-    return state.load_bundle(path).record_more(state.translate(path, text, key, beam))
+    return server.load_bundle(path).record_more(runs.translate(path, text, key, beam))
 
 
 def _frame(matrix: np.ndarray, rows: list[str], prefix: str = "d", digits: int = DIGITS) -> pd.DataFrame:
@@ -269,16 +270,16 @@ if out is not None:
     common.translation_header(out)
 run: core.Translation | None = out
 walk_bundle: core.Bundle | None = None
-if out is not None and state.replay() is None:
-    run = state.guarded(
+if out is not None and trace_replay.replay() is None:
+    run = errors.guarded(
         lambda: learn_run(
-            state.ckpt_path(),
-            state.sentence(),
-            state.options_key(state.options()),
+            checkpoints.ckpt_path(),
+            selection.sentence(),
+            runs.options_key(selection.options()),
             int(st.session_state.get("beam", 1)),
         )
     )
-    walk_bundle = state.bundle()
+    walk_bundle = selection.bundle()
 if run is not None and "encoder.0.self.q" not in run.trace:  # a saved trace from another page
     st.info(
         "This saved trace holds no queries, keys and values (only this page records them, to keep traces "
@@ -290,7 +291,7 @@ elif run is not None:
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     q_tokens, k_tokens = style.query_key_tokens(kind, run.src_tokens, run.tgt_tokens)
-    state.clamp("query", list(range(len(q_tokens))))
+    url.clamp("query", list(range(len(q_tokens))))
     i = st.select_slider(
         "Query token",
         list(range(len(q_tokens))),
@@ -373,8 +374,8 @@ elif run is not None:
         weights,
         k_tokens,
         title=style.titled(
-            f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · query {i + 1}",
-            state.options_note(run.options, run.beam_size),
+            f"{params.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · query {i + 1}",
+            selection.options_note(run.options, run.beam_size),
         ),
     )
     common.chart(fig, "learn_stages", key="learn_stages")

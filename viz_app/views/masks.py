@@ -6,8 +6,9 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import claims, common, state
+from viz_app import claims, common
 from viz_app.figures import masking, style
+from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
 
 PAD = "<pad>"
 
@@ -24,7 +25,7 @@ def _mirror(name: str) -> None:
 
 
 out = common.sentence_bar("First sentence")
-replaying = state.replay() is not None
+replaying = trace_replay.replay() is not None
 if out is not None:
     if not replaying:  # a second sentence and the switches run the model again
         st.text_input(
@@ -37,15 +38,17 @@ if out is not None:
         for col, name, label in ((t1, "padding", "Padding mask"), (t2, "causal", "Causal mask")):
             st.session_state[f"masks_{name}"] = st.session_state.get(name, True)  # mirrors the sidebar switch
             col.toggle(label, key=f"masks_{name}", on_change=_mirror, args=(name,))
-    opts = out.options if replaying else state.options()
-    note = state.options_note(opts, out.beam_size)
+    opts = out.options if replaying else selection.options()
+    note = selection.options_note(opts, out.beam_size)
     second = "" if replaying else st.session_state.get("text2", "").strip()
     trace, texts = out.trace, [out.text]
-    texts_in = (state.sentence(), second)
+    texts_in = (selection.sentence(), second)
     batch = None
     if second:
-        batch = state.guarded(
-            lambda: state.translate_batch(state.ckpt_path(), (state.sentence(), second), state.options_key(opts)),
+        batch = errors.guarded(
+            lambda: runs.translate_batch(
+                checkpoints.ckpt_path(), (selection.sentence(), second), runs.options_key(opts)
+            ),
             refused="Cannot make a batch with the second sentence.",
         )
         if batch is not None:
@@ -58,7 +61,7 @@ if out is not None:
                 format_func=lambda i: f"sentence {i + 1} ({int(batch[i].trace['keep.src'].sum())} pieces)",
             )
             trace = batch[item].trace
-            note = state.options_note(opts) + ", batch of 2 (greedy)"
+            note = selection.options_note(opts) + ", batch of 2 (greedy)"
     src = trace.src_tokens
     tgt = trace.tgt_tokens
     cols = st.columns(len(texts))
@@ -66,7 +69,7 @@ if out is not None:
         col.markdown(f"**Translation{f' {i + 1}' if len(texts) > 1 else ''}:** {common.md(text) or '∅'}")
     baseline = opts.with_changes(causal_mask=True, padding_mask=True)  # every other switch as it is
     if opts != baseline and not second and not replaying:
-        ref = state.current(opts=baseline)
+        ref = selection.current(opts=baseline)
         if ref is not None:
             masks_off = core.InferenceOptions(causal_mask=opts.causal_mask, padding_mask=opts.padding_mask)
             st.caption(
@@ -84,17 +87,19 @@ if out is not None:
     pad_title = "padding" + ("" if opts.padding_mask else " (off)")
     causal_title = "causal" + (" (not used)" if kind != "decoder" else "" if opts.causal_mask else " (off)")
     panels = {pad_title: padding, causal_title: causal, "applied": trace.mask(kind)}  # short: titles never overlap
-    fig = masking.mask_panels(panels, q_tokens, k_tokens, title=style.titled(f"Masks of the {state.KINDS[kind]}", note))
+    fig = masking.mask_panels(
+        panels, q_tokens, k_tokens, title=style.titled(f"Masks of the {params.KINDS[kind]}", note)
+    )
     common.chart(fig, f"masks_{kind}", key="mask_panels")
     st.caption(
         "Left: the padding mask (the decoder's own inputs are never padded here, so for decoder self-attention it "
         "allows everything); middle: the causal mask (decoder self-attention only); right: what was applied, both "
         "combined."
     )
-    bundle = state.bundle() if batch is not None else None
+    bundle = selection.bundle() if batch is not None else None
     if bundle is not None:  # the batch's sentences are truncated like single ones: say so for each
         for i, text in enumerate(texts_in):
-            for notice in state.guarded(lambda t=text: bundle.encode_source(t, truncate=True)[1]) or ():
+            for notice in errors.guarded(lambda t=text: bundle.encode_source(t, truncate=True)[1]) or ():
                 st.warning(f"Sentence {i + 1}: {notice}", icon=":material/info:")
     if PAD not in src:
         if second:
@@ -111,7 +116,7 @@ if out is not None:
 
     st.subheader("One query through the three stages", divider="gray")
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
-    state.clamp("query", list(range(n_q)))
+    url.clamp("query", list(range(n_q)))
     query = st.select_slider(
         "Query token", list(range(n_q)), key="query", format_func=lambda i: f"{i + 1} {style.token_text(q_tokens[i])}"
     )
@@ -123,7 +128,7 @@ if out is not None:
         weights,
         k_tokens,
         title=style.titled(
-            f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
+            f"{params.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
             f"query “{style.token_label(q_tokens[query])}”",
             note,
         ),

@@ -6,8 +6,9 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import claims, common, state
+from viz_app import claims, common
 from viz_app.figures import attention_maps, overview, style
+from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
 
 st.title("Translate & overview")
 st.caption(
@@ -20,19 +21,19 @@ st.caption(
 def _difference_runs(out: core.Translation) -> tuple[core.Translation, core.Translation] | None:
     """The as-trained translation fed (teacher-forced) through the model as trained and with the switches: the
     same decoder inputs, so every map has the same shape and the difference is the switches' doing."""
-    if out.options == core.InferenceOptions() or state.replay() is not None:
+    if out.options == core.InferenceOptions() or trace_replay.replay() is not None:
         return None
-    trained = state.current(beam=out.beam_size, opts=core.InferenceOptions())
+    trained = selection.current(beam=out.beam_size, opts=core.InferenceOptions())
     if trained is None or not trained.text:
         return None
-    path, text = state.ckpt_path(), state.sentence()
-    runs = state.guarded(
+    path, text = checkpoints.ckpt_path(), selection.sentence()
+    forced = errors.guarded(
         lambda: tuple(
-            state.teacher_forced(path, text, trained.text, state.options_key(o))
+            runs.teacher_forced(path, text, trained.text, runs.options_key(o))
             for o in (core.InferenceOptions(), out.options)
         )
     )
-    return (runs[0], runs[1]) if runs else None
+    return (forced[0], forced[1]) if forced else None
 
 
 def _generation_rows(out: core.Translation, kind: str) -> tuple[list[np.ndarray], np.ndarray | None] | None:
@@ -62,12 +63,12 @@ if out is not None:
     st.caption("`␣` marks a piece that starts a new word; `</s>` ends the sentence; `<s>` starts the decoder.")
 
     trace = out.trace
-    note = state.options_note(out.options, out.beam_size)
+    note = selection.options_note(out.options, out.beam_size)
     kinds = ["encoder", "decoder", "cross"]
-    labels = [state.KINDS[k].capitalize() if k in trace.kinds else "Decoder (SSRU, no self-attention)" for k in kinds]
+    labels = [params.KINDS[k].capitalize() if k in trace.kinds else "Decoder (SSRU, no self-attention)" for k in kinds]
     show, diff = "run", None
-    if out.options != core.InferenceOptions() and state.replay() is None:
-        state.clamp("overview_show", ["run", "difference"])
+    if out.options != core.InferenceOptions() and trace_replay.replay() is None:
+        url.clamp("overview_show", ["run", "difference"])
         show = st.radio(
             "The maps show",
             ["run", "difference"],
@@ -84,10 +85,10 @@ if out is not None:
             if diff is None:
                 st.info("As trained the model writes nothing here, so there is no translation to compare on.")
                 show = "run"
-    bundle = state.bundle() if state.replay() is None else None
+    bundle = selection.bundle() if trace_replay.replay() is None else None
     if bundle is not None:
         common.head_matrix(bundle.config)
-    state.clamp("overview_tab", labels)
+    url.clamp("overview_tab", labels)
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
     axes = {kind: style.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens) for kind in kinds}
     for kind, tab in zip(kinds, tabs, strict=True):
@@ -124,7 +125,7 @@ if out is not None:
                 )
                 if rows == "generation":
                     maps, mask = as_generated
-                    masked = state.current(beam=out.beam_size, opts=out.options.with_changes(causal_mask=True))
+                    masked = selection.current(beam=out.beam_size, opts=out.options.with_changes(causal_mask=True))
                     if masked is not None:
                         st.caption(
                             claims.causal_off(masked.text, out.text)
@@ -149,10 +150,10 @@ if out is not None:
                 if st.session_state.get("kind") == kind
                 else None
             )
-            title = style.titled(f"{state.KINDS[kind].capitalize()}: every layer × head", note)
+            title = style.titled(f"{params.KINDS[kind].capitalize()}: every layer × head", note)
             labels = {h: ", ".join(x) for h, x in common.head_labels(kind).items()}
             if show == "difference":
-                title = f"{state.KINDS[kind].capitalize()}: every layer × head — change made by {note}"
+                title = f"{params.KINDS[kind].capitalize()}: every layer × head — change made by {note}"
             fig = attention_maps.attention_grid(
                 maps,
                 q_tokens,
@@ -173,7 +174,7 @@ if out is not None:
     kind = common.kind_picker(trace.kinds)
     layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads, kind=kind)
     q_tokens, k_tokens = axes[kind]
-    name = f"{state.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1}"
+    name = f"{params.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1}"
     if show == "difference" and diff is not None:
         trained_run, switched_run = diff
         q_tokens, k_tokens = style.query_key_tokens(

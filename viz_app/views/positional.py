@@ -8,8 +8,9 @@ import streamlit as st
 import torch
 
 import core
-from viz_app import claims, common, state
+from viz_app import claims, common
 from viz_app.figures import attention_maps, positional, style
+from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
 
 st.title("Positional encoding")
 st.caption(
@@ -44,7 +45,7 @@ WORD_ORDER = {  # pairs whose meaning is in the order alone: without positions t
 def _table(path: str, n: int) -> np.ndarray:
     """(n, d_model) PE table of the checkpoint as the model adds it (``model.positions``): sinusoids, or the
     learned rows (at most as many as it has). A read-only copy."""
-    model = state.load_bundle(path).model
+    model = server.load_bundle(path).model
     if model.config.positional == "learned":
         n = min(n, model.config.max_positions)
     with torch.no_grad():
@@ -101,14 +102,14 @@ def _run_tab(out: core.Translation, note: str) -> None:
             )
 
 
-def _compare_grids(a: core.Translation, b: core.Translation, runs: claims.PEComparison) -> None:
+def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PEComparison) -> None:
     """Every attention map as trained and with PE switched off (same decoder inputs), and their difference."""
-    labels = [state.KINDS[k].capitalize() for k in a.trace.kinds]
-    state.clamp("pe_cmp_tab", labels)
+    labels = [params.KINDS[k].capitalize() for k in a.trace.kinds]
+    url.clamp("pe_cmp_tab", labels)
     names = {
-        "with": runs.as_trained_label,
-        "without": runs.switched_label,
-        "difference": f"the difference ({runs.switched_label} − as trained)",
+        "with": compared.as_trained_label,
+        "without": compared.switched_label,
+        "difference": f"the difference ({compared.switched_label} − as trained)",
     }
     for kind, tab in zip(a.trace.kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun"), strict=True):
         if not tab.open:
@@ -118,7 +119,7 @@ def _compare_grids(a: core.Translation, b: core.Translation, runs: claims.PEComp
             n_layers = a.trace.n_layers[kind]
             maps_a = [a.trace.attention(kind, l) for l in range(n_layers)]
             maps_b = [b.trace.attention(kind, l) for l in range(n_layers)]
-            off = [(l, h) for k, l, h in runs.as_trained.ablate if k == kind]
+            off = [(l, h) for k, l, h in compared.as_trained.ablate if k == kind]
             show = st.radio(
                 "Show",
                 ["with", "without", "difference"],
@@ -130,13 +131,13 @@ def _compare_grids(a: core.Translation, b: core.Translation, runs: claims.PEComp
             if show == "difference":
                 maps = [mb - ma for ma, mb in zip(maps_a, maps_b, strict=True)]
                 title = (
-                    f"Difference ({runs.switched_label} − as trained), {state.KINDS[kind]} — red: more attention "
-                    f"{runs.switched_label}, blue: less"
+                    f"Difference ({compared.switched_label} − as trained), {params.KINDS[kind]} — red: more attention "
+                    f"{compared.switched_label}, blue: less"
                 )
             else:
                 maps = maps_a if show == "with" else maps_b
-                opts = runs.as_trained if show == "with" else runs.switched
-                title = style.titled(claims.first_upper(names[show]), state.options_note(opts))
+                opts = compared.as_trained if show == "with" else compared.switched
+                title = style.titled(claims.first_upper(names[show]), selection.options_note(opts))
             common.chart(
                 attention_maps.attention_grid(
                     maps, q_tok, k_tok, ablated=off, diverging=show == "difference", title=title
@@ -151,19 +152,19 @@ def _compare_grids(a: core.Translation, b: core.Translation, runs: claims.PEComp
 def _word_order(out: core.Translation) -> None:
     """Built-in pairs whose meaning is in the word order alone, translated as trained and with PE switched off,
     and what the encoder makes of each pair: its two outputs matched piece by piece, with and without positions."""
-    bundle = state.bundle()
-    if bundle is None or state.replay() is not None:
+    bundle = selection.bundle()
+    if bundle is None or trace_replay.replay() is not None:
         return
     pairs = WORD_ORDER.get(bundle.languages[0], [])
     if not pairs:
         return
     st.markdown("##### Who did what to whom? Word order without positions")
-    runs = claims.pe_comparison(out.options)
-    path, beam = state.ckpt_path(), 1
-    keys = state.options_key(runs.as_trained), state.options_key(runs.switched)
-    rows = state.guarded(
+    compared = claims.pe_comparison(out.options)
+    path, beam = checkpoints.ckpt_path(), 1
+    keys = runs.options_key(compared.as_trained), runs.options_key(compared.switched)
+    rows = errors.guarded(
         lambda: [
-            (s, state.translate(path, s, keys[0], beam).text, state.translate(path, s, keys[1], beam).text)
+            (s, runs.translate(path, s, keys[0], beam).text, runs.translate(path, s, keys[1], beam).text)
             for pair in pairs
             for s in pair
         ]
@@ -171,19 +172,19 @@ def _word_order(out: core.Translation) -> None:
     if not rows:
         return
     st.dataframe(
-        [{"sentence": s, runs.as_trained_label: a or "∅", runs.switched_label: b or "∅"} for s, a, b in rows],
+        [{"sentence": s, compared.as_trained_label: a or "∅", compared.switched_label: b or "∅"} for s, a, b in rows],
         hide_index=True,
         width="stretch",
     )
     for pair in pairs:
-        found = state.guarded(lambda p=pair: [[state.encoder_output(path, s, k) for s in p] for k in keys])
+        found = errors.guarded(lambda p=pair: [[runs.encoder_output(path, s, k) for s in p] for k in keys])
         if not found:
             continue
         (a_with, b_with), (a_off, b_off) = found
         with_pe = claims.order_comparison(a_with[0], a_with[1], b_with[0], b_with[1])
         switched = claims.order_comparison(a_off[0], a_off[1], b_off[0], b_off[1])
         if with_pe is not None and switched is not None:
-            st.markdown(claims.word_order(pair, with_pe, switched, runs.switched_label))
+            st.markdown(claims.word_order(pair, with_pe, switched, compared.switched_label))
     st.caption(
         "Each pair has the same words in another order. The comparison above is computed live: each piece of the "
         "first sentence is matched with the same piece of the second, and the encoder's output vectors there are "
@@ -194,43 +195,43 @@ def _word_order(out: core.Translation) -> None:
 
 def _compare_tab(out: core.Translation) -> None:
     """A live toggle: run again with PE switched off; translations and every attention map side by side."""
-    runs = claims.pe_comparison(out.options)
+    compared = claims.pe_comparison(out.options)
     _word_order(out)
-    st.toggle(f"Run the model as trained and {runs.switched_label}, and compare", key="compare")
+    st.toggle(f"Run the model as trained and {compared.switched_label}, and compare", key="compare")
     if not st.session_state.get("compare"):
         st.caption(
-            f"Turn the switch on to translate the sentence as trained and {runs.switched_label}, and see every "
+            f"Turn the switch on to translate the sentence as trained and {compared.switched_label}, and see every "
             "attention map side by side with the difference."
         )
         return
-    base, free = state.current(opts=runs.as_trained), state.current(opts=runs.switched)
+    base, free = selection.current(opts=compared.as_trained), selection.current(opts=compared.switched)
     if base is None or free is None:
         return
     c1, c2 = st.columns(2)
-    c1.markdown(f"**{claims.first_upper(runs.as_trained_label)}:** {common.md(base.text) or '∅'}")
-    c2.markdown(f"**{claims.first_upper(runs.switched_label)}:** {common.md(free.text) or '∅'}")
+    c1.markdown(f"**{claims.first_upper(compared.as_trained_label)}:** {common.md(base.text) or '∅'}")
+    c2.markdown(f"**{claims.first_upper(compared.switched_label)}:** {common.md(free.text) or '∅'}")
     st.caption(
-        f"{claims.first_upper(runs.switched_label)} the model writes {claims.output_change(base.text, free.text)}."
+        f"{claims.first_upper(compared.switched_label)} the model writes {claims.output_change(base.text, free.text)}."
     )
     if not base.text:
         st.info("As trained the model produced no words, so there is no output to compare attention on.")
         return
-    path, text = state.ckpt_path(), state.sentence()
-    a = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(runs.as_trained)))
-    b = state.guarded(lambda: state.teacher_forced(path, text, base.text, state.options_key(runs.switched)))
+    path, text = checkpoints.ckpt_path(), selection.sentence()
+    a = errors.guarded(lambda: runs.teacher_forced(path, text, base.text, runs.options_key(compared.as_trained)))
+    b = errors.guarded(lambda: runs.teacher_forced(path, text, base.text, runs.options_key(compared.switched)))
     if a is not None and b is not None:
         st.caption(
             "Both runs are fed the same decoder inputs (the as-trained translation), so every map has the "
             "same shape and can be subtracted."
         )
-        _compare_grids(a, b, runs)
+        _compare_grids(a, b, compared)
 
 
 out = common.sentence_bar()
 if out is not None:
     common.translation_header(out)
-replaying = state.replay() is not None
-bundle = None if replaying else state.bundle()
+replaying = trace_replay.replay() is not None
+bundle = None if replaying else selection.bundle()
 if out is not None and (bundle is not None or replaying):
     cfg = bundle.config if bundle is not None else None
     if cfg is None:
@@ -260,10 +261,10 @@ if out is not None and (bundle is not None or replaying):
                     "The PE table comes from the model; close the saved trace to see it.", icon=":material/history:"
                 )
             else:
-                _table_tab(state.ckpt_path())
+                _table_tab(checkpoints.ckpt_path())
     if tabs[1].open:
         with tabs[1]:
-            _run_tab(out, state.options_note(out.options, out.beam_size))
+            _run_tab(out, selection.options_note(out.options, out.beam_size))
     if tabs[2].open:
         with tabs[2]:
             _compare_tab(out)

@@ -11,16 +11,17 @@ import streamlit as st
 
 import core
 from core.bundle import BeamTree
-from viz_app import claims, common, state
+from viz_app import claims, common
 from viz_app.cache import cached
 from viz_app.figures import decoding, style
+from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
 
-BEAMS = list(state.BEAMS)
+BEAMS = list(params.BEAMS)
 
 st.title("Step-by-step decoding")
-_ssru = (b := state.bundle() if state.replay() is None and state.selected() else None) is not None and (
-    b.config.decoder_self == "ssru"
-)
+_ssru = (
+    b := selection.bundle() if trace_replay.replay() is None and checkpoints.selected() else None
+) is not None and (b.config.decoder_self == "ssru")
 st.caption(
     "The decoder writes the translation one piece at a time. At each step it looks at the pieces it has "
     "written so far ("
@@ -31,17 +32,17 @@ st.caption(
 
 
 @cached("Decoding on from the piece you picked …")
-def steps_what_if(path: str, text: str, key: state.OptionsKey, prefix: tuple[int, ...]) -> core.Translation:
+def steps_what_if(path: str, text: str, key: runs.OptionsKey, prefix: tuple[int, ...]) -> core.Translation:
     """The translation forced to start with ``prefix`` and continued greedily (cached like any translation)."""
-    return state.load_bundle(path).translate(
-        text, options=state._options(key), truncate=True, record_qkv=False, prefix=list(prefix)
+    return server.load_bundle(path).translate(
+        text, options=runs.options_from_key(key), truncate=True, record_qkv=False, prefix=list(prefix)
     )
 
 
 @cached("Running beam search with its whole history …")
-def steps_beam_tree(path: str, text: str, key: state.OptionsKey, beam: int) -> BeamTree:
+def steps_beam_tree(path: str, text: str, key: runs.OptionsKey, beam: int) -> BeamTree:
     """Every hypothesis beam search weighed for the current sentence (``Bundle.beam_tree``)."""
-    return state.load_bundle(path).beam_tree(text, options=state._options(key), beam_size=beam, truncate=True)
+    return server.load_bundle(path).beam_tree(text, options=runs.options_from_key(key), beam_size=beam, truncate=True)
 
 
 ss = st.session_state
@@ -107,7 +108,7 @@ def _what_if_header(out: core.Translation, alt: core.Translation, branch: int) -
 
 def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, branch: int | None) -> None:
     """At the current step, "What if the model had picked …" among the top candidates the trace recorded."""
-    if state.replay() is not None:
+    if trace_replay.replay() is not None:
         st.caption("“What if …” runs the model again: close the saved trace in the sidebar to use it.")
         return
     if branch is not None and step > branch:
@@ -159,7 +160,7 @@ def _tree_clicked() -> None:
 
 def _beam_tree_section(out: core.Translation) -> None:
     st.subheader("The beam search tree", divider="gray")
-    if state.replay() is not None:
+    if trace_replay.replay() is not None:
         st.info(
             "The tree is recorded by running beam search again, which needs the model: close the saved trace "
             "in the sidebar to see it.",
@@ -167,8 +168,8 @@ def _beam_tree_section(out: core.Translation) -> None:
         )
         return
     text = ss.get("text", "")
-    tree = state.guarded(
-        lambda: steps_beam_tree(state.ckpt_path(), text, state.options_key(out.options), out.beam_size)
+    tree = errors.guarded(
+        lambda: steps_beam_tree(checkpoints.ckpt_path(), text, runs.options_key(out.options), out.beam_size)
     )
     if tree is None or not tree.steps:
         return
@@ -183,13 +184,13 @@ def _beam_tree_section(out: core.Translation) -> None:
     if tree.divergence is not None:
         st.caption(f"Greedy translation: {common.md(str(tree.meta.get('greedy_text', ''))) or '∅'}")
     n_steps = len(tree.steps)
-    state.clamp("tree_step", list(range(n_steps)))
+    url.clamp("tree_step", list(range(n_steps)))
     t = int(ss["tree_step"])
     winner = tree.winner_path
     if ss.get("tree_node") not in range(len(tree.steps[t].candidate_ids)):
         ss["tree_node"] = winner[t] if t < len(winner) else 0  # start on the winner's hypothesis
     j = int(ss["tree_node"])
-    note = state.options_note(out.options, out.beam_size)
+    note = selection.options_note(out.options, out.beam_size)
     fig = decoding.beam_tree(
         tree, title=style.titled(f"Beam search tree: {tree.beam_size} beams, {n_steps} steps", note), selected=(t, j)
     )
@@ -227,7 +228,7 @@ def _beam_tree_section(out: core.Translation) -> None:
     common.chart(fig, f"beam_cross_step{t + 1}", key="beam_cross")
 
 
-state.clamp("beam", BEAMS)
+url.clamp("beam", BEAMS)
 out = common.sentence_bar()
 st.radio(
     "Decoding",
@@ -241,14 +242,14 @@ if out is not None and not out.steps:
     st.info("This trace holds no decoding steps (it was not made by translating).", icon=":material/info:")
 elif out is not None:
     own = tuple(_ids(out))
-    prefix = _valid_what_if(out, own) if state.replay() is None else ()
+    prefix = _valid_what_if(out, own) if trace_replay.replay() is None else ()
     if ss.get("whatif") and not prefix:  # a choice made for another sentence, beam or model: start from the model's own
-        state.link_problem("whatif", "is not a branch of this translation (its own pieces, then another candidate)")
+        url.link_problem("whatif", "is not a branch of this translation (its own pieces, then another candidate)")
         ss["whatif"] = ()
     alt = None
     if prefix:
-        alt = state.guarded(
-            lambda: steps_what_if(state.ckpt_path(), ss.get("text", ""), state.options_key(out.options), prefix)
+        alt = errors.guarded(
+            lambda: steps_what_if(checkpoints.ckpt_path(), ss.get("text", ""), runs.options_key(out.options), prefix)
         )
     if prefix and alt is None:
         ss["whatif"] = ()  # it could not be decoded (the message above says why)
@@ -272,7 +273,7 @@ elif out is not None:
             "below are shares of those words."
         )
     n = len(shown.steps)
-    state.clamp("step", list(range(n)))
+    url.clamp("step", list(range(n)))
 
     def _move(delta: int) -> None:
         ss["step"] = min(n - 1, max(0, int(ss.get("step", 0)) + delta))
@@ -302,7 +303,7 @@ elif out is not None:
         st.markdown(f"→ next piece: **`{style.token_text(s.token)}`** with probability **{s.prob:.1%}**")
     _what_if_picker(shown, own, step, branch)
 
-    note = state.options_note(shown.options, shown.beam_size)
+    note = selection.options_note(shown.options, shown.beam_size)
     if branch is not None:
         note = f"{note}, what if"
     left, right = st.columns([1, 2])

@@ -1,0 +1,114 @@
+"""Every session key, declared once: ``PARAMS``, the view state a link carries (its default and how it is
+written into and read from the URL), and the attention kinds, PE sides, beams and head labels it uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.analysis import FUSIONS
+from core.analysis.heads import STATS
+
+KINDS = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One piece of view state: its default and how it is written into / read from the URL."""
+
+    default: Any
+    parse: Callable[[str], Any] = str
+    dump: Callable[[Any], str] = str
+    # a fixed set of values, checked whichever page reads it: a link to another page carries the value too, and
+    # that page would drop a bad one without a word
+    choices: tuple[Any, ...] = ()
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "on", "yes"):
+        return True
+    if text.lower() in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(text)
+
+
+def _one_based(text: str) -> int:
+    value = int(text) - 1
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _ablate_parse(text: str) -> list[str]:
+    out = []
+    for item in filter(None, text.split(",")):
+        kind, layer, head = item.split(".")
+        if kind not in KINDS:
+            raise ValueError(item)
+        out.append(head_label(kind, int(layer) - 1, int(head) - 1))
+    return out
+
+
+def _ablate_dump(labels: list[str]) -> str:
+    return ",".join(f"{k}.{l + 1}.{h + 1}" for k, l, h in map(parse_head_label, labels))
+
+
+PE_SIDES = {"both": "both sides", "encoder": "encoder only", "decoder": "decoder only"}
+
+
+BEAMS = (1, 2, 4, 8)  # the beam sizes the Steps page offers
+
+
+_BOOL = dict(parse=_bool, dump=lambda v: "1" if v else "0")
+
+
+_INDEX = dict(parse=_one_based, dump=lambda v: str(int(v) + 1))  # layers, heads, positions: 1-based in links
+
+
+PARAMS: dict[str, Param] = {
+    "ckpt": Param(""),
+    "text": Param(""),
+    "text2": Param(""),
+    "pe": Param(True, **_BOOL),
+    "pe_side": Param("both", choices=tuple(PE_SIDES)),
+    "causal": Param(True, **_BOOL),
+    "padding": Param(True, **_BOOL),
+    "shortlist": Param(False, **_BOOL),
+    "ablate": Param([], _ablate_parse, _ablate_dump),
+    "beam": Param(1, int, choices=BEAMS),
+    "kind": Param("cross", choices=tuple(KINDS)),
+    "layer": Param(0, **_INDEX),
+    "head": Param(0, **_INDEX),
+    "agg": Param("single head", choices=("single head", "mean", "max")),
+    "values": Param("weights", choices=("weights", "scores")),
+    "fixed": Param(False, **_BOOL),
+    "query": Param(0, **_INDEX),
+    "step": Param(0, **_INDEX),
+    "whatif": Param((), lambda t: tuple(int(i) for i in t.split(".")), lambda v: ".".join(map(str, v))),
+    "compare": Param(False, **_BOOL),
+    "explain_fusion": Param("mean", choices=FUSIONS),
+    "explain_tab": Param(
+        "Head importance", choices=("Head importance", "Attention rollout", "Patching", "Attribution")
+    ),
+    "overview_tab": Param("Encoder self-attention"),
+    "heads_scope": Param("sentence", choices=("sentence", "set")),
+    "heads_stat": Param("entropy", choices=tuple(STATS)),
+    "overview_show": Param("run", choices=("run", "difference")),
+    "sentence": Param(0, **_INDEX),
+}
+
+
+def head_label(kind: str, layer: int, head: int) -> str:
+    """'cross L2 H3' for 0-based (layer 1, head 2)."""
+    return f"{kind} L{layer + 1} H{head + 1}"
+
+
+def parse_head_label(label: str) -> tuple[str, int, int]:
+    """Inverse of ``head_label``: 'cross L2 H3' -> ('cross', 1, 2)."""
+    kind, layer, head = label.split()
+    return kind, int(layer[1:]) - 1, int(head[1:]) - 1
+
+
+INDEX_PARAMS = {name for name, p in PARAMS.items() if p.parse is _one_based}  # 1-based in links, 0-based here

@@ -1,0 +1,182 @@
+"""The cached runs: translations and analyses, cached on (checkpoint, text, options, beam) in one cache bounded by
+bytes for all sessions (``viz_app/cache.py``, ``LAB_CACHE_MB``). Options travel as ``options_key`` (a tuple of
+the options' fields), never as the object or the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+import core
+from core.analysis import HeadImportance, head_importance, head_importance_estimate
+from core.analysis.alignment import AlignmentScores
+from core.analysis.attribution import Attribution, attribute
+from core.analysis.heads import HeadStatistics
+from core.analysis.patching import PatchingResult, activation_patching
+from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
+from core.call import Call
+from viz_app.cache import cached, peek
+from viz_app.session.server import load_bundle
+
+OptionsKey = tuple[Any, ...]  # ``options_key``: InferenceOptions' fields in order
+
+
+OPTION_FIELDS = dataclasses.fields(core.InferenceOptions)
+
+
+def options_key(options: core.InferenceOptions) -> OptionsKey:
+    """A small hashable key for the cache (never hash the model or the options object): the options' fields in
+    their order, the ablated heads sorted."""
+    return tuple(
+        tuple(sorted(value)) if isinstance(value, frozenset) else value
+        for value in (getattr(options, f.name) for f in OPTION_FIELDS)
+    )
+
+
+def options_from_key(key: OptionsKey) -> core.InferenceOptions:
+    """The options an ``options_key`` was made from (its inverse)."""
+    return core.InferenceOptions(**{f.name: value for f, value in zip(OPTION_FIELDS, key, strict=True)})
+
+
+def _analysis_options(key: OptionsKey) -> core.InferenceOptions:
+    """The switches an analysis runs with: the translation's, over the whole vocabulary (the analyses score log p
+    of the chosen words among every word; the shortlist only narrows what decoding may pick)."""
+    return options_from_key(key).with_changes(shortlist=False)
+
+
+@cached("Translating …")
+def translate(path: str, text: str, key: OptionsKey, beam: int, qkv: bool = False) -> core.Translation:
+    """Cached ``Bundle.translate`` (long inputs truncated with a notice). q/k/v are recorded only when asked
+    (the Learn page): they are most of a long trace's bytes and no other page reads them."""
+    return load_bundle(path).translate(
+        text, options=options_from_key(key), beam_size=beam, truncate=True, record_qkv=qkv
+    )
+
+
+@cached("Re-running on the same output …")
+def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.Translation:
+    """Cached teacher-forced pass: same decoder inputs, other options (for like-for-like comparisons)."""
+    return load_bundle(path).teacher_forced(
+        text, target, options=options_from_key(key), truncate=True, record_qkv=False
+    )
+
+
+@cached("Encoding …")
+def encoder_output(path: str, text: str, key: OptionsKey) -> tuple[list[str], np.ndarray]:
+    """The source pieces (eos included) and the encoder's output (Ts, D) for ``text`` with these switches: what
+    the decoder reads (the Positional-encoding page compares it across word orders)."""
+    bundle = load_bundle(path)
+    ids, _ = bundle.encode_source(text, truncate=True)
+    src, keep = bundle.padded([ids])
+    with torch.inference_mode():
+        memory = bundle.model.encode(src, keep, call=Call(options=options_from_key(key)))  # (1, Ts, D)
+    return [bundle.tokenizer.piece(i) for i in ids], memory[0].float().cpu().numpy()
+
+
+@cached("Translating the batch …")
+def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> list[core.Translation]:
+    """Cached padded batch (``Bundle.translate_batch``: one Translation per text, each its item of the batch's
+    trace), without q/k/v (the Masks page reads weights and scores).
+
+    Texts are cut to the characters the encoder reads (``truncate`` cuts them there too, and the page says so),
+    since the batch's record of its texts refuses longer ones."""
+    cut = [text[: core.bundle.MAX_CHARS] for text in texts]
+    return load_bundle(path).translate_batch(cut, options=options_from_key(key), truncate=True, record_qkv=False)
+
+
+# Beyond this many pieces (source + translation) head importance opens with the one-pass estimate and measures
+# each head switched off on request: the measurement costs a teacher-forced pass per head (on the default model,
+# one thread, here: 1.1 s for 40 pieces, 5.7 s for 287; the estimate 0.08 s and 0.26 s).
+IMPORTANCE_EXACT_PIECES = 64
+
+
+def _ids(path: str, text: str, key: OptionsKey) -> tuple[list[int], list[int]]:
+    """The source ids and greedy output ids (eos included) of the current translation."""
+    out = translate(path, text, key, 1)
+    return [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
+
+
+@cached("Switching every head off, one at a time …")
+def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
+    """Cached head importance of the current (greedy) translation: each head switched off alone."""
+    src_ids, out_ids = _ids(path, text, key)
+    bundle = load_bundle(path)
+    return head_importance(bundle.model, src_ids, out_ids, options=_analysis_options(key), fast=bundle.fast)
+
+
+@cached("Estimating every head's effect from one gradient pass …")
+def importance_estimate(path: str, text: str, key: OptionsKey) -> HeadImportance:
+    """Cached first-order estimate of the same (one forward and backward pass)."""
+    src_ids, out_ids = _ids(path, text, key)
+    return head_importance_estimate(load_bundle(path).model, src_ids, out_ids, options=_analysis_options(key))
+
+
+@cached("Patching every site from the clean run into the corrupted one …")
+def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int | None) -> PatchingResult:
+    """Cached activation patching of the current translation against a corrupted source sentence."""
+    src_ids, out_ids = _ids(path, text, key)
+    bundle = load_bundle(path)
+    corrupt_ids, _ = bundle.encode_source(corrupt, truncate=True)
+    return activation_patching(
+        bundle.model,
+        src_ids,
+        corrupt_ids,
+        out_ids,
+        position=position,
+        options=_analysis_options(key),
+        fast=bundle.fast,
+    )
+
+
+@cached("Integrating gradients …")
+def attribution(path: str, text: str, key: OptionsKey, position: int, steps: int = 32) -> Attribution:
+    """Cached gradient x input and integrated gradients (``steps`` points) for output token ``position``."""
+    src_ids, out_ids = _ids(path, text, key)
+    bundle = load_bundle(path)
+    return attribute(
+        bundle.model,
+        src_ids,
+        out_ids,
+        position,
+        steps=steps,
+        options=_analysis_options(key),
+        fast=bundle.fast,
+    )
+
+
+@cached("Measuring every head on the built-in sentences (once per checkpoint; kept on disk) …")
+def head_survey(path: str) -> tuple[HeadStatistics, str]:
+    """Head statistics over the built-in sentences of the checkpoint's source language, and that language."""
+    return builtin_statistics(load_bundle(path))
+
+
+@cached("Scoring every cross-attention head on the hand-aligned sentences …")
+def alignment(path: str) -> AlignmentScores | None:
+    """Every cross head's AER on the shipped gold pairs of the checkpoint's languages (None: no gold data)."""
+    bundle = load_bundle(path)
+    gold = gold_pairs(*bundle.languages)
+    return kept_alignment_scores(bundle, gold) if gold else None
+
+
+def known_labels(path: str, kind: str) -> dict[tuple[int, int], list[str]]:
+    """(layer, head) -> labels of ``kind``'s heads, from figures already computed (on disk or in the cache);
+    empty until "What does each head do?" has measured this checkpoint. Never computes anything."""
+    found = peek(head_survey, path)
+    if found is None:
+        if cached_builtin_statistics(load_bundle(path)) is None:
+            return {}
+        found = head_survey(path)  # on disk: read once into the shared cache, not at every rerun
+
+    stats = found[0]
+    scores = peek(alignment, path)
+    if scores is not None:
+        stats = stats.with_alignment(scores.head_aer)
+    out: dict[tuple[int, int], list[str]] = {}
+    for x in stats.labels():
+        if x.kind == kind:
+            out.setdefault((x.layer, x.head), []).append(x.label)
+    return out
