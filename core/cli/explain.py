@@ -5,18 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..analysis.attribution import MAX_IG_STEPS, attribute
+from ..analysis.importance import head_importance, head_importance_estimate
+from ..analysis.patching import activation_patching
+from ..analysis.rollout import FUSIONS, trace_rollout
+from ..bundle import Bundle, Translation, load
 from ..config import InferenceOptions
-from .attribution import MAX_IG_STEPS, attribute
-from .importance import head_importance, head_importance_estimate
-from .patching import activation_patching
-from .rollout import FUSIONS, trace_rollout
-
-if TYPE_CHECKING:
-    from ..bundle import Bundle, Translation
+from ..errors import InputError
 
 WHAT = ("importance", "rollout", "patching", "attribution")
 
@@ -47,8 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bundle import load
-    from ..errors import InputError
 
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
@@ -115,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _position(args: argparse.Namespace, n: int) -> int | None:
-    from ..errors import InputError
 
     if args.position is None:
         return None
@@ -125,7 +120,6 @@ def _position(args: argparse.Namespace, n: int) -> int | None:
 
 
 def _patching(args: argparse.Namespace, bundle: Bundle, out: Translation) -> int:
-    from ..errors import InputError
 
     if not args.corrupt:
         raise InputError("patching needs --corrupt 'the sentence with one word replaced'")
@@ -159,7 +153,6 @@ def _patching(args: argparse.Namespace, bundle: Bundle, out: Translation) -> int
 
 
 def _attribution(args: argparse.Namespace, bundle: Bundle, out: Translation) -> int:
-    from ..errors import InputError
 
     if args.steps < 1:
         raise InputError(f"--steps must be at least 1, got {args.steps}")

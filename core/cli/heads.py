@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .alignment import AlignmentScores, links, read_gold, word_matrix, word_spans
-from .heads import STATS, HeadStatistics, sentence_statistics
-
-if TYPE_CHECKING:
-    from ..bundle import Translation
+from ..analysis.alignment import AlignmentScores, links, read_gold, word_matrix, word_spans
+from ..analysis.heads import STATS, HeadStatistics, sentence_statistics
+from ..analysis.survey import alignment_scores, builtin_statistics, gold_pairs
+from ..bundle import Translation, load
+from ..errors import InputError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,9 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bundle import load
-    from ..errors import InputError
-    from .survey import alignment_scores, builtin_statistics, gold_pairs
 
     bundle = load(args.checkpoint, device=args.device)
     if args.gold is not None and not args.gold.is_file():

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from ..checkpoint import load_checkpoint
+from ..durable import replace_durably
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import translate_many
 from .data import read_lines
+from .settings import SentenceRecipe
 
 # ----------------------------------------------------------------------------- stage: publish
 EVERYDAY = [  # written for this card; not from any corpus
@@ -64,7 +66,7 @@ def side_by_side(student: Transformer, teacher: Transformer, tok: Tokenizer, com
 
 def write_card(
     *,
-    args: argparse.Namespace,
+    recipe: SentenceRecipe,
     data_dir: Path,
     run_dir: Path,
     summary: dict,
@@ -117,10 +119,10 @@ def write_card(
     )
     init_text = (
         (
-            f"\n* **Started from `{args.init_from}`** (`--init-from`), an earlier student, not from the copy "
+            f"\n* **Started from `{recipe.init_from}`** (`--init-from`), an earlier student, not from the copy "
             "described above;\n  the steps, minutes and curves below are this second phase's only."
         )
-        if args.init_from
+        if recipe.init_from
         else ""
     )
     trials = []
@@ -158,9 +160,9 @@ def write_card(
     )
     curve_note = f"\n({curve_note})\n" if curve_note else ""
     reproduce_note = (
-        f"This command starts from `{args.init_from}`, the best checkpoint of an earlier run: make that "
+        f"This command starts from `{recipe.init_from}`, the best checkpoint of an earlier run: make that "
         "one first (its command is in the notes above). "
-        if args.init_from
+        if recipe.init_from
         else ""
     )
     data_rows = [
@@ -210,7 +212,7 @@ def write_card(
         else " Training longer is the next step: raise `--max-minutes` (and move the cool-down) and run the same "
         "command; the trainer resumes."
     )
-    n_dev_chrf = summary.get("dev_chrf_sentences", args.dev_chrf_sentences)
+    n_dev_chrf = summary.get("dev_chrf_sentences", recipe.dev_chrf_sentences)
     teacher_tokens_per_s = evaluation["teacher_output_tokens_per_s"]
     minutes = summary.get("minutes")
     return f"""# distilled-en-pt: Bergamot English → Portuguese with decoder self-attention
@@ -232,20 +234,20 @@ self-attention, learned by sequence-level knowledge distillation from the origin
   step 0 the student equals the teacher with its SSRU output zeroed (post-norm: `LayerNorm(x + 0)`).
   Marian conventions kept: first decoder input is a zero vector, `</s>` = pad = start = id 0 (explicit
   keep-flags everywhere).{init_text}
-* **Trained** with `core.training.train.Trainer`/`fit`: only `{args.scope}` trainable
-  ({summary.get("trainable", 0):,} values; reused teacher parameters among them at {args.reused_lr_scale:g}×
+* **Trained** with `core.training.train.Trainer`/`fit`: only `{recipe.scope}` trainable
+  ({summary.get("trainable", 0):,} values; reused teacher parameters among them at {recipe.reused_lr_scale:g}×
   the learning rate); everything else frozen. Cross-entropy on the teacher's output
   (label smoothing {tc.get("label_smoothing")}), Adam + warm-up schedule (warmup {tc.get("warmup")},
   factor {tc.get("lr_factor")}), ≤ {tc.get("max_tokens")} tokens per batch, Ding sentences and fortune
-  cookies ×{args.sentence_weight} per epoch. Best step chosen by greedy chrF against the teacher on the
-  first {summary.get("dev_chrf_sentences", args.dev_chrf_sentences)} Ding-dev English sentences.
+  cookies ×{recipe.sentence_weight} per epoch. Best step chosen by greedy chrF against the teacher on the
+  first {summary.get("dev_chrf_sentences", recipe.dev_chrf_sentences)} Ding-dev English sentences.
 
 ## Data (sequence-level KD: English → teacher Portuguese)
 
 {md_table(["source", "licence", "English lines", "translated by the teacher"], data_rows)}
 
 The Portuguese side is the teacher's output, so it carries the teacher's licence (below). Training used
-{summary.get("pairs", 0):,} pairs after filtering (empty, > {args.max_pieces} pieces, runaway outputs).
+{summary.get("pairs", 0):,} pairs after filtering (empty, > {recipe.max_pieces} pieces, runaway outputs).
 
 Teacher throughput (greedy, {train_stats.get("threads")} CPU thread(s) while another training job shared
 the 2-core machine): training data {train_stats["sentences_per_s"]} sentences/s,
@@ -308,7 +310,7 @@ the teacher's Portuguese; this card is not legal advice.
 ## Reproduce
 
 ```
-{canonical_command(args)}
+{canonical_command(recipe)}
 ```
 
 {reproduce_note}`--notes` is the hand-written comparison shown under the side-by-side (leave it out to get the card
@@ -320,53 +322,41 @@ Stages skip what exists: data files are appended chunk by chunk (`{data_dir}`), 
 """
 
 
-def canonical_command(args: argparse.Namespace) -> str:
+def canonical_command(recipe: SentenceRecipe) -> str:
+    """The command that makes this student: the recipe's settings as flags (max-steps and annealing when set)."""
+    train = recipe.train
     parts = [
         "python -m core distill",
-        f"--teacher {args.teacher}",
-        f"--out {args.out}",
-        f"--data-dir {args.data_dir}",
-        f"--run-dir {args.run_dir}",
-        f"--scope {args.scope}",
-        f"--reused-lr-scale {args.reused_lr_scale:g}",
-        f"--translate-minutes {args.translate_minutes:g}",
-        f"--max-minutes {args.max_minutes:g}" if args.max_minutes else "",
-        f"--threads {args.threads}",
+        f"--teacher {recipe.teacher}",
+        f"--out {recipe.out}",
+        f"--data-dir {recipe.data_dir}",
+        f"--run-dir {recipe.run_dir}",
+        f"--scope {recipe.scope}",
+        f"--reused-lr-scale {recipe.reused_lr_scale:g}",
+        f"--translate-minutes {recipe.translate_minutes:g}",
+        f"--max-minutes {train.max_minutes:g}" if train.max_minutes else "",
+        f"--threads {recipe.threads}",
     ]
-    parts.append(f"--head-sweep {args.head_sweep} --eval-beam {args.eval_beam}")
-    for name in (
-        "warmup",
-        "lr_factor",
-        "max_tokens",
-        "label_smoothing",
-        "eval_every",
-        "max_steps",
-        "anneal_start",
-        "anneal_steps",
-    ):
-        value = getattr(args, name)
-        if value is not None and name != "max_minutes":
-            parts.append(
-                f"--{name.replace('_', '-')} {value:g}"
-                if isinstance(value, float)
-                else f"--{name.replace('_', '-')} {value}"
-            )
-    if args.init_from:
-        parts.append(f"--init-from {args.init_from}")
-    if args.compare:
-        parts.append(f"--compare {args.compare}")
-    if args.notes:
-        parts.append(f"--notes {args.notes}")
+    parts.append(f"--head-sweep {recipe.head_sweep} --eval-beam {recipe.eval_beam}")
+    for name in ("warmup", "lr_factor", "max_tokens", "label_smoothing", "eval_every"):
+        value = getattr(train, name)
+        flag = "--" + name.replace("_", "-")
+        parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    for name in ("max_steps", "anneal_start", "anneal_steps"):  # 0: not set
+        if getattr(train, name):
+            parts.append(f"--{name.replace('_', '-')} {getattr(train, name)}")
+    if recipe.init_from:
+        parts.append(f"--init-from {recipe.init_from}")
+    if recipe.compare:
+        parts.append(f"--compare {recipe.compare}")
+    if recipe.notes:
+        parts.append(f"--notes {recipe.notes}")
     return " ".join(p for p in parts if p)
 
 
 def write_card_file(folder: Path, text: str) -> None:
     """``folder/card.md`` written to a temporary name, made world-readable and renamed durably (never half a
     card, also across a crash: ``core.durable``, as checkpoints are saved)."""
-    import os
-
-    from ..durable import replace_durably
-
     tmp = folder / ".card.md.tmp"
     tmp.write_text(text, encoding="utf-8")
     os.chmod(tmp, 0o644)

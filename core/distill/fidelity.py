@@ -27,7 +27,9 @@ from pathlib import Path
 from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
+from ..training.corpus import fetch_deb
 from ..training.evaluate import score, translate_many
+from .data import english_sources
 
 BUCKETS: tuple[tuple[int, int], ...] = ((1, 15), (16, 30), (31, 60), (61, 120))
 SHORT = 0.85  # an output under this share of the teacher's length counts as cut short
@@ -73,8 +75,6 @@ HELD_OUT = ("test", "all")  # which held-out Ding English: test only, or dev + t
 def heldout_sentences(split_dir: Path, which: str = "test") -> list[str]:
     """The held-out Ding English of ``split_dir`` (``english_sources``): the test sentences (``which="test"``;
     dev is where a distillation run chooses its best step) or dev + test (``"all"``)."""
-    from .data import english_sources
-
     if which not in HELD_OUT:
         raise InputError(f"held-out set must be one of {', '.join(HELD_OUT)}, got {which!r}")
     held, _, counts = english_sources(split_dir)
@@ -107,8 +107,6 @@ def word_list(language: str, cache_dir: Path = Path("data/wordlists")) -> set[st
     """Every word of Debian's word lists for ``language`` (``WORDLISTS``; fetched once with apt-get into
     ``cache_dir``), lower-cased; an empty set for a language without lists, and the lists that cannot be
     fetched are left out with a note on stderr."""
-    from ..training.corpus import fetch_deb
-
     found: set[str] = set()
     for package, member in WORDLISTS.get(language, {}).items():
         path = cache_dir / member

@@ -25,19 +25,16 @@ The rule (``output_words``, ``is_invented``):
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import load_checkpoint
 from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import translate_many
-from .fidelity import BUCKETS, CLITICS, WORDLISTS, heldout_sentences, inputs_by_length, source_sentences
+from .fidelity import BUCKETS, CLITICS, WORDLISTS
 
 LETTERS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 JOINS = re.compile(r"['’-]")
@@ -187,50 +184,3 @@ def invented_section(table: InventedTable, *, teacher_name: str, inputs: str, co
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", f"Reproduce: `{command}`", ""]
     return "\n".join(lines)
-
-
-def invented_command(args: argparse.Namespace, split_dir: Path) -> int:
-    """``python -m core eval --invented-words``: the student's and the teacher's invented words on the held-out
-    inputs ``--by-length`` scores (the Ding test English, or ``--sources``), printed as the card's section (or
-    JSON with ``--json``)."""
-    if not args.teacher:
-        raise InputError("--invented-words needs --teacher CHECKPOINT (the model the student was distilled from)")
-    if args.per_bucket < 1:
-        raise InputError(f"--per-bucket must be at least 1, got {args.per_bucket}")
-    if args.sources and args.held_out:
-        raise InputError("--held-out chooses among the Ding English; it cannot be combined with --sources")
-    student, tokenizer, info = load_checkpoint(args.checkpoint)
-    teacher, teacher_tokenizer, teacher_info = load_checkpoint(args.teacher)
-    pairs = [f"{i.get('source_language')}->{i.get('target_language')}" for i in (info, teacher_info)]
-    if pairs[0] != pairs[1]:
-        raise InputError(
-            f"--teacher {args.teacher} translates {pairs[1]} but the student {args.checkpoint} translates "
-            f"{pairs[0]}; pass the teacher it was distilled from"
-        )
-    language = str(info.get("target_language", ""))
-    known = dictionary(language)  # before the slow part: a missing list is said at once
-    if args.sources:
-        sentences, inputs = source_sentences(Path(args.sources)), f"the held-out sentences of `{args.sources}`"
-    else:
-        which = args.held_out or "test"
-        sentences = heldout_sentences(split_dir, which)
-        inputs = "the held-out Ding English " + ("test sentences" if which == "test" else "dev + test sentences")
-    buckets = inputs_by_length(sentences, tokenizer, per_bucket=args.per_bucket)
-    table = measure(teacher, student, tokenizer, buckets, known, language, teacher_tokenizer=teacher_tokenizer)
-    if args.json:
-        print(json.dumps({k: [vars(p) for p in getattr(table, k)] for k in ("teacher", "student")}))
-        return 0
-    command = f"python -m core eval --invented-words --teacher {args.teacher} --checkpoint {args.checkpoint}"
-    if args.sources or args.held_out:
-        command += f" --sources {args.sources}" if args.sources else f" --held-out {args.held_out}"
-    command += f" --per-bucket {args.per_bucket}" if args.per_bucket != 100 else ""
-    n = "/".join(map(str, sorted({len(b) for b in buckets})))
-    print(
-        invented_section(
-            table,
-            teacher_name=Path(args.teacher).name,
-            inputs=f"{n} inputs per length bucket made from {inputs} (joined where longer)",
-            command=command,
-        )
-    )
-    return 0

@@ -11,7 +11,6 @@ come from the run's ``summary.json`` and ``log.jsonl`` (``--run-dir``), wherever
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -20,12 +19,15 @@ from pathlib import Path
 
 import torch
 
+from ..analysis.survey import measured_alignment_section
+from ..bundle import Bundle
 from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, read_config, save_checkpoint
 from ..config import InferenceOptions, heads
 from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import score, translate_many
+from ..training.train import plot_curves
 from .card import EVERYDAY, md_table, write_card_file
 from .data import read_lines
 from .fidelity import (
@@ -40,6 +42,7 @@ from .fidelity import (
     word_list,
 )
 from .invented import InventedTable, dictionary, invented_section, measure
+from .settings import LongRecipe
 from .student import SCOPES
 
 LANGUAGES = {"en": "English", "pt": "Portuguese", "de": "German"}
@@ -121,13 +124,9 @@ def quality_line(switches: dict[str, dict], rows: list[BucketFidelity]) -> str:
     return line + "."
 
 
-def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, student: Transformer) -> Path:
-    from ..analysis.survey import measured_alignment_section
-    from ..bundle import Bundle
-    from ..training.train import plot_curves
-
-    data_dir, run_dir, out = Path(args.data_dir), Path(args.run_dir), Path(args.out)
-    src_lang, tgt_lang = args.source_language, args.target_language
+def publish(recipe: LongRecipe, teacher: Transformer, tok: Tokenizer, student: Transformer) -> Path:
+    data_dir, run_dir, out = Path(recipe.data_dir), Path(recipe.run_dir), Path(recipe.out)
+    src_lang, tgt_lang = recipe.source_language, recipe.target_language
     student = student.half().float().eval()  # measure the weights that are published (float16), not the run's
     test_src, test_ref = read_lines(data_dir / "test.src"), read_lines(data_dir / "test.tgt")
     if not test_src or len(test_src) != len(test_ref):
@@ -135,7 +134,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
     summary = json.loads((run_dir / "summary.json").read_text())
     sources = json.loads((data_dir / "sources.json").read_text())
     # the buckets exactly as `python -m core eval --by-length --sources data_dir/test.src` makes them
-    buckets = inputs_by_length(source_sentences(data_dir / "test.src"), tok, per_bucket=args.per_bucket)
+    buckets = inputs_by_length(source_sentences(data_dir / "test.src"), tok, per_bucket=recipe.per_bucket)
     debian = word_list(tgt_lang)
     corpus = data_dir / "train.tgt"  # the teacher's translations of the distillation corpus (teacher stage)
     corpus_known = corpus_words(corpus) if corpus.is_file() else set()
@@ -144,8 +143,8 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
     rows = fidelity(student, teacher, tok, buckets, word_list=known, language=tgt_lang)
     print(f"publish: fidelity by length in {time.perf_counter() - t0:.0f} s", flush=True)
     compare_rows: list[BucketFidelity] = []
-    if args.compare_student:
-        earlier, earlier_tok, _ = load_checkpoint(args.compare_student)
+    if recipe.compare_student:
+        earlier, earlier_tok, _ = load_checkpoint(recipe.compare_student)
         compare_rows = fidelity(
             earlier, teacher, earlier_tok, buckets, teacher_tokenizer=tok, word_list=known, language=tgt_lang
         )
@@ -162,9 +161,9 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         for r in rows
     ]
     extra = {
-        "teacher": str(args.teacher),
+        "teacher": str(recipe.teacher),
         "quality": quality_line(switches, rows),
-        "trained_source_pieces": int(summary.get("max_pieces", args.max_pieces)),  # Bundle warns beyond it
+        "trained_source_pieces": int(summary.get("max_pieces", recipe.max_pieces)),  # Bundle warns beyond it
         "distillation": {
             "recipe": "distill-long (word-level + sequence-level KD, long joined inputs)",
             "scope": summary.get("scope"),
@@ -177,7 +176,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
     meta = CheckpointMeta(name=out.name, source_language=src_lang, target_language=tgt_lang, extra=extra)
     save_checkpoint(student, tok.path, out, card="(being written)\n", meta=meta, dtype=torch.float16)
     if (run_dir / "log.jsonl").is_file():
-        kd = summary.get("kd_weight", args.kd_weight)
+        kd = summary.get("kd_weight", recipe.kd_weight)
         plot_curves(
             run_dir / "log.jsonl",
             out / "curves.png",
@@ -196,7 +195,7 @@ def publish(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, stud
         corpus_words=len(corpus_known),
         invented=invented,
     )
-    write_card_file(out, _card(args, summary, sources, measured, out))
+    write_card_file(out, _card(recipe, summary, sources, measured, out))
     print(f"published {out} ({folder_mb(out):.1f} MB)", flush=True)
     return out
 
@@ -217,34 +216,32 @@ def measure_invented(
     return table
 
 
-def invented_card_section(
-    args: argparse.Namespace, table: InventedTable, out: Path, per_bucket: str, second: bool
-) -> str:
+def invented_card_section(recipe: LongRecipe, table: InventedTable, out: Path, per_bucket: str, second: bool) -> str:
     """The card's "Invented words" section (``per_bucket``: the inputs per bucket, as the fidelity table says;
     ``second``: the sources are a first run's teacher outputs)."""
     made_from = "translations of the Ding **test** sentences" if second else "Ding **test** sentences"
-    sources = Path(args.data_dir) / "test.src"
-    command = f"python -m core eval --invented-words --teacher {args.teacher} --checkpoint {out} --sources {sources}"
+    sources = Path(recipe.data_dir) / "test.src"
+    command = f"python -m core eval --invented-words --teacher {recipe.teacher} --checkpoint {out} --sources {sources}"
     return invented_section(
         table,
-        teacher_name=Path(args.teacher).name,
+        teacher_name=Path(recipe.teacher).name,
         inputs=f"the {per_bucket} held-out inputs per length bucket of the table above (from the {made_from})",
-        command=command + (f" --per-bucket {args.per_bucket}" if args.per_bucket != 100 else ""),
+        command=command + (f" --per-bucket {recipe.per_bucket}" if recipe.per_bucket != 100 else ""),
     )
 
 
-def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, out: Path) -> str:
-    src = LANGUAGES.get(args.source_language, args.source_language)
-    tgt = LANGUAGES.get(args.target_language, args.target_language)
+def _card(recipe: LongRecipe, summary: dict, sources: dict, m: Measured, out: Path) -> str:
+    src = LANGUAGES.get(recipe.source_language, recipe.source_language)
+    tgt = LANGUAGES.get(recipe.target_language, recipe.target_language)
     origin = sources.get("origin", sources)
     second = "sources_from" in sources  # the sources are another run's teacher outputs
     cfg = summary.get("train_config", {})
-    kd = summary.get("kd_weight", args.kd_weight)
-    scale = summary.get("reused_lr_scale", args.reused_lr_scale)
-    scope = summary.get("scope", args.scope)
+    kd = summary.get("kd_weight", recipe.kd_weight)
+    scale = summary.get("reused_lr_scale", recipe.reused_lr_scale)
+    scope = summary.get("scope", recipe.scope)
     device = str(summary.get("device", "cpu"))
-    n_test = len(read_lines(Path(args.data_dir) / "test.src"))
-    n_dev = len(read_lines(Path(args.data_dir) / "dev.src"))
+    n_test = len(read_lines(Path(recipe.data_dir) / "test.src"))
+    n_dev = len(read_lines(Path(recipe.data_dir) / "dev.src"))
     test_inputs = "translations of the Ding **test** sentences" if second else "Ding **test** sentences"
     verdict = goal_verdict(m.rows)
     said = {True: "**met**", False: "**not met**", None: "not measured (a bucket is empty)"}
@@ -259,7 +256,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         words_from += (
             f" nor among the {m.corpus_words:,} words of the teacher's translations of the distillation corpus"
         )
-    if args.target_language in CLITICS:  # a known verb with object pronouns after it is a word
+    if recipe.target_language in CLITICS:  # a known verb with object pronouns after it is a word
         words_from += " (a known verb followed by object pronouns, as in “diga-me”, counts as known)"
     on_gpu = device != "cpu"
     as_trained, ablated = m.switches["as trained"], m.switches["all decoder self-attention heads ablated"]
@@ -286,7 +283,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
     n_per = sorted({r.n for r in m.rows})
     parts = [
         f"# {out.name}: Bergamot {src} → {tgt} with decoder self-attention, distilled for every input length\n",
-        f"A full encoder–decoder Transformer in the lab's own format: the imported Bergamot model `{args.teacher}` "
+        f"A full encoder–decoder Transformer in the lab's own format: the imported Bergamot model `{recipe.teacher}` "
         f"with each decoder layer's SSRU replaced by {m.n_heads}-head masked self-attention, learned from the teacher "
         f"by `python -m core distill-long`. {m.size_mb:.1f} MB on disk (float16; limit 40 MB).\n",
         "## How it was made\n",
@@ -358,17 +355,17 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         + "\n"
         + "\n".join(f"| previous student | {r.row()[2:]}" for r in m.compare_rows),
         (
-            f"\n*Previous student*: `{args.compare_student}`, measured now on the same inputs (its own card says how "
+            f"\n*Previous student*: `{recipe.compare_student}`, measured now on the same inputs (its own card says how "
             "it was made)."
             if m.compare_rows
             else ""
         ),
         "",
-        f"Reproduce: `python -m core eval --by-length --teacher {args.teacher} --checkpoint {out} "
-        f"--sources {Path(args.data_dir) / 'test.src'}"
-        + (f" --per-bucket {args.per_bucket}`" if args.per_bucket != 100 else "`"),
+        f"Reproduce: `python -m core eval --by-length --teacher {recipe.teacher} --checkpoint {out} "
+        f"--sources {Path(recipe.data_dir) / 'test.src'}"
+        + (f" --per-bucket {recipe.per_bucket}`" if recipe.per_bucket != 100 else "`"),
         "",
-        *([invented_card_section(args, m.invented, out, "/".join(map(str, n_per)), second)] if m.invented else []),
+        *([invented_card_section(recipe, m.invented, out, "/".join(map(str, n_per)), second)] if m.invented else []),
         "## Held-out sentences one by one, and the switches\n",
         f"The {n_test:,} {test_inputs.replace('**', '')}, greedy, against the teacher's greedy output.\n",
         md_table(
@@ -395,7 +392,7 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
         "English with the teacher's output; this card is not legal advice.\n",
         "## Reproduce\n",
         "```",
-        *_reproduce(args, summary, sources.get("sources_from")),
+        *_reproduce(recipe, summary, sources.get("sources_from")),
         "```",
         "",
         "`--stages train` resumes from the run folder's `state.safetensors` (saved every minute); the teacher stage "
@@ -412,25 +409,24 @@ def _card(args: argparse.Namespace, summary: dict, sources: dict, m: Measured, o
     return "\n".join(parts)
 
 
-def _reproduce(args: argparse.Namespace, summary: dict, sources_from: str | None) -> list[str]:
+def _reproduce(recipe: LongRecipe, summary: dict, sources_from: str | None) -> list[str]:
     """The commands that make this checkpoint, from the run's own settings (``sources_from``: the inputs
     stage's, as recorded in its sources.json)."""
     cfg = summary.get("train_config", {})
-    pair = (
-        f" --teacher {args.teacher} --source-language {args.source_language} --target-language {args.target_language}"
-    )
-    common = f"--data-dir {args.data_dir}{pair}"
+    pair = f" --teacher {recipe.teacher} --source-language {recipe.source_language}"
+    pair += f" --target-language {recipe.target_language}"
+    common = f"--data-dir {recipe.data_dir}{pair}"
     first = f"python -m core distill-long --stages inputs,teacher {common}" + (
         f" --sources-from {sources_from}" if sources_from else ""
     )
     train = (
-        f"python -m core distill-long --stages train {common} --run-dir {args.run_dir} "
-        f"--scope {summary.get('scope', args.scope)} "
-        f"--reused-lr-scale {summary.get('reused_lr_scale', args.reused_lr_scale):g} "
-        f"--kd-weight {summary.get('kd_weight', args.kd_weight):g} --max-tokens {cfg.get('max_tokens')} "
+        f"python -m core distill-long --stages train {common} --run-dir {recipe.run_dir} "
+        f"--scope {summary.get('scope', recipe.scope)} "
+        f"--reused-lr-scale {summary.get('reused_lr_scale', recipe.reused_lr_scale):g} "
+        f"--kd-weight {summary.get('kd_weight', recipe.kd_weight):g} --max-tokens {cfg.get('max_tokens')} "
         f"--warmup {cfg.get('warmup')} --lr-factor {cfg.get('lr_factor'):g} --eval-every {cfg.get('eval_every')} "
         f"--max-minutes {cfg.get('max_minutes'):g}"
         + (f" --init-from {summary['init_from']}" if summary.get("init_from") else "")
     )
-    publish = f"python -m core distill-long --stages publish {common} --run-dir {args.run_dir} --out {args.out}"
+    publish = f"python -m core distill-long --stages publish {common} --run-dir {recipe.run_dir} --out {recipe.out}"
     return [first, train, publish]

@@ -15,29 +15,26 @@ SSRU" and learns only what the SSRU contributed. Stages (each skips what already
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from ..checkpoint import CONFIG, CheckpointMeta, check_output_folder, folder_mb, load_checkpoint, save_checkpoint
-from ..config import InferenceOptions, ModelConfig
+from ..config import InferenceOptions, ModelConfig, heads
+from ..errors import CheckpointError, InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
-from ..training.train import use_threads
+from ..training.train import Trainer, best_eval_step, fit, plot_curves, read_log, seed_everything
 from .card import side_by_side, write_card, write_card_file
 from .data import make_data, read_lines
-
-if TYPE_CHECKING:
-    from ..training.train import Trainer
+from .settings import SentenceRecipe
 
 DEFAULT_OPTIONS = InferenceOptions()
 TRAIN_DEFAULTS = {  # the distillation commands' TrainConfig defaults (no label smoothing: the targets are a model's)
@@ -86,8 +83,6 @@ def build_student(teacher: Transformer, seed: int = 0) -> Transformer:
 
 def init_student(student: Transformer, checkpoint: Path) -> None:
     """Copy every weight of an earlier student checkpoint (same config) into ``student``."""
-    from ..errors import CheckpointError
-
     earlier, _, _ = load_checkpoint(checkpoint)
     if earlier.config != student.config:
         raise CheckpointError(
@@ -170,8 +165,6 @@ def load_pairs(tok: Tokenizer, data_dir: Path, max_pieces: int = 64, max_ratio: 
 
 
 def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
-    from ..config import heads
-
     every = range(cfg.n_heads)
     grid = {
         "as trained": DEFAULT_OPTIONS,
@@ -188,19 +181,17 @@ def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
 
 
 # ----------------------------------------------------------------------------- stage: train
-def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer, run_dir: Path) -> dict:
+def train_student(recipe: SentenceRecipe, teacher: Transformer, tok: Tokenizer, run_dir: Path) -> dict:
     """Stage "train": build (or resume) the student and fit it to the teacher's outputs. Returns a summary."""
-    from ..training.train import Trainer, fit, seed_everything, train_config_from_args
-
-    config = train_config_from_args(args)
+    config = recipe.train
     seed_everything(config.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     student = build_student(teacher, seed=config.seed)
-    if args.init_from:  # a second phase: start from an earlier student (a resumed run's state still wins)
-        init_student(student, Path(args.init_from))
-    n_trainable = freeze_except(student, trainable_names(student, args.scope))
+    if recipe.init_from:  # a second phase: start from an earlier student (a resumed run's state still wins)
+        init_student(student, Path(recipe.init_from))
+    n_trainable = freeze_except(student, trainable_names(student, recipe.scope))
     trainer = Trainer(student, config, run_dir, torch.device("cpu"))
-    trainer.optimizer = make_optimizer(student, args.reused_lr_scale)
+    trainer.optimizer = make_optimizer(student, recipe.reused_lr_scale)
     resumed = trainer.load_state()
     done = resumed and (
         (config.max_minutes and trainer.elapsed / 60 >= config.max_minutes)
@@ -217,10 +208,10 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
             old.get("pairs", 0),
             old.get("sentence_pairs", 0),
             old.get("trainable", n_trainable),
-            old.get("dev_chrf_sentences", args.dev_chrf_sentences),
+            old.get("dev_chrf_sentences", recipe.dev_chrf_sentences),
         )
-    data_dir = Path(args.data_dir)
-    pairs = load_pairs(tok, data_dir, args.max_pieces, args.max_ratio)
+    data_dir = Path(recipe.data_dir)
+    pairs = load_pairs(tok, data_dir, recipe.max_pieces, recipe.max_ratio)
     if not pairs["src"]:
         raise ValueError(f"{data_dir}: no usable training pairs (run the data stage first)")
     cfg = student.config
@@ -234,13 +225,13 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
     ]
     n_sent = sum(pairs["sentence"])
     print(
-        f"student: {student.n_parameters():,} parameters, {n_trainable:,} trainable ({args.scope}); "
-        f"{len(pairs['src']):,} pairs ({n_sent:,} sentences x{args.sentence_weight}); "
+        f"student: {student.n_parameters():,} parameters, {n_trainable:,} trainable ({recipe.scope}); "
+        f"{len(pairs['src']):,} pairs ({n_sent:,} sentences x{recipe.sentence_weight}); "
         f"{'resumed at step ' + str(trainer.step) if resumed else 'fresh start'}",
         flush=True,
     )
     sent_idx = [i for i, s in enumerate(pairs["sentence"]) if s]
-    index = list(range(len(pairs["src"]))) + sent_idx * (args.sentence_weight - 1)
+    index = list(range(len(pairs["src"]))) + sent_idx * (recipe.sentence_weight - 1)
 
     def make_epoch(epoch: int) -> list[Batch]:
         groups = token_batches(
@@ -263,8 +254,8 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
 
     def evaluate() -> dict:
         loss = trainer.dev_loss(dev_batches)
-        hyps = translate_many(trainer.model.eval(), tok, held[: args.dev_chrf_sentences], max_source_tokens=128)
-        s = score(hyps, held_pt[: args.dev_chrf_sentences])
+        hyps = translate_many(trainer.model.eval(), tok, held[: recipe.dev_chrf_sentences], max_source_tokens=128)
+        s = score(hyps, held_pt[: recipe.dev_chrf_sentences])
         return {"dev_loss": round(loss, 4), "dev_bleu": s["bleu"], "dev_chrf": s["chrf"]}
 
     def on_best(result: dict) -> None:
@@ -286,17 +277,15 @@ def train_student(args: argparse.Namespace, teacher: Transformer, tok: Tokenizer
         on_best=on_best,
         higher_is_better="dev_chrf",
         log_path=log_path,
-        progress=args.progress,
+        progress=recipe.progress,
     )
-    return _write_summary(trainer, run_dir, log_path, len(pairs["src"]), n_sent, n_trainable, args.dev_chrf_sentences)
+    return _write_summary(trainer, run_dir, log_path, len(pairs["src"]), n_sent, n_trainable, recipe.dev_chrf_sentences)
 
 
 def _write_summary(
     trainer: Trainer, run_dir: Path, log_path: Path, n_pairs: int, n_sent: int, n_trainable: int, dev_sentences: int
 ) -> dict:
     """curves.png and summary.json (steps, wall time, throughput) from the trainer and its JSONL log."""
-    from ..training.train import best_eval_step, plot_curves, read_log
-
     plot_curves(log_path, run_dir / "curves.png")
     rows = read_log(log_path)
     speeds = [r["tokens_per_s"] for r in rows if r["type"] == "train"]
@@ -379,85 +368,23 @@ def evaluate_student(
     return result
 
 
-# ----------------------------------------------------------------------------- command line
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--teacher", default="checkpoints/bergamot-en-pt", help="SSRU teacher checkpoint folder")
-    p.add_argument("--out", default="checkpoints/distilled-en-pt", help="where to publish the student")
-    p.add_argument("--split", default="data/ding-split", help="Ding split folder (core.training.corpus)")
-    p.add_argument("--data-dir", default="data/distill", help="teacher translations (appended as they are made)")
-    p.add_argument("--run-dir", default="runs/distill", help="trainer state, log, curves, evaluation")
-    p.add_argument("--stages", default="data,train,eval,publish", help="comma-separated subset of the stages")
-    p.add_argument(
-        "--translate-minutes", type=float, default=0.0, help="time box for translating training English (0 = all)"
-    )
-    p.add_argument("--max-train", type=int, default=0, help="at most this many Ding training lines (0 = all)")
-    p.add_argument("--no-fortunes", action="store_true", help="do not add the Debian fortune-cookie sentences")
-    p.add_argument(
-        "--scope",
-        default="self_attn+norm",
-        choices=list(SCOPES),
-        help="which parameters train (the rest stay frozen)",
-    )
-    p.add_argument(
-        "--reused-lr-scale",
-        type=float,
-        default=1.0,
-        help="learning-rate factor for trainable parameters copied from the teacher (e.g. 0.1)",
-    )
-    p.add_argument(
-        "--init-from",
-        default=None,
-        help="start the student from this earlier student checkpoint (e.g. a first phase's best) "
-        "instead of the teacher",
-    )
-    p.add_argument("--sentence-weight", type=int, default=3, help="copies of each sentence pair per epoch (phrases: 1)")
-    p.add_argument("--max-pieces", type=int, default=64, help="drop training pairs longer than this")
-    p.add_argument(
-        "--max-ratio", type=float, default=2.0, help="drop teacher outputs longer than RATIO * source + 8 pieces"
-    )
-    p.add_argument("--dev-chrf-sentences", type=int, default=300, help="dev sentences decoded at each evaluation")
-    p.add_argument(
-        "--eval-beam",
-        type=int,
-        default=4,
-        help="also score the student with beam search of this size on the test sentences (0 = skip)",
-    )
-    p.add_argument(
-        "--head-sweep", type=int, default=200, help="test sentences for the single-head ablation sweep (0 = skip)"
-    )
-    p.add_argument(
-        "--compare", default=None, help="another checkpoint to show in the side-by-side (e.g. the en->de model)"
-    )
-    p.add_argument("--notes", default=None, help="markdown file appended to the card after the side-by-side")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
-    p.add_argument("--progress", action="store_true", help="show a progress bar while training")
-    from ..training.train import add_train_arguments
-
-    add_train_arguments(p, TRAIN_DEFAULTS)
+# ----------------------------------------------------------------------------- the recipe
+STAGES = ("data", "train", "eval", "publish")
 
 
-def run(args: argparse.Namespace) -> int:
+def distill(recipe: SentenceRecipe) -> None:
     """Distils the Bergamot en->pt teacher into a student with decoder self-attention (resumable stages)."""
-    from ..bundle import MAX_BEAM
-    from ..errors import CheckpointError, InputError
-
-    use_threads(args.threads)
-    if not 0 <= args.eval_beam <= MAX_BEAM:
-        raise InputError(f"--eval-beam must be 0 (skip) to {MAX_BEAM}, got {args.eval_beam}")
-    stages = {s.strip() for s in args.stages.split(",") if s.strip()}
-    unknown = stages - {"data", "train", "eval", "publish"}
-    if unknown:
-        raise InputError(f"distill: unknown stages {sorted(unknown)} (data, train, eval, publish)")
-    if args.compare and not Path(args.compare).exists():
-        raise InputError(f"--compare {args.compare}: no such checkpoint folder")
-    if args.compare and not (Path(args.compare) / CONFIG).is_file():  # the side-by-side left it out without a word
-        raise InputError(f"--compare {args.compare}: not a checkpoint folder (a checkpoint folder holds {CONFIG})")
+    stages = recipe.stages
+    if recipe.compare and not Path(recipe.compare).exists():
+        raise InputError(f"--compare {recipe.compare}: no such checkpoint folder")
+    if recipe.compare and not (Path(recipe.compare) / CONFIG).is_file():  # the side-by-side left it out without a word
+        raise InputError(f"--compare {recipe.compare}: not a checkpoint folder (a checkpoint folder holds {CONFIG})")
     if "publish" in stages:
-        check_output_folder(args.out)  # refused before hours of training, not after them
-    teacher, tok, _ = load_checkpoint(args.teacher)
+        check_output_folder(recipe.out)  # refused before hours of training, not after them
+    teacher, tok, _ = load_checkpoint(recipe.teacher)
     if teacher.config.decoder_self != "ssru":
-        raise CheckpointError(f"{args.teacher}: the teacher must have decoder_self='ssru'")
-    data_dir, run_dir, out = Path(args.data_dir), Path(args.run_dir), Path(args.out)
+        raise CheckpointError(f"{recipe.teacher}: the teacher must have decoder_self='ssru'")
+    data_dir, run_dir, out = Path(recipe.data_dir), Path(recipe.run_dir), Path(recipe.out)
     if "data" in stages:
         flag = data_dir / "data.json"
         if flag.is_file():
@@ -466,34 +393,36 @@ def run(args: argparse.Namespace) -> int:
             stats = make_data(
                 teacher,
                 tok,
-                Path(args.split),
+                Path(recipe.split),
                 data_dir,
-                max_train=args.max_train,
-                minutes=args.translate_minutes,
+                max_train=recipe.max_train,
+                minutes=recipe.translate_minutes,
                 seed=0,
-                fortunes=not args.no_fortunes,
+                fortunes=recipe.fortunes,
                 max_tokens=2000,
             )
             flag.write_text(json.dumps({"finished": True, **stats}, indent=1) + "\n")
     if "train" in stages:
-        train_student(args, teacher, tok, run_dir)
+        train_student(recipe, teacher, tok, run_dir)
     if not stages & {"eval", "publish"}:
-        return 0
+        return
     student, _, _ = load_checkpoint(run_dir / "best")
     eval_path = run_dir / "eval.json"
     if "eval" in stages and not eval_path.is_file():
-        evaluation = evaluate_student(student, teacher, tok, data_dir, head_sweep=args.head_sweep, beam=args.eval_beam)
+        evaluation = evaluate_student(
+            student, teacher, tok, data_dir, head_sweep=recipe.head_sweep, beam=recipe.eval_beam
+        )
         eval_path.write_text(json.dumps(evaluation, indent=1) + "\n")
     if "publish" in stages:
         evaluation = json.loads(eval_path.read_text())
         summary = json.loads((run_dir / "summary.json").read_text())
-        sbs = side_by_side(student, teacher, tok, Path(args.compare) if args.compare else None)
+        sbs = side_by_side(student, teacher, tok, Path(recipe.compare) if recipe.compare else None)
         (run_dir / "side_by_side.json").write_text(json.dumps(sbs, indent=1, ensure_ascii=False) + "\n")
-        notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
+        notes = Path(recipe.notes).read_text(encoding="utf-8") if recipe.notes else ""
         extra = {
-            "teacher": str(args.teacher),
+            "teacher": str(recipe.teacher),
             "distillation": {
-                "scope": args.scope,
+                "scope": recipe.scope,
                 "steps": summary.get("steps"),
                 "held_out_vs_teacher": evaluation["switches"],
             },
@@ -504,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.copyfile(run_dir / "curves.png", out / "curves.png")
         size = folder_mb(out)
         card = write_card(
-            args=args,
+            recipe=recipe,
             data_dir=data_dir,
             run_dir=run_dir,
             summary=summary,
@@ -515,4 +444,3 @@ def run(args: argparse.Namespace) -> int:
         )
         write_card_file(out, card)
         print(f"published {out} ({size:.1f} MB)", flush=True)
-    return 0

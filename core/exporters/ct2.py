@@ -12,9 +12,7 @@ zero and is the last row, named ``<pad>`` (imported Opus-MT models). Needs ``ctr
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from ..importers.staging import staging_folder
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from .hf_marian import PAD_PIECE, write_folder
+from .verify import publish, verify_ct2
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16", "float32")
 
@@ -55,10 +54,9 @@ def export_ct2(
 ) -> dict[str, Any]:
     """Write the CTranslate2 model folder ``out`` (replaced if there). Returns the check's numbers."""
     try:
-        import ctranslate2.converters
+        import ctranslate2.converters  # an optional extra (pip install -e '.[ct2]'), with transformers
     except ImportError:
         raise LabError("export-ct2 needs ctranslate2 and transformers: pip install -e '.[ct2]'") from None
-    from .verify import publish, verify_ct2
 
     checkpoint, out = Path(checkpoint), Path(out)
     model, tokenizer, info = load_checkpoint(checkpoint, "cpu")
@@ -81,21 +79,3 @@ def export_ct2(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return report
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .verify import add_export_arguments
-
-    add_export_arguments(parser, "CTranslate2 model folder", "skip translating a sentence with CTranslate2")
-    parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None, help="weight type (default: as saved)")
-
-
-def run(args: argparse.Namespace) -> int:
-    from .verify import target
-
-    out = target(args)
-    report = export_ct2(args.checkpoint, out, quantization=args.quantization, verify=not args.no_verify, text=args.text)
-    from .verify import describe
-
-    print(f"export-ct2: wrote {out}; {describe(report)}", file=sys.stderr)
-    return 0

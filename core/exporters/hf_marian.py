@@ -15,10 +15,8 @@ loaded back and checked (greedy ids and logits) before it is moved into place.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from ..importers.staging import staging_folder
 from ..model import Transformer
 from ..positional import sinusoidal_table
 from ..tokenizer import MarianVocabTokenizer, Tokenizer
+from .verify import publish, verify_hf  # transformers is imported inside, when a check runs
 
 PAD_PIECE = "<pad>"
 NEVER = -1e4  # the appended <pad>'s logit bias: exp(-1e4) is 0 in float32, so probabilities equal core's
@@ -282,7 +281,6 @@ def export_hf(
 ) -> dict[str, Any]:
     """Export ``checkpoint`` to the Hugging Face Marian folder ``out`` (replaced if there). Returns the check's
     numbers (``verify_hf``) or {'verified': False, 'reason': ...}."""
-    from .verify import publish, verify_hf  # transformers only inside, when installed
 
     checkpoint, out = Path(checkpoint), Path(out)
     staging = staging_folder(out, "export")
@@ -297,21 +295,3 @@ def export_hf(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return report
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .verify import add_export_arguments
-
-    add_export_arguments(parser, "Hugging Face folder", "skip loading the export back with transformers")
-
-
-def run(args: argparse.Namespace) -> int:
-    from .verify import target
-
-    out = target(args)
-    report = export_hf(args.checkpoint, out, verify=not args.no_verify, text=args.text)
-    print(f"export-hf: wrote {out}", file=sys.stderr)
-    from .verify import describe
-
-    print(f"export-hf: {describe(report)}", file=sys.stderr)
-    return 0

@@ -4,14 +4,13 @@ here, only when a check runs, and a missing one is reported instead of raised.""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..bundle import Bundle
-from ..checkpoint import check_output_folder, place
+from ..checkpoint import place
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
@@ -44,7 +43,7 @@ def verify_hf(
     """Load ``folder`` with transformers and compare with core on one sentence: source ids, greedy ids and the
     logits of the teacher-forced greedy output."""
     try:
-        from transformers import MarianMTModel, MarianTokenizer
+        from transformers import MarianMTModel, MarianTokenizer  # heavy and optional: only when a check runs
     except ImportError:
         return {"verified": False, "reason": "transformers is not installed (pip install -e '.[test]')"}
     text = probe_text(info, text)
@@ -87,7 +86,7 @@ def verify_ct2(
 ) -> dict[str, Any]:
     """Load the CTranslate2 model in ``folder`` and compare its greedy tokens with core's on one sentence."""
     try:
-        import ctranslate2
+        import ctranslate2  # an optional extra: only when a check runs
     except ImportError:
         return {"verified": False, "reason": "ctranslate2 is not installed (pip install -e '.[ct2]')"}
     text = probe_text(info, text)
@@ -129,23 +128,3 @@ def publish(staging: Path, out: Path, report: dict[str, Any], *, must_match: boo
     append_check(staging / "README.md", report)
     fsync_tree(staging)
     place(staging, out)
-
-
-# ----------------------------------------------------------------------------- the export commands' shared parts
-def add_export_arguments(parser: argparse.ArgumentParser, what: str, verify_help: str) -> None:
-    """checkpoint, out (``what`` to write), --force, --no-verify (``verify_help``) and --text."""
-    parser.add_argument("checkpoint", help="a core checkpoint folder")
-    parser.add_argument("out", help=f"the {what} to write")
-    parser.add_argument("--force", action="store_true", help="replace OUT when it exists")
-    parser.add_argument("--no-verify", action="store_true", help=verify_help)
-    parser.add_argument("--text", default=None, help="the sentence the check translates (default: a sample)")
-
-
-def target(args: argparse.Namespace) -> Path:
-    """The export's output folder; CheckpointError when it exists and --force was not given, InputError when it
-    could never be replaced (``check_output_folder``)."""
-    out = Path(args.out)
-    check_output_folder(out)
-    if out.exists() and not args.force:
-        raise CheckpointError(f"{out}: already exists; pass --force to replace it")
-    return out

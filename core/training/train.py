@@ -7,16 +7,14 @@ a progress bar, a JSONL log and a loss-curve PNG. Several processes through ``to
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,6 +22,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..config import ModelConfig
@@ -118,8 +117,6 @@ class Trainer:
         self.model, self.config, self.run_dir, self.device = model.to(device), config, Path(run_dir), device
         self.module: nn.Module = model  # wrapped in DistributedDataParallel under torchrun
         if dist.is_initialized():
-            from torch.nn.parallel import DistributedDataParallel
-
             self.module = DistributedDataParallel(model)
         self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
             model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9
@@ -439,7 +436,7 @@ def plot_curves(
     log_path: Path, png_path: Path, train_label: str = "train (label-smoothed)", loss_label: str = "cross-entropy"
 ) -> None:
     """Training loss and dev loss/BLEU against steps, from the JSONL log (the labels name what the loss was)."""
-    import matplotlib
+    import matplotlib  # heavy (half a second) and only for this picture; the backend is set before pyplot loads
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -473,30 +470,9 @@ def plot_curves(
     plt.close(fig)
 
 
-def add_train_arguments(parser: argparse.ArgumentParser, defaults: dict[str, Any] | None = None) -> None:
-    """One ``--max-tokens``-style option per TrainConfig field (typed like the field). Unset options are None
-    and ``train_config_from_args`` then keeps the dataclass default; ``defaults`` overrides it per command."""
-    defaults, base = defaults or {}, TrainConfig()
-    for f in fields(TrainConfig):
-        value = getattr(base, f.name)
-        parser.add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f.name,
-            type=type(value),
-            default=defaults.get(f.name),
-            help=f"TrainConfig.{f.name} (default {defaults.get(f.name, value)})",
-        )
-
-
-def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
-    names = {f.name for f in fields(TrainConfig)}
-    return TrainConfig(**{k: v for k, v in vars(args).items() if k in names and v is not None})
-
-
 __all__ = [
     "TrainConfig",
     "Trainer",
-    "add_train_arguments",
     "fit",
     "noam_lr",
     "plot_curves",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import core.cli
+import core.cli.info
 from core.cli import main
 
 
@@ -119,7 +120,7 @@ def test_what_no_command_foresaw_is_one_line_and_ctrl_c_stops_quietly(monkeypatc
     def failing(args):
         raise KeyError("type")
 
-    monkeypatch.setattr(core.cli, "_info", failing)
+    monkeypatch.setattr(core.cli.info, "run", failing)
     code, err = _run(capsys, "info", str(tmp_path))
     assert (
         code == 1
@@ -133,13 +134,13 @@ def test_what_no_command_foresaw_is_one_line_and_ctrl_c_stops_quietly(monkeypatc
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(core.cli, "_info", interrupted)
+    monkeypatch.setattr(core.cli.info, "run", interrupted)
     assert _run(capsys, "info", str(tmp_path)) == (130, "interrupted\n")
 
     def unwritable(args):
         Path("/proc/not-here/x").write_text("x")
 
-    monkeypatch.setattr(core.cli, "_info", unwritable)
+    monkeypatch.setattr(core.cli.info, "run", unwritable)
     code, err = _run(capsys, "info", str(tmp_path))
     assert code == 2 and err == "error: /proc/not-here/x: No such file or directory\n"
 

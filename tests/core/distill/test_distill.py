@@ -12,16 +12,15 @@ import torch
 from conftest import FIXTURES, build_tiny_checkpoint, tiny_config
 
 from core import CheckpointMeta, InferenceOptions, Transformer, load_checkpoint, save_checkpoint
+from core.cli.distill import add_arguments, run
 from core.config import heads
 from core.decoding import greedy
 from core.distill.data import english_sources, fortune_sentences
 from core.distill.student import (
-    add_arguments,
     build_student,
     freeze_except,
     init_student,
     make_optimizer,
-    run,
     trainable_names,
 )
 from core.errors import CheckpointError

