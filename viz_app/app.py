@@ -16,8 +16,9 @@ if str(REPO) not in sys.path:  # `streamlit run viz_app/app.py` puts only viz_ap
 import streamlit as st  # noqa: E402
 import torch  # noqa: E402
 
-from viz_app import common, guard  # noqa: E402
+from viz_app import guard  # noqa: E402
 from viz_app.session import checkpoints, server, url  # noqa: E402
+from viz_app.widgets import sidebar  # noqa: E402
 
 # The server's thread count, set here at its entry and nowhere else (loading a model changes nothing global):
 # one sentence at a time is translated per session, and more threads mostly contend on a small machine.
@@ -75,9 +76,9 @@ if first and first not in PAGES:
     url.note_link("page", first, "is not a page of the lab (the overview is shown)")
 
 notice = st.empty() if url.link_pending() else None  # above the page: what of a link could not be used
-if not common.sidebar():  # no checkpoint, or it failed to load (the sidebar showed why), and no saved trace
+if not sidebar.sidebar():  # no checkpoint, or it failed to load (the sidebar showed why), and no saved trace
     if not checkpoints.checkpoint_names():
-        common.no_checkpoint()
+        sidebar.no_checkpoint()
     if notice is not None:  # said now: the user's next action must not read this link's values
         url.show_link_problems(notice)
     st.stop()

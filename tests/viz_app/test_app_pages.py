@@ -19,7 +19,7 @@ from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
 
 import core
-from viz_app.common import md
+from viz_app.widgets.markup import md
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 90
@@ -462,12 +462,12 @@ def _header_of(text: str, pe: bool) -> None:  # runs inside AppTest.from_functio
     import os
 
     import core as c
-    from viz_app import common as cm
+    from viz_app.widgets import header
 
     out = c.load(os.path.join(os.environ["LAB_CHECKPOINT_ROOT"], "tiny")).translate(
         "Is there any tea left?", options=c.InferenceOptions(positional_encoding=pe)
     )
-    cm.translation_header(c.Translation(dataclasses.replace(out.trace, meta={**out.trace.meta, "text": text})))
+    header.translation_header(c.Translation(dataclasses.replace(out.trace, meta={**out.trace.meta, "text": text})))
 
 
 @pytest.mark.parametrize("text, pe, hint", [("", False, True), ("", True, False), ("Tee", False, False)])
@@ -540,11 +540,11 @@ def test_the_head_grid_switches_whole_layers_and_keeps_only_the_checked() -> Non
 def _edit_matrix() -> None:  # runs inside AppTest.from_function: the grid's change callback, as an edit fires it
     import streamlit as st
 
-    from viz_app import common as cm
+    from viz_app.widgets import ablation
 
     st.session_state.setdefault("ablate", ["cross L1 H1"])
     st.session_state["m"] = {"edited_rows": {1: {"whole layer": True}, 0: {"H2": True}}, "added_rows": []}
-    cm._matrix_edited("decoder", "m", 2)
+    ablation._matrix_edited("decoder", "m", 2)
     st.write(", ".join(sorted(st.session_state["ablate"])))
 
 

@@ -13,11 +13,11 @@ def _crafted(value: str) -> None:  # runs inside AppTest.from_function
     import streamlit as st
 
     import core as c
-    from viz_app import common as cm
     from viz_app.session import checkpoints, selection
+    from viz_app.widgets import sidebar
 
     st.session_state["ckpt"] = value
-    cm._checkpoint_changed()  # what the selectbox's on_change runs with a value sent over the websocket
+    sidebar._checkpoint_changed()  # what the selectbox's on_change runs with a value sent over the websocket
     st.write(f"bundle loaded: {selection.bundle() is not None}")
     try:
         checkpoints.ckpt_path()

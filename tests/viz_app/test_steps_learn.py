@@ -18,8 +18,8 @@ from streamlit.testing.v1 import AppTest
 import core
 from core.bundle import BeamTree
 from core.decoding import BeamStep
-from viz_app.common import marked_words, md
 from viz_app.figures import decoding, learn, style
+from viz_app.widgets.markup import marked_words, md
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "viz_app" / "app.py"
@@ -85,7 +85,7 @@ def test_beam_tree_text_helpers(small_tree: BeamTree) -> None:
 
 
 def test_changed_words_are_marked_on_both_sides() -> None:
-    from viz_app.common import marked_words
+    from viz_app.widgets.markup import marked_words
 
     before, after = marked_words("O gato dorme na cadeira.", "O cão dorme na cadeira quente.")
     assert after == "O :green-background[cão] dorme na :green-background[cadeira] :green-background[quente.]"

@@ -1,4 +1,5 @@
-"""The teacher beside its student (viz_app/teacher.py): the claims; the header with the teacher present, absent."""
+"""The teacher beside its student (viz_app/widgets/teacher.py): the claims; the header with the teacher present or
+absent."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from conftest import build_tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
 import core
-from viz_app.common import marked_words
-from viz_app.teacher import comparison_line, missing_line, own_words, teacher_name
+from viz_app.widgets.markup import marked_words
+from viz_app.widgets.teacher import comparison_line, missing_line, own_words, teacher_name
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 90

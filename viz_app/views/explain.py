@@ -14,9 +14,10 @@ from core.analysis import FUSIONS, HeadEffect, HeadImportance, all_heads_but, tr
 from core.analysis.attribution import Attribution, spearman
 from core.analysis.patching import PatchingResult
 from core.analysis.rollout import concentration, set_aside, special_positions
-from viz_app import claims_explain, common
+from viz_app import claims_explain
 from viz_app.figures import explain, style
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
+from viz_app.widgets import export, header, markup, sentence_bar
 
 st.title("Why this word?")
 st.caption(
@@ -80,7 +81,7 @@ def _importance_tab(out: core.Translation) -> None:
             estimate=not result.exact,
         )
         with col:
-            common.chart(fig, f"importance_{kind}", key=f"importance_{kind}")
+            export.chart(fig, f"importance_{kind}", key=f"importance_{kind}")
     if "decoder" not in kinds:
         st.caption(
             "This model's decoder reads the target with an SSRU (a recurrence), not self-attention: its heads are the "
@@ -132,7 +133,7 @@ def _importance_tab(out: core.Translation) -> None:
             keep_only = out.options.with_changes(ablate=out.options.ablate | all_heads_but(result.shape, result.top(k)))
             kept = selection.current(beam=1, opts=keep_only)
             if kept is not None:
-                st.markdown(f"With only these {k} of {total} heads: *{common.md(kept.text) or '∅ (no words)'}*")
+                st.markdown(f"With only these {k} of {total} heads: *{markup.md(kept.text) or '∅ (no words)'}*")
 
 
 def _computed_importance(out: core.Translation) -> tuple[HeadImportance, HeadImportance | None] | None:
@@ -184,11 +185,11 @@ def _without(out: core.Translation, effect: HeadEffect, on_request: bool) -> Non
     if without is None:
         return
     if effect.first_change is not None:
-        st.markdown(f"Without it (changes at word {effect.first_change + 1}): *{common.md(without.text) or '∅'}*")
+        st.markdown(f"Without it (changes at word {effect.first_change + 1}): *{markup.md(without.text) or '∅'}*")
     elif without.text == out.text:
         st.markdown("Without it the translation stays the same.")
     else:
-        st.markdown(f"Without it: *{common.md(without.text) or '∅'}*")
+        st.markdown(f"Without it: *{markup.md(without.text) or '∅'}*")
 
 
 def _rollout_tab(out: core.Translation) -> None:
@@ -234,7 +235,7 @@ def _rollout_tab(out: core.Translation) -> None:
             selection.options_note(out.options, out.beam_size),
         ),
     )
-    common.chart(fig, f"rollout_{fusion}{'_words' if aside else ''}", key="rollout")
+    export.chart(fig, f"rollout_{fusion}{'_words' if aside else ''}", key="rollout")
     heat = fig.data[0]
     drawn = concentration(shown)
     st.caption(
@@ -322,7 +323,7 @@ def _patching_tab(out: core.Translation) -> None:
             _needs_model()
             return
         result, corrupt = stored
-        st.markdown(f"Corrupted sentence (from the saved trace): *{common.md(corrupt)}*")
+        st.markdown(f"Corrupted sentence (from the saved trace): *{markup.md(corrupt)}*")
         _show_patching(out, result)
         return
     how = st.radio("Corrupt it by", ["picking a word", "typing the sentence"], horizontal=True, key="explain_how")
@@ -336,7 +337,7 @@ def _patching_tab(out: core.Translation) -> None:
         replacement = c2.text_input("Replace it with", key="explain_replacement", placeholder="e.g. dog").strip()
         corrupt = " ".join(replacement if i == j else w for i, w in enumerate(words)) if replacement else ""
         if corrupt:
-            st.caption(f"Corrupted sentence: *{common.md(corrupt)}*")
+            st.caption(f"Corrupted sentence: *{markup.md(corrupt)}*")
     else:
         corrupt = st.text_input(
             "Corrupted sentence (one word replaced)", key="explain_corrupt", placeholder=out.source_text
@@ -369,7 +370,7 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
     tokens = out.output_tokens
     word = style.token_text(tokens[result.position])
     st.markdown(
-        f"Output word {result.position + 1} **{common.md(word)}**: p = {result.p_clean:.3f} with the clean "
+        f"Output word {result.position + 1} **{markup.md(word)}**: p = {result.p_clean:.3f} with the clean "
         f"sentence, {result.p_corrupt:.3f} with the corrupted one."
     )
     if abs(result.p_clean - result.p_corrupt) < 1e-3:
@@ -384,7 +385,7 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
         value_name="restored",
         title=style.titled("Source position × encoder layer: share restored", note),
     )
-    common.chart(fig, "patching_encoder", key="patching_encoder")
+    export.chart(fig, "patching_encoder", key="patching_encoder")
     c1, c2 = st.columns(2)
     with c1:
         heads = result.cross_heads
@@ -395,7 +396,7 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
             value_name="restored",
             title="One cross-attention head: share restored",
         )
-        common.chart(fig, "patching_cross", key="patching_cross")
+        export.chart(fig, "patching_cross", key="patching_cross")
     with c2:
         dec = result.decoder
         prefix = [style.token_label(t) for t in out.tgt_tokens[: dec.shape[1]]]
@@ -406,7 +407,7 @@ def _show_patching(out: core.Translation, result: PatchingResult) -> None:
             value_name="restored",
             title="Decoder input position × layer: share restored",
         )
-        common.chart(fig, "patching_decoder", key="patching_decoder")
+        export.chart(fig, "patching_decoder", key="patching_decoder")
 
 
 def _attribution_tab(out: core.Translation) -> None:
@@ -466,7 +467,7 @@ def _attribution_tab(out: core.Translation) -> None:
             selection.options_note(out.options, 1),
         ),
     )
-    common.chart(fig, f"attribution_{t + 1}", key="attribution")
+    export.chart(fig, f"attribution_{t + 1}", key="attribution")
     prefix = out.tgt_tokens[: len(a.target_ig)]  # up to this word (every decoder input with the causal mask off)
     fig = explain.attribution_bars(
         prefix,
@@ -474,7 +475,7 @@ def _attribution_tab(out: core.Translation) -> None:
         title=f"… and over the decoder inputs (1–{len(prefix)})",
         axis_title="decoder input",
     )
-    common.chart(fig, f"attribution_prefix_{t + 1}", key="attribution_prefix")
+    export.chart(fig, f"attribution_prefix_{t + 1}", key="attribution_prefix")
     rhos = {
         params.head_label("cross", layer, h): spearman(ig, trace.attention("cross", layer)[h, t])
         for layer in range(trace.n_layers["cross"])
@@ -484,7 +485,7 @@ def _attribution_tab(out: core.Translation) -> None:
     if finite:
         best = max(finite, key=lambda k: finite[k])
         st.markdown(
-            f"**{common.md(best)}** agrees best with the attribution for this word (ρ = {finite[best]:.2f}); "
+            f"**{markup.md(best)}** agrees best with the attribution for this word (ρ = {finite[best]:.2f}); "
             f"rollout ρ = {spearman(ig, roll):.2f}, mean cross-attention ρ = {spearman(ig, cross.mean(0)):.2f}."
         )
     _completeness(a, replaying)
@@ -503,12 +504,12 @@ def _replay_opens_on_rollout() -> None:
         st.session_state["explain_tab"] = "Attention rollout"
 
 
-out = common.sentence_bar()
+out = sentence_bar.sentence_bar()
 if out is not None and out.beam_size != 1:  # the analyses explain greedy decoding ("output changes" follows it)
     st.caption("Beam search is on in the sidebar; this page explains the greedy translation (beam 1).")
     out = selection.current(beam=1)
 if out is not None:
-    common.translation_header(out)
+    header.translation_header(out)
     if out.options.shortlist:
         st.caption(
             "The shortlist switch is on: these analyses still score every word of the vocabulary (log p of the "
@@ -530,5 +531,5 @@ if out is not None:
     if tabs[3].open:
         with tabs[3]:
             _attribution_tab(out)
-    common.export(_with_analysis(out))
+    export.export_trace(_with_analysis(out))
     st.caption("The export holds the analyses computed above for this sentence; opened again, they replay here.")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from viz_app import common
 from viz_app.figures import attention_maps, style
 from viz_app.session import params, selection, url
+from viz_app.widgets import export, header, pickers, sentence_bar
 
 st.title("Head detail")
 st.caption(
@@ -15,12 +15,12 @@ st.caption(
     "the key tokens (a row of weights sums to 1). Hover a cell for the exact value."
 )
 
-out = common.sentence_bar()
+out = sentence_bar.sentence_bar()
 if out is not None:
     trace = out.trace
-    common.translation_header(out)
-    kind = common.kind_picker(trace.kinds)
-    layer, head = common.layer_head_pickers(
+    header.translation_header(out)
+    kind = pickers.kind_picker(trace.kinds)
+    layer, head = pickers.layer_head_pickers(
         trace.n_layers[kind],
         trace.n_heads,
         with_head=st.session_state.get("agg", "single head") == "single head",
@@ -65,7 +65,7 @@ if out is not None:
     fig = attention_maps.head_heatmap(
         matrix, q_tokens, k_tokens, title=title, values=values, fixed_scale=fixed, mask=trace.mask(kind)
     )
-    common.chart(fig, f"{kind}_L{layer + 1}_{which.replace(' ', '_')}_{values}", key="head_detail")
+    export.chart(fig, f"{kind}_L{layer + 1}_{which.replace(' ', '_')}_{values}", key="head_detail")
 
     if agg == "single head" and (kind, layer, head) in out.options.ablate:
         st.info(
@@ -83,4 +83,4 @@ if out is not None:
         f"key{'' if len(k_tokens) == 1 else 's'}. "
         "Tip: switch heads off in the sidebar to see how the translation changes."
     )
-    common.export(out)
+    export.export_trace(out)

@@ -10,9 +10,9 @@ import streamlit as st
 import core
 from core.analysis.alignment import AlignmentScores, links, word_matrix, word_spans
 from core.analysis.heads import ALIGNMENT_AER, LABEL_RULES, STAT_TITLES, STATS, HeadStatistics, sentence_statistics
-from viz_app import common
 from viz_app.figures import head_roles
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
+from viz_app.widgets import export, header, sentence_bar
 
 st.title("What does each head do?")
 st.caption(
@@ -42,9 +42,9 @@ with st.expander("How to read this", icon=":material/help:"):
         "far better than the rest — that is the head CTranslate2 and Marian read alignments from by default."
     )
 
-out = common.sentence_bar()
+out = sentence_bar.sentence_bar()
 if out is not None:
-    common.translation_header(out)
+    header.translation_header(out)
     replaying = trace_replay.replay() is not None
     path = "" if replaying else checkpoints.ckpt_path()
     url.clamp("heads_scope", ["sentence", "set"])
@@ -84,7 +84,7 @@ if out is not None:
         tabs = st.tabs([params.KINDS[k].capitalize() for k in stats.kinds])
         for tab, kind in zip(tabs, stats.kinds, strict=True):
             with tab:
-                common.chart(
+                export.chart(
                     head_roles.stat_heatmap(
                         stats.mean(kind, stat),
                         title=f"{params.KINDS[kind].capitalize()}: {STAT_TITLES[stat]}",
@@ -151,13 +151,13 @@ if out is not None:
     else:
         left, right = st.columns([3, 2])
         with left:
-            common.chart(
+            export.chart(
                 head_roles.alignment_links(src_words, tgt_words, found, title=f"Links read from {_name(by)}"),
                 "alignment-links",
                 key="align_links",
             )
         with right:
-            common.chart(
+            export.chart(
                 head_roles.alignment_matrix(matrix, src_words, tgt_words, found, title="Alignment matrix"),
                 "alignment-matrix",
                 key="align_matrix",
@@ -181,7 +181,7 @@ if out is not None:
         combo = " + ".join(f"L{a + 1}H{b + 1}" for a, b in scores.best_k)
         m2.metric(f"Best combination · AER {scores.best_k_aer:.3f}", combo)
         m3.metric("Every cross head averaged", f"AER {scores.all_aer:.3f}")
-        common.chart(
+        export.chart(
             head_roles.stat_heatmap(
                 scores.head_aer,
                 title=f"AER of each cross head on {scores.n_pairs} hand-aligned sentence pairs (lower is better)",
@@ -203,5 +203,5 @@ if out is not None:
     if not replaying and stats is not None:
         arrays, details = stats.to_arrays()
         extra = {"alignment": scores.to_dict()} if scores is not None else {}
-        common.export(core.Translation(out.trace.with_analysis(arrays, {**details, **extra})))
+        export.export_trace(core.Translation(out.trace.with_analysis(arrays, {**details, **extra})))
         st.caption("The export holds these statistics and alignment scores; opened again, they replay here.")

@@ -13,10 +13,10 @@ import torch
 
 import core
 from core.sites import Stack, attention_site, layer_input_site
-from viz_app import common
 from viz_app.cache import cached
 from viz_app.figures import learn, masking, style
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
+from viz_app.widgets import export, header, markup, pickers, sentence_bar
 
 DIGITS = 3
 SHOWN = 12  # dimensions of a d_model-long vector shown in a table
@@ -203,7 +203,7 @@ def _input_section(walk: Walkthrough, i: int, token: str, kind: str, layer: int)
     """1 · The input x of the query token, and where it comes from."""
     x_q, _ = walk.inputs()
     x = x_q[i]
-    st.markdown(f"##### 1 · The input vector x of “{common.md(token)}” (d_model = {x.shape[0]})")
+    st.markdown(f"##### 1 · The input vector x of “{markup.md(token)}” (d_model = {x.shape[0]})")
     side = "src" if kind == "encoder" else "tgt"
     stack = "encoder" if kind == "encoder" else "decoder"
     norm_note = (
@@ -265,9 +265,9 @@ def _projection_section(walk: Walkthrough, x: np.ndarray, head: int, i: int, q_r
     return q
 
 
-out = common.sentence_bar()
+out = sentence_bar.sentence_bar()
 if out is not None:
-    common.translation_header(out)
+    header.translation_header(out)
 run: core.Translation | None = out
 walk_bundle: core.Bundle | None = None
 if out is not None and trace_replay.replay() is None:
@@ -288,8 +288,8 @@ if run is not None and "encoder.0.self.q" not in run.trace:  # a saved trace fro
     )
 elif run is not None:
     trace = run.trace
-    kind = common.kind_picker(trace.kinds)
-    layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
+    kind = pickers.kind_picker(trace.kinds)
+    layer, head = pickers.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     q_tokens, k_tokens = style.query_key_tokens(kind, run.src_tokens, run.tgt_tokens)
     url.clamp("query", list(range(len(q_tokens))))
     i = st.select_slider(
@@ -301,8 +301,8 @@ elif run is not None:
     token = style.token_text(q_tokens[i])
     if kind != "encoder" and i < len(run.output_tokens):
         st.caption(
-            f"Query {i + 1} is the decoder input “{common.md(token)}”; from this position the model "
-            f"predicted the next piece, “{common.md(style.token_text(run.output_tokens[i]))}”."
+            f"Query {i + 1} is the decoder input “{markup.md(token)}”; from this position the model "
+            f"predicted the next piece, “{markup.md(style.token_text(run.output_tokens[i]))}”."
         )
     Q, K, V = trace.qkv(kind, layer)  # recorded for this page's runs
     q, keys, vals = Q[head, i].astype(np.float64), K[head].astype(np.float64), V[head].astype(np.float64)
@@ -321,7 +321,7 @@ elif run is not None:
             "Where q, k and v come from (x · W_Q …) needs the model's weights and is shown when the page runs "
             "the model (close a saved trace in the sidebar)."
         )
-        st.markdown(f"##### The query vector q of “{common.md(token)}” (d_k = {d_k})")
+        st.markdown(f"##### The query vector q of “{markup.md(token)}” (d_k = {d_k})")
         st.dataframe(_frame(q[None], ["q"]), width="stretch")
 
     dots = keys @ q  # (Tk,)
@@ -378,7 +378,7 @@ elif run is not None:
             selection.options_note(run.options, run.beam_size),
         ),
     )
-    common.chart(fig, "learn_stages", key="learn_stages")
+    export.chart(fig, "learn_stages", key="learn_stages")
 
     st.markdown("##### 5 · The head's output: weights × V")
     st.latex(r"\mathrm{head}_h = \sum_j w_j\, v_j")

@@ -6,9 +6,10 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import claims, common
+from viz_app import claims
 from viz_app.figures import masking, style
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
+from viz_app.widgets import export, markup, pickers, sentence_bar
 
 PAD = "<pad>"
 
@@ -24,7 +25,7 @@ def _mirror(name: str) -> None:
     st.session_state[name] = st.session_state[f"masks_{name}"]
 
 
-out = common.sentence_bar("First sentence")
+out = sentence_bar.sentence_bar("First sentence")
 replaying = trace_replay.replay() is not None
 if out is not None:
     if not replaying:  # a second sentence and the switches run the model again
@@ -66,20 +67,20 @@ if out is not None:
     tgt = trace.tgt_tokens
     cols = st.columns(len(texts))
     for i, (col, text) in enumerate(zip(cols, texts, strict=True)):
-        col.markdown(f"**Translation{f' {i + 1}' if len(texts) > 1 else ''}:** {common.md(text) or '∅'}")
+        col.markdown(f"**Translation{f' {i + 1}' if len(texts) > 1 else ''}:** {markup.md(text) or '∅'}")
     baseline = opts.with_changes(causal_mask=True, padding_mask=True)  # every other switch as it is
     if opts != baseline and not second and not replaying:
         ref = selection.current(opts=baseline)
         if ref is not None:
             masks_off = core.InferenceOptions(causal_mask=opts.causal_mask, padding_mask=opts.padding_mask)
             st.caption(
-                f"With both masks on the translation is: *{common.md(ref.text) or '∅'}* — with the "
+                f"With both masks on the translation is: *{markup.md(ref.text) or '∅'}* — with the "
                 f"{masks_off.describe()} the model writes {claims.output_change(ref.text, out.text)}."
             )
 
     if "mask_kind" not in st.session_state:  # this page opens on the decoder, where both masks are at work
         st.session_state["mask_kind"] = "decoder" if "decoder" in trace.kinds else trace.kinds[0]
-    kind = common.kind_picker(trace.kinds, key="mask_kind")
+    kind = pickers.kind_picker(trace.kinds, key="mask_kind")
     q_tokens, k_tokens = style.query_key_tokens(kind, src, tgt)
     n_q, n_k = len(q_tokens), len(k_tokens)
     padding = trace.mask(kind, "padding")  # the mask's parts, as the trace recorded them
@@ -90,7 +91,7 @@ if out is not None:
     fig = masking.mask_panels(
         panels, q_tokens, k_tokens, title=style.titled(f"Masks of the {params.KINDS[kind]}", note)
     )
-    common.chart(fig, f"masks_{kind}", key="mask_panels")
+    export.chart(fig, f"masks_{kind}", key="mask_panels")
     st.caption(
         "Left: the padding mask (the decoder's own inputs are never padded here, so for decoder self-attention it "
         "allows everything); middle: the causal mask (decoder self-attention only); right: what was applied, both "
@@ -115,7 +116,7 @@ if out is not None:
             )
 
     st.subheader("One query through the three stages", divider="gray")
-    layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
+    layer, head = pickers.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
     url.clamp("query", list(range(n_q)))
     query = st.select_slider(
         "Query token", list(range(n_q)), key="query", format_func=lambda i: f"{i + 1} {style.token_text(q_tokens[i])}"
@@ -133,7 +134,7 @@ if out is not None:
             note,
         ),
     )
-    common.chart(fig, "mask_stages", key="mask_stages")
+    export.chart(fig, "mask_stages", key="mask_stages")
     blocked = int((~trace.mask(kind)[query]).sum())
     st.caption(
         f"{blocked} of {n_k} keys are blocked for this query; their weights are exactly 0 "

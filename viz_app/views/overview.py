@@ -6,9 +6,10 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import claims, common
+from viz_app import claims
 from viz_app.figures import attention_maps, overview, style
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
+from viz_app.widgets import ablation, export, header, markup, pickers, sentence_bar
 
 st.title("Translate & overview")
 st.caption(
@@ -50,16 +51,16 @@ def _generation_rows(out: core.Translation, kind: str) -> tuple[list[np.ndarray]
     return [np.asarray(m) for m in maps], mask
 
 
-out = common.sentence_bar()
+out = sentence_bar.sentence_bar()
 if out is not None:
-    common.translation_header(out)
+    header.translation_header(out)
     c1, c2 = st.columns(2)
     with c1:
         st.markdown("**Source pieces** (encoder input)")
-        common.token_pills(out.src_tokens)
+        markup.token_pills(out.src_tokens)
     with c2:
         st.markdown("**Output pieces** (what the decoder predicted)")
-        common.token_pills(out.output_tokens)
+        markup.token_pills(out.output_tokens)
     st.caption("`␣` marks a piece that starts a new word; `</s>` ends the sentence; `<s>` starts the decoder.")
 
     trace = out.trace
@@ -87,7 +88,7 @@ if out is not None:
                 show = "run"
     bundle = selection.bundle() if trace_replay.replay() is None else None
     if bundle is not None:
-        common.head_matrix(bundle.config)
+        ablation.head_matrix(bundle.config)
     url.clamp("overview_tab", labels)
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
     axes = {kind: style.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens) for kind in kinds}
@@ -105,7 +106,7 @@ if out is not None:
                 for layer in range(trace.n_layers.get("cross", 0)):
                     title = style.titled(f"SSRU forget gates · decoder layer {layer + 1}", note)
                     fig = overview.ssru_gates(trace.gates(layer), out.tgt_tokens, title=title)
-                    common.chart(fig, f"ssru_gates_L{layer + 1}", key=f"ssru_{layer}")
+                    export.chart(fig, f"ssru_gates_L{layer + 1}", key=f"ssru_{layer}")
                 continue
             q_tokens, k_tokens = axes[kind]
             maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
@@ -151,7 +152,7 @@ if out is not None:
                 else None
             )
             title = style.titled(f"{params.KINDS[kind].capitalize()}: every layer × head", note)
-            labels = {h: ", ".join(x) for h, x in common.head_labels(kind).items()}
+            labels = {h: ", ".join(x) for h, x in pickers.head_labels(kind).items()}
             if show == "difference":
                 title = f"{params.KINDS[kind].capitalize()}: every layer × head — change made by {note}"
             fig = attention_maps.attention_grid(
@@ -165,14 +166,14 @@ if out is not None:
                 diverging=show == "difference",
                 mask=mask,
             )
-            common.chart(fig, f"{kind}_grid", key=f"grid_{kind}")
+            export.chart(fig, f"{kind}_grid", key=f"grid_{kind}")
             st.caption(
                 "Hover a square for the exact weights; pick a head below to open it large (it gets a red outline here)."
             )
 
     st.subheader("One head, large", divider="gray")
-    kind = common.kind_picker(trace.kinds)
-    layer, head = common.layer_head_pickers(trace.n_layers[kind], trace.n_heads, kind=kind)
+    kind = pickers.kind_picker(trace.kinds)
+    layer, head = pickers.layer_head_pickers(trace.n_layers[kind], trace.n_heads, kind=kind)
     q_tokens, k_tokens = axes[kind]
     name = f"{params.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1}"
     if show == "difference" and diff is not None:
@@ -195,10 +196,10 @@ if out is not None:
             title=style.titled(name, note),
             mask=trace.mask(kind),
         )
-    common.chart(fig, f"{kind}_L{layer + 1}_H{head + 1}", key="overview_head")
+    export.chart(fig, f"{kind}_L{layer + 1}_H{head + 1}", key="overview_head")
     st.page_link(
         "views/head.py",
         label="More options for this head (scores, mean/max over heads) → Head detail",
         icon=":material/zoom_in:",
     )
-    common.export(out)
+    export.export_trace(out)

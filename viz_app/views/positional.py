@@ -8,9 +8,10 @@ import streamlit as st
 import torch
 
 import core
-from viz_app import claims, common
+from viz_app import claims
 from viz_app.figures import attention_maps, positional, style
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
+from viz_app.widgets import export, header, markup, sentence_bar
 
 st.title("Positional encoding")
 st.caption(
@@ -57,7 +58,7 @@ def _table_tab(path: str) -> None:
     n = st.slider("Positions shown", 8, 256, 64, step=8, key="pe_n")
     table = _table(path, n)
     # built at each rerun: st.cache_data would hand out an unpickled copy, which costs as much (about 25 ms at 256)
-    common.chart(
+    export.chart(
         positional.pe_matrix(
             table, title=f"Positional-encoding table: {table.shape[0]} positions × {table.shape[1]} dimensions"
         ),
@@ -68,7 +69,7 @@ def _table_tab(path: str) -> None:
     dims = st.multiselect("Dimensions to plot", list(range(d)), default=sorted({0, 1, d // 8, d // 4}), key="pe_dims")
     c1, c2 = st.columns(2)
     with c1:
-        common.chart(
+        export.chart(
             positional.pe_curves(table, dims, title="PE value by position, per dimension"), "pe_curves", key="pe_curves"
         )
         st.caption(
@@ -76,7 +77,7 @@ def _table_tab(path: str) -> None:
             "unique pattern, like the hands of a clock."
         )
     with c2:
-        common.chart(
+        export.chart(
             positional.pe_similarity(table, title="PE·PE similarity between positions"),
             "pe_similarity",
             key="pe_similarity",
@@ -94,7 +95,7 @@ def _run_tab(out: core.Translation, note: str) -> None:
         fig = positional.pe_matrix(
             added, tokens=tokens, title=style.titled(f"PE values added to the {label} tokens", note)
         )
-        common.chart(fig, f"pe_added_{side}", key=f"pe_added_{side}")
+        export.chart(fig, f"pe_added_{side}", key=f"pe_added_{side}")
         if not np.any(added):  # read from the trace: what was added, not what the sidebar says
             st.info(
                 f"Positional encoding is switched off for the {label} tokens in this run: zeros were added.",
@@ -138,7 +139,7 @@ def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PE
                 maps = maps_a if show == "with" else maps_b
                 opts = compared.as_trained if show == "with" else compared.switched
                 title = style.titled(claims.first_upper(names[show]), selection.options_note(opts))
-            common.chart(
+            export.chart(
                 attention_maps.attention_grid(
                     maps, q_tok, k_tok, ablated=off, diverging=show == "difference", title=title
                 ),
@@ -208,8 +209,8 @@ def _compare_tab(out: core.Translation) -> None:
     if base is None or free is None:
         return
     c1, c2 = st.columns(2)
-    c1.markdown(f"**{claims.first_upper(compared.as_trained_label)}:** {common.md(base.text) or '∅'}")
-    c2.markdown(f"**{claims.first_upper(compared.switched_label)}:** {common.md(free.text) or '∅'}")
+    c1.markdown(f"**{claims.first_upper(compared.as_trained_label)}:** {markup.md(base.text) or '∅'}")
+    c2.markdown(f"**{claims.first_upper(compared.switched_label)}:** {markup.md(free.text) or '∅'}")
     st.caption(
         f"{claims.first_upper(compared.switched_label)} the model writes {claims.output_change(base.text, free.text)}."
     )
@@ -227,9 +228,9 @@ def _compare_tab(out: core.Translation) -> None:
         _compare_grids(a, b, compared)
 
 
-out = common.sentence_bar()
+out = sentence_bar.sentence_bar()
 if out is not None:
-    common.translation_header(out)
+    header.translation_header(out)
 replaying = trace_replay.replay() is not None
 bundle = None if replaying else selection.bundle()
 if out is not None and (bundle is not None or replaying):

@@ -11,10 +11,11 @@ import streamlit as st
 
 import core
 from core.bundle import BeamTree
-from viz_app import claims, common
+from viz_app import claims
 from viz_app.cache import cached
 from viz_app.figures import decoding, style
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
+from viz_app.widgets import export, header, markup, sentence_bar
 
 BEAMS = list(params.BEAMS)
 
@@ -84,16 +85,16 @@ def _valid_what_if(out: core.Translation, own: Sequence[int]) -> tuple[int, ...]
 
 
 def _marked(original: str, alternative: str) -> str:
-    return common.marked_words(original, alternative)[1]  # the alternative, its changed words highlighted
+    return markup.marked_words(original, alternative)[1]  # the alternative, its changed words highlighted
 
 
 def _what_if_header(out: core.Translation, alt: core.Translation, branch: int) -> None:
     forced = alt.steps[branch]
     own = out.steps[branch]
     c1, c2 = st.columns(2)
-    c1.markdown(f"**The model's translation:** {common.md(out.text) or '∅'}")
+    c1.markdown(f"**The model's translation:** {markup.md(out.text) or '∅'}")
     c2.markdown(
-        f"**What if step {branch + 1} were “{common.md(style.token_text(forced.token))}”:** "
+        f"**What if step {branch + 1} were “{markup.md(style.token_text(forced.token))}”:** "
         f"{_marked(out.text, alt.text)}"
     )
     st.caption(
@@ -180,9 +181,9 @@ def _beam_tree_section(out: core.Translation) -> None:
         f"when it ends the sentence), the next best are **pruned** (grey). The **red line** is the winning "
         f"translation, ranked by score ÷ length. Click a dot, or pick it below, to see its cross-attention."
     )
-    st.markdown(common.md(decoding.beam_summary(tree)))
+    st.markdown(markup.md(decoding.beam_summary(tree)))
     if tree.divergence is not None:
-        st.caption(f"Greedy translation: {common.md(str(tree.meta.get('greedy_text', ''))) or '∅'}")
+        st.caption(f"Greedy translation: {markup.md(str(tree.meta.get('greedy_text', ''))) or '∅'}")
     n_steps = len(tree.steps)
     url.clamp("tree_step", list(range(n_steps)))
     t = int(ss["tree_step"])
@@ -194,7 +195,7 @@ def _beam_tree_section(out: core.Translation) -> None:
     fig = decoding.beam_tree(
         tree, title=style.titled(f"Beam search tree: {tree.beam_size} beams, {n_steps} steps", note), selected=(t, j)
     )
-    common.chart(fig, "beam_tree", key="beam_tree_chart", on_select=_tree_clicked, selection_mode="points")
+    export.chart(fig, "beam_tree", key="beam_tree_chart", on_select=_tree_clicked, selection_mode="points")
     c1, c2 = st.columns([1, 3])
     c1.selectbox("Step", list(range(n_steps)), key="tree_step", format_func=lambda i: f"Step {i + 1}")
     step = tree.steps[t]
@@ -210,9 +211,9 @@ def _beam_tree_section(out: core.Translation) -> None:
     c2.selectbox("Hypothesis", list(range(len(step.candidate_ids))), key="tree_node", format_func=label)
     parent = int(step.candidate_parents[j])
     words = decoding.hypothesis_text(tree, step.path(j))
-    piece = common.md(style.token_text(tree.piece(int(step.candidate_ids[j]))))
+    piece = markup.md(style.token_text(tree.piece(int(step.candidate_ids[j]))))
     st.markdown(
-        f"Hypothesis “{common.md(words)}”: score {float(step.scores[parent]):.3f} so far "
+        f"Hypothesis “{markup.md(words)}”: score {float(step.scores[parent]):.3f} so far "
         f"+ log p {float(step.candidate_logp[j]):.3f} for “{piece}” = **{float(step.candidate_scores[j]):.3f}**"
     )
     before = decoding.hypothesis_text(tree, step.tokens[parent]) if t else "the start"
@@ -225,11 +226,11 @@ def _beam_tree_section(out: core.Translation) -> None:
             note,
         ),
     )
-    common.chart(fig, f"beam_cross_step{t + 1}", key="beam_cross")
+    export.chart(fig, f"beam_cross_step{t + 1}", key="beam_cross")
 
 
 url.clamp("beam", BEAMS)
-out = common.sentence_bar()
+out = sentence_bar.sentence_bar()
 st.radio(
     "Decoding",
     BEAMS,
@@ -258,7 +259,7 @@ elif out is not None:
     if alt is not None and branch is not None:
         _what_if_header(out, alt, branch)
     else:
-        common.translation_header(out)
+        header.translation_header(out)
         if out.beam_size > 1:
             st.caption(
                 "Beam search kept several candidate translations alive and returned the best one; the steps "
@@ -291,7 +292,7 @@ elif out is not None:
     s = shown.steps[step]
     which = "" if alt is None else " of the alternative"
     st.markdown(f"**Step {step + 1} of {n}{which}.** Pieces written so far (decoder input):")
-    common.token_pills(shown.tgt_tokens[: step + 1], highlight=step)
+    markup.token_pills(shown.tgt_tokens[: step + 1], highlight=step)
     if branch is not None and step == branch:
         mine = claims.own_choice(out.trace, own, step) or s.top_k[0][0]
         st.markdown(
@@ -311,7 +312,7 @@ elif out is not None:
         what = f"Top {len(s.top_k)} " + ("candidates " if branch is None else "")  # the forced note is long
         title = style.titled(f"{what}at step {step + 1}", note)
         fig = decoding.topk_bars(s.top_k, s.token, title=title)
-        common.chart(fig, f"topk_step{step + 1}", key="topk")
+        export.chart(fig, f"topk_step{step + 1}", key="topk")
     with right:
         trace = shown.trace
         if "decoder" in trace.kinds:
@@ -323,7 +324,7 @@ elif out is not None:
                     f"Decoder self-attention at step {step + 1}: every layer/head over the pieces so far", note
                 ),
             )
-            common.chart(fig, f"decoder_rows_step{step + 1}", key="dec_rows")
+            export.chart(fig, f"decoder_rows_step{step + 1}", key="dec_rows")
             if step == 0:
                 st.caption(
                     "At step 1 the only piece written so far is `<s>`, so every head gives it all of its weight "
@@ -341,7 +342,7 @@ elif out is not None:
             shown.src_tokens,
             title=style.titled(f"Cross-attention at step {step + 1}: every layer/head over the source", note),
         )
-        common.chart(fig, f"cross_rows_step{step + 1}", key="cross_rows")
+        export.chart(fig, f"cross_rows_step{step + 1}", key="cross_rows")
 
     if out.beam_size > 1 and alt is None:
         _beam_tree_section(out)

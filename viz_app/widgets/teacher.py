@@ -2,8 +2,7 @@
 by the distillation's publish stage), the teacher's translation of the same sentence under the student's, with
 the words that differ marked, so that a learner sees which words are the student's own.
 
-``common.translation_header`` calls ``beside``; this module reads ``common.md`` and ``common.marked_words`` at
-call time (each imports the other)."""
+``header.translation_header`` calls ``beside``."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ import streamlit as st
 
 import core
 from core.importers.bergamot_wheel import DIRECTIONS
-from viz_app import common
 from viz_app.session import checkpoints, errors, runs, selection, trace_replay
+from viz_app.widgets import markup
 
 IMPORTED = frozenset(f"bergamot-{d}" for d in DIRECTIONS)  # the folders `make models` writes
 
@@ -83,8 +82,8 @@ def beside(out: core.Translation) -> None:
     mine = out if out.options == core.InferenceOptions() else selection.current(out.beam_size, core.InferenceOptions())
     if mine is None:
         return
-    teacher_marked, student_marked = common.marked_words(theirs.text, mine.text)
+    teacher_marked, student_marked = markup.marked_words(theirs.text, mine.text)
     c1, c2 = st.columns(2)
-    c1.markdown(f"**Teacher ({common.md(name)}, as trained):** {teacher_marked}")
+    c1.markdown(f"**Teacher ({markup.md(name)}, as trained):** {teacher_marked}")
     c2.markdown(f"**This student{'' if mine is out else ', as trained'}:** {student_marked}")
     st.caption(comparison_line(name, theirs.text, mine.text))

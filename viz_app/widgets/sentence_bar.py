@@ -1,0 +1,79 @@
+"""The sentence bar every page opens with: the text box, the examples, the sentence picker of a longer text."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import core
+from core.language import check_language
+from core.segment import split_sentences
+from viz_app.session import checkpoints, errors, runs, selection, trace_replay, url
+from viz_app.widgets.markup import md
+
+
+def _example_picked() -> None:
+    choice = st.session_state.get("example")
+    if choice:
+        st.session_state["text"] = choice
+
+
+def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> core.Translation | None:
+    """Text input (Enter translates) with example sentences; returns the cached translation (with q/k/v
+    when ``qkv``) or None. While a saved trace is replayed: its source sentence, and the trace."""
+    saved = trace_replay.replay()
+    if saved is not None:
+        st.markdown(f"**{label} (from the saved trace):** {md(saved.source_text) or '—'}")
+        errors.show_notices(saved)
+        return saved
+    bundle = selection.bundle()
+    if bundle is None:
+        return None
+    src = bundle.languages[0]
+    examples = selection.EXAMPLES.get(src, selection.EXAMPLES["en"])
+    left, right = st.columns([3, 1])
+    left.text_input(
+        f"{label} ({src} → {bundle.languages[1]}) — press Enter",
+        key="text",
+        placeholder="Type a sentence and press Enter",
+    )
+    right.selectbox(
+        "…or pick an example", examples, index=None, key="example", on_change=_example_picked, placeholder="Examples"
+    )
+    _sentence_picker()
+    out = selection.current(qkv=qkv)
+    if out is not None:
+        errors.show_notices(out)
+        other = check_language(out.source_text, *bundle.languages, output=out.text).message()
+        if other:  # the text does not look like the model's source language (core.language)
+            st.warning(other, icon=":material/translate:")
+    return out
+
+
+def _sentence_picker() -> None:
+    """When the text has several sentences: say so, let the person pick the one to look inside, and show the
+    whole text's translation (each sentence translated on its own, as production translators do)."""
+    found = selection.sentences()
+    total = len(split_sentences(str(st.session_state.get("text", ""))))
+    url.clamp("sentence", list(range(len(found))))  # a link's ?sentence= beyond the text is named
+    if len(found) < 2:
+        return
+    st.info(
+        f"This text has {total} sentences. Like production translators, the lab translates one sentence at a "
+        "time; pick the one to look inside."
+        + (f" Only the first {len(found)} are offered." if total > len(found) else ""),
+        icon=":material/segment:",
+    )
+    st.selectbox(
+        "Sentence",
+        list(range(len(found))),
+        key="sentence",
+        format_func=lambda i: f"{i + 1} · {found[i][:90]}{'…' if len(found[i]) > 90 else ''}",
+    )
+    bundle = selection.bundle()
+    if bundle is None or trace_replay.replay() is not None:
+        return
+    path, key = checkpoints.ckpt_path(), runs.options_key(selection.options())
+    beam = int(st.session_state.get("beam", 1))
+    parts = errors.guarded(lambda: [runs.translate(path, s, key, beam).text for s in found])
+    if parts:
+        st.caption("Whole text, sentence by sentence: " + " ".join(md(p) or "∅" for p in parts))
