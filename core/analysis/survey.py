@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
     from ..bundle import Bundle
 
 STATS_VERSION = 1  # bump when the statistics change meaning: old cache entries are then ignored
-GOLD_DIR = Path(__file__).resolve().parents[2] / "tests" / "data"  # hand-aligned pairs (align_<src>_<tgt>.tsv)
+# hand-aligned pairs (align_<src>_<tgt>.tsv), shipped inside the package (package data; installed unzipped)
+GOLD_DIR = Path(str(resources.files("core") / "data"))
 
 
 def cache_dir() -> Path:
@@ -196,7 +198,7 @@ def alignment_card_section(scores: AlignmentScores, gold_name: str) -> str:
             "",
             f"Alignment error rate (AER, lower is better) of word links read off each cross-attention head "
             f"({scores.method}, shift {scores.shift}) against {scores.n_pairs} hand-aligned sentence pairs "
-            f"(`tests/data/{gold_name}`); measured with `python -m core heads --checkpoint <this folder>`.",
+            f"(`core/data/{gold_name}`); measured with `python -m core heads --checkpoint <this folder>`.",
             "",
             "| read from | AER |",
             "|---|---|",
