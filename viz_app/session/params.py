@@ -112,3 +112,89 @@ def parse_head_label(label: str) -> tuple[str, int, int]:
 
 
 INDEX_PARAMS = {name for name, p in PARAMS.items() if p.parse is _one_based}  # 1-based in links, 0-based here
+
+# Every other session key, declared here once with the module that owns it: widget keys (Streamlit keeps a widget's
+# value under its key) and the app's own bookkeeping ('_' first). A link does not carry them. '{kind}' and the like
+# stand for a part filled in at run time. tests/viz_app/test_session_keys.py fails on a key used but not declared.
+SESSION_KEYS: dict[str, str] = {
+    **dict.fromkeys(("_initialised", "_link_values", "_link_problems", "_first_page"), "session/url.py, app.py"),
+    "_replay": "session/trace_replay.py",
+    **dict.fromkeys(("_text_defaulted", "_trace_error", "trace_file", "close_trace", "reset"), "widgets/sidebar.py"),
+    **dict.fromkeys(
+        ("_matrix_version", "matrix_{kind}_{version}", "clear_{kind}", "invert_{kind}"), "widgets/ablation.py"
+    ),
+    "example": "widgets/sentence_bar.py",
+    "before_after_logp": "widgets/header.py",
+    **dict.fromkeys(("dl_json", "dl_npz"), "widgets/export.py"),
+    **dict.fromkeys(("overview_head", "grid_{kind}", "causal_rows_{kind}", "ssru_{layer}"), "views/overview.py"),
+    "head_detail": "views/head_detail.py",
+    **dict.fromkeys(("mask_kind", "mask_item", "mask_panels", "mask_stages", "masks_{name}"), "views/masks.py"),
+    **dict.fromkeys(
+        (
+            "pe_tab",
+            "pe_n",
+            "pe_dims",
+            "pe_table",
+            "pe_curves",
+            "pe_similarity",
+            "pe_added_{side}",
+            "pe_cmp_tab",
+            "pe_cmp_show_{kind}",
+            "cmp_{kind}",
+        ),
+        "views/positional.py",
+    ),
+    **dict.fromkeys(
+        (
+            "_next_step",
+            "_stop_playing",
+            "playing",
+            "prev",
+            "next",
+            "topk",
+            "cross_rows",
+            "dec_rows",
+            "beam_tree_chart",
+            "beam_cross",
+            "tree_step",
+            "tree_node",
+            "whatif_pick",
+            "whatif_back",
+        ),
+        "views/steps.py",
+    ),
+    **dict.fromkeys(
+        (
+            "_analysis",
+            "_explain_replay_tab",
+            "explain_word",
+            "explain_head",
+            "explain_how",
+            "explain_open",
+            "explain_k",
+            "explain_k_translate",
+            "explain_without",
+            "explain_replacement",
+            "explain_exact",
+            "explain_exact_for",
+            "explain_corrupt",
+            "explain_patch_position",
+            "explain_attr_position",
+            "explain_ig_steps",
+            "explain_ig_more",
+            "importance_{kind}",
+            "rollout",
+            "patching_encoder",
+            "patching_decoder",
+            "patching_cross",
+            "attribution",
+            "attribution_prefix",
+        ),
+        "views/explain.py",
+    ),
+    **dict.fromkeys(
+        ("stat_{kind}", "aer_map", "align_by", "align_method", "align_shift", "align_links", "align_matrix"),
+        "views/heads.py",
+    ),
+    "learn_stages": "views/learn.py",
+}
