@@ -36,9 +36,10 @@ if _refusal:
     st.error(_refusal, icon=":material/gpp_bad:")
     st.stop()
 
+FILES = {"head": "head_detail"}  # views/head_detail.py, not to be confused with views/heads.py (its path stays /head)
 PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too, but the overview's is the root
     key: st.Page(
-        f"views/{key}.py",
+        f"views/{FILES.get(key, key)}.py",
         title=title,
         icon=f":material/{icon}:",
         url_path=key if key != "overview" else "overview-at-root",  # a default page reserves its path unused

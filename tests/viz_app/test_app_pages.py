@@ -316,7 +316,7 @@ def test_a_broken_checkpoint_is_reported_not_raised(
 # ----------------------------------------------------------------------------- 2 · head detail
 def test_head_detail_pickers_aggregation_and_scores() -> None:
     at = run()
-    at.switch_page("views/head.py").run(timeout=TIMEOUT)
+    at.switch_page("views/head_detail.py").run(timeout=TIMEOUT)
     ok(at)
     assert titles(at) == ["Cross-attention · layer 1 · head 1 · weights — as trained"]
     at.radio(key="kind").set_value("decoder masked self-attention")

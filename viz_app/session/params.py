@@ -58,6 +58,8 @@ def _ablate_dump(labels: list[str]) -> str:
 PE_SIDES = {"both": "both sides", "encoder": "encoder only", "decoder": "decoder only"}
 
 
+SINGLE_HEAD = "single head"
+HEAD_VIEWS = {SINGLE_HEAD: "one head", "mean": "mean of all heads", "max": "max over heads"}  # Head detail's choice
 BEAMS = (1, 2, 4, 8)  # the beam sizes the Steps page offers
 
 
@@ -81,7 +83,7 @@ PARAMS: dict[str, Param] = {
     "kind": Param("cross", choices=tuple(KINDS)),
     "layer": Param(0, **_INDEX),
     "head": Param(0, **_INDEX),
-    "agg": Param("single head", choices=("single head", "mean", "max")),
+    "agg": Param(SINGLE_HEAD, choices=tuple(HEAD_VIEWS)),
     "values": Param("weights", choices=("weights", "scores")),
     "fixed": Param(False, **_BOOL),
     "query": Param(0, **_INDEX),

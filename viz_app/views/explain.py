@@ -34,7 +34,7 @@ def _how_to_read(text: str) -> None:
 
 def _show_head(label: str) -> None:
     kind, layer, head = params.parse_head_label(label)
-    st.session_state.update(kind=kind, layer=layer, head=head, agg="single head")
+    st.session_state.update(kind=kind, layer=layer, head=head, agg=params.SINGLE_HEAD)
 
 
 def _importance_tab(out: core.Translation) -> None:
@@ -119,7 +119,7 @@ def _importance_tab(out: core.Translation) -> None:
         picked = st.selectbox("Look at a head", labels, key="explain_head", help="Most relied-on first.")
         if st.button("Open its attention in Head detail", icon=":material/zoom_in:", key="explain_open"):
             _show_head(picked)
-            st.switch_page("views/head.py")
+            st.switch_page("views/head_detail.py")
         effect = ranking[labels.index(picked)]
         if replaying:
             st.caption("The translations without a head need the model: close the saved trace to see them.")

@@ -198,7 +198,7 @@ if out is not None:
         )
     export.chart(fig, f"{kind}_L{layer + 1}_H{head + 1}", key="overview_head")
     st.page_link(
-        "views/head.py",
+        "views/head_detail.py",
         label="More options for this head (scores, mean/max over heads) → Head detail",
         icon=":material/zoom_in:",
     )

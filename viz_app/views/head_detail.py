@@ -23,17 +23,17 @@ if out is not None:
     layer, head = pickers.layer_head_pickers(
         trace.n_layers[kind],
         trace.n_heads,
-        with_head=st.session_state.get("agg", "single head") == "single head",
+        with_head=st.session_state.get("agg", params.SINGLE_HEAD) == params.SINGLE_HEAD,
         kind=kind,
     )
     c1, c2, c3 = st.columns([1.7, 1.4, 1])
-    url.clamp("agg", ["single head", "mean", "max"])
+    url.clamp("agg", list(params.HEAD_VIEWS))
     agg = c1.radio(
         "Heads",
-        ["single head", "mean", "max"],
+        list(params.HEAD_VIEWS),
         key="agg",
         horizontal=True,
-        format_func=lambda a: {"single head": "one head", "mean": "mean of all heads", "max": "max over heads"}[a],
+        format_func=params.HEAD_VIEWS.__getitem__,
     )
     url.clamp("values", ["weights", "scores"])
     values = c2.radio(
@@ -51,7 +51,7 @@ if out is not None:
     )
 
     data = trace.attention(kind, layer) if values == "weights" else trace.scores(kind, layer)  # (H, Tq, Tk)
-    if agg == "single head":
+    if agg == params.SINGLE_HEAD:
         matrix, which = data[head], f"head {head + 1}"
     else:
         with np.errstate(invalid="ignore"):
@@ -67,7 +67,7 @@ if out is not None:
     )
     export.chart(fig, f"{kind}_L{layer + 1}_{which.replace(' ', '_')}_{values}", key="head_detail")
 
-    if agg == "single head" and (kind, layer, head) in out.options.ablate:
+    if agg == params.SINGLE_HEAD and (kind, layer, head) in out.options.ablate:
         st.info(
             "This head is switched off: its output is zeroed before the layer's output projection, so the "
             "rest of the model does not see it. Its weights are still computed and shown here.",
