@@ -1,8 +1,10 @@
-"""Shared fixtures: a tiny random model config and a tiny checkpoint folder built on the fly."""
+"""Shared fixtures: a tiny random model config and a tiny checkpoint folder built on the fly; one torch thread
+for the whole run; at the end, the tests skipped because data that ``make test`` fetches is missing."""
 
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,39 @@ import torch
 from core import CheckpointMeta, ModelConfig, Tokenizer, Transformer, save_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
+pytest_plugins = ["pytester"]  # tests/test_skip_summary.py runs pytest on a file of its own
+
+# a skip for data that `make test` fetches (`make downloads`, `make models`, `make browser`, the word lists) and a
+# failed download leaves missing: said at the end of the run, not only as one line among the skips
+REAL_DATA_SKIP = re.compile(r"Ding|Bergamot|checkpoint|word lists|chromium|not downloaded|make (downloads|models)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # one intra-op thread, as the app runs (viz_app/app.py): the models here are tiny, and two threads on a shared
+    # 2-core machine spin against each other (tests/core/test_beam_tree.py: 132 s with two, 17 s with one)
+    torch.set_num_threads(1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A red section naming each test skipped for missing data, with its reason: a download that failed during
+    `make test` would otherwise pass as one line in a green run."""
+    missing = []
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if REAL_DATA_SKIP.search(reason):
+            missing.append(f"{report.nodeid}: {reason}")
+    if not missing:
+        return
+    terminalreporter.write_sep("!", f"{len(missing)} real-data test(s) SKIPPED: their data is missing", red=True)
+    for line in missing:
+        terminalreporter.write_line(line, red=True)
+    terminalreporter.write_line(
+        "These tests did not run. Fetch the data (`make downloads`, `make models`, `make browser`; they need the "
+        "network) and run `make test` again.",
+        bold=True,
+    )
 
 
 def plotly_array(value) -> np.ndarray:

@@ -105,11 +105,15 @@ def run_synthetic(
     config: TrainConfig | None = None,
     *,
     vocab: int = 16,
+    lengths: tuple[int, int] = (3, 7),
+    layers: int = 2,
     seed: int = 0,
     n_train: int = 4000,
     progress: bool = False,
 ) -> dict:
-    """Teach a tiny model to copy or reverse random token sequences; returns exact-match accuracy on held-out ones."""
+    """Teach a tiny model (``layers`` encoder and decoder layers) to copy or reverse random token sequences (ids 4
+    to ``vocab - 1``, ``lengths`` the shortest and longest); returns exact-match accuracy on 200 held-out ones,
+    none of them a training sequence."""
     config = config or TrainConfig()
     if config.max_steps == 0:
         config = TrainConfig(**{**config.__dict__, "max_steps": 600})
@@ -127,16 +131,41 @@ def run_synthetic(
     seed_everything(seed)
     rng = random.Random(seed)
 
+    shortest, longest = lengths
+    if not (vocab > 4 and 1 <= shortest <= longest and layers >= 1):
+        raise InputError(
+            f"a synthetic task needs vocab > 4, 1 <= shortest <= longest and layers >= 1, got {vocab}, {lengths}, "
+            f"{layers}"
+        )
+
     def sample() -> list[int]:
-        return [rng.randrange(4, vocab) for _ in range(rng.randint(3, 7))]
+        return [rng.randrange(4, vocab) for _ in range(rng.randint(shortest, longest))]
 
     def target(seq: list[int]) -> list[int]:
         return list(seq) if task == "copy" else seq[::-1]
 
     train = [sample() for _ in range(n_train)]
-    held_out = [sample() for _ in range(200)]
+    seen = {tuple(s) for s in train}
+    held_out: list[list[int]] = []
+    for _ in range(100_000):  # bounded: a tiny task may have fewer than 200 unseen sequences
+        if len(held_out) == 200:
+            break
+        candidate = sample()
+        if tuple(candidate) not in seen:
+            held_out.append(candidate)
+            seen.add(tuple(candidate))
+    if not held_out:
+        raise InputError(f"the training set holds every sequence of this task (vocab {vocab}, lengths {lengths})")
     mcfg = ModelConfig(
-        vocab, vocab, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0, norm="pre"
+        vocab,
+        vocab,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=layers,
+        n_decoder_layers=layers,
+        d_ff=64,
+        dropout=0.0,
+        norm="pre",
     )
     trainer = Trainer(Transformer(mcfg), config, run_dir, _device())
     lens = [len(s) for s in train]
@@ -149,9 +178,10 @@ def run_synthetic(
     trainer.load_state()
     fit(trainer, make_epoch, log_path=run_dir / "log.jsonl", progress=progress)
     model = trainer.model.eval()
-    src = torch.tensor([s + [2] + [0] * (9 - len(s)) for s in held_out])
-    keep = torch.tensor([[True] * (len(s) + 1) + [False] * (9 - len(s)) for s in held_out])
-    out = greedy(model, src, keep, options=InferenceOptions(), max_len=10, top_k=1)
+    width = longest + 1  # the longest sequence and its eos
+    src = torch.tensor([s + [2] + [0] * (width - 1 - len(s)) for s in held_out])  # (N, width)
+    keep = torch.tensor([[True] * (len(s) + 1) + [False] * (width - 1 - len(s)) for s in held_out])  # (N, width)
+    out = greedy(model, src, keep, options=InferenceOptions(), max_len=width + 1, top_k=1)
     correct = sum(out.tokens[i, 1 : 1 + out.lengths[i]].tolist() == target(s) + [2] for i, s in enumerate(held_out))
     result = {
         "task": task,

@@ -150,11 +150,16 @@ def test_resume_refuses_a_different_model(tmp_path):
 
 @pytest.mark.slow
 def test_trainer_learns_to_copy(tmp_path):
-    """The whole loop (masks, shifting, loss, schedule) learns a synthetic task to near-perfect accuracy.
-    400 steps: at 300 the held-out accuracy sat on the threshold (0.895 on one CPU, >= 0.9 on others);
-    at 400 it was 0.975-1.0 over seeds 0-3 here."""
-    result = run_synthetic("copy", tmp_path, TrainConfig(max_steps=400))
-    assert result["accuracy"] >= 0.9, result
+    """The whole loop (masks, shifting, loss, schedule) learns to copy sequences of 2 to 4 symbols (12 kinds): the
+    loss falls from ~3.6 at the start to under a tenth of that, and most held-out sequences (none seen in training;
+    chance ~0) come back exact. A smaller task than the CLI's (1 layer each side; 2 layers, 3-7 symbols and 400
+    steps took 59 s): at 150 steps the accuracy was 0.84-0.975 and the last loss 0.03-0.09 over seeds 0-3 here,
+    in ~4 s of CPU."""
+    result = run_synthetic("copy", tmp_path, TrainConfig(max_steps=150, log_every=10), lengths=(2, 4), layers=1)
+    losses = [row["loss"] for row in read_log(tmp_path / "log.jsonl") if row.get("type") == "train"]
+    assert result["steps"] == 150 and len(losses) == 15
+    assert losses[-1] < losses[0] / 10, losses
+    assert result["accuracy"] >= 0.6, result
 
 
 def _free_port() -> int:
