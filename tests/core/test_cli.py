@@ -179,6 +179,34 @@ def _tiny_split(root: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def published_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A run folder and a split with the files as the training loop writes them, published ONCE (a publish scores
+    the dev and test sets and the probes: each case re-publishing took 38-280 s here); each case copies them."""
+    import json
+    import shutil
+
+    root = tmp_path_factory.mktemp("publish")
+    run, split = root / "run", _tiny_split(root / "split")
+    shutil.copytree(tiny_checkpoint, run / "best")
+    schedule = {"warmup": 1, "lr_factor": 1.0, "max_tokens": 100, "label_smoothing": 0.1, "clip": 1.0, "seed": 1}
+    state = {"step": 4, "epoch": 1, "elapsed": 6.0, "tokens_seen": 90, "train_config": schedule}
+    (run / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    rows = [
+        {"type": "train", "step": 2, "loss": 3.0, "tokens_per_s": 10.0},
+        {"type": "eval", "step": 4, "dev_loss": 2.0, "dev_bleu": 1.0, "dev_chrf": 5.0},
+    ]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert main(["publish", "--run-dir", str(run), "--split", str(split), "--out", str(root / "good")]) == 0
+    return run, split
+
+
+def test_publish_of_an_intact_run_writes_its_card(published_run) -> None:
+    run, _ = published_run
+    card = (run.parent / "good" / "card.md").read_text(encoding="utf-8")
+    assert "split deterministically (seed 1234)" in card
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
@@ -192,27 +220,18 @@ def _tiny_split(root: Path) -> Path:
         ("split.json", '"text"', "split.json: must hold a JSON object, got str"),
     ],
 )
-def test_publish_names_a_run_file_broken_by_hand(tiny_checkpoint, tmp_path, capsys, name, text, message) -> None:
+def test_publish_names_a_run_file_broken_by_hand(published_run, tmp_path, capsys, name, text, message) -> None:
     """A state.json, log.jsonl or split.json with fields missing or not JSON was a KeyError or JSONDecodeError
-    'not expected' line, after minutes of scoring: now the file and what is wrong, before any scoring."""
-    import json
+    'not expected' line, after minutes of scoring: now the file and what is wrong, before any scoring. The run and
+    split published intact by ``published_run``, copied, with one file broken."""
     import shutil
 
-    run, split = tmp_path / "run", _tiny_split(tmp_path / "split")
-    shutil.copytree(tiny_checkpoint, run / "best")
-    schedule = {"warmup": 1, "lr_factor": 1.0, "max_tokens": 100, "label_smoothing": 0.1, "clip": 1.0, "seed": 1}
-    state = {"step": 4, "epoch": 1, "elapsed": 6.0, "tokens_seen": 90, "train_config": schedule}
-    (run / "state.json").write_text(json.dumps(state), encoding="utf-8")
-    rows = [
-        {"type": "train", "step": 2, "loss": 3.0, "tokens_per_s": 10.0},
-        {"type": "eval", "step": 4, "dev_loss": 2.0, "dev_bleu": 1.0, "dev_chrf": 5.0},
-    ]
-    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    argv = ("publish", "--run-dir", str(run), "--split", str(split))
-    assert _run(capsys, *argv, "--out", str(tmp_path / "good"))[0] == 0  # the files as the training loop writes them
-    assert "split deterministically (seed 1234)" in (tmp_path / "good" / "card.md").read_text(encoding="utf-8")
+    run, split = tmp_path / "run", tmp_path / "split"
+    shutil.copytree(published_run[0], run)
+    shutil.copytree(published_run[1], split)
     (split if name == "split.json" else run).joinpath(name).write_text(text, encoding="utf-8")
-    code, err = _run(capsys, *argv, "--out", str(tmp_path / "out"))
+    argv = ("publish", "--run-dir", str(run), "--split", str(split), "--out", str(tmp_path / "out"))
+    code, err = _run(capsys, *argv)
     assert code == 2 and err.startswith("error: ") and message in err and str(tmp_path) in err, err
     assert not (tmp_path / "out").exists()
 
