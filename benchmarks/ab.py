@@ -39,7 +39,10 @@ if sys.argv[3]:  # a checkpoint: text -> text on the built-in sentences, traced 
             src = torch.tensor([ids])
             keep = torch.ones_like(src, dtype=torch.bool)
             opts, n = core.InferenceOptions(), default_max_len(len(ids))
-            greedy(bundle.model, src, keep, options=opts, max_len=n, fast=bundle.fast)
+            if hasattr(core, "Call"):  # one per-call context; trees before it took keywords
+                greedy(bundle.model, src, keep, core.Call(options=opts, fast=bundle.fast, max_len=n))
+            else:
+                greedy(bundle.model, src, keep, options=opts, max_len=n, fast=bundle.fast)
 
     works = {"traced": lambda: [bundle.translate(t, record_qkv=False) for t in texts], "untraced": plain}
 else:

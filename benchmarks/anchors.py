@@ -32,6 +32,7 @@ from timing import Stat, interleaved, paired_ratio
 
 import core
 from core.analysis.sentences import builtin_sentences
+from core.call import Call
 from core.decoding import DecodeResult, default_max_len, greedy
 from core.importers.bergamot_wheel import WHEEL_GLOB
 
@@ -85,10 +86,12 @@ def _untraced(bundle: core.Bundle, text: str, options: core.InferenceOptions = P
         bundle.model,
         src,
         torch.ones_like(src, dtype=torch.bool),
-        options=options,
-        max_len=default_max_len(len(ids)),
-        fast=bundle.fast,
-        vocab=bundle.shortlist_vocab(options, ids),
+        call=Call(
+            options=options,
+            fast=bundle.fast,
+            vocab=bundle.shortlist_vocab(options, ids),
+            max_len=default_max_len(len(ids)),
+        ),
     )
     return ids, out
 

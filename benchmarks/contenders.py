@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import core
+from core.call import Call
 from core.decoding import beam_search, greedy
 from core.layers import DecoderState
 
@@ -79,9 +80,9 @@ def ours_forward(model: core.Transformer, src: Tensor, tgt: Tensor, traced: bool
     @torch.inference_mode()
     def run() -> object:
         if not traced:
-            return model(src, tgt, options=opts, src_keep=keep, fast=fast)
+            return model(src, tgt, call=Call(options=opts, fast=fast), src_keep=keep)
         rec = core.Recorder(model, qkv=qkv)
-        model(src, tgt, options=opts, recorder=rec, src_keep=keep, fast=fast)
+        model(src, tgt, call=Call(options=opts, recorder=rec, fast=fast), src_keep=keep)
         return rec.freeze()
 
     return run
@@ -96,7 +97,7 @@ def ours_greedy(
     @torch.inference_mode()
     def run() -> object:
         rec = core.Recorder(model, qkv=qkv) if traced else None
-        out = greedy(model, src, keep, options=opts, max_len=n, recorder=rec, fast=fast)
+        out = greedy(model, src, keep, call=Call(options=opts, recorder=rec, fast=fast, max_len=n))
         return rec.freeze() if rec is not None else out
 
     return run
@@ -107,7 +108,7 @@ def ours_beam(model: core.Transformer, src: Tensor, beam: int = 4, n: int = SIZE
 
     @torch.inference_mode()
     def run() -> object:
-        return beam_search(model, src, keep, options=opts, max_len=n, beam_size=beam, fast=fast)
+        return beam_search(model, src, keep, call=Call(options=opts, fast=fast, max_len=n, beam_size=beam))
 
     return run
 
@@ -115,15 +116,15 @@ def ours_beam(model: core.Transformer, src: Tensor, beam: int = 4, n: int = SIZE
 def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool) -> Work:
     """The step that produces target position ``t`` (1-based): with the KV cache (one new position,
     the cache already holding t-1), or recomputing the whole t-position prefix."""
-    opts, keep, fast = core.InferenceOptions(), torch.ones_like(src, dtype=torch.bool), core.FastWeights(model)
+    keep, call = torch.ones_like(src, dtype=torch.bool), Call(fast=core.FastWeights(model))  # one per translation
     with torch.inference_mode():
-        memory = model.encode(src, keep, options=opts, fast=fast)
+        memory = model.encode(src, keep, call)
         prefix = source(t, seed=t, vocab=model.config.tgt_vocab_size)  # (1, t) decoder inputs
         prefix[:, 0] = BOS
         state = DecoderState.empty(model.config.n_decoder_layers)
         for i in range(t - 1):  # one position at a time, as decoding fills the cache (and makes the call's plan
             # once per translation, not per step: it stays out of the step's time)
-            model.decode(prefix[:, i : i + 1], memory, None, options=opts, state=state, fast=fast)
+            model.decode(prefix[:, i : i + 1], memory, None, call, state=state)
 
     def snapshot() -> DecoderState:  # a state holding t-1 positions; it shares the KV buffers, so every run
         # writes the same keys/values into slot t-1 again (same values each time: timing stays honest)
@@ -132,8 +133,8 @@ def ours_decode_step(model: core.Transformer, src: Tensor, t: int, cached: bool)
     @torch.inference_mode()
     def run() -> object:
         if cached:  # src_keep=None: nothing is padded, as iter_greedy passes it
-            return model.decode(prefix[:, -1:], memory, None, options=opts, state=snapshot(), fast=fast)
-        return model.decode(prefix, memory, None, options=opts, fast=fast)
+            return model.decode(prefix[:, -1:], memory, None, call, state=snapshot())
+        return model.decode(prefix, memory, None, call)
 
     return run
 

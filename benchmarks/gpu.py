@@ -25,7 +25,8 @@ from anchors import ours  # noqa: E402
 from timing import interleaved  # noqa: E402
 
 import core  # noqa: E402
-from core.decoding import default_max_len, greedy  # noqa: E402
+from core.call import Call  # noqa: E402
+from core.decoding import default_max_len, greedy, output_text  # noqa: E402
 
 
 def sentences(n: int) -> list[str]:
@@ -52,21 +53,19 @@ def contenders(bundle: core.Bundle, texts: list[str]) -> dict:
 
     untraced_one, traced_one = ours(bundle, traced=False), ours(bundle, traced=True)  # text -> text, batch 1
 
-    width = max(map(len, encoded))
-    padded = torch.tensor([ids + [cfg.pad_id] * (width - len(ids)) for ids in encoded], device=device)
-    keep = torch.tensor([[True] * len(ids) + [False] * (width - len(ids)) for ids in encoded], device=device)
+    padded, keep = bundle.padded(encoded)  # (B, width) each
 
     def untraced_batch() -> list[str]:
         r = greedy(
-            model, padded, keep, options=core.InferenceOptions(), max_len=default_max_len(width), top_k=1, fast=fast
+            model,
+            padded,
+            keep,
+            call=Call(options=core.InferenceOptions(), fast=fast, max_len=default_max_len(padded.shape[1]), top_k=1),
         )
-        return [
-            tok.decode([t for t in r.tokens[i, 1 : 1 + r.lengths[i]].tolist() if t != cfg.eos_id])
-            for i in range(len(texts))
-        ]
+        return [output_text(tok, r.tokens[i, 1 : 1 + r.lengths[i]].tolist(), cfg.eos_id) for i in range(len(texts))]
 
     def traced_batch() -> list[str]:
-        return [one.text for one in bundle.translate_batch(texts)]
+        return [one.text for one in bundle.translate_batch(texts, record_qkv=False)]  # as before: no q/k/v
 
     def timed(fn):  # synchronise so a timing ends when the device is done
         def run():

@@ -12,6 +12,7 @@ import torch
 from timing import interleaved, paired_ratio
 
 import core
+from core.call import Call
 from core.decoding import beam_search, greedy
 
 LENGTHS = (10, 25, 50, 100, 200, 500)
@@ -28,11 +29,11 @@ def traced_beam(model: core.Transformer, src: torch.Tensor, beam: int, n: int) -
     def run() -> core.Trace:
         rec = core.Recorder(model, qkv=True)
         if beam == 1:
-            greedy(model, src, keep, options=opts, max_len=n, recorder=rec, fast=fast)
+            greedy(model, src, keep, call=Call(options=opts, recorder=rec, fast=fast, max_len=n))
             return rec.freeze()
-        ids = beam_search(model, src, keep, options=opts, max_len=n, beam_size=beam, fast=fast)
+        ids = beam_search(model, src, keep, call=Call(options=opts, fast=fast, max_len=n, beam_size=beam))
         tgt = torch.tensor([[C.BOS, *ids[:-1]]])  # (1, n) decoder inputs
-        model(src, tgt, options=opts, recorder=rec, src_keep=keep, fast=fast)
+        model(src, tgt, call=Call(options=opts, recorder=rec, fast=fast), src_keep=keep)
         return rec.freeze()
 
     return run

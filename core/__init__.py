@@ -11,6 +11,7 @@ Per-call recording and interventions: ``core.Recorder(model, interventions=[core
 """
 
 from .bundle import Bundle, Step, Translation, clean_text, load
+from .call import Call
 from .checkpoint import CheckpointMeta, default_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig
 from .errors import CheckpointError, InputError, LabError
@@ -23,6 +24,7 @@ from .tokenizer import Tokenizer
 from .trace import ModelShape, Trace
 
 __all__ = [
+    "Call",
     "ATTENTION_KINDS",
     "AttentionKind",
     "Bundle",

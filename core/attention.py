@@ -3,13 +3,13 @@ decoding step, beam search), and the multi-head projections around it.
 
     attend: scores -> mask -> softmax -> record -> weighted sum -> head interventions
 
-With no per-call ``Recorder`` the computation is ``F.scaled_dot_product_attention`` (same result, fused).
+With no ``Tap`` (no per-call ``Recorder``) the computation is ``F.scaled_dot_product_attention`` (same result, fused).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,63 +27,64 @@ def flat_kv(k: Tensor, v: Tensor) -> KV:
     return k.flatten(0, 1).transpose(1, 2), v.flatten(0, 1)
 
 
-def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    *,
-    site: str,
-    recorder: Recorder | None,
-    dropout: float = 0.0,
-    flat: KV | None = None,
-    zeros: Tensor | None = None,
-    offset: int = 0,
-) -> Tensor:
+class Tap(NamedTuple):
+    """Where ``attend`` records and intervenes, given only when a recorder runs (untraced, no Tap is made).
+
+    site: e.g. 'cross.1' (``core.sites``). offset: the absolute position of the first query (incremental decoding).
+    flat: the same keys and values as ``flat_kv`` gives them, kept by the caller across decoding steps; then the
+        products run as ``bmm`` over B*H (one query row per sentence is small, and 4-D ``matmul`` reshapes and
+        copies around the same ``bmm``). zeros: with ``flat``, a (1, 1, 1) tensor on q's device that ``baddbmm``
+        ignores (beta=0), made once by the caller so a step does not slice one out per call."""
+
+    recorder: Recorder
+    site: str
+    offset: int = 0
+    flat: KV | None = None
+    zeros: Tensor | None = None
+
+
+def tap(recorder: Recorder | None, site: str, offset: int = 0) -> Tap | None:
+    """A ``Tap`` at ``site`` when there is a recorder, else None (the fused path)."""
+    return None if recorder is None else Tap(recorder, site, offset)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, at: Tap | None = None, dropout: float = 0.0) -> Tensor:
     """softmax(q k^T / sqrt(dh) + mask) v for every head.
 
     q (B, H, Tq, dh); k, v (B, H, Tk, dh).
     mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = nothing masked. A fully masked row
         gives weights all 0 (not NaN) and a zero output.
-    site: where this is recorded / intervened on, e.g. 'cross.1' (``core.sites``).
-    flat: the same keys and values as ``flat_kv`` gives them, kept by the caller across decoding steps; then
-        the products run as ``bmm`` over B*H (one query row per sentence is small, and 4-D ``matmul`` reshapes
-        and copies around the same ``bmm``).
-    zeros: with ``flat``, a (1, 1, 1) tensor on q's device that ``baddbmm`` ignores (beta=0), made once by the
-        caller so a step does not slice one out per call.
-    offset: the absolute position of the first query (for interventions during incremental decoding).
+    at: where the call's recorder records and intervenes (``Tap``); None = nothing recorded: the computation is
+        ``F.scaled_dot_product_attention`` (same result, fused).
     Returns each head's output (B, H, Tq, dh), after the recorder's head interventions.
     """
     B, H, Tq, dh = q.shape
     Tk = k.shape[2]
     scale = dh**-0.5
     mask4 = None if mask is None else mask[:, None]  # (B, 1, Tq|1, Tk)
-    if recorder is None and flat is None:
+    if at is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout, scale=scale)
+    recorder, site, offset, flat, zeros = at
     if flat is not None:  # beta=0 ignores the input; alpha scales inside the kernel
         ignored = zeros if zeros is not None else flat[1][:1, :1, :1]
         scores = torch.baddbmm(ignored, q.reshape(B * H, Tq, dh), flat[0], beta=0.0, alpha=scale)
     else:
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
-    if mask4 is None and recorder is None:
-        weights = torch.softmax(scores, dim=-1)  # (B*H, Tq, Tk): a decoding step, nothing to record
-    else:
-        raw = scores = scores.view(B, H, Tq, Tk)
-        blocked = None if mask4 is None else ~mask4
-        if blocked is not None:
-            scores = raw.masked_fill(blocked, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)  # (B, H, Tq, Tk)
-        if blocked is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
-            weights = weights.masked_fill(blocked, 0.0)
-        if recorder is not None:
-            recorder.attention(site, weights, scores, raw, q, k, v)
+    raw = scores = scores.view(B, H, Tq, Tk)
+    blocked = None if mask4 is None else ~mask4
+    if blocked is not None:
+        scores = raw.masked_fill(blocked, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (B, H, Tq, Tk)
+    if blocked is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
+        weights = weights.masked_fill(blocked, 0.0)
+    recorder.attention(site, weights, scores, raw, q, k, v)
     if dropout:
         weights = F.dropout(weights, dropout)
     if flat is not None:
         ctx = torch.bmm(weights.reshape(B * H, Tq, Tk), flat[1]).view(B, H, Tq, dh)
     else:
         ctx = torch.matmul(weights, v)  # (B, H, Tq, dh)
-    if recorder is not None and recorder.wants_heads(site):
+    if recorder.wants_heads(site):
         ctx = recorder.heads(site, ctx, offset)
     return ctx
 
@@ -122,23 +123,11 @@ class MultiHeadAttention(nn.Module):
         return lin(ctx.transpose(1, 2).reshape(B, Tq, self.d_model), self.out_proj.weight, self.out_proj.bias)
 
     def forward(
-        self,
-        x: Tensor,
-        kv: KV,
-        mask: Tensor | None,
-        *,
-        site: str,
-        recorder: Recorder | None,
-        q: Tensor | None = None,
-        lin: LinearFn = F.linear,
-        offset: int = 0,
+        self, x: Tensor, kv: KV, mask: Tensor | None, at: Tap | None = None, lin: LinearFn = F.linear
     ) -> Tensor:
         """Attend from queries ``x`` (B, Tq, D) to ``kv`` (two (B, H, Tk, dh)) -> (B, Tq, D).
 
-        mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = no mask.
-        q: the queries (B, H, Tq, dh) when already projected; None = project ``x``.
-        """
-        q = self.project_q(x, lin) if q is None else q
+        mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = no mask. at: where a recorder records
+        (``Tap``), None = nothing recorded. lin: the call's linear (``Call.linear``)."""
         drop = self.dropout if self.training else 0.0
-        ctx = attend(q, kv[0], kv[1], mask, site=site, recorder=recorder, dropout=drop, offset=offset)
-        return self.output(ctx, lin)
+        return self.output(attend(self.project_q(x, lin), kv[0], kv[1], mask, at, drop), lin)

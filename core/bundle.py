@@ -9,15 +9,26 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .call import Call
 from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig
-from .decoding import BeamStep, beam_search, columns_of, default_max_len, greedy, suppress, vocab_ids
+from .decoding import (
+    BeamStep,
+    beam_search,
+    columns_of,
+    default_max_len,
+    greedy,
+    output_text,
+    padded,
+    suppress,
+    vocab_ids,
+)
 from .errors import CheckpointError, InputError
 from .fast import FastWeights
 from .model import Transformer
@@ -270,8 +281,8 @@ class Bundle:
     # ----------------------------------------------------------------- pieces
     def encode_source(self, text: str, *, truncate: bool = False) -> tuple[list[int], list[str]]:
         """Source ids (eos appended) and notices for the person. Raises InputError on unusable text."""
-        ids, notices, _ = self._source(text, truncate)
-        return ids, notices
+        source = self._source(text, truncate)
+        return source.ids, list(source.notices)
 
     def encode_target(self, text: str) -> list[int]:
         """A given translation's ids as a teacher-forced pass feeds them: cleaned, cut to ``max_source_tokens``
@@ -281,13 +292,9 @@ class Bundle:
     def padded(self, rows: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
         """Id rows as ONE batch on this bundle's device: ids (B, T) padded on the right with ``pad_id``, and keep
         flags (B, T), True = a real token (pass them on: Marian models' pad id is also eos, ids cannot tell)."""
-        width = max(len(r) for r in rows)
-        pad = self.config.pad_id
-        ids = torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=self.device)
-        keep = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows], device=self.device)
-        return ids, keep
+        return padded(rows, self.config.pad_id, self.device)
 
-    def _source(self, text: str, truncate: bool) -> tuple[list[int], list[str], str]:
+    def _source(self, text: str, truncate: bool) -> Source:
         """``encode_source`` plus the cleaned text it encoded."""
         notices = []
         if truncate and isinstance(text, str) and len(text) > MAX_CHARS:
@@ -320,14 +327,7 @@ class Bundle:
                 f"The text is {len(ids)} pieces long; this model learned from inputs of at most {trained} pieces, "
                 "and beyond that its translation can loop or stop early. Shorter sentences translate better."
             )
-        return ids + [self.config.eos_id], notices, text
-
-    def _tensor(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        src = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, Ts)
-        return src, torch.ones_like(src, dtype=torch.bool)
-
-    def _freeze(self, recorder: Recorder, **meta: Any) -> Trace:
-        return recorder.freeze(self.tokenizer.piece, meta={"model": self.name, **meta})
+        return Source(ids + [self.config.eos_id], tuple(notices), text)
 
     def check_options(
         self, options: InferenceOptions | None, *, beam_size: int = 1, max_len: int | None = None, top_k: int = 10
@@ -369,6 +369,73 @@ class Bundle:
             return {}
         return {"shortlist_rows": int(vocab.shape[0]), "shortlist_of": self.config.tgt_vocab_size}
 
+    # ----------------------------------------------------------------- the run path
+    def _call(
+        self, options: InferenceOptions, sources: Sequence[Source], recorder: Recorder | None, **how: Any
+    ) -> Call:
+        """The per-call context of a call on ``sources``, built once: options, recorder, fast weights, the
+        shortlist's rows for every source id (one shortlist per batch, as Marian's), decoding settings ``how``."""
+        vocab = self.shortlist_vocab(options, [i for source in sources for i in source.ids])
+        return Call(options, recorder, self.fast, vocab, **how)
+
+    def _run(
+        self, sources: Sequence[Source], call: Call, given: Sequence[int] | None = None, **meta: Any
+    ) -> list[Translation]:
+        """The one run path behind ``translate``, ``teacher_forced``, ``record_more`` and ``translate_batch``: the
+        sources as one padded batch; the output ids ``given`` (one source), else beam search's (``call.beam_size``
+        > 1), recorded by one teacher-forced pass, else greedy decoding's, recorded as decoded; one Translation per
+        source, its item of the frozen trace, with its text (eos stripped), source text and notices, and ``meta``."""
+        assert call.recorder is not None
+        src, keep = self.padded([source.ids for source in sources])  # (B, Ts) each
+        if given is None and call.beam_size > 1:
+            given = beam_search(self.model, src, keep, call)
+        if given is not None:
+            rows = [list(given)]
+            self._forced(src, keep, rows[0], call)
+        else:
+            result = greedy(self.model, src, keep, call)
+            rows = [result.tokens[b, 1 : 1 + n].tolist() for b, n in enumerate(result.lengths)]
+        texts = [self._text(ids) for ids in rows]
+        batch = {"texts": [s.text for s in sources], "outputs": texts} if len(sources) > 1 else {}
+        trace = call.recorder.freeze(
+            self.tokenizer.piece, meta={"model": self.name, **batch, **self._rows(call.vocab), **meta}
+        )
+        return [
+            Translation(
+                replace(
+                    trace.select(i),
+                    meta={
+                        **trace.meta,
+                        "source_text": source.text,
+                        "text": texts[i],
+                        "beam_size": call.beam_size,
+                        "notices": source.notices,
+                    },
+                )
+            )
+            for i, source in enumerate(sources)
+        ]
+
+    def _forced(self, src: Tensor, keep: Tensor, out_ids: list[int], call: Call) -> None:
+        """A teacher-forced pass over the output ids ``out_ids`` of the one source ``src`` (1, Ts), recorded by
+        ``call``'s recorder, each position's output as a decoding step records it."""
+        cfg, recorder, vocab = self.config, call.recorder, call.vocab
+        assert recorder is not None
+        dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
+        tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
+        ids = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
+        logits = self.model(src, tgt, call, src_keep=keep)  # (1, Tt, V|S)
+        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (1, Tt, V|S)
+        top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
+        columns, listed = columns_of(ids, vocab)
+        chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (1, Tt); 0 outside the shortlist
+        top_i = vocab_ids(top_i, vocab)
+        for t in range(ids.shape[1]):
+            recorder.output(ids[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
+
+    def _text(self, out_ids: Sequence[int]) -> str:
+        return output_text(self.tokenizer, out_ids, self.config.eos_id)
+
     # ----------------------------------------------------------------- API
     @torch.inference_mode()
     def translate(
@@ -391,54 +458,13 @@ class Bundle:
         ``*.heads`` sites). prefix: output ids to force at the first steps ("what if the model had picked ...");
         greedy after them, recorded like any translation, ``meta['forced_prefix']`` = how many were forced."""
         options = self.check_options(options, beam_size=beam_size, max_len=max_len, top_k=top_k)
-        src_ids, notices, cleaned = self._source(text, truncate)
-        src, keep = self._tensor(src_ids)
-        max_len = max_len or default_max_len(len(src_ids))
+        source = self._source(text, truncate)
+        max_len = max_len or default_max_len(len(source.ids))
         forced = self._check_prefix(prefix, beam_size, max_len)
-        vocab = self.shortlist_vocab(options, src_ids)
-        if beam_size > 1:
-            out_ids = beam_search(
-                self.model,
-                src,
-                keep,
-                options=options,
-                max_len=max_len,
-                beam_size=beam_size,
-                fast=self.fast,
-                vocab=vocab,
-            )
-            return self._forced_pass(
-                src_ids,
-                out_ids,
-                options,
-                top_k,
-                record_qkv,
-                record_activations=record_activations,
-                source_text=cleaned,
-                beam_size=beam_size,
-                notices=notices,
-            )
         recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        result = greedy(
-            self.model,
-            src,
-            keep,
-            options=options,
-            max_len=max_len,
-            recorder=recorder,
-            top_k=top_k,
-            fast=self.fast,
-            prefix=forced,
-            vocab=vocab,
-        )
-        out_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
-        text_out = self._text(out_ids)
-        extra = {"forced_prefix": len(forced)} if forced else {}
-        return Translation(
-            self._freeze(
-                recorder, source_text=cleaned, text=text_out, beam_size=1, notices=notices, **extra, **self._rows(vocab)
-            )
-        )
+        how = {"max_len": max_len, "top_k": top_k, "beam_size": beam_size, "prefix": tuple(forced)}
+        call = self._call(options, [source], recorder, **how)
+        return self._run([source], call, None, **({"forced_prefix": len(forced)} if forced else {}))[0]
 
     def _check_prefix(self, prefix: Sequence[int] | None, beam_size: int, max_len: int) -> list[int]:
         """``prefix`` as a list of target ids, checked; InputError naming what is wrong."""
@@ -476,78 +502,34 @@ class Bundle:
         next best, each live beam's cross-attention; its winner is ``translate(text, beam_size=...)``'s output.
         The greedy translation's ids come along, to show where the two diverge."""
         options = self.check_options(options, beam_size=beam_size, max_len=max_len)
-        src_ids, _, cleaned = self._source(text, truncate)
-        src, keep = self._tensor(src_ids)
-        max_len = max_len or default_max_len(len(src_ids))
+        source = self._source(text, truncate)
+        src, keep = self.padded([source.ids])
+        how = {"max_len": max_len or default_max_len(len(source.ids)), "beam_size": beam_size, "alpha": alpha}
+        call = self._call(options, [source], None, **how)
         history: list[BeamStep] = []
-        vocab = self.shortlist_vocab(options, src_ids)
-        out_ids = beam_search(
-            self.model,
-            src,
-            keep,
-            options=options,
-            max_len=max_len,
-            beam_size=beam_size,
-            alpha=alpha,
-            fast=self.fast,
-            history=history,
-            vocab=vocab,
-        )
-        result = greedy(self.model, src, keep, options=options, max_len=max_len, fast=self.fast, vocab=vocab)
+        out_ids = beam_search(self.model, src, keep, call, history)
+        result = greedy(self.model, src, keep, call)
         greedy_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
-        used = set(src_ids) | set(out_ids) | set(greedy_ids)
+        used = set(source.ids) | set(out_ids) | set(greedy_ids)
         for step in history:
             used |= {int(i) for i in step.candidate_ids} | {int(i) for i in step.tokens.ravel()}
-        eos = self.config.eos_id
         return BeamTree(
             steps=tuple(history),
             output_ids=tuple(out_ids),
             greedy_ids=tuple(greedy_ids),
-            src_tokens=tuple(self.tokenizer.piece(i) for i in src_ids),
+            src_tokens=tuple(self.tokenizer.piece(i) for i in source.ids),
             vocab={i: self.tokenizer.piece(i) for i in sorted(used)},
             beam_size=beam_size,
             alpha=alpha,
             options=options,
-            eos_id=eos,
+            eos_id=self.config.eos_id,
             meta={
                 "model": self.name,
-                "source_text": cleaned,
+                "source_text": source.text,
                 "text": self._text(out_ids),
                 "greedy_text": self._text(greedy_ids),
             },
         )
-
-    @torch.inference_mode()
-    def _forced_pass(
-        self,
-        src_ids: list[int],
-        out_ids: list[int],
-        options: InferenceOptions,
-        top_k: int,
-        record_qkv: bool,
-        *,
-        record_activations: bool = False,
-        **meta: Any,
-    ) -> Translation:
-        cfg = self.config
-        src, keep = self._tensor(src_ids)
-        dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
-        tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
-        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        ids = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
-        vocab = self.shortlist_vocab(options, src_ids)
-        logits = self.model(
-            src, tgt, options=options, recorder=recorder, src_keep=keep, fast=self.fast, vocab=vocab
-        )  # (1, Tt, V|S)
-        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (1, Tt, V|S)
-        top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
-        columns, listed = columns_of(ids, vocab)
-        chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (1, Tt); 0 outside the shortlist
-        top_i = vocab_ids(top_i, vocab)
-        for t in range(ids.shape[1]):
-            recorder.output(ids[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
-        text_out = self._text(out_ids)
-        return Translation(self._freeze(recorder, text=text_out, **meta, **self._rows(vocab)))
 
     @torch.inference_mode()
     def record_more(self, out: Translation, *, record_qkv: bool = True, record_activations: bool = True) -> Translation:
@@ -577,19 +559,11 @@ class Bundle:
                 record_activations=record_activations,
                 prefix=prefix,
             )
+        source = Source(src_ids, out.notices, out.source_text)
+        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
+        call = self._call(out.options, [source], recorder, top_k=top_k, beam_size=out.beam_size)
         extra = {"forced_prefix": out.forced_prefix} if out.forced_prefix else {}
-        return self._forced_pass(
-            src_ids,
-            out_ids,
-            out.options,
-            top_k,
-            record_qkv,
-            record_activations=record_activations,
-            source_text=out.source_text,
-            beam_size=out.beam_size,
-            notices=out.notices,
-            **extra,
-        )
+        return self._run([source], call, out_ids, **extra)[0]
 
     @torch.inference_mode()
     def teacher_forced(
@@ -604,11 +578,10 @@ class Bundle:
     ) -> Translation:
         """Teacher-forced pass on a given translation ``tgt_text`` (eos appended)."""
         options = self.check_options(options, top_k=top_k)
-        src_ids, notices, cleaned = self._source(src_text, truncate)
-        tgt_ids = self.encode_target(tgt_text)
-        return self._forced_pass(
-            src_ids, tgt_ids, options, top_k, record_qkv, source_text=cleaned, beam_size=1, notices=notices, forced=True
-        )
+        source = self._source(src_text, truncate)
+        recorder = Recorder(self.model, qkv=record_qkv)
+        call = self._call(options, [source], recorder, top_k=top_k)
+        return self._run([source], call, self.encode_target(tgt_text), forced=True)[0]
 
     @torch.inference_mode()
     def translate_batch(
@@ -632,38 +605,16 @@ class Bundle:
         if isinstance(texts, str) or not texts:
             raise InputError("translate_batch needs a list of at least one text")
         sources = [self._source(t, truncate) for t in texts]  # each cut and cleaned as translate cuts it
-        encoded = [ids for ids, _, _ in sources]
-        src, keep = self.padded(encoded)
         recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        vocab = self.shortlist_vocab(options, [i for e in encoded for i in e])  # one shortlist per batch, as Marian's
-        result = greedy(
-            self.model,
-            src,
-            keep,
-            options=options,
-            max_len=max_len or default_max_len(src.shape[1]),
-            recorder=recorder,
-            top_k=top_k,
-            fast=self.fast,
-            vocab=vocab,
-        )
-        outs = [self._text(result.tokens[b, 1 : 1 + n].tolist()) for b, n in enumerate(result.lengths)]
-        cleaned = [text for _, _, text in sources]
-        batch = self._freeze(recorder, texts=cleaned, outputs=outs, **self._rows(vocab))
-        return [
-            Translation(
-                replace(
-                    batch.select(i),
-                    meta={**batch.meta, "source_text": cleaned[i], "text": outs[i], "beam_size": 1, "notices": notices},
-                )
-            )
-            for i, (_, notices, _) in enumerate(sources)
-        ]
+        return self._run(sources, self._call(options, sources, recorder, max_len=max_len, top_k=top_k))
 
-    def _text(self, out_ids: Sequence[int]) -> str:
-        """Output ids (eos included if produced) as text: eos dropped, pieces joined."""
-        eos = self.config.eos_id
-        return self.tokenizer.decode([i for i in out_ids if i != eos])
+
+class Source(NamedTuple):
+    """One source text as a call reads it: its ids (eos appended), the notices for the person, the cleaned text."""
+
+    ids: list[int]
+    notices: tuple[str, ...]
+    text: str
 
 
 def weights_digest(model: Transformer) -> str:

@@ -14,11 +14,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import InferenceOptions, ModelConfig
-from .fast import FastWeights
+from .call import Call
+from .config import ModelConfig
 from .layers import DecoderState
 from .model import Transformer
 from .recorder import Recorder
+from .tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,22 @@ class BeamStep:
         return [int(i) for i in self.tokens[parent]] + [int(self.candidate_ids[candidate])]
 
 
+def padded(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device | str | None = None
+) -> tuple[Tensor, Tensor]:
+    """Id rows as ONE batch: ids (B, T) padded on the right with ``pad_id``, and keep flags (B, T), True = a real
+    token (pass them on: Marian models' pad id is also eos, ids cannot tell)."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[*r, *[pad_id] * (width - len(r))] for r in rows], dtype=torch.long, device=device)
+    keep = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in rows], device=device)
+    return ids, keep
+
+
+def output_text(tokenizer: Tokenizer, out_ids: Sequence[int], eos_id: int) -> str:
+    """Output ids (eos included if produced) as text: eos dropped, the rest through the tokenizer."""
+    return tokenizer.decode([i for i in out_ids if i != eos_id])
+
+
 def default_max_len(src_len: int, cap: int = 256) -> int:
     return min(cap, 2 * src_len + 10)
 
@@ -126,60 +143,41 @@ def columns_of(ids: Tensor, vocab: Tensor | None) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def iter_greedy(
-    model: Transformer,
-    src: Tensor,
-    src_keep: Tensor,
-    *,
-    options: InferenceOptions,
-    max_len: int,
-    recorder: Recorder | None = None,
-    fast: FastWeights | None = None,
-    top_k: int = 10,
-    use_cache: bool | None = None,
-    memory: Tensor | None = None,
-    prefix: Sequence[int] = (),
-    vocab: Tensor | None = None,
+    model: Transformer, src: Tensor, src_keep: Tensor, call: Call, memory: Tensor | None = None
 ) -> Iterator[StepOutput]:
     """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
 
+    call: the per-call context (``core.call``): options, recorder, fast weights, shortlist ids and the decoding
+    settings: at most ``call.max_len`` steps (None: ``default_max_len`` of the source), ``call.top_k``
+    alternatives per step, ``call.prefix`` output ids forced at the first steps (every item; greedy after them: a
+    forced step records the forced id and its probability, and the model's own top-k), ``call.cache``.
     What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps.
     memory: the encoder's output for ``src`` (B, Ts, D) when the caller has it already (e.g. one source shared by
     many rows); None = encode here.
-    prefix: output ids forced at the first steps (every item), greedy after them; a forced step records the
-    forced id and its probability, and the model's own top-k.
-    vocab: (S,) sorted ids, the only ones scored (a lexical shortlist: the softmax is over them, as in the engine
-    that ships it; a forced id outside it gets probability 0); None = every id. Recorded ids are vocabulary ids."""
+    ``call.vocab``: (S,) sorted ids, the only ones scored (a lexical shortlist: the softmax is over them, as in the
+    engine that ships it; a forced id outside it gets probability 0); None = every id. Recorded ids are vocabulary
+    ids."""
     cfg = model.config
-    use_cache = options.causal_mask if use_cache is None else use_cache
+    call = call.begin(model)  # once: every step runs with the same (ablation makes its recorder here)
+    recorder, vocab, prefix, use_cache = call.recorder, call.vocab, call.prefix, call.cache
     B = src.shape[0]
     if memory is None:
-        memory = model.encode(src, src_keep, options=options, recorder=recorder, fast=fast)  # (B, Ts, D)
+        memory = model.encode(src, src_keep, call)  # (B, Ts, D)
     cross_keep = _padded_or_none(src_keep)
     tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
-    k = min(top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
+    k = min(call.top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
     if prefix:  # where the forced ids sit among the scores (once per call)
         forced, listed = columns_of(torch.tensor(list(prefix), dtype=torch.long, device=src.device), vocab)
     blocked = suppressed_columns(cfg, vocab, src.device)
-    for step in range(max_len):
+    for step in range(call.max_len or default_max_len(src.shape[1])):
         if use_cache:
-            logits = model.decode(
-                tokens[:, -1:],
-                memory,
-                cross_keep,
-                options=options,
-                recorder=recorder,
-                state=state,
-                fast=fast,
-                vocab=vocab,
-            )[:, -1]  # (B, V|S)
+            logits = model.decode(tokens[:, -1:], memory, cross_keep, call, state=state)[:, -1]  # (B, V|S)
         else:
             if recorder is not None:
                 recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
-            logits = model.decode(
-                tokens, memory, cross_keep, options=options, recorder=recorder, fast=fast, vocab=vocab
-            )[:, -1]  # (B, V|S)
+            logits = model.decode(tokens, memory, cross_keep, call)[:, -1]  # (B, V|S)
         probs = fill_columns(torch.softmax(logits.float(), dim=-1), blocked, 0.0)  # (B, V|S), as ``suppress``
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         top_ids = vocab_ids(top_ids, vocab)
@@ -198,38 +196,9 @@ def iter_greedy(
     # Without the cache the recorder keeps the last full pass, i.e. the final sequence's decoder inputs.
 
 
-def greedy(
-    model: Transformer,
-    src: Tensor,
-    src_keep: Tensor,
-    *,
-    options: InferenceOptions,
-    max_len: int,
-    recorder: Recorder | None = None,
-    fast: FastWeights | None = None,
-    top_k: int = 10,
-    use_cache: bool | None = None,
-    memory: Tensor | None = None,
-    prefix: Sequence[int] = (),
-    vocab: Tensor | None = None,
-) -> DecodeResult:
+def greedy(model: Transformer, src: Tensor, src_keep: Tensor, call: Call, memory: Tensor | None = None) -> DecodeResult:
     """Run ``iter_greedy`` to the end."""
-    steps = list(
-        iter_greedy(
-            model,
-            src,
-            src_keep,
-            options=options,
-            max_len=max_len,
-            recorder=recorder,
-            fast=fast,
-            top_k=top_k,
-            use_cache=use_cache,
-            memory=memory,
-            prefix=prefix,
-            vocab=vocab,
-        )
-    )
+    steps = list(iter_greedy(model, src, src_keep, call, memory))
     B = src.shape[0]
     start = torch.full((B, 1), model.config.bos_id, dtype=torch.long, device=src.device)
     generated = torch.stack([s.token_ids for s in steps], dim=1) if steps else start[:, :0]  # (B, n)
@@ -250,51 +219,40 @@ def _lengths(generated: Tensor, eos_id: int) -> list[int]:
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer,
-    src: Tensor,
-    src_keep: Tensor,
-    *,
-    options: InferenceOptions,
-    max_len: int,
-    beam_size: int = 4,
-    alpha: float = 1.0,
-    fast: FastWeights | None = None,
-    history: list[BeamStep] | None = None,
-    vocab: Tensor | None = None,
+    model: Transformer, src: Tensor, src_keep: Tensor, call: Call, history: list[BeamStep] | None = None
 ) -> list[int]:
     """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
 
-    At each step the ``beam_size`` best extensions of the live beams are kept; those ending in eos
-    are finished. Finished hypotheses are ranked by log-prob / length**alpha. With beam_size=1 this
-    is exactly greedy decoding.
+    At each step the ``call.beam_size`` best extensions of the live beams are kept; those ending in eos
+    are finished. Finished hypotheses are ranked by log-prob / length**``call.alpha``. With beam_size=1 this
+    is exactly greedy decoding. At most ``call.max_len`` steps (None: ``default_max_len`` of the source).
 
     history: a list that receives one ``BeamStep`` per step (every hypothesis, its score, the pruned next best,
-    each live beam's cross-attention); None (the default) records nothing and runs the fast path.
-    vocab: (S,) sorted ids, the only ones scored (a lexical shortlist), as in ``iter_greedy``; None = every id.
+    each live beam's cross-attention); None (the default) records nothing and runs the fast path (the call's
+    recorder is not used: the winner is traced by one teacher-forced pass).
+    ``call.vocab``: (S,) sorted ids, the only ones scored (a lexical shortlist), as in ``iter_greedy``.
     """
     if src.shape[0] != 1:
         raise ValueError("beam_search decodes one sentence at a time (src batch of 1)")
     cfg = model.config
-    use_cache = options.causal_mask
-    memory = model.encode(src, src_keep, options=options, fast=fast)  # (1, Ts, D)
+    call = call.with_recorder(None).begin(model)  # the beams' own recorders come per step, below
+    beam_size, alpha, vocab = call.beam_size, call.alpha, call.vocab
+    memory = model.encode(src, src_keep, call)  # (1, Ts, D)
     cross_keep = _padded_or_none(src_keep)
-    state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
+    state = DecoderState.empty(cfg.n_decoder_layers) if call.cache else None
     blocked = suppressed_columns(cfg, vocab, src.device)
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
     scores = torch.zeros(1, device=src.device)  # (beams,)
     finished: list[tuple[float, list[int]]] = []
-    for step in range(max_len):
+    for step in range(call.max_len or default_max_len(src.shape[1])):
         n = tokens.shape[0]
         mem, keep = memory.expand(n, -1, -1), None if cross_keep is None else cross_keep.expand(n, -1)
         recorder = None if history is None else Recorder(model)  # this step's attention, per beam
-        if use_cache:
-            logits = model.decode(
-                tokens[:, -1:], mem, keep, options=options, state=state, fast=fast, recorder=recorder, vocab=vocab
-            )[:, -1]
+        step_call = call if recorder is None else call.with_recorder(recorder)
+        if state is not None:
+            logits = model.decode(tokens[:, -1:], mem, keep, step_call, state=state)[:, -1]
         else:
-            logits = model.decode(tokens, mem, keep, options=options, fast=fast, recorder=recorder, vocab=vocab)[
-                :, -1
-            ]  # (beams, V|S)
+            logits = model.decode(tokens, mem, keep, step_call)[:, -1]  # (beams, V|S)
         token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))  # (beams, V|S)
         logp = token_logp + scores[:, None]  # (beams, V|S)
         V = logp.shape[-1]

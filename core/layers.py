@@ -10,15 +10,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KV, LinearFn, MultiHeadAttention
+from .attention import KV, LinearFn, MultiHeadAttention, tap
 from .config import ModelConfig
 from .sites import attention_site
 
 if TYPE_CHECKING:
+    from .call import Call
     from .plan import StepPlan
-    from .recorder import Recorder
 
 Norm = tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
+Masks = tuple[Tensor | None, Tensor | None]  # a decoder layer's (self-attention, cross-attention) masks
 L = TypeVar("L", bound=nn.Module)
 # The feed-forward activations ModelConfig.activation names (swish = SiLU, x * sigmoid(x)).
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
@@ -102,23 +103,22 @@ def residual(
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
+        self.site = attention_site("encoder", index)  # where its attention is recorded
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
         self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None, *, layer: int, recorder: Recorder | None, lin: LinearFn = F.linear
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, call: Call) -> Tensor:
         """x (B, Ts, D); mask broadcastable to (B, Ts, Ts), True = may attend -> (B, Ts, D)."""
-        site = attention_site("encoder", layer)
+        lin, at = call.linear, tap(call.recorder, self.site)
 
         def attend(h: Tensor) -> Tensor:
-            return self.self_attn(h, self.self_attn.project_kv(h, lin), mask, site=site, recorder=recorder, lin=lin)
+            return self.self_attn(h, self.self_attn.project_kv(h, lin), mask, at, lin)
 
         x = residual(x, norm_of(self.self_attn_norm), attend, self.pre, self.dropout)
         return residual(x, norm_of(self.ffn_norm), lambda h: self.ffn(h, lin), self.pre, self.dropout)
@@ -205,9 +205,11 @@ class DecoderState:
 class DecoderLayer(nn.Module):
     """Masked self-attention (or SSRU) -> cross-attention -> FFN, each with residual + LayerNorm."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
+        self.index = index
+        self.self_site, self.cross_site = attention_site("decoder", index), attention_site("cross", index)
         if cfg.decoder_self == "attention":
             self.self_attn: MultiHeadAttention | None = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
             self.ssru: SSRU | None = None
@@ -231,20 +233,13 @@ class DecoderLayer(nn.Module):
         return kv
 
     def forward(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        *,
-        self_mask: Tensor | None,
-        cross_mask: Tensor | None,
-        layer: int,
-        recorder: Recorder | None,
-        state: LayerState | None,
-        offset: int = 0,
-        lin: LinearFn = F.linear,
+        self, x: Tensor, memory: Tensor, masks: Masks, call: Call, state: LayerState | None = None, offset: int = 0
     ) -> Tensor:
         """x (B, T, D) target positions [offset, offset + T); memory (B, Ts, D). With ``state`` keys and values
-        are cached (incremental decoding). Masks broadcastable to (B, T, Tk), True = may attend."""
+        are cached (incremental decoding). masks: (self, cross), each broadcastable to (B, T, Tk), True = may
+        attend, None = nothing masked."""
+        self_mask, cross_mask = masks
+        lin, recorder = call.linear, call.recorder
 
         def self_block(h: Tensor) -> Tensor:
             if self.ssru is not None:
@@ -252,22 +247,18 @@ class DecoderLayer(nn.Module):
                 if state is not None:
                     state.ssru_cell = cell
                 if recorder is not None:
-                    recorder.gate(layer, gates)
+                    recorder.gate(self.index, gates)
                 return out
             attn = self.self_attn
             assert attn is not None
             kv = attn.project_kv(h, lin)  # (B, H, T, dh) each
             if state is not None:
                 kv = state.append_kv(*kv)  # (B, H, offset + T, dh) each
-            return attn(
-                h, kv, self_mask, site=attention_site("decoder", layer), recorder=recorder, lin=lin, offset=offset
-            )
+            return attn(h, kv, self_mask, tap(recorder, self.self_site, offset), lin)
 
         def cross_block(h: Tensor) -> Tensor:
             kv = self.cross_kv(memory, state, lin)
-            return self.cross_attn(
-                h, kv, cross_mask, site=attention_site("cross", layer), recorder=recorder, lin=lin, offset=offset
-            )
+            return self.cross_attn(h, kv, cross_mask, tap(recorder, self.cross_site, offset), lin)
 
         x = residual(x, norm_of(self.self_attn_norm), self_block, self.pre, self.dropout)
         x = residual(x, norm_of(self.cross_attn_norm), cross_block, self.pre, self.dropout)

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import LinearFn
+from .call import DEFAULT_CALL, Call
 from .config import InferenceOptions, ModelConfig
 from .layers import DecoderLayer, DecoderState, EncoderLayer, LayerStack
 from .masks import causal_mask, combine, full_mask, padding_mask
 from .plan import make_plan, run_layers
 from .positional import LearnedPositions, SinusoidalPositions
-from .recorder import Recorder
 from .sites import Side, embed_site, layer_site
-
-if TYPE_CHECKING:
-    from .fast import FastWeights
 
 DEFAULT_OPTIONS = InferenceOptions()
 
@@ -27,9 +22,9 @@ DEFAULT_OPTIONS = InferenceOptions()
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
-    Every method takes the per-call ``InferenceOptions``, an optional per-call ``Recorder`` (records and
-    intervenes at named sites, ``core.sites``) and optional ``FastWeights`` (the fast path); nothing is stored
-    on the module during a call, so one instance can serve many threads.
+    Every method takes one per-call ``Call`` (``core.call``): the ``InferenceOptions``, an optional ``Recorder``
+    (records and intervenes at named sites, ``core.sites``), optional ``FastWeights`` (the fast path) and the
+    shortlist's ids; nothing is stored on the module during a call, so one instance can serve many threads.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -42,10 +37,10 @@ class Transformer(nn.Module):
         else:
             self.positions = LearnedPositions(cfg.d_model, cfg.max_positions)
         self.encoder_layers: LayerStack[EncoderLayer] = LayerStack(
-            EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers)
+            EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers)
         )
         self.decoder_layers: LayerStack[DecoderLayer] = LayerStack(
-            DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers)
+            DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers)
         )
         final_norm = cfg.norm == "pre"
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if final_norm else nn.Identity()
@@ -82,31 +77,10 @@ class Transformer(nn.Module):
                 seen[key] = name
         return aliases
 
-    def _begin(self, options: InferenceOptions, recorder: Recorder | None) -> Recorder | None:
-        """The call's recorder: the one passed (told the options), or a non-recording one when the options switch
-        heads off (ablation is a per-call intervention like any other), or None: the fastest path."""
-        if recorder is None and options.ablate:
-            recorder = Recorder(self, record=False)
-        if recorder is not None:
-            recorder.begin(options)
-        return recorder
-
-    @staticmethod
-    def _linear(fast: FastWeights | None) -> LinearFn:
-        return F.linear if fast is None else fast.linear
-
-    def embed(
-        self,
-        tokens: Tensor,
-        side: Side,
-        *,
-        options: InferenceOptions,
-        offset: int = 0,
-        recorder: Recorder | None = None,
-    ) -> Tensor:
+    def embed(self, tokens: Tensor, side: Side, call: Call = DEFAULT_CALL, offset: int = 0) -> Tensor:
         """tokens (B, T) at positions [offset, offset + T) -> (B, T, D): embedding * sqrt(D) (unscaled when the config
-        says ``scale_embedding=False``) + positional encoding (zeros when off). The result is the site 'embed.src' /
-        'embed.tgt'."""
+        says ``scale_embedding=False``) + positional encoding (zeros when ``call.options`` switch it off). The result
+        is the site 'embed.src' / 'embed.tgt'."""
         table = self.src_embed if side == "src" else self.tgt_embed
         x = table(tokens)  # (B, T, D)
         if self.embed_scale != 1.0:
@@ -114,13 +88,14 @@ class Transformer(nn.Module):
         if side == "tgt" and offset == 0 and self.config.start == "zeros":
             x = torch.cat([torch.zeros_like(x[:, :1]), x[:, 1:]], dim=1)  # first input is a zero vector
         T = tokens.shape[1]
-        if options.pe_on(side):
+        if call.options.pe_on(side):
             pe = self.positions(T, offset)  # (T, D)
         else:
             pe = x.new_zeros(T, self.config.d_model)
         x = x + pe
         if self.training:
             x = self.dropout(x)
+        recorder = call.recorder
         if recorder is not None:
             recorder.positional(side, pe)
             x = recorder.activation(embed_site(side), x, offset)
@@ -131,31 +106,30 @@ class Transformer(nn.Module):
         self,
         src: Tensor,
         src_keep: Tensor | None = None,
+        call: Call = DEFAULT_CALL,
         *,
-        options: InferenceOptions = DEFAULT_OPTIONS,
-        recorder: Recorder | None = None,
-        fast: FastWeights | None = None,
         start: tuple[int, Tensor] | None = None,
     ) -> Tensor:
         """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: ``keep_flags``).
+        call: the per-call context (``core.call``: options, recorder, fast weights).
 
         start: (i, x) resumes at encoder layer i with x (B, Ts, D) as its input (the site 'encoder.{i-1}.out', or
         'embed.src' for i = 0, of a run with the same options and the same padding): the layers before it are not
         run again, so a recorder sees (and records) only layers i onwards.
         """
-        recorder = self._begin(options, recorder)
+        call = call.begin(self)
+        recorder = call.recorder
         if src_keep is None:
             src_keep = self.keep_flags(src)
-        mask = padding_mask(src_keep) if options.padding_mask else None  # (B, 1, Ts)
+        mask = padding_mask(src_keep) if call.options.padding_mask else None  # (B, 1, Ts)
         if recorder is not None:
             B, Ts = src.shape
             recorder.ids("src", src, src_keep)
             recorder.mask("encoder", full_mask(mask, B, Ts, Ts, src.device))
         if mask is not None and bool(mask.all()):
             mask = None  # nothing is padded: attention without a mask is faster and gives the same result
-        lin = self._linear(fast)
         if start is None:
-            first, x = 0, self.embed(src, "src", options=options, recorder=recorder)
+            first, x = 0, self.embed(src, "src", call)
         else:
             first, x = start
             if not 0 <= first < len(self.encoder_layers) or x.shape != (*src.shape, self.config.d_model):
@@ -166,7 +140,7 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.encoder_layers):
             if i < first:
                 continue
-            x = layer(x, mask, layer=i, recorder=recorder, lin=lin)
+            x = layer(x, mask, call)
             if recorder is not None:
                 x = recorder.activation(layer_site("encoder", i), x)
         return self.encoder_norm(x)
@@ -177,29 +151,48 @@ class Transformer(nn.Module):
         tgt: Tensor,
         memory: Tensor,
         src_keep: Tensor | None,
+        call: Call = DEFAULT_CALL,
         *,
-        options: InferenceOptions = DEFAULT_OPTIONS,
-        recorder: Recorder | None = None,
         state: DecoderState | None = None,
         tgt_keep: Tensor | None = None,
-        fast: FastWeights | None = None,
-        last_only: bool = False,
-        hidden: bool = False,
-        vocab: Tensor | None = None,
     ) -> Tensor:
-        """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V), or (B, 1, V)
-        for the last position only with ``last_only`` (the vocabulary projection is most of a probe's cost).
-        vocab: (S,) the ids to score (a lexical shortlist, ``core.shortlist``): the logits' last axis is then S,
-        position j scoring id vocab[j]; None = every id. One decoding call passes the same vocab at every step.
-        hidden: return the final norm's output (B, T, D) instead, for the caller to project (``logits``), e.g. a
-        few positions at a time so that no (B, T, V) tensor is ever made.
+        """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V), or (B, T, S)
+        when ``call.vocab`` (S,) names the ids to score (a lexical shortlist, ``core.shortlist``): position j then
+        scores id vocab[j]. One decoding call passes the same Call at every step.
 
         src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
         tgt_keep (B, offset + T): True = real target token (padding mask on decoder keys); None = all real.
-        state: the call's incremental state (KV cache); fast: the fast path's weights (``core.fast``), with
-        which a one-position step runs the per-call plan of ``core.plan``.
+        state: the call's incremental state (KV cache); with ``call.fast`` a one-position step runs the per-call
+        plan of ``core.plan``.
         """
-        recorder = self._begin(options, recorder)
+        return self._decoder(tgt, memory, (src_keep, tgt_keep), call, state, False)
+
+    def decoder_states(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_keep: Tensor | None,
+        call: Call = DEFAULT_CALL,
+        *,
+        tgt_keep: Tensor | None = None,
+    ) -> Tensor:
+        """``decode``'s final norm output (B, T, D) instead of its logits, for the caller to project (``logits``),
+        e.g. a few positions at a time so that no (B, T, V) tensor is ever made."""
+        return self._decoder(tgt, memory, (src_keep, tgt_keep), call, None, True)
+
+    def _decoder(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        keep: tuple[Tensor | None, Tensor | None],
+        call: Call,
+        state: DecoderState | None,
+        hidden: bool,
+    ) -> Tensor:
+        """``decode`` (logits) or ``decoder_states`` (``hidden``); keep: (src_keep, tgt_keep)."""
+        call = call.begin(self)
+        recorder, options = call.recorder, call.options
+        src_keep, tgt_keep = keep
         B, T = tgt.shape
         offset = state.length if state is not None else 0
         n_key = offset + T
@@ -214,44 +207,33 @@ class Transformer(nn.Module):
             if self.config.decoder_self == "attention":
                 recorder.mask("decoder", full_mask(self_mask, B, T, n_key, tgt.device))
             recorder.mask("cross", full_mask(cross_mask, B, T, memory.shape[1], tgt.device))
-        lin = self._linear(fast)
-        x = self.embed(tgt, "tgt", options=options, offset=offset, recorder=recorder)
+        x = self.embed(tgt, "tgt", call, offset)
+        fast, vocab = call.fast, call.vocab
         if state is not None and fast is not None and T == 1 and self_mask is None and not hidden:
             if state.plan is None or state.plan[0] != B or state.plan[1] is not vocab:
                 state.plan = (B, vocab, make_plan(self, fast, B, vocab))
             plan = state.plan[2]
             if plan is not None:  # an incremental decoding step: the same computation without module overhead
+                lin = call.linear
                 for layer, layer_state in zip(self.decoder_layers, state.layers, strict=True):
                     layer.cross_kv(memory, layer_state, lin)  # projected at the first step, kept in the state
                 state.length = n_key
                 return run_layers(plan, x, state, cross_mask, recorder)  # (B, 1, V)
         for i, layer in enumerate(self.decoder_layers):
-            x = layer(
-                x,
-                memory,
-                self_mask=self_mask,
-                cross_mask=cross_mask,
-                layer=i,
-                recorder=recorder,
-                state=state.layers[i] if state is not None else None,
-                offset=offset,
-                lin=lin,
-            )
+            x = layer(x, memory, (self_mask, cross_mask), call, state.layers[i] if state is not None else None, offset)
             if recorder is not None:
                 x = recorder.activation(layer_site("decoder", i), x, offset)
         if state is not None:
             state.length = n_key
-        if last_only:
-            x = x[:, -1:]
         x = self.decoder_norm(x)
-        return x if hidden else self.logits(x, fast, vocab)  # (B, T, D) or (B, T, V|S)
+        return x if hidden else self.logits(x, call)  # (B, T, D) or (B, T, V|S)
 
-    def logits(self, h: Tensor, fast: FastWeights | None = None, vocab: Tensor | None = None) -> Tensor:
+    def logits(self, h: Tensor, call: Call = DEFAULT_CALL) -> Tensor:
         """The vocabulary projection of final decoder states h (..., D) -> (..., V), or (..., S) for the ids in
-        ``vocab`` (S,) only."""
-        if vocab is not None:
-            return F.linear(h, *self.output_rows(vocab))
-        return self._linear(fast)(h, self.output.weight, self.output.bias)
+        ``call.vocab`` (S,) only."""
+        if call.vocab is not None:
+            return F.linear(h, *self.output_rows(call.vocab))
+        return call.linear(h, self.output.weight, self.output.bias)
 
     def output_rows(self, vocab: Tensor) -> tuple[Tensor, Tensor | None]:
         """The output projection's rows (and bias) for the ids ``vocab`` (S,): (S, D), (S,)."""
@@ -262,31 +244,21 @@ class Transformer(nn.Module):
         self,
         src: Tensor,
         tgt: Tensor,
+        call: Call = DEFAULT_CALL,
         *,
-        options: InferenceOptions = DEFAULT_OPTIONS,
-        recorder: Recorder | None = None,
         src_keep: Tensor | None = None,
         tgt_keep: Tensor | None = None,
-        fast: FastWeights | None = None,
         last_only: bool = False,
-        vocab: Tensor | None = None,
     ) -> Tensor:
         """Teacher-forced pass: src (B, Ts), decoder inputs tgt (B, Tt) -> logits (B, Tt, V) ((B, 1, V) with
-        ``last_only``; S instead of V for the ids in ``vocab``, as ``decode``)."""
+        ``last_only``: the vocabulary projection is most of a probe's cost; S instead of V for the ids in
+        ``call.vocab``, as ``decode``)."""
         if src_keep is None:
             src_keep = self.keep_flags(src)
-        memory = self.encode(src, src_keep, options=options, recorder=recorder, fast=fast)
-        return self.decode(
-            tgt,
-            memory,
-            src_keep,
-            options=options,
-            recorder=recorder,
-            tgt_keep=tgt_keep,
-            fast=fast,
-            last_only=last_only,
-            vocab=vocab,
-        )
+        call = call.begin(self)  # one recorder for both halves, also the one ablation makes
+        memory = self.encode(src, src_keep, call)
+        h = self.decoder_states(tgt, memory, src_keep, call, tgt_keep=tgt_keep)  # (B, Tt, D)
+        return self.logits(h[:, -1:] if last_only else h, call)
 
     def keep_flags(self, ids: Tensor) -> Tensor:
         """(B, T) True = a real token, inferred from ``pad_id`` — except where the pad id is also eos or bos (Marian

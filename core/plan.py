@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import attend, flat_kv
+from .attention import Tap, attend, flat_kv
 from .fast import FastWeights, Linear
 from .layers import ACTIVATIONS, Norm, norm_of, sublayer_input, sublayer_output
 from .sites import attention_site, layer_site
 
 if TYPE_CHECKING:
-    from .layers import DecoderState, LayerState
+    from .layers import DecoderState
     from .model import Transformer
     from .recorder import Recorder
 
@@ -123,26 +123,21 @@ def run_layers(
     its buffers.
     cross_mask (B, 1, Ts): True = real source token; None = no padding."""
     B, D = x.shape[0], plan.d_model
-    offset = state.length - 1  # the position this step computes
     h = x.reshape(B, D)  # (B, D)
-    for lp, ls in zip(plan.layers, state.layers, strict=True):
-        h = _run_layer(plan, lp, ls, h, cross_mask, recorder, offset)
+    for i in range(len(plan.layers)):
+        h = _run_layer(plan, i, state, h, cross_mask, recorder)
     if plan.final_norm is not None:
         h = torch.layer_norm(h, (D,), *plan.final_norm)
     return _call(plan.output, h)[:, None]  # (B, 1, V)
 
 
 def _run_layer(
-    plan: StepPlan,
-    lp: LayerPlan,
-    ls: LayerState,
-    h: Tensor,
-    cross_mask: Tensor | None,
-    recorder: Recorder | None,
-    offset: int,
+    plan: StepPlan, i: int, state: DecoderState, h: Tensor, cross_mask: Tensor | None, recorder: Recorder | None
 ) -> Tensor:
-    """One decoder layer of a step: h (B, D) -> (B, D). The sub-layers are written out (no closures per step)
+    """Decoder layer ``i`` of a step: h (B, D) -> (B, D). The sub-layers are written out (no closures per step)
     between the same ``sublayer_input`` / ``sublayer_output`` halves of the residual that the modules use."""
+    lp, ls = plan.layers[i], state.layers[i]
+    offset = state.length - 1  # the position this step computes
     B = h.shape[0]
     H, D = plan.n_heads, plan.d_model
     dh = D // H
@@ -160,17 +155,8 @@ def _run_layer(
         assert lp.qkv is not None and lp.self_out is not None
         qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
         k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
-        ctx = attend(
-            qkv[:, 0],
-            k,
-            v,
-            None,
-            site=lp.self_site,
-            recorder=recorder,
-            flat=None if recorder is None else flat_kv(k, v),
-            zeros=plan.zeros,
-            offset=offset,
-        )
+        at = None if recorder is None else Tap(recorder, lp.self_site, offset, flat_kv(k, v), plan.zeros)
+        ctx = attend(qkv[:, 0], k, v, None, at)
         h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, D)), lp.self_norm, pre)
     # cross-attention: the source's keys and values are the same at every step
     y = sublayer_input(h, lp.cross_norm, pre)
@@ -178,16 +164,8 @@ def _run_layer(
     if ls.cross_flat is None and recorder is not None:
         ls.cross_flat = flat_kv(*ls.cross_kv)
     q = _call(lp.cross_q, y).view(B, H, 1, dh)
-    ctx = attend(
-        q,
-        *ls.cross_kv,
-        cross_mask,
-        site=lp.cross_site,
-        recorder=recorder,
-        flat=None if recorder is None else ls.cross_flat,
-        zeros=plan.zeros,
-        offset=offset,
-    )
+    at = None if recorder is None else Tap(recorder, lp.cross_site, offset, ls.cross_flat, plan.zeros)
+    ctx = attend(q, *ls.cross_kv, cross_mask, at)
     h = sublayer_output(h, _call(lp.cross_out, ctx.reshape(B, D)), lp.cross_norm, pre)
     # feed-forward
     y = sublayer_input(h, lp.ffn_norm, pre)

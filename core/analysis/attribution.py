@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..call import Call
 from ..config import InferenceOptions
 from ..errors import InputError
 from ..fast import FastWeights
@@ -152,10 +153,16 @@ def attribute(
         src_rows, tgt_rows, keep_rows = src.expand(rows, -1), tgt.expand(rows, -1), keep.expand(rows, -1)
         if options.causal_mask:  # the prefix ends at this position: its logits only
             logits = model(
-                src_rows, tgt_rows, options=options, recorder=recorder, src_keep=keep_rows, fast=fast, last_only=True
+                src_rows,
+                tgt_rows,
+                call=Call(options=options, recorder=recorder, fast=fast),
+                src_keep=keep_rows,
+                last_only=True,
             )[:, -1]
         else:
-            logits = model(src_rows, tgt_rows, options=options, recorder=recorder, src_keep=keep_rows, fast=fast)
+            logits = model(
+                src_rows, tgt_rows, call=Call(options=options, recorder=recorder, fast=fast), src_keep=keep_rows
+            )
             logits = logits[:, position]
         return torch.log_softmax(logits.float(), -1)[:, token_id]  # (rows,)
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..call import Call
 from ..config import InferenceOptions
 from ..decoding import suppress
 from ..fast import FastWeights
@@ -153,8 +154,9 @@ def _score_states(
     never = torch.tensor(model.config.suppress_ids, dtype=torch.long, device=states.device)
     logp = torch.empty(B * Tt, device=states.device)
     differs = torch.empty(B * Tt, dtype=torch.bool, device=states.device)
+    call = Call(fast=fast)
     for i in range(0, B * Tt, POSITIONS_PER_PROJECTION):
-        logits = model.logits(flat[i : i + POSITIONS_PER_PROJECTION], fast).float()  # (n, V)
+        logits = model.logits(flat[i : i + POSITIONS_PER_PROJECTION], call).float()  # (n, V)
         t = target[i : i + POSITIONS_PER_PROJECTION]
         top, best = logits.max(-1)  # one pass for the largest logit and where it is
         if len(never):
@@ -210,9 +212,9 @@ def head_importance(
     src1, tgt1 = _inputs(model, src_ids, out_ids)
     keep1 = torch.ones_like(src1, dtype=torch.bool)  # one unpadded sentence per row
     streams = Recorder(model, activations=True) if "encoder" in kinds else None  # encoder layers' inputs
-    memory1 = model.encode(src1, keep1, options=options, recorder=streams, fast=fast)  # (1, Ts, D)
+    memory1 = model.encode(src1, keep1, call=Call(options=options, recorder=streams, fast=fast))  # (1, Ts, D)
     base_logp, _ = _score_states(
-        model, model.decode(tgt1, memory1, None, options=options, fast=fast, hidden=True), out_ids, fast
+        model, model.decoder_states(tgt1, memory1, None, call=Call(options=options, fast=fast)), out_ids, fast
     )
     base = float(base_logp[0])
     layer_inputs = streams.freeze() if streams is not None else None
@@ -233,9 +235,9 @@ def head_importance(
                     model.encode(
                         src1.expand(n_heads, -1),
                         keep1.expand(n_heads, -1),
-                        options=options,
-                        recorder=Recorder(model, record=False, interventions=switches),
-                        fast=fast,
+                        call=Call(
+                            options=options, recorder=Recorder(model, record=False, interventions=switches), fast=fast
+                        ),
                         start=(layer, x.expand(n_heads, -1, -1)),
                     )
                 )
@@ -251,8 +253,8 @@ def head_importance(
                     for row, (layer, h) in enumerate(heads)
                 ],
             )
-        states = model.decode(
-            tgt1.expand(rows, -1), memory, None, options=options, recorder=rec, fast=fast, hidden=True
+        states = model.decoder_states(
+            tgt1.expand(rows, -1), memory, None, call=Call(options=options, recorder=rec, fast=fast)
         )
         scores, changes = _score_states(model, states, out_ids, fast)
         for row, (layer, h) in enumerate(heads):
@@ -280,7 +282,9 @@ def head_importance_estimate(
     sites = [attention_site(kind, layer) for kind in kinds for layer in range(shape.n_layers[kind])]
     rec = Recorder(model, record=False, keep_grad=[f"{site}.heads" for site in sites])
     with torch.enable_grad():
-        logits = model(src1, tgt1, options=options, recorder=rec, src_keep=torch.ones_like(src1, dtype=torch.bool))
+        logits = model(
+            src1, tgt1, call=Call(options=options, recorder=rec), src_keep=torch.ones_like(src1, dtype=torch.bool)
+        )
         target = torch.tensor(out_ids, device=logits.device)
         logp = torch.log_softmax(logits[0].float(), -1).gather(-1, target[:, None]).sum()  # log p(translation)
         grads = torch.autograd.grad(logp, [rec.leaf(f"{site}.heads") for site in sites])

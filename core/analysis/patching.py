@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..call import Call
 from ..config import InferenceOptions
 from ..errors import InputError
 from ..fast import FastWeights
@@ -99,10 +100,14 @@ def _probs(
     keep = torch.ones_like(src, dtype=torch.bool)
     if options.causal_mask:  # later decoder inputs cannot change this position: its prefix, and its logits only
         logits = model(
-            src, tgt[:, : position + 1], options=options, recorder=recorder, src_keep=keep, fast=fast, last_only=True
+            src,
+            tgt[:, : position + 1],
+            call=Call(options=options, recorder=recorder, fast=fast),
+            src_keep=keep,
+            last_only=True,
         )[:, -1]  # (B, V)
     else:  # without the causal mask every decoder input can
-        logits = model(src, tgt, options=options, recorder=recorder, src_keep=keep, fast=fast)[:, position]
+        logits = model(src, tgt, call=Call(options=options, recorder=recorder, fast=fast), src_keep=keep)[:, position]
     return torch.softmax(logits.float(), dim=-1)[:, token_id]
 
 
@@ -142,9 +147,9 @@ def activation_patching(
     tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=device)  # (1, Tt)
     rec = Recorder(model, activations=True)
     keep = torch.ones_like(clean, dtype=torch.bool)
-    clean_logits = model(clean, tgt, options=options, recorder=rec, src_keep=keep, fast=fast)
+    clean_logits = model(clean, tgt, call=Call(options=options, recorder=rec, fast=fast), src_keep=keep)
     trace: Trace = rec.freeze()
-    corrupt_logits = model(corrupt, tgt, options=options, src_keep=keep, fast=fast)
+    corrupt_logits = model(corrupt, tgt, call=Call(options=options, fast=fast), src_keep=keep)
     targets = torch.tensor(out_ids, device=device)
     p_clean_all = torch.softmax(clean_logits[0].float(), -1).gather(-1, targets[:, None])[:, 0]  # (Tt,)
     p_corrupt_all = torch.softmax(corrupt_logits[0].float(), -1).gather(-1, targets[:, None])[:, 0]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..call import Call
 from ..recorder import Recorder
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
 from .heads import HeadStatistics, sentence_statistics, total
@@ -146,8 +147,8 @@ def gold_cross_attention(
         src, src_keep = bundle.padded(srcs)
         tgt, tgt_keep = bundle.padded([[cfg.bos_id] + t[:-1] for t in tgts])
         recorder = Recorder(model, qkv=False)
-        memory = model.encode(src, src_keep, recorder=recorder, fast=bundle.fast)
-        model.decode(tgt, memory, src_keep, recorder=recorder, tgt_keep=tgt_keep, fast=bundle.fast, hidden=True)
+        memory = model.encode(src, src_keep, call=Call(recorder=recorder, fast=bundle.fast))
+        model.decoder_states(tgt, memory, src_keep, call=Call(recorder=recorder, fast=bundle.fast), tgt_keep=tgt_keep)
         trace = recorder.freeze()
         cross = np.stack([trace.arrays[f"cross.{layer}.weights"] for layer in range(cfg.n_decoder_layers)], 1)
         for i, (s_ids, t_ids) in enumerate(zip(srcs, tgts, strict=True)):

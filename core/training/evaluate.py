@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import sacrebleu
 import torch
 
+from ..call import Call
 from ..config import InferenceOptions
 from ..decoding import beam_search, default_max_len, greedy, output_text, padded
 from ..errors import InputError
@@ -53,7 +54,7 @@ def translate_many(
     def finish(i: int, ids: list[int]) -> None:
         nonlocal n_out
         n_out += len(ids)
-        outputs[i] = tokenizer.decode([t for t in ids if t != cfg.eos_id])
+        outputs[i] = output_text(tokenizer, ids, cfg.eos_id)
 
     if beam_size > 1:
         for i, ids in enumerate(encoded):
@@ -64,10 +65,7 @@ def translate_many(
                     model,
                     src,
                     torch.ones_like(src, dtype=torch.bool),
-                    options=options,
-                    max_len=default_max_len(len(ids)),
-                    beam_size=beam_size,
-                    fast=fast,
+                    call=Call(options=options, fast=fast, max_len=default_max_len(len(ids)), beam_size=beam_size),
                 ),
             )
     else:
@@ -78,13 +76,10 @@ def translate_many(
             while end < len(order) and len(encoded[order[end]]) * (end - start + 1) <= max_tokens:
                 end += 1
             idx = order[start:end]
-            width = max(len(encoded[i]) for i in idx)
-            src = torch.tensor([encoded[i] + [cfg.pad_id] * (width - len(encoded[i])) for i in idx], device=device)
-            keep = torch.tensor(
-                [[True] * len(encoded[i]) + [False] * (width - len(encoded[i])) for i in idx], device=device
-            )
+            src, keep = padded([encoded[i] for i in idx], cfg.pad_id, device)  # (B, width) each
+            width = src.shape[1]
             result = greedy(
-                model, src, keep, options=options, max_len=default_max_len(width), top_k=1, fast=fast
+                model, src, keep, call=Call(options=options, fast=fast, max_len=default_max_len(width), top_k=1)
             )  # tokens (B, 1 + n)
             for row, i in enumerate(idx):
                 finish(i, result.tokens[row, 1 : 1 + result.lengths[row]].tolist())

@@ -15,6 +15,7 @@ from typing import Literal
 
 import torch
 
+from ..call import Call
 from ..checkpoint import CheckpointMeta, save_checkpoint
 from ..config import InferenceOptions, ModelConfig
 from ..decoding import greedy
@@ -181,7 +182,7 @@ def run_synthetic(
     width = longest + 1  # the longest sequence and its eos
     src = torch.tensor([s + [2] + [0] * (width - 1 - len(s)) for s in held_out])  # (N, width)
     keep = torch.tensor([[True] * (len(s) + 1) + [False] * (width - 1 - len(s)) for s in held_out])  # (N, width)
-    out = greedy(model, src, keep, options=InferenceOptions(), max_len=width + 1, top_k=1)
+    out = greedy(model, src, keep, call=Call(options=InferenceOptions(), max_len=width + 1, top_k=1))
     correct = sum(out.tokens[i, 1 : 1 + out.lengths[i]].tolist() == target(s) + [2] for i, s in enumerate(held_out))
     result = {
         "task": task,

@@ -6,7 +6,7 @@ from conftest import tiny_config
 from torch import nn
 
 from core import InferenceOptions, Recorder, ScaleHeads, Transformer
-from core.attention import MultiHeadAttention, attend
+from core.attention import MultiHeadAttention, attend, tap
 from core.masks import causal_mask, to_pytorch_key_padding
 
 
@@ -41,8 +41,8 @@ def test_equals_pytorch_multihead_attention_with_padding():
     mem = torch.randn(2, 7, 16)
     keep = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
     rec = _recorder(model)
-    out = ours(x, ours.project_kv(mem), keep[:, None, :], site="cross.0", recorder=rec)
-    fast = ours(x, ours.project_kv(mem), keep[:, None, :], site="cross.0", recorder=None)  # the fused SDPA path
+    out = ours(x, ours.project_kv(mem), keep[:, None, :], tap(rec, "cross.0"))
+    fast = ours(x, ours.project_kv(mem), keep[:, None, :], tap(None, "cross.0"))  # the fused SDPA path
     expected, weights = ref(x, mem, mem, key_padding_mask=to_pytorch_key_padding(keep), average_attn_weights=False)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
@@ -59,11 +59,11 @@ def test_equals_pytorch_with_causal_mask():
     ours = model.encoder_layers[0].self_attn
     ref = _copy_into_pytorch(ours)
     x = torch.randn(3, 6, 8)
-    ours_out = ours(x, ours.project_kv(x), causal_mask(6)[None], site="encoder.0.self", recorder=None)
+    ours_out = ours(x, ours.project_kv(x), causal_mask(6)[None], tap(None, "encoder.0.self"))
     ref_out, _ = ref(x, x, x, attn_mask=~causal_mask(6))  # PyTorch bool attn_mask: True = blocked
     torch.testing.assert_close(ours_out, ref_out, atol=1e-5, rtol=1e-5)
     rec = _recorder(model)
-    traced = ours(x, ours.project_kv(x), causal_mask(6)[None], site="encoder.0.self", recorder=rec)
+    traced = ours(x, ours.project_kv(x), causal_mask(6)[None], tap(rec, "encoder.0.self"))
     torch.testing.assert_close(traced, ref_out, atol=1e-5, rtol=1e-5)
     w = rec.freeze().arrays["encoder.0.self.weights"]
     assert np.all(w[..., ~causal_mask(6).numpy()] == 0.0)
@@ -77,8 +77,8 @@ def test_fully_masked_row_gives_zero_weights_and_zero_output_not_nan():
     mask = torch.tensor([[[True, True, False], [False, False, False], [True, False, False]]])
     q, (k, v) = att.project_q(x), att.project_kv(x)
     rec = _recorder(model)
-    recorded = attend(q, k, v, mask, site="encoder.0.self", recorder=rec)
-    plain = attend(q, k, v, mask, site="encoder.0.self", recorder=None)  # F.scaled_dot_product_attention
+    recorded = attend(q, k, v, mask, tap(rec, "encoder.0.self"))
+    plain = attend(q, k, v, mask, tap(None, "encoder.0.self"))  # F.scaled_dot_product_attention
     for ctx in (recorded, plain):
         assert torch.isfinite(ctx).all()
         assert torch.equal(ctx[0, :, 1], torch.zeros(2, 4))  # the fully masked query: zero output per head
@@ -91,7 +91,7 @@ def test_fully_masked_row_gives_zero_weights_and_zero_output_not_nan():
     assert np.all(np.isneginf(trace.arrays["encoder.0.self.scores"][0][:, blocked]))
     assert np.all(np.isfinite(trace.arrays["encoder.0.self.scores_raw"][0]))  # before the mask: every score
     np.testing.assert_allclose(w[:, [0, 2]].sum(-1), 1.0, atol=1e-6)
-    assert torch.isfinite(att(x, att.project_kv(x), mask, site="encoder.0.self", recorder=None)).all()
+    assert torch.isfinite(att(x, att.project_kv(x), mask, tap(None, "encoder.0.self"))).all()
 
 
 @torch.no_grad()
@@ -102,7 +102,7 @@ def test_scale_heads_zeroes_a_head():
 
     def run(**kwargs):
         rec = Recorder(model, record=False, **kwargs)
-        return att(x, att.project_kv(x), None, site="encoder.0.self", recorder=rec)
+        return att(x, att.project_kv(x), None, tap(rec, "encoder.0.self"))
 
     off = [ScaleHeads("encoder.0.self", heads=(1,))]
     base = run(interventions=off)

@@ -13,6 +13,7 @@ from conftest import build_tiny_checkpoint, tiny_config
 import core
 from core import InferenceOptions, InputError, Recorder, Transformer
 from core.bundle import BeamTree
+from core.call import Call
 from core.decoding import BeamStep, beam_search, greedy, suppress
 
 OPTS = InferenceOptions()
@@ -48,7 +49,7 @@ def log_probs(model: Transformer, src: torch.Tensor, prefix: list[int], options:
     """The model's log-probabilities (V,) for the piece after ``prefix``, by a teacher-forced pass (no cache)."""
     tgt = torch.tensor([[model.config.bos_id] + prefix])
     with torch.no_grad():
-        logits = model(src, tgt, options=options)[0, -1]
+        logits = model(src, tgt, call=Call(options=options))[0, -1]
     return suppress(torch.log_softmax(logits.float(), dim=-1), model.config, float("-inf"))
 
 
@@ -58,9 +59,11 @@ def test_history_does_not_change_the_result_and_its_winner_is_a_kept_hypothesis(
     options = InferenceOptions(causal_mask=causal)
     for src in sources():
         keep = torch.ones_like(src, dtype=torch.bool)
-        plain = beam_search(model, src, keep, options=options, max_len=12, beam_size=beam_size)
+        plain = beam_search(model, src, keep, call=Call(options=options, max_len=12, beam_size=beam_size))
         history: list[BeamStep] = []
-        recorded = beam_search(model, src, keep, options=options, max_len=12, beam_size=beam_size, history=history)
+        recorded = beam_search(
+            model, src, keep, call=Call(options=options, max_len=12, beam_size=beam_size), history=history
+        )
         assert recorded == plain
         assert len(history) >= len(plain) and [s.step for s in history] == list(range(len(history)))
         last = history[len(plain) - 1]
@@ -73,7 +76,11 @@ def test_scores_are_parent_scores_plus_the_models_log_probabilities(model):
         keep = torch.ones_like(src, dtype=torch.bool)
         history: list[BeamStep] = []
         beam_search(
-            model, src, keep, options=OPTS, max_len=10, beam_size=3, fast=core.FastWeights(model), history=history
+            model,
+            src,
+            keep,
+            call=Call(options=OPTS, fast=core.FastWeights(model), max_len=10, beam_size=3),
+            history=history,
         )
         for step in history:
             n = step.tokens.shape[0]
@@ -94,7 +101,7 @@ def test_scores_are_parent_scores_plus_the_models_log_probabilities(model):
                     assert step.candidate_logp[j] == pytest.approx(float(expected[step.candidate_ids[j]]), abs=1e-4)
                 rec = Recorder(model)
                 with torch.no_grad():
-                    model(src, torch.tensor([[model.config.bos_id] + prefix]), options=OPTS, recorder=rec)
+                    model(src, torch.tensor([[model.config.bos_id] + prefix]), call=Call(options=OPTS, recorder=rec))
                 trace = rec.freeze()
                 for layer in range(2):
                     np.testing.assert_allclose(
@@ -161,7 +168,7 @@ def teacher_forced_trace(bundle: core.Bundle, out: core.Translation) -> core.Tra
     tgt = torch.tensor(out.trace["ids.tgt"][None])
     rec = Recorder(bundle.model)
     with torch.no_grad():
-        logits = bundle.model(src, tgt, recorder=rec)
+        logits = bundle.model(src, tgt, call=Call(recorder=rec))
     trace = rec.freeze()
     return trace, suppress(torch.softmax(logits[0].float(), dim=-1), bundle.config, 0.0)
 
@@ -228,5 +235,5 @@ def test_greedy_prefix_on_a_batch_forces_every_row():
     torch.manual_seed(0)
     m = Transformer(tiny_config()).eval()
     src = torch.randint(4, 64, (3, 5))
-    result = greedy(m, src, torch.ones_like(src, dtype=torch.bool), options=OPTS, max_len=6, prefix=[7, 9])
+    result = greedy(m, src, torch.ones_like(src, dtype=torch.bool), call=Call(options=OPTS, max_len=6, prefix=[7, 9]))
     assert result.tokens[:, 1:3].tolist() == [[7, 9]] * 3

@@ -13,6 +13,7 @@ import torch
 
 import core
 from core import CheckpointError, InferenceOptions, InputError, Recorder, Trace
+from core.call import Call
 from core.cli import main
 from core.decoding import beam_search, greedy
 
@@ -55,7 +56,7 @@ def test_teacher_forced_trace_of_the_output_equals_translation(bundle):
     np.testing.assert_array_equal(out.trace["ids.tgt"][1:], out.trace["output.ids"][:-1])
     rec = Recorder(bundle.model, qkv=True)
     with torch.no_grad():
-        bundle.model(src, tgt, recorder=rec, fast=bundle.fast)
+        bundle.model(src, tgt, call=Call(recorder=rec, fast=bundle.fast))
     tf = rec.freeze(bundle.tokenizer.piece)
     assert tf.tgt_tokens == out.tgt_tokens and tf.src_tokens == out.src_tokens
     for kind in out.trace.kinds:
@@ -106,10 +107,7 @@ def test_beam_translation_is_traced(bundle):
         bundle.model,
         src,
         torch.ones_like(src, dtype=torch.bool),
-        options=InferenceOptions(),
-        max_len=8,
-        beam_size=3,
-        fast=None,
+        call=Call(options=InferenceOptions(), fast=None, max_len=8, beam_size=3),
     )
     assert out.trace["output.ids"].tolist() == ids  # the beam's best output is what the trace holds
 
@@ -201,7 +199,10 @@ def test_checkpoint_round_trip_and_half_precision(tmp_path, bundle):
     out = h.translate("Is there any tea left?", max_len=8)
     src = torch.tensor(out.trace["ids.src"][None])
     reference = greedy(
-        h.model, src, torch.ones_like(src, dtype=torch.bool), options=InferenceOptions(), max_len=8, fast=None
+        h.model,
+        src,
+        torch.ones_like(src, dtype=torch.bool),
+        call=Call(options=InferenceOptions(), fast=None, max_len=8),
     )
     assert out.trace["output.ids"].tolist() == reference.tokens[0, 1 : 1 + reference.lengths[0]].tolist()
 
@@ -300,7 +301,7 @@ def test_json_export_keeps_tokens_that_look_like_nan(bundle):
     src = torch.tensor([[10, 11, 12, 13, bundle.config.eos_id]])
     rec = Recorder(bundle.model)
     with torch.no_grad():
-        bundle.model(src, torch.tensor([[bundle.config.bos_id, 11]]), recorder=rec)
+        bundle.model(src, torch.tensor([[bundle.config.bos_id, 11]]), call=Call(recorder=rec))
     weird = {10: "\u2581NaN", 11: "NaN", 12: "Infinity", 13: "-Infinity"}
     trace = rec.freeze(lambda i: weird.get(i, f"p{i}"))
     assert trace.src_tokens == ["\u2581NaN", "NaN", "Infinity", "-Infinity", f"p{bundle.config.eos_id}"]

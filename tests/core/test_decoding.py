@@ -7,6 +7,7 @@ from conftest import tiny_config
 
 import core.model
 from core import FastWeights, InferenceOptions, Recorder, Transformer
+from core.call import Call
 from core.decoding import beam_search, greedy, iter_greedy
 from core.layers import DecoderState, LayerState
 
@@ -21,8 +22,10 @@ def src_batch(B=1, T=6, seed=0):
 
 def test_kv_cache_equals_full_recomputation(peaked):
     src, keep = src_batch(B=3)
-    cached = greedy(peaked, src, keep, options=OPTS, max_len=40)  # longer than the cache's first capacity (16)
-    recomputed = greedy(peaked, src, keep, options=OPTS, max_len=40, use_cache=False)
+    cached = greedy(
+        peaked, src, keep, call=Call(options=OPTS, max_len=40)
+    )  # longer than the cache's first capacity (16)
+    recomputed = greedy(peaked, src, keep, call=Call(options=OPTS, max_len=40, use_cache=False))
     assert cached.tokens.shape[1] == 41 and torch.equal(cached.tokens, recomputed.tokens)
     for a, b in zip(cached.steps, recomputed.steps, strict=True):
         torch.testing.assert_close(a.top_probs, b.top_probs, atol=1e-5, rtol=1e-4)
@@ -79,13 +82,13 @@ def test_incremental_trace_equals_teacher_forced_trace(peaked, path):
     src, keep = src_batch(seed=3)
     fast = FastWeights(peaked) if path == "fast" else None
     rec = Recorder(peaked, qkv=True)
-    result = greedy(peaked, src, keep, options=OPTS, max_len=10, recorder=rec, fast=fast)
+    result = greedy(peaked, src, keep, call=Call(options=OPTS, recorder=rec, fast=fast, max_len=10))
     n = len(result.steps)
     dec_in = result.tokens[:, :n]
     inc = rec.freeze()
     rec2 = Recorder(peaked, qkv=True)
     with torch.no_grad():
-        logits = peaked(src, dec_in, options=OPTS, recorder=rec2, src_keep=keep)
+        logits = peaked(src, dec_in, call=Call(options=OPTS, recorder=rec2), src_keep=keep)
     tf = rec2.freeze()
     assert inc.attention("cross", 0).shape == (2, n, 6)
     _compare_traces(inc, tf)
@@ -106,11 +109,11 @@ def test_traced_decoding_with_padding_still_equals_teacher_forcing():
     src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
     keep = src != 0
     rec = Recorder(m)
-    result = greedy(m, src, keep, options=OPTS, max_len=6, recorder=rec)
+    result = greedy(m, src, keep, call=Call(options=OPTS, recorder=rec, max_len=6))
     n = len(result.steps)
     inc = rec.freeze()
     rec2 = Recorder(m)
-    m(src, result.tokens[:, :n], options=OPTS, recorder=rec2, src_keep=keep)
+    m(src, result.tokens[:, :n], call=Call(options=OPTS, recorder=rec2), src_keep=keep)
     tf = rec2.freeze()
     for item in (0, 1):
         _compare_traces(inc.select(item), tf.select(item), qkv=False)
@@ -124,24 +127,24 @@ def test_a_cached_step_builds_no_mask_and_no_source_mask_equals_all_real(monkeyp
     model = Transformer(tiny_config()).eval()
     src = torch.randint(4, 64, (2, 7))
     keep = torch.ones_like(src, dtype=torch.bool)
-    memory = model.encode(src, keep, options=OPTS)
+    memory = model.encode(src, keep, call=Call(options=OPTS))
     tgt = torch.tensor([[1], [1]])
-    expected = model.decode(tgt, memory, keep, options=OPTS, state=DecoderState.empty(2))
+    expected = model.decode(tgt, memory, keep, call=Call(options=OPTS), state=DecoderState.empty(2))
     calls = []
     real = core.model.causal_mask
     monkeypatch.setattr(core.model, "causal_mask", lambda *a, **k: calls.append(a) or real(*a, **k))
-    got = model.decode(tgt, memory, None, options=OPTS, state=DecoderState.empty(2))
+    got = model.decode(tgt, memory, None, call=Call(options=OPTS), state=DecoderState.empty(2))
     assert calls == []  # one new position sees every cached key: no causal mask is built
     torch.testing.assert_close(got, expected)
-    model.decode(torch.tensor([[1, 5], [1, 6]]), memory, None, options=OPTS)
+    model.decode(torch.tensor([[1, 5], [1, 6]]), memory, None, call=Call(options=OPTS))
     assert len(calls) == 1  # (a two-position pass does build one: the counter counts)
 
 
 def test_beam_size_one_equals_greedy(peaked):
     for seed in range(4):
         src, keep = src_batch(seed=seed)
-        g = greedy(peaked, src, keep, options=OPTS, max_len=12)
-        b = beam_search(peaked, src, keep, options=OPTS, max_len=12, beam_size=1)
+        g = greedy(peaked, src, keep, call=Call(options=OPTS, max_len=12))
+        b = beam_search(peaked, src, keep, call=Call(options=OPTS, max_len=12, beam_size=1))
         assert b == g.tokens[0, 1 : 1 + g.lengths[0]].tolist()
 
 
@@ -152,19 +155,19 @@ def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy(peaked, seed)
     @torch.no_grad()
     def logprob(seq):
         tgt = torch.tensor([[peaked.config.bos_id] + seq[:-1]])
-        lp = torch.log_softmax(peaked(src, tgt, options=OPTS, src_keep=keep)[0], -1)
+        lp = torch.log_softmax(peaked(src, tgt, call=Call(options=OPTS), src_keep=keep)[0], -1)
         return sum(float(lp[t, i]) for t, i in enumerate(seq))
 
-    g = greedy(peaked, src, keep, options=OPTS, max_len=12)
+    g = greedy(peaked, src, keep, call=Call(options=OPTS, max_len=12))
     greedy_seq = g.tokens[0, 1 : 1 + g.lengths[0]].tolist()
-    beam_seq = beam_search(peaked, src, keep, options=OPTS, max_len=12, beam_size=4)
+    beam_seq = beam_search(peaked, src, keep, call=Call(options=OPTS, max_len=12, beam_size=4))
     assert len(beam_seq) == len(greedy_seq) == 12  # random weights never emit eos: equal lengths
     assert logprob(beam_seq) >= logprob(greedy_seq) - 1e-4
 
 
 def test_iter_greedy_yields_one_step_at_a_time_with_topk(peaked):
     src, keep = src_batch()
-    steps = iter_greedy(peaked, src, keep, options=OPTS, max_len=5, top_k=3)
+    steps = iter_greedy(peaked, src, keep, call=Call(options=OPTS, max_len=5, top_k=3))
     first = next(steps)
     assert first.index == 0 and first.top_ids.shape == (1, 3)
     assert torch.all(first.top_probs[:, :-1] >= first.top_probs[:, 1:])
@@ -179,7 +182,7 @@ def test_causal_mask_off_decodes_by_recomputation_and_keeps_each_steps_rows():
     src, keep = src_batch(seed=2)
     opts = InferenceOptions(causal_mask=False)
     rec = Recorder(m)
-    r = greedy(m, src, keep, options=opts, max_len=8, recorder=rec)
+    r = greedy(m, src, keep, call=Call(options=opts, recorder=rec, max_len=8))
     t = rec.freeze()
     n = len(r.steps)
     assert n > 1
@@ -192,13 +195,13 @@ def test_causal_mask_off_decodes_by_recomputation_and_keeps_each_steps_rows():
         np.testing.assert_allclose(rows[:, -1], t.attention(kind, 0)[:, -1], atol=1e-6)
         for i in range(n):  # step i ran one pass over the first i + 1 decoder inputs; its last row
             rec_i = Recorder(m)
-            m(src, r.tokens[:, : i + 1], options=opts, recorder=rec_i, src_keep=keep)
+            m(src, r.tokens[:, : i + 1], call=Call(options=opts, recorder=rec_i), src_keep=keep)
             want = rec_i.freeze().attention(kind, 0)[:, -1]  # (H, Tk)
             np.testing.assert_allclose(rows[:, i, : want.shape[-1]], want, atol=1e-5)
             if kind == "decoder":
                 assert np.all(rows[:, i, i + 1 :] == 0.0)  # keys this step had not seen yet
     cached = Recorder(m)
-    greedy(m, src, keep, options=OPTS, max_len=8, recorder=cached)
+    greedy(m, src, keep, call=Call(options=OPTS, recorder=cached, max_len=8))
     assert cached.freeze().step_rows("decoder", 0) is None  # with the cache the rows are the trace's own
 
 

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import core
 from core import Bundle, FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads, Transformer
+from core.call import Call
 from core.decoding import beam_search, greedy
 from core.layers import DecoderState
 from core.plan import make_plan
@@ -186,10 +187,12 @@ def test_greedy_and_beam_search_on_a_cuda_model_stay_on_it_and_equal_the_cpu_run
                 interventions=[ScaleHeads("cross.0", (1,), 0.5), Patch("decoder.0.out", np.zeros((2, 16)), (1,))],
             )
             opts = InferenceOptions(ablate=heads_off)
-            out = greedy(model, s, k, options=opts, max_len=6, recorder=rec, fast=fw)
+            out = greedy(model, s, k, call=Call(options=opts, recorder=rec, fast=fw, max_len=6))
             assert out.tokens.device.type == device
-            plain = greedy(model, s, k, options=InferenceOptions(), max_len=6, fast=fw)
-            beam = beam_search(model, s[:1], k[:1], options=InferenceOptions(), max_len=6, beam_size=3, fast=fw)
+            plain = greedy(model, s, k, call=Call(options=InferenceOptions(), fast=fw, max_len=6))
+            beam = beam_search(
+                model, s[:1], k[:1], call=Call(options=InferenceOptions(), fast=fw, max_len=6, beam_size=3)
+            )
             runs[device] = (out.tokens.cpu(), plain.tokens.cpu(), beam, rec.freeze())
             if device == "cuda":
                 assert mode.violations == [], mode.violations[:5]
@@ -299,17 +302,21 @@ def test_a_model_on_the_meta_device_encodes_and_decodes_on_it(decoder_self):
     assert plan is not None and plan.zeros.is_meta and plan.output[1].is_meta
     src = torch.randint(4, 64, (2, 7), device="meta")
     opts = InferenceOptions(padding_mask=False)  # the padding check reads values
-    memory = model.encode(src, options=opts, fast=fw)
+    memory = model.encode(src, call=Call(options=opts, fast=fw))
     state = DecoderState.empty(2)
     for _ in range(3):
         logits = model.decode(
-            torch.zeros(2, 1, dtype=torch.long, device="meta"), memory, None, options=opts, state=state, fast=fw
+            torch.zeros(2, 1, dtype=torch.long, device="meta"),
+            memory,
+            None,
+            call=Call(options=opts, fast=fw),
+            state=state,
         )
         assert logits.is_meta and logits.shape == (2, 1, 64)
     assert state.plan is not None and state.plan[2] is not None  # the steps ran on the plan
     for layer in state.layers:
         assert all(t.is_meta for t in (layer.self_k, layer.self_v, layer.ssru_cell, *layer.cross_kv) if t is not None)
-    assert model(src, torch.zeros(2, 4, dtype=torch.long, device="meta"), options=opts, fast=fw).is_meta
+    assert model(src, torch.zeros(2, 4, dtype=torch.long, device="meta"), call=Call(options=opts, fast=fw)).is_meta
 
 
 def test_the_analyses_on_cuda_stay_on_the_device_and_equal_the_cpu_run(tiny_checkpoint):

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from conftest import tiny_config
 
 from core import FastWeights, InferenceOptions, Recorder, Transformer
+from core.call import Call
 from core.decoding import greedy
 from core.fast import LARGE, kernel_available
 
@@ -93,8 +94,8 @@ def test_weights_that_are_not_float16_numbers_are_never_rounded_and_the_model_is
         fast.linear(x, ffn.weight, ffn.bias), F.linear(x, ffn.weight, ffn.bias), rtol=1e-6, atol=1e-6
     )
     src, keep = _src()
-    a = greedy(model, src, keep, options=OPTS, max_len=10, fast=fast)
-    b = greedy(model, src, keep, options=OPTS, max_len=10, fast=None)
+    a = greedy(model, src, keep, call=Call(options=OPTS, fast=fast, max_len=10))
+    b = greedy(model, src, keep, call=Call(options=OPTS, fast=None, max_len=10))
     assert torch.equal(a.tokens, b.tokens) and calls["n"] == 0
     assert {k: id(p) for k, p in model.named_parameters()} == params  # nothing rebound, re-laid-out or written
     for k, v in model.state_dict().items():
@@ -152,7 +153,7 @@ def test_autograd_gets_f_linear_and_the_same_gradients(calls):
     grads = []
     for f in (fast, None):
         model.zero_grad()
-        model(src, tgt, fast=f).logsumexp(-1).sum().backward()
+        model(src, tgt, call=Call(fast=f)).logsumexp(-1).sum().backward()
         grads.append({k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
     assert calls["n"] == start
     assert grads[0].keys() == grads[1].keys() and "decoder_layers.1.self_attn.q_proj.weight" in grads[0]
@@ -179,8 +180,8 @@ def test_fast_weights_are_a_snapshot_and_say_when_they_are_stale():
     torch.testing.assert_close(
         fresh.linear(x, model.output.weight), F.linear(x, model.output.weight), rtol=1e-5, atol=1e-5
     )
-    a = greedy(model, src, keep, options=OPTS, max_len=10, fast=fresh)
-    b = greedy(model, src, keep, options=OPTS, max_len=10, fast=None)
+    a = greedy(model, src, keep, call=Call(options=OPTS, fast=fresh, max_len=10))
+    b = greedy(model, src, keep, call=Call(options=OPTS, fast=None, max_len=10))
     assert torch.equal(a.tokens, b.tokens)
 
 
@@ -193,8 +194,8 @@ def test_kernel_false_never_uses_the_kernel(calls):
     lin = model.decoder_layers[0].ffn.linear1
     assert fast.bind(lin.weight, lin.bias, 1)[0] is F.linear
     src, keep = _src()
-    a = greedy(model, src, keep, options=OPTS, max_len=10, fast=fast)
-    b = greedy(model, src, keep, options=OPTS, max_len=10, fast=None)
+    a = greedy(model, src, keep, call=Call(options=OPTS, fast=fast, max_len=10))
+    b = greedy(model, src, keep, call=Call(options=OPTS, fast=None, max_len=10))
     assert calls["n"] == 0 and torch.equal(a.tokens, b.tokens)
     for x, y in zip(a.steps, b.steps, strict=True):
         torch.testing.assert_close(x.top_probs, y.top_probs, rtol=1e-5, atol=1e-6)
@@ -217,9 +218,9 @@ def assert_kernel_matches_reference(model, fast, src, keep, opts, calls, *, prob
     every Trace array (floats within tolerance, -inf == -inf; the rest exactly)."""
     rec_fast, rec_ref = Recorder(model, qkv=True), Recorder(model, qkv=True)
     start = calls["n"]
-    a = greedy(model, src, keep, options=opts, max_len=15, recorder=rec_fast, fast=fast)
+    a = greedy(model, src, keep, call=Call(options=opts, recorder=rec_fast, fast=fast, max_len=15))
     assert calls["n"] > start
-    b = greedy(model, src, keep, options=opts, max_len=15, recorder=rec_ref, fast=None)
+    b = greedy(model, src, keep, call=Call(options=opts, recorder=rec_ref, fast=None, max_len=15))
     assert torch.equal(a.tokens, b.tokens)
     for x, y in zip(a.steps, b.steps, strict=True):
         torch.testing.assert_close(x.top_probs, y.top_probs, rtol=1e-4, atol=probs_atol)
@@ -278,7 +279,7 @@ def test_nothing_is_kept_beyond_the_model_and_its_fast_weights():
     fast = FastWeights(model)
     refs = weakref.ref(model), weakref.ref(fast), weakref.ref(model.output.weight)
     src, keep = _src()
-    greedy(model, src, keep, options=OPTS, max_len=4, fast=fast)
+    greedy(model, src, keep, call=Call(options=OPTS, fast=fast, max_len=4))
     del model, fast
     gc.collect()
     assert all(r() is None for r in refs)  # no module-level cache holds them
@@ -294,8 +295,8 @@ def test_a_model_built_under_inference_mode_gets_fast_weights():
         lin = model.decoder_layers[0].ffn.linear1
         assert _is_kernel(fast.bind(lin.weight, lin.bias, 1)[0])
         src, keep = _src(B=1, T=6, seed=1)
-        a = greedy(model, src, keep, options=OPTS, max_len=8, fast=fast)
-        b = greedy(model, src, keep, options=OPTS, max_len=8, fast=None)
+        a = greedy(model, src, keep, call=Call(options=OPTS, fast=fast, max_len=8))
+        b = greedy(model, src, keep, call=Call(options=OPTS, fast=None, max_len=8))
     assert torch.equal(a.tokens, b.tokens)
     for x, y in zip(a.steps, b.steps, strict=True):
         torch.testing.assert_close(x.top_probs, y.top_probs, rtol=1e-4, atol=1e-6)

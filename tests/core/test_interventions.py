@@ -8,6 +8,7 @@ import torch
 
 import core
 from core import FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads
+from core.call import Call
 from core.decoding import greedy
 
 
@@ -19,14 +20,14 @@ def pair(seed=0, Ts=6, Tt=5, vocab=64):
 def logits(model, src, tgt, *interventions, options=InferenceOptions(), **kwargs):
     rec = Recorder(model, record=False, interventions=interventions, **kwargs)
     with torch.no_grad():
-        return model(src, tgt, options=options, recorder=rec)
+        return model(src, tgt, call=Call(options=options, recorder=rec))
 
 
 def test_scale_heads_zero_is_the_options_ablation(model):
     src, tgt = pair()
     base = logits(model, src, tgt)
     off = logits(model, src, tgt, ScaleHeads("cross.1", heads=(0,)))
-    by_options = model(src, tgt, options=InferenceOptions(ablate=frozenset({("cross", 1, 0)})))
+    by_options = model(src, tgt, call=Call(options=InferenceOptions(ablate=frozenset({("cross", 1, 0)}))))
     assert not torch.allclose(off, base, atol=1e-4)  # it did something
     torch.testing.assert_close(off, by_options)
 
@@ -38,8 +39,8 @@ def test_scale_heads_multiplies_the_head_output(model):
         Recorder(model, activations=True, interventions=[ScaleHeads("encoder.0.self", (1,), 2.5)]),
     )
     with torch.no_grad():
-        model(src, tgt, recorder=rec_base)
-        model(src, tgt, recorder=rec_scaled)
+        model(src, tgt, call=Call(recorder=rec_base))
+        model(src, tgt, call=Call(recorder=rec_scaled))
     base, scaled = rec_base.freeze()["encoder.0.self.heads"], rec_scaled.freeze()["encoder.0.self.heads"]
     np.testing.assert_allclose(scaled[1], 2.5 * base[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(scaled[0], base[0], atol=1e-6)
@@ -59,7 +60,7 @@ def test_rows_let_one_batch_ablate_a_different_head_per_row(model):
 def recorded(model, src, tgt):
     rec = Recorder(model, activations=True)
     with torch.no_grad():
-        out = model(src, tgt, recorder=rec)
+        out = model(src, tgt, call=Call(recorder=rec))
     return out, rec.freeze()
 
 
@@ -92,15 +93,17 @@ def test_patching_applies_at_the_same_positions_when_decoding_step_by_step(model
     patch = Patch("decoder.0.out", value, positions=(2,))
     keep = torch.ones_like(src, dtype=torch.bool)
     rec = Recorder(model, interventions=[patch])
-    out = greedy(model, src, keep, options=InferenceOptions(), max_len=5, recorder=rec, fast=FastWeights(model))
+    out = greedy(
+        model, src, keep, call=Call(options=InferenceOptions(), recorder=rec, fast=FastWeights(model), max_len=5)
+    )
     stepwise = rec.freeze()
     tgt = out.tokens[:, : len(out.steps)]
     rec_tf = Recorder(model, interventions=[patch])
     with torch.no_grad():
-        tf_logits = model(src, tgt, recorder=rec_tf)
+        tf_logits = model(src, tgt, call=Call(recorder=rec_tf))
     np.testing.assert_allclose(stepwise["output.top_ids"][:, 0], tf_logits[0].argmax(-1).numpy())
     np.testing.assert_allclose(stepwise["cross.1.weights"], rec_tf.freeze()["cross.1.weights"], atol=1e-5)
-    unpatched = greedy(model, src, keep, options=InferenceOptions(), max_len=5)
+    unpatched = greedy(model, src, keep, call=Call(options=InferenceOptions(), max_len=5))
     assert unpatched.steps[2].probs.item() != pytest.approx(out.steps[2].probs.item(), abs=1e-6)
 
 
@@ -108,7 +111,7 @@ def test_keep_grad_gives_the_gradient_at_the_source_embeddings(model):
     src, tgt = pair(5)
     rec = Recorder(model, record=False, keep_grad=("embed.src",))
     with torch.enable_grad():
-        out = model(src, tgt, recorder=rec)
+        out = model(src, tgt, call=Call(recorder=rec))
         out[0, -1].max().backward()
     grad = rec.leaf("embed.src").grad
     assert grad is not None and grad.shape == (1, src.shape[1], model.config.d_model)
@@ -120,7 +123,7 @@ def test_keep_grad_gives_the_gradient_at_the_source_embeddings(model):
     gain = float(moved[0, -1].max() - out[0, -1].max().detach())
     assert gain == pytest.approx(eps * float((grad**2).sum()), rel=0.1)
     with torch.no_grad(), pytest.raises(RuntimeError, match="needs gradients"):
-        model(src, tgt, recorder=Recorder(model, record=False, keep_grad=("embed.src",)))
+        model(src, tgt, call=Call(recorder=Recorder(model, record=False, keep_grad=("embed.src",))))
 
 
 def test_keep_grad_on_head_outputs_gives_each_heads_gate_gradient(model):
@@ -129,7 +132,7 @@ def test_keep_grad_on_head_outputs_gives_each_heads_gate_gradient(model):
     src, tgt = pair(5)
     rec = Recorder(model, record=False, keep_grad=("cross.1.heads", "encoder.0.self.heads"))
     with torch.enable_grad():
-        score = model(src, tgt, recorder=rec)[0, -1].max()
+        score = model(src, tgt, call=Call(recorder=rec))[0, -1].max()
         score.backward()
     for site in ("cross.1", "encoder.0.self"):
         gate = rec.leaf(f"{site}.heads")
@@ -140,7 +143,7 @@ def test_keep_grad_on_head_outputs_gives_each_heads_gate_gradient(model):
             finite = (up - down) / (2 * eps)  # central difference of the score in the head's scale
             assert float(gate.grad[0, h]) == pytest.approx(finite, rel=0.05, abs=1e-3)
     with torch.no_grad(), pytest.raises(RuntimeError, match="needs gradients"):
-        model(src, tgt, recorder=Recorder(model, record=False, keep_grad=("cross.0.heads",)))
+        model(src, tgt, call=Call(recorder=Recorder(model, record=False, keep_grad=("cross.0.heads",))))
     with pytest.raises(ValueError, match="no attention site 'cross.9'"):
         Recorder(model, keep_grad=("cross.9.heads",))
 

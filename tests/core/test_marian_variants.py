@@ -12,6 +12,7 @@ from conftest import build_tiny_checkpoint, tiny_config
 
 import core
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
+from core.call import Call
 from core.decoding import beam_search, greedy
 from core.fast import FastWeights
 from core.positional import sinusoidal_table
@@ -57,7 +58,7 @@ def test_swish_and_unscaled_embeddings_do_what_they_say():
     torch.testing.assert_close(ffn(x), ffn.linear2(h * torch.sigmoid(h)))
     src = torch.tensor([[5, 6, 7, 2]])
     recorder = Recorder(model, activations=True)
-    model.encode(src, recorder=recorder)
+    model.encode(src, call=Call(recorder=recorder))
     embedded = recorder.freeze()["embed.src"]
     expected = model.src_embed(src)[0] + sinusoidal_table(4, 16, "interleaved")
     np.testing.assert_allclose(embedded, expected.numpy(), atol=1e-6)
@@ -69,8 +70,8 @@ def test_the_fast_decoding_path_runs_swish_too():
     model = Transformer(tiny_config(activation="swish")).eval()
     src = torch.tensor([[5, 6, 7, 8, 2]])
     keep = torch.ones_like(src, dtype=torch.bool)
-    plain = greedy(model, src, keep, options=OPTIONS, max_len=8)
-    fast = greedy(model, src, keep, options=OPTIONS, max_len=8, fast=FastWeights(model))
+    plain = greedy(model, src, keep, call=Call(options=OPTIONS, max_len=8))
+    fast = greedy(model, src, keep, call=Call(options=OPTIONS, fast=FastWeights(model), max_len=8))
     assert plain.tokens.tolist() == fast.tokens.tolist()
     for a, b in zip(plain.steps, fast.steps, strict=True):
         torch.testing.assert_close(a.probs, b.probs, atol=1e-5, rtol=1e-5)
@@ -85,10 +86,10 @@ def test_suppressed_ids_are_never_chosen_and_the_rest_keep_their_probabilities()
     banned.load_state_dict(free.state_dict())
     src = torch.tensor([[5, 6, 7, 8, 2]])
     keep = torch.ones_like(src, dtype=torch.bool)
-    assert set(greedy(free, src, keep, options=OPTIONS, max_len=6).tokens[0, 1:].tolist()) == {9}
-    result = greedy(banned, src, keep, options=OPTIONS, max_len=6)
+    assert set(greedy(free, src, keep, call=Call(options=OPTIONS, max_len=6)).tokens[0, 1:].tolist()) == {9}
+    result = greedy(banned, src, keep, call=Call(options=OPTIONS, max_len=6))
     assert 9 not in result.tokens[0].tolist()
-    assert 9 not in beam_search(banned, src, keep, options=OPTIONS, max_len=6, beam_size=3)
+    assert 9 not in beam_search(banned, src, keep, call=Call(options=OPTIONS, max_len=6, beam_size=3))
     first = result.steps[0]
     logits = banned(src, torch.tensor([[banned.config.bos_id]]))[0, -1]
     chosen = int(first.token_ids[0])

@@ -9,6 +9,7 @@ import torch
 from conftest import tiny_config
 
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
+from core.call import Call
 from core.positional import sinusoidal_table
 from core.sites import layer_input_site
 
@@ -17,7 +18,7 @@ DEFAULTS = InferenceOptions()
 
 def run(model, src, tgt, options=DEFAULTS, **recorder_kwargs):
     rec = Recorder(model, **recorder_kwargs)
-    logits = model(src, tgt, options=options, recorder=rec)
+    logits = model(src, tgt, call=Call(options=options, recorder=rec))
     return logits, rec.freeze()
 
 
@@ -58,7 +59,7 @@ def test_tracing_does_not_change_logits_and_is_detached_cpu(model):
         assert isinstance(a, np.ndarray) and a.dtype == np.float32
     model.train()  # grad on: recording keeps detached copies (freezing a tensor that needs grad would raise),
     rec = Recorder(model, qkv=True, activations=True)  # and nothing is kept on the module
-    logits = model(src, tgt, recorder=rec)
+    logits = model(src, tgt, call=Call(recorder=rec))
     logits.sum().backward()
     assert model.output.weight.grad is not None  # the recorded call still trains
     trained = rec.freeze()
@@ -135,8 +136,8 @@ def test_without_pe_the_encoder_is_permutation_equivariant(model):
     perm = torch.randperm(src.shape[1], generator=torch.Generator().manual_seed(0))
     opts = InferenceOptions(positional_encoding=False)
     keep = torch.ones_like(src, dtype=torch.bool)
-    a = model.encode(src, keep, options=opts)
-    b = model.encode(src[:, perm], keep, options=opts)
+    a = model.encode(src, keep, call=Call(options=opts))
+    b = model.encode(src[:, perm], keep, call=Call(options=opts))
     torch.testing.assert_close(a[:, perm], b, atol=1e-5, rtol=1e-5)
     with_pe = model.encode(src[:, perm], keep)
     assert not torch.allclose(model.encode(src, keep)[:, perm], with_pe, atol=1e-4)
@@ -148,14 +149,14 @@ def test_the_encoder_resumes_at_a_layer_from_that_layers_input(model):
     opts = InferenceOptions(ablate=frozenset({("encoder", 1, 0)}))
     rec = Recorder(model, activations=True)
     with torch.no_grad():
-        whole = model.encode(src, keep, options=opts, recorder=rec)
+        whole = model.encode(src, keep, call=Call(options=opts, recorder=rec))
         trace = rec.freeze()
         for layer in range(model.config.n_encoder_layers):
             site = layer_input_site("encoder", layer)
             x = torch.stack([torch.from_numpy(np.array(trace.select(b)[site])) for b in range(2)])
-            resumed = model.encode(src, keep, options=opts, start=(layer, x))
+            resumed = model.encode(src, keep, call=Call(options=opts), start=(layer, x))
             torch.testing.assert_close(resumed, whole, atol=1e-5, rtol=1e-5)
-        later = model.encode(src, keep, options=opts, start=(0, x))  # a later layer's input given to layer 0
+        later = model.encode(src, keep, call=Call(options=opts), start=(0, x))  # a later layer's input given to layer 0
         assert not torch.allclose(later, whole, atol=1e-3)
     with pytest.raises(ValueError, match="start: layer 9"):
         model.encode(src, keep, start=(9, x))
@@ -166,7 +167,7 @@ def test_the_encoder_resumes_at_a_layer_from_that_layers_input(model):
 def test_an_ablated_head_contributes_nothing(model):
     src, tgt = batch(5)
     opts = InferenceOptions(ablate=frozenset({("cross", 1, 1), ("encoder", 0, 0), ("decoder", 1, 0)}))
-    base = model(src, tgt, options=opts)
+    base = model(src, tgt, call=Call(options=opts))
     tweaked = Transformer(model.config).eval()
     tweaked.load_state_dict(model.state_dict())
     d_head = model.config.d_head
@@ -174,7 +175,7 @@ def test_an_ablated_head_contributes_nothing(model):
         tweaked.decoder_layers[1].cross_attn.v_proj.weight[d_head:] += 3.0
         tweaked.encoder_layers[0].self_attn.v_proj.weight[:d_head] += 3.0
         tweaked.decoder_layers[1].self_attn.v_proj.weight[:d_head] += 3.0
-    torch.testing.assert_close(tweaked(src, tgt, options=opts), base, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tweaked(src, tgt, Call(options=opts)), base, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(tweaked(src, tgt), model(src, tgt), atol=1e-3)
     assert not torch.allclose(model(src, tgt), base, atol=1e-4)  # the ablation itself changes the output
 

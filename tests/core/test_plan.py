@@ -9,6 +9,7 @@ from conftest import tiny_config
 
 import core.model
 from core import FastWeights, InferenceOptions, Recorder, Transformer
+from core.call import Call
 from core.decoding import beam_search, greedy
 from core.fast import kernel_available
 from core.layers import DecoderState
@@ -64,7 +65,7 @@ def arrays(trace):
 
 def traced(model, src, keep, opts, fast, n=12, qkv=False):
     rec = Recorder(model, qkv=qkv)
-    out = greedy(model, src, keep, options=opts, max_len=n, recorder=rec, fast=fast)
+    out = greedy(model, src, keep, call=Call(options=opts, recorder=rec, fast=fast, max_len=n))
     return out, rec.freeze()
 
 
@@ -116,15 +117,20 @@ def test_padded_untraced_steps_equal_module_path_and_decoder_key_masks_take_the_
     model, (src, keep) = peaked(), padded_batch()
     opts = InferenceOptions()
     fw = FastWeights(model)
-    fast = greedy(model, src, keep, options=opts, max_len=12, fast=fw)  # no recorder: SDPA on both paths
-    slow = greedy(model, src, keep, options=opts, max_len=12, fast=None)
+    fast = greedy(model, src, keep, call=Call(options=opts, fast=fw, max_len=12))  # no recorder: SDPA on both paths
+    slow = greedy(model, src, keep, call=Call(options=opts, fast=None, max_len=12))
     assert plan_calls["n"] == 12 and torch.equal(fast.tokens, slow.tokens)
     for a, b in zip(fast.steps, slow.steps, strict=True):
         torch.testing.assert_close(a.top_probs, b.top_probs, atol=1e-4, rtol=1e-4)
-    memory, state = model.encode(src, keep, options=opts, fast=fw), DecoderState.empty(2)
+    memory, state = model.encode(src, keep, call=Call(options=opts, fast=fw)), DecoderState.empty(2)
     start = torch.full((3, 1), model.config.bos_id)
     model.decode(
-        start, memory, keep, options=opts, state=state, fast=fw, tgt_keep=torch.tensor([[True], [True], [False]])
+        start,
+        memory,
+        keep,
+        call=Call(options=opts, fast=fw),
+        state=state,
+        tgt_keep=torch.tensor([[True], [True], [False]]),
     )
     assert plan_calls["n"] == 12  # a mask on the decoder's own keys: the module path, which applies it
 
@@ -159,7 +165,7 @@ def test_recorded_queries_keys_values_equal_module_path(plan_calls):
 def test_traced_and_untraced_decoding_pick_the_same_tokens():
     model, (src, keep) = peaked(seed=8), padded_batch()
     fw = FastWeights(model)
-    plain = greedy(model, src, keep, options=InferenceOptions(), max_len=30, fast=fw)
+    plain = greedy(model, src, keep, call=Call(options=InferenceOptions(), fast=fw, max_len=30))
     recorded, _ = traced(model, src, keep, InferenceOptions(), fw, n=30)
     assert torch.equal(plain.tokens, recorded.tokens)
     for a, b in zip(plain.steps, recorded.steps, strict=True):
@@ -179,10 +185,12 @@ def test_beam_search_with_the_plan_equals_module_path(seed, plan_calls, monkeypa
         return real_decode(*args, **kwargs)
 
     monkeypatch.setattr(model, "decode", counting_decode)
-    fast = beam_search(model, src, keep, options=InferenceOptions(), max_len=20, beam_size=4, fast=FastWeights(model))
+    fast = beam_search(
+        model, src, keep, call=Call(options=InferenceOptions(), fast=FastWeights(model), max_len=20, beam_size=4)
+    )
     assert decodes["n"] >= len(fast) > 0 and plan_calls["n"] == decodes["n"]  # every beam step ran on the plan
     planned = plan_calls["n"]
-    slow = beam_search(model, src, keep, options=InferenceOptions(), max_len=20, beam_size=4, fast=None)
+    slow = beam_search(model, src, keep, call=Call(options=InferenceOptions(), fast=None, max_len=20, beam_size=4))
     assert plan_calls["n"] == planned and decodes["n"] > planned  # the reference path: the modules
     assert fast == slow
 
@@ -193,18 +201,18 @@ def test_a_decoding_state_keeps_the_plan_for_its_rows_and_remakes_it_when_they_c
     fw = FastWeights(model)
     src = torch.randint(4, 64, (1, 6), generator=torch.Generator().manual_seed(0))
     opts = InferenceOptions()
-    memory = model.encode(src, options=opts, fast=fw).expand(4, -1, -1)
+    memory = model.encode(src, call=Call(options=opts, fast=fw)).expand(4, -1, -1)
     state = DecoderState.empty(2)
-    model.decode(torch.full((4, 1), model.config.bos_id), memory, None, options=opts, state=state, fast=fw)
+    model.decode(torch.full((4, 1), model.config.bos_id), memory, None, call=Call(options=opts, fast=fw), state=state)
     rows, _, plan = state.plan
     assert rows == 4 and plan is not None and plan_calls["n"] == 1
-    model.decode(torch.full((4, 1), 7), memory, None, options=opts, state=state, fast=fw)
+    model.decode(torch.full((4, 1), 7), memory, None, call=Call(options=opts, fast=fw), state=state)
     assert state.plan[2] is plan and plan_calls["n"] == 2 and state.length == 2  # kept across steps
     state.reorder(torch.tensor([0, 2]), same_source=True)  # two beams finished
-    model.decode(torch.full((2, 1), 9), memory[:2], None, options=opts, state=state, fast=fw)
+    model.decode(torch.full((2, 1), 9), memory[:2], None, call=Call(options=opts, fast=fw), state=state)
     assert state.plan[0] == 2 and state.plan[2] is not plan and plan_calls["n"] == 3
     reference = DecoderState.empty(2)
-    model.decode(torch.full((4, 1), model.config.bos_id), memory, None, options=opts, state=reference)
+    model.decode(torch.full((4, 1), model.config.bos_id), memory, None, call=Call(options=opts), state=reference)
     assert reference.plan is None and plan_calls["n"] == 3  # fast=None: the module path, no plan
 
 
@@ -219,13 +227,13 @@ def test_plan_is_used_only_where_it_may_be(plan_calls):
         assert make_plan(model, fw, 1) is None  # dropout would be skipped
         src = torch.randint(4, 64, (1, 6), generator=torch.Generator().manual_seed(0))
         state = DecoderState.empty(2)
-        memory = model.encode(src, options=InferenceOptions())
-        model.decode(torch.ones(1, 1, dtype=torch.long), memory, None, state=state, fast=fw)
+        memory = model.encode(src, call=Call(options=InferenceOptions()))
+        model.decode(torch.ones(1, 1, dtype=torch.long), memory, None, call=Call(fast=fw), state=state)
         assert state.plan == (1, None, None) and plan_calls["n"] == 0  # asked once, refused: not asked at every step
         model.eval()
     assert make_plan(model, fw, 1) is None  # grad on: autograd must see the modules
     keep = torch.ones_like(src, dtype=torch.bool)
-    r = greedy(ssru, src, keep, options=InferenceOptions(), max_len=5, fast=FastWeights(ssru))
+    r = greedy(ssru, src, keep, call=Call(options=InferenceOptions(), fast=FastWeights(ssru), max_len=5))
     assert len(r.steps) == 5 and plan_calls["n"] == 5  # every SSRU step on the plan
 
 
@@ -268,10 +276,12 @@ def test_ssru_beam_search_with_the_plan_equals_module_path(seed, plan_calls):
     model = peaked(seed=seed, decoder_self="ssru")
     src = torch.randint(4, 64, (1, 6), generator=torch.Generator().manual_seed(seed))
     keep = torch.ones_like(src, dtype=torch.bool)
-    fast = beam_search(model, src, keep, options=InferenceOptions(), max_len=20, beam_size=4, fast=FastWeights(model))
+    fast = beam_search(
+        model, src, keep, call=Call(options=InferenceOptions(), fast=FastWeights(model), max_len=20, beam_size=4)
+    )
     assert plan_calls["n"] > 0  # the beams' SSRU cells are reordered with the state
     planned = plan_calls["n"]
-    slow = beam_search(model, src, keep, options=InferenceOptions(), max_len=20, beam_size=4, fast=None)
+    slow = beam_search(model, src, keep, call=Call(options=InferenceOptions(), fast=None, max_len=20, beam_size=4))
     assert plan_calls["n"] == planned and fast == slow
 
 
@@ -297,10 +307,10 @@ def test_switched_off_heads_stay_off_at_every_decoding_step(path, plan_calls):
     model, (src, keep) = peaked(), padded_batch()
     opts = InferenceOptions(ablate=frozenset({("decoder", 0, 1), ("cross", 1, 0), ("cross", 0, 1)}))
     fw = FastWeights(model) if path == "plan" else None
-    out = greedy(model, src, keep, options=opts, max_len=8, fast=fw)
+    out = greedy(model, src, keep, call=Call(options=opts, fast=fw, max_len=8))
     assert (plan_calls["n"] == 8) == (path == "plan")
     tgt = out.tokens[:, :-1]
-    ablated = torch.softmax(model(src, tgt, options=opts, src_keep=keep), -1)  # (B, T, V)
+    ablated = torch.softmax(model(src, tgt, call=Call(options=opts), src_keep=keep), -1)  # (B, T, V)
     plain = torch.softmax(model(src, tgt, src_keep=keep), -1)
     chosen = out.tokens[:, 1:]
     probs = torch.stack([s.probs for s in out.steps], dim=1)  # (B, T)

@@ -16,6 +16,7 @@ from marian_folders import write_marian_shortlist
 
 import core
 from core import CheckpointError, InferenceOptions, InputError, Transformer
+from core.call import Call
 from core.decoding import beam_search, greedy
 from core.shortlist import FILE_NAME, Shortlist
 
@@ -78,8 +79,8 @@ def test_greedy_over_a_shortlist_is_the_softmax_over_those_rows(peaked, fast):
     src, keep = _src()
     fw = core.FastWeights(peaked) if fast else None
     everything = torch.arange(64)
-    full = greedy(peaked, src, keep, options=OPTS, max_len=8, fast=fw)
-    same = greedy(peaked, src, keep, options=OPTS, max_len=8, fast=fw, vocab=everything)
+    full = greedy(peaked, src, keep, call=Call(options=OPTS, fast=fw, max_len=8))
+    same = greedy(peaked, src, keep, call=Call(options=OPTS, fast=fw, vocab=everything, max_len=8))
     assert torch.equal(full.tokens, same.tokens)
     for a, b in zip(full.steps, same.steps, strict=True):
         torch.testing.assert_close(a.top_probs, b.top_probs)
@@ -87,7 +88,7 @@ def test_greedy_over_a_shortlist_is_the_softmax_over_those_rows(peaked, fast):
     # a shortlist without the full run's first choice: decoding picks among the rows, probabilities renormalised
     first = int(full.tokens[0, 1])
     vocab = torch.tensor([i for i in range(64) if i != first and i % 2 == first % 2])
-    short = greedy(peaked, src, keep, options=OPTS, max_len=8, fast=fw, vocab=vocab, top_k=5)
+    short = greedy(peaked, src, keep, call=Call(options=OPTS, fast=fw, vocab=vocab, max_len=8, top_k=5))
     chosen = short.tokens[0, 1 : 1 + short.lengths[0]]
     assert bool(torch.isin(chosen, vocab).all()) and int(chosen[0]) != first
     with torch.inference_mode():  # the same numbers from a teacher-forced full pass, restricted by hand
@@ -102,12 +103,12 @@ def test_greedy_over_a_shortlist_is_the_softmax_over_those_rows(peaked, fast):
 def test_beam_search_over_a_shortlist(peaked):
     src, keep = _src()
     everything = torch.arange(64)
-    assert beam_search(peaked, src, keep, options=OPTS, max_len=8, beam_size=3) == beam_search(
-        peaked, src, keep, options=OPTS, max_len=8, beam_size=3, vocab=everything
+    assert beam_search(peaked, src, keep, call=Call(options=OPTS, max_len=8, beam_size=3)) == beam_search(
+        peaked, src, keep, call=Call(options=OPTS, vocab=everything, max_len=8, beam_size=3)
     )
     vocab = torch.arange(0, 64, 3)
     history: list = []
-    out = beam_search(peaked, src, keep, options=OPTS, max_len=8, beam_size=3, vocab=vocab, history=history)
+    out = beam_search(peaked, src, keep, call=Call(options=OPTS, vocab=vocab, max_len=8, beam_size=3), history=history)
     # the same search over every id, with an output bias of -inf outside the list: log_softmax makes them equal
     ruled_out = Transformer(dataclasses.replace(peaked.config, output_bias=True)).eval()
     ruled_out.load_state_dict(peaked.state_dict(), strict=False)
@@ -117,7 +118,7 @@ def test_beam_search_over_a_shortlist(peaked):
         ruled_out.output.bias.zero_()
         ruled_out.output.bias[outside] = float("-inf")
     reference: list = []
-    assert out == beam_search(ruled_out, src, keep, options=OPTS, max_len=8, beam_size=3, history=reference)
+    assert out == beam_search(ruled_out, src, keep, call=Call(options=OPTS, max_len=8, beam_size=3), history=reference)
     for step, ref in zip(history, reference, strict=True):
         assert np.array_equal(step.candidate_ids, ref.candidate_ids)
         assert np.array_equal(step.candidate_parents, ref.candidate_parents)
@@ -223,14 +224,14 @@ def test_a_decoding_state_rebuilds_its_plan_when_the_vocabulary_changes(peaked):
     src, keep = _src()
     fw = core.FastWeights(peaked)
     with torch.inference_mode():
-        memory = peaked.encode(src, keep, fast=fw)
+        memory = peaked.encode(src, keep, call=Call(fast=fw))
         state = DecoderState.empty(peaked.config.n_decoder_layers)
         start = torch.tensor([[peaked.config.bos_id]])
-        short = peaked.decode(start, memory, None, state=state, fast=fw, vocab=torch.arange(0, 64, 2))
-        after = peaked.decode(torch.tensor([[9]]), memory, None, state=state, fast=fw)  # now over every id
+        short = peaked.decode(start, memory, None, call=Call(fast=fw, vocab=torch.arange(0, 64, 2)), state=state)
+        after = peaked.decode(torch.tensor([[9]]), memory, None, call=Call(fast=fw), state=state)  # now over every id
         fresh = DecoderState.empty(peaked.config.n_decoder_layers)
-        first = peaked.decode(start, memory, None, state=fresh, fast=fw)
-        second = peaked.decode(torch.tensor([[9]]), memory, None, state=fresh, fast=fw)
+        first = peaked.decode(start, memory, None, call=Call(fast=fw), state=fresh)
+        second = peaked.decode(torch.tensor([[9]]), memory, None, call=Call(fast=fw), state=fresh)
     assert short.shape[-1] == 32 and after.shape[-1] == 64
     torch.testing.assert_close(short, first[..., ::2])
     torch.testing.assert_close(after, second)
@@ -243,9 +244,9 @@ def test_a_suppressed_id_in_the_shortlist_is_never_chosen():
         model.output.bias[7] = 50.0  # the model's favourite everywhere: only the suppression keeps it out
     src, keep = _src()
     vocab = torch.tensor([2, 5, 7, 9, 11, 13, 17, 19])
-    out = greedy(model, src, keep, options=OPTS, max_len=6, vocab=vocab, top_k=8)
+    out = greedy(model, src, keep, call=Call(options=OPTS, vocab=vocab, max_len=6, top_k=8))
     assert 7 not in out.tokens[0, 1:].tolist()
     for step in out.steps:
         assert float(step.top_probs[0][step.top_ids[0] == 7].sum()) == 0.0
-    beam = beam_search(model, src, keep, options=OPTS, max_len=6, beam_size=3, vocab=vocab)
+    beam = beam_search(model, src, keep, call=Call(options=OPTS, vocab=vocab, max_len=6, beam_size=3))
     assert 7 not in beam and set(beam) <= set(vocab.tolist())

@@ -10,6 +10,7 @@ import torch
 
 import core
 from core import InferenceOptions, Recorder, Trace, Translation
+from core.call import Call
 from core.sites import attention_site
 
 
@@ -119,7 +120,7 @@ def test_causal_mask_off_keeps_what_each_step_computed(bundle):
         tgt = torch.tensor(out.trace["ids.tgt"][: i + 1])[None]
         rec = Recorder(bundle.model)
         with torch.no_grad():
-            bundle.model(src, tgt, options=opts, recorder=rec)
+            bundle.model(src, tgt, call=Call(options=opts, recorder=rec))
         own = rec.freeze().attention("decoder", 1)[:, -1]  # (H, i + 1)
         np.testing.assert_allclose(out.steps[i].attention("decoder", 1), own, atol=1e-5)
         np.testing.assert_allclose(rows[:, i, : i + 1], own, atol=1e-5)
@@ -155,7 +156,7 @@ def test_recorder_is_made_from_the_model_and_freezes_once_it_ran(model):
         rec.freeze()
     src = torch.randint(4, 64, (1, 5))
     with torch.no_grad():
-        model(src, src, recorder=rec)
+        model(src, src, call=Call(recorder=rec))
     trace = rec.freeze()
     assert trace.src_tokens == [str(i) for i in src[0].tolist()]  # no tokenizer given: ids as text
     assert trace.kinds == ("encoder", "decoder", "cross") and trace.n_heads == model.config.n_heads

@@ -7,6 +7,7 @@ import torch
 import core
 from core import InputError, Recorder
 from core.analysis.attribution import attribute, integrated_gradients, spearman
+from core.call import Call
 
 
 def test_integrated_gradients_of_a_linear_function_is_gradient_times_input():
@@ -61,7 +62,7 @@ def test_attribution_on_the_model(bundle):
     tgt = torch.tensor([[bundle.config.bos_id] + out_ids[:position]])
     rec = Recorder(bundle.model, record=False, keep_grad=("embed.src",))
     with torch.enable_grad():
-        logits = bundle.model(src, tgt, recorder=rec, src_keep=torch.ones_like(src, dtype=torch.bool))
+        logits = bundle.model(src, tgt, call=Call(recorder=rec), src_keep=torch.ones_like(src, dtype=torch.bool))
         torch.log_softmax(logits[0, position], -1)[out_ids[position]].backward()
     leaf = rec.leaf("embed.src")
     np.testing.assert_allclose(a.source_grad_x_input, (leaf.grad[0] * leaf.detach()[0]).sum(-1).numpy(), atol=1e-5)

@@ -9,6 +9,7 @@ import torch
 import core
 from core import InferenceOptions
 from core.analysis import all_heads_but, head_importance
+from core.call import Call
 from core.decoding import greedy
 from core.sites import attention_site
 
@@ -22,7 +23,7 @@ def logprob(model, src_ids, out_ids, options):
     src = torch.tensor([src_ids])
     tgt = torch.tensor([[model.config.bos_id] + out_ids[:-1]])
     with torch.no_grad():
-        logp = torch.log_softmax(model(src, tgt, options=options).float(), -1)
+        logp = torch.log_softmax(model(src, tgt, call=Call(options=options)).float(), -1)
     return float(logp[0, torch.arange(len(out_ids)), out_ids].sum())
 
 
@@ -39,7 +40,9 @@ def test_batched_rows_equal_each_head_switched_off_alone(bundle):
         assert e.delta_logprob == pytest.approx(logprob(bundle.model, src_ids, out_ids, alone) - base, abs=1e-4)
         # 'output changes' is what greedy decoding with the head off really does
         src = torch.tensor([src_ids])
-        single = greedy(bundle.model, src, torch.ones_like(src, dtype=torch.bool), options=alone, max_len=len(out_ids))
+        single = greedy(
+            bundle.model, src, torch.ones_like(src, dtype=torch.bool), call=Call(options=alone, max_len=len(out_ids))
+        )
         own = single.tokens[0, 1 : 1 + single.lengths[0]].tolist()
         assert e.output_changed == (own != out_ids)
         if e.output_changed:
@@ -115,7 +118,12 @@ def test_scoring_a_few_positions_at_a_time_equals_scoring_the_whole_logits(bundl
     opts = [InferenceOptions(ablate=frozenset({("cross", 1, h)})) for h in range(2)] + [InferenceOptions()]
     with torch.no_grad():
         states = torch.cat(
-            [bundle.model.decode(tgt, bundle.model.encode(src, options=o), None, options=o, hidden=True) for o in opts]
+            [
+                bundle.model.decoder_states(
+                    tgt, bundle.model.encode(src, call=Call(options=o)), None, call=Call(options=o)
+                )
+                for o in opts
+            ]
         )
         logits = bundle.model.logits(states)
     target = torch.tensor(out_ids)
@@ -153,7 +161,7 @@ def test_the_gradient_estimate_is_the_first_order_change_of_switching_a_head_off
     def scaled(site, h, factor):
         rec = Recorder(bundle.model, record=False, interventions=[ScaleHeads(site, (h,), factor)])
         with torch.no_grad():
-            logp = torch.log_softmax(bundle.model(src, tgt, recorder=rec).float(), -1)
+            logp = torch.log_softmax(bundle.model(src, tgt, call=Call(recorder=rec)).float(), -1)
         return float(logp[0, torch.arange(len(out_ids)), out_ids].sum())
 
     eps = 1e-3

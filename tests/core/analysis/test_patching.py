@@ -7,6 +7,7 @@ import torch
 import core
 from core import InputError, Patch, Recorder
 from core.analysis.patching import activation_patching
+from core.call import Call
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def prob(model, src_ids, out_ids, position, *interventions):
         logits = model(
             src,
             tgt,
-            recorder=Recorder(model, record=False, interventions=interventions),
+            call=Call(recorder=Recorder(model, record=False, interventions=interventions)),
             src_keep=torch.ones_like(src, dtype=torch.bool),
         )
     return float(torch.softmax(logits[0, position], -1)[out_ids[position]])
@@ -48,7 +49,7 @@ def test_every_site_equals_its_own_single_patch(bundle, case):
     rec = Recorder(bundle.model, activations=True)
     src, tgt = torch.tensor([clean]), torch.tensor([[bundle.config.bos_id] + out_ids[:-1]])
     with torch.no_grad():
-        bundle.model(src, tgt, recorder=rec, src_keep=torch.ones_like(src, dtype=torch.bool))
+        bundle.model(src, tgt, call=Call(recorder=rec), src_keep=torch.ones_like(src, dtype=torch.bool))
     trace = rec.freeze()
     for layer, site in ((0, "embed.src"), (2, "encoder.1.out")):
         for j in (0, 1, len(clean) - 1):
@@ -88,6 +89,6 @@ def test_patching_with_the_causal_mask_off_reads_the_whole_prefix(bundle, case):
     r = activation_patching(bundle.model, clean, corrupt, out_ids, position=0, options=opts)
     src, tgt = torch.tensor([corrupt]), torch.tensor([[bundle.config.bos_id] + out_ids[:-1]])
     with torch.no_grad():
-        logits = bundle.model(src, tgt, options=opts, src_keep=torch.ones_like(src, dtype=torch.bool))
+        logits = bundle.model(src, tgt, call=Call(options=opts), src_keep=torch.ones_like(src, dtype=torch.bool))
     assert r.p_corrupt == pytest.approx(float(torch.softmax(logits[0, 0], -1)[out_ids[0]]), abs=1e-5)
     assert r.decoder.shape == (2, 1)

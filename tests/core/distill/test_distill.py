@@ -12,6 +12,7 @@ import torch
 from conftest import FIXTURES, build_tiny_checkpoint, tiny_config
 
 from core import CheckpointMeta, InferenceOptions, Transformer, load_checkpoint, save_checkpoint
+from core.call import Call
 from core.cli.distill import add_arguments, run
 from core.config import heads
 from core.decoding import greedy
@@ -100,23 +101,27 @@ def test_zero_out_proj_student_equals_teacher_with_ssru_output_zero() -> None:
     assert not torch.allclose(
         s, teacher(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep), atol=1e-3
     )  # the SSRU matters
-    a = greedy(student, src, src_keep, options=InferenceOptions(), max_len=8, top_k=1)
-    b = greedy(silenced, src, src_keep, options=InferenceOptions(), max_len=8, top_k=1)
+    a = greedy(student, src, src_keep, call=Call(options=InferenceOptions(), max_len=8, top_k=1))
+    b = greedy(silenced, src, src_keep, call=Call(options=InferenceOptions(), max_len=8, top_k=1))
     assert torch.equal(a.tokens, b.tokens)
     # the switches are no-ops at initialisation (self-attention contributes nothing yet) ...
-    off = student(src, tgt_in, options=InferenceOptions(causal_mask=False), src_keep=src_keep, tgt_keep=tgt_keep)
+    off = student(
+        src, tgt_in, call=Call(options=InferenceOptions(causal_mask=False)), src_keep=src_keep, tgt_keep=tgt_keep
+    )
     assert torch.allclose(off, s, atol=1e-5)
     # ... and not once out_proj is non-zero
     with torch.no_grad():
         student.decoder_layers[0].self_attn.out_proj.weight.normal_()
     s2 = student(src, tgt_in, src_keep=src_keep, tgt_keep=tgt_keep)
     assert not torch.allclose(s2, s, atol=1e-3)
-    off2 = student(src, tgt_in, options=InferenceOptions(causal_mask=False), src_keep=src_keep, tgt_keep=tgt_keep)
+    off2 = student(
+        src, tgt_in, call=Call(options=InferenceOptions(causal_mask=False)), src_keep=src_keep, tgt_keep=tgt_keep
+    )
     assert not torch.allclose(off2, s2, atol=1e-3)
     ablated = student(
         src,
         tgt_in,
-        options=InferenceOptions(ablate=heads("decoder", [0, 1], [0, 1])),
+        call=Call(options=InferenceOptions(ablate=heads("decoder", [0, 1], [0, 1]))),
         src_keep=src_keep,
         tgt_keep=tgt_keep,
     )
