@@ -36,7 +36,8 @@ if _refusal:
     st.error(_refusal, icon=":material/gpp_bad:")
     st.stop()
 
-FILES = {"head": "head_detail"}  # views/head_detail.py, not to be confused with views/heads.py (its path stays /head)
+# views/head_detail.py, not to be confused with views/heads.py (its path stays /head); views/model_map.py at /map
+FILES = {"head": "head_detail", "map": "model_map"}
 PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too, but the overview's is the root
     key: st.Page(
         f"views/{FILES.get(key, key)}.py",
@@ -54,6 +55,7 @@ PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too, b
         ("explain", "Why this word?", "psychology_alt"),
         ("heads", "What does each head do?", "category"),
         ("learn", "Learn: attention by hand", "calculate"),
+        ("map", "Model map", "account_tree"),
     ]
 }
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from conftest import build_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ["head", "masks", "positional", "steps", "heads", "learn", "explain", "overview"]
+PAGES = ["head", "masks", "positional", "steps", "heads", "learn", "explain", "overview", "map"]
 
 SCRIPT = r"""
 import json, sys

@@ -130,6 +130,21 @@ SESSION_KEYS: dict[str, str] = {
     **dict.fromkeys(("dl_json", "dl_npz"), "widgets/export.py"),
     **dict.fromkeys(("overview_head", "grid_{kind}", "causal_rows_{kind}", "ssru_{layer}"), "views/overview.py"),
     "head_detail": "views/head_detail.py",
+    **dict.fromkeys(
+        (
+            "map_layers",
+            "map_block",
+            "map_flow",
+            "_map_clicked",
+            "map_values",
+            "map_paper_row",
+            "map_paper_chart",
+            "map_cost_chart",
+            "map_measure",
+            "_map_measured",
+        ),
+        "views/model_map.py",
+    ),
     **dict.fromkeys(("mask_kind", "mask_item", "mask_panels", "mask_stages", "masks_{name}"), "views/masks.py"),
     **dict.fromkeys(
         (

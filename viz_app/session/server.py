@@ -42,6 +42,7 @@ LAZY_MODULES = (
     "viz_app.figures.learn",
     "viz_app.figures.head_roles",
     "viz_app.figures.explain",
+    *("viz_app.figures.model_map", "viz_app.figures.model_accounting", "core.anatomy"),  # the Model map
     "viz_app.claims_explain",
 )
 
