@@ -19,7 +19,6 @@ from safetensors.numpy import load_file
 
 import core
 from core import CheckpointError
-from core.call import Call
 from core.cli import build_parser
 from core.cli import import_bergamot as command
 from core.importers import bergamot, bergamot_wheel
@@ -250,7 +249,7 @@ def test_tiny_model_greedy_and_trace_match_reference(tiny):
     bundle = core.load(ckpt, device="cpu")
     text = "Is there any tea left?"
     src_ids = bundle.tokenizer.encode(text) + [0]
-    expected = MarianReference(T, N_ENC, N_DEC, H).greedy(src_ids, call=Call(max_len=8))
+    expected = MarianReference(T, N_ENC, N_DEC, H).greedy(src_ids, max_len=8)
     out = bundle.translate(text, max_len=8)
     assert [s.token_id for s in out.steps] == expected
     assert out.trace.kinds == ("encoder", "cross")
