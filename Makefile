@@ -46,8 +46,8 @@ $(VENV)/.bench-installed: $(STAMP)
 	touch $@
 
 bench: $(VENV)/.bench-installed models browser
-	$(BIN)/python benchmarks/run.py
-	$(BIN)/python benchmarks/long_pages.py --rounds 3
+	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.long_pages --rounds 3
 
 train: $(STAMP)
 	$(BIN)/python -m core train --run-dir runs/ding-en-de --out checkpoints/ding-en-de \

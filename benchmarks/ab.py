@@ -1,7 +1,7 @@
 """A/B of our engine against an earlier commit, in one session: ours traced and untraced, 20 -> 20 tokens.
 
-    python benchmarks/ab.py --base REV [--repeats 6] [--rounds 20]
-    python benchmarks/ab.py --base REV --checkpoint bergamot-en-pt   # a real model: 20 built-in sentences a round
+    python -m benchmarks.ab --base REV [--repeats 6] [--rounds 20]
+    python -m benchmarks.ab --base REV --checkpoint bergamot-en-pt   # a real model: 20 built-in sentences a round
 
 Checks REV out into a temporary git worktree, then alternates fresh processes of the two engines (each imports
 its own ``benchmarks/contenders.py`` and ``core``), each timing ``--rounds`` translations per contender with
@@ -24,8 +24,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = """
 import json, statistics, sys, time, torch
 torch.set_num_threads(1)
-sys.path[:0] = [sys.argv[1] + "/benchmarks", sys.argv[1]]
-import contenders as C
+import benchmarks.contenders as C  # the tree's own: the worker runs in it (python -c puts the cwd first)
 if sys.argv[3]:  # a checkpoint: text -> text on the built-in sentences, traced (no q/k/v) and untraced
     import core
     from core.analysis.sentences import builtin_sentences
@@ -60,7 +59,11 @@ print(json.dumps({name: statistics.median(v) for name, v in times.items()}))
 
 def run(tree: Path, rounds: int, checkpoint: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, str(tree), str(rounds), checkpoint], capture_output=True, text=True, check=True
+        [sys.executable, "-c", WORKER, str(tree), str(rounds), checkpoint],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -1,6 +1,6 @@
 """Do head importance, attribution and cross-attention agree? Measured on held-out sentences of the default model.
 
-    python benchmarks/agreement.py [--sentences 20] [--steps 16]
+    python -m benchmarks.agreement [--sentences 20] [--steps 16]
 
 For each of the first N Ding test sentences (``core.training.corpus.make_split``, the split the distilled
 student was scored on) the default checkpoint translates greedily; then, for every output token but the final
@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
+import core
+from core.analysis import head_importance
+from core.analysis.attribution import attribute, spearman
+from core.training.corpus import fetch_ding, make_split, read_ding
 
-import core  # noqa: E402
-from core.analysis import head_importance  # noqa: E402
-from core.analysis.attribution import attribute, spearman  # noqa: E402
-from core.training.corpus import fetch_ding, make_split, read_ding  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:

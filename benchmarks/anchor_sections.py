@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from anchors import (
+import core
+
+from .anchors import (
     GROUP,
     ROOT,
     SHORTLIST,
@@ -26,10 +28,8 @@ from anchors import (
     wheel_path,
     x,
 )
-from limits import Shape
-from timing import paired_ratio
-
-import core
+from .limits import Shape
+from .timing import paired_ratio
 
 TRACED, UNTRACED = "ours, every head recorded (→ Trace)", "ours, untraced"
 TRACED_SL = "ours with the engine's shortlist, every head recorded (→ Trace)"

@@ -27,14 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from limits import Shape, matmul_work, shape_flops, shape_weight_bytes, stream_work
-from timing import Stat, interleaved, paired_ratio
 
 import core
 from core.analysis.sentences import builtin_sentences
 from core.call import Call
 from core.decoding import DecodeResult, default_max_len, greedy
 from core.importers.bergamot_wheel import WHEEL_GLOB
+
+from .limits import Shape, matmul_work, shape_flops, shape_weight_bytes, stream_work
+from .timing import Stat, interleaved, paired_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUP = 4  # sentences per timed call

@@ -1,4 +1,4 @@
-"""Translation timings on a CUDA device beside the same machine's CPU: ``python benchmarks/gpu.py CKPT ... --out F``.
+"""Translation timings on a CUDA device beside the same machine's CPU: ``python -m benchmarks.gpu CKPT ... --out F``.
 
 For each checkpoint and device: greedy translation of held-out English sentences one at a time, traced
 (``Bundle.translate``, what the app calls) and untraced (core's KV-cached greedy with the packed weights), and
@@ -13,20 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmark modules import each other by name
+import core
+from core.call import Call
+from core.decoding import default_max_len, greedy, output_text
 
-from anchors import ours  # noqa: E402
-from timing import interleaved  # noqa: E402
-
-import core  # noqa: E402
-from core.call import Call  # noqa: E402
-from core.decoding import default_max_len, greedy, output_text  # noqa: E402
+from .anchors import ours
+from .timing import interleaved
 
 
 def sentences(n: int) -> list[str]:

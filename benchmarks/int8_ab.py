@@ -1,6 +1,6 @@
 """A route measured and not taken (#18): int8 weights for the few-row products, against the FLOP limit.
 
-    python benchmarks/int8_ab.py [--checkpoint distilled-en-pt] [--rounds 21]
+    python -m benchmarks.int8_ab [--checkpoint distilled-en-pt] [--rounds 21]
 
 Two copies of a checkpoint: one as the app runs it (the packed float16 weights, exact for every checkpoint made
 here), one whose matrices multiplied on at most 32 rows (every decoding step, the encoder of a short sentence) go
@@ -15,20 +15,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmark modules import each other by name
+import core
 
-from anchors import WARMUP, groups, lengths, ours  # noqa: E402
-from limits import Shape, matmul_work, shape_flops  # noqa: E402
-
-import core  # noqa: E402
+from .anchors import WARMUP, groups, lengths, ours
+from .limits import Shape, matmul_work, shape_flops
 
 ROWS = 32  # at most this many rows take the int8 kernel (as the float16 one: core.fast.ROWS_MAX)
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from contenders import Sizes
 
 from core.config import ModelConfig
+
+from .contenders import Sizes
 
 
 @dataclass(frozen=True)

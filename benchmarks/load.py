@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import core
-from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+from .serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
 SUBJECTS = ["The old farmer", "My sister", "A young teacher", "The tired doctor", "Our neighbour", "The little boy",

@@ -1,6 +1,6 @@
 """Every page on a ~200-piece sentence, in a real browser: seconds from the click (or Enter) to a settled page.
 
-``python benchmarks/long_pages.py [--checkpoint distilled-en-pt] [--rounds 2]`` starts ``streamlit run
+``python -m benchmarks.long_pages [--checkpoint distilled-en-pt] [--rounds 2]`` starts ``streamlit run
 viz_app/app.py``, types one long sentence (no full stop inside: the app splits pasted text into sentences),
 then opens each page from the sidebar. A page counts as settled when the server has sent "script finished"
 (read from the app's websocket), its own title shows, nothing on it is stale, every Plotly chart has drawn its
@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from app_cost import SHORT
 
 import core
-from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+from .app_cost import SHORT
+from .serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
 CLAUSES = [s.rstrip(".").lower() for s in SHORT] + [  # app_cost's short sentences first, then more clauses
@@ -163,7 +164,7 @@ def run(root: Path, name: str, rounds: int, pieces: int) -> dict[str, Any]:
 
 def report(result: dict[str, Any], name: str) -> str:
     lines = [
-        "# Every page on a long sentence (`python benchmarks/long_pages.py`)",
+        "# Every page on a long sentence (`python -m benchmarks.long_pages`)",
         "",
         f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; torch {torch.__version__}",

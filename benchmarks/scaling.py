@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import contenders as C
 import torch
-from timing import interleaved, paired_ratio
 
 import core
 from core.call import Call
 from core.decoding import beam_search, greedy
+
+from . import contenders as C
+from .timing import interleaved, paired_ratio
 
 LENGTHS = (10, 25, 50, 100, 200, 500)
 BEAMS = (1, 2, 4, 8)

@@ -1,6 +1,7 @@
 """Start the app with `streamlit run` on a free localhost port and wait until it is healthy.
 
-Shared by the end-to-end browser test and the app benchmark; never imported by the app itself.
+Shared by the end-to-end browser tests (``from benchmarks.serve import ...``) and the app benchmarks; never
+imported by the app itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-APP = Path(__file__).resolve().parent / "app.py"
+APP = Path(__file__).resolve().parents[1] / "viz_app" / "app.py"
 # Debian's Chromium, as the browser test and the app benchmark drive it (Playwright cannot fetch its own here);
 # without the background-networking flags Chromium keeps dialling out of this closed machine
 CHROMIUM = Path("/usr/bin/chromium")

@@ -1,6 +1,6 @@
 """Tried and rejected for the long-sentence student: decoding it over its teacher's lexical shortlist.
 
-    python benchmarks/student_shortlist.py [--buckets 2,3] [--per-bucket 100]
+    python -m benchmarks.student_shortlist [--buckets 2,3] [--per-bucket 100]
 
 The distilled student shares its teacher's vocabulary (``build_student`` copies the embeddings and the output
 layer), so the teacher's lexical shortlist (``checkpoints/bergamot-en-pt/shortlist.safetensors``: the 50 most
@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import core  # noqa: E402
-from core.distill.fidelity import (  # noqa: E402
+import core
+from core.distill.fidelity import (
     BUCKETS,
     bucket_fidelity,
     heldout_sentences,
@@ -33,7 +29,9 @@ from core.distill.fidelity import (  # noqa: E402
     known_words,
     word_list,
 )
-from core.training.evaluate import translate_many  # noqa: E402
+from core.training.evaluate import translate_many
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HEADER = [
     "| source pieces | inputs | decoding | shortlist rows (median) | chrF vs teacher | BLEU | cut short | non-words "
@@ -62,7 +60,7 @@ def main() -> None:
     known = known_words(references, word_list("pt", ROOT / "data" / "wordlists"))
     lines = [
         "# The student over its teacher's shortlist "
-        f"(`python benchmarks/student_shortlist.py --buckets {args.buckets}`)",
+        f"(`python -m benchmarks.student_shortlist --buckets {args.buckets}`)",
         "",
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; distilled-en-pt against bergamot-en-pt's greedy output.",
         "",

@@ -51,7 +51,7 @@ start)
     $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__)"
     $PY -m core import-bergamot --if-missing
     mkdir -p "$R"
-    $PY benchmarks/gpu.py checkpoints/bergamot-en-pt --out "$R/gpu-teacher.json" 2>&1 | tee "$R/gpu-teacher.md"
+    $PY -m benchmarks.gpu checkpoints/bergamot-en-pt --out "$R/gpu-teacher.json" 2>&1 | tee "$R/gpu-teacher.md"
     left() { python3 -c "print(max(0.0, round(($stop_at - $(date +%s)) / 60, 2)))"; }
     # en->pt teacher first; then en->pt training beside the pt->en run, whose sources are the en->pt teacher's
     # Portuguese (so it must wait for the whole teacher stage). Each training stops at stop_at.
@@ -102,7 +102,7 @@ EOF
         $D/*/sources.json $D/*/*.stats.json $D/*/dev.* $D/*/test.*
     # the teacher's translations of the training inputs (about 27 MB compressed: over one returned file's limit)
     tar czf - $D/en-pt/train.tgt $D/pt-en/train.src $D/pt-en/train.tgt | split -b 15M - "$out/teacher-data.tgz."
-    $PY benchmarks/gpu.py $R/en-pt/best $R/pt-en/best --out "$out/gpu-students.json" 2>&1 | tee "$out/gpu-students.md"
+    $PY -m benchmarks.gpu $R/en-pt/best $R/pt-en/best --out "$out/gpu-students.json" 2>&1 | tee "$out/gpu-students.md"
     ls -la "$out"
     ;;
 *)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.append(str(BENCH))  # the benchmark modules import each other by name
-
-from limits import last_level_cache  # noqa: E402
+from benchmarks.limits import last_level_cache
 
 
 def cache_tree(root: Path, sizes: dict[str, str]) -> Path:

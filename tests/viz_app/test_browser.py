@@ -16,7 +16,7 @@ import torch
 from conftest import build_tiny_checkpoint
 
 import core
-from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 pytestmark = pytest.mark.browser
 

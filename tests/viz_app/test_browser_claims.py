@@ -19,8 +19,8 @@ import torch
 from conftest import build_tiny_checkpoint
 
 import core
+from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 from viz_app import claims
-from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 pytestmark = pytest.mark.browser
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import build_tiny_checkpoint
 
+from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 from viz_app import guard
-from viz_app.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"

@@ -1,0 +1,1 @@
+"""The lab's benchmarks: ``python -m benchmarks.run`` (``make bench``); see README.md here."""
