@@ -1,4 +1,4 @@
-"""Describe a checkpoint."""
+"""describe a checkpoint"""
 
 from __future__ import annotations
 

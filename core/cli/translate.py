@@ -1,4 +1,4 @@
-"""Translate a sentence (optionally print every attention array as JSON)."""
+"""translate a sentence (optionally print every attention array as JSON)"""
 
 from __future__ import annotations
 
