@@ -430,6 +430,7 @@ def prepare(
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format_version") == FORMAT_VERSION and meta.get("params") == params:
             return read_split(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made is named now, not after the parse
     pairs = read_ding(fetch_ding(cache_dir), max_alts=max_alts)
     split = make_split(pairs, n_dev=n_dev, n_test=n_test, seed=seed)
     write_split(split, out_dir, params=params)

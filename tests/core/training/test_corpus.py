@@ -234,6 +234,20 @@ def test_prepare_reuses_written_split(tmp_path: Path, monkeypatch: pytest.Monkey
         prepare(out, cache, n_dev=2, n_test=3, seed=6)
 
 
+def test_a_split_folder_that_cannot_be_made_is_named_before_the_corpus_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`eval --split a_file/split` parsed the whole Ding corpus (a minute here; a download on a fresh machine)
+    before it said 'Not a directory'."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x", encoding="utf-8")
+    fetched = []
+    monkeypatch.setattr("core.training.corpus.fetch_ding", lambda cache_dir: fetched.append(cache_dir))
+    with pytest.raises(NotADirectoryError) as raised:
+        prepare(a_file / "split", tmp_path / "cache")
+    assert raised.value.filename == str(a_file / "split") and not fetched
+
+
 def test_fetch_ding_returns_existing_file(tmp_path: Path) -> None:
     target = tmp_path / "usr/share/trans/de-en"
     target.parent.mkdir(parents=True)
