@@ -10,8 +10,8 @@ import pytest
 
 import core
 import core.training.corpus
+from core.cli import eval as eval_command  # the `eval` command: what it calls is patched where it looks it up
 from core.cli import main
-from core.distill import fidelity as fidelity_module
 from core.distill.fidelity import (
     BUCKETS,
     bucket_fidelity,
@@ -105,7 +105,7 @@ def _by_length_counts(capsys, checkpoint: Path, *extra: str) -> list[int]:
 
 def test_by_length_scores_test_sentences_by_default(tiny_checkpoint, split_dir, capsys, monkeypatch) -> None:
     languages: list[str] = []
-    monkeypatch.setattr(fidelity_module, "word_list", lambda language: languages.append(language) or set())
+    monkeypatch.setattr(eval_command, "word_list", lambda language: languages.append(language) or set())
     tokenizer = core.load(tiny_checkpoint, device="cpu").tokenizer
     expected = {
         which: [len(b) for b in inputs_by_length(heldout_sentences(split_dir, which), tokenizer, per_bucket=20)]
@@ -118,7 +118,7 @@ def test_by_length_scores_test_sentences_by_default(tiny_checkpoint, split_dir, 
 
 
 def test_by_length_reads_sources_from_a_file(tiny_checkpoint, split_dir, tmp_path, capsys, monkeypatch) -> None:
-    monkeypatch.setattr(fidelity_module, "word_list", lambda language: set())
+    monkeypatch.setattr(eval_command, "word_list", lambda language: set())
     sources = tmp_path / "test.src"
     sources.write_text("Olá.\n\n  Bom dia.  \nO gato dorme.\nObrigado.\n", encoding="utf-8")
     assert source_sentences(sources) == ["Olá.", "Bom dia.", "O gato dorme.", "Obrigado."]
@@ -211,8 +211,8 @@ def test_corpus_words_and_the_teacher_corpus_option(tiny_checkpoint, split_dir, 
         seen.update(kwargs)
         return []
 
-    monkeypatch.setattr(fidelity_module, "word_list", lambda language: {"debian"})
-    monkeypatch.setattr(fidelity_module, "fidelity", spy)
+    monkeypatch.setattr(eval_command, "word_list", lambda language: {"debian"})
+    monkeypatch.setattr(eval_command, "fidelity", spy)
     argv = ["eval", "--by-length", "--checkpoint", str(tiny_checkpoint), "--teacher", str(tiny_checkpoint)]
     assert main([*argv, "--split", str(split_dir), "--teacher-corpus", str(corpus)]) == 0
     assert seen["word_list"] == {"debian"} | corpus_words(corpus) and seen["language"] == "de"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import core
+from core.cli import eval as eval_command  # the `eval` command: what it calls is patched where it looks it up
 from core.cli import main
-from core.distill import invented as invented_module
 from core.distill import long_card
 from core.distill.fidelity import WORDLISTS
 from core.distill.invented import (
@@ -118,7 +118,7 @@ def test_the_card_section_names_the_rule_the_figures_and_the_command() -> None:
 
 def test_the_eval_option_counts_both_models(tiny_checkpoint, tmp_path, capsys, monkeypatch) -> None:
     known: list[str] = []
-    monkeypatch.setattr(invented_module, "dictionary", lambda language: known.append(language) or frozenset())
+    monkeypatch.setattr(eval_command, "dictionary", lambda language: known.append(language) or frozenset())
     sources = tmp_path / "test.src"
     sources.write_text("Hello there.\nThe cat sleeps.\n", encoding="utf-8")
     argv = ["eval", "--invented-words", "--checkpoint", str(tiny_checkpoint), "--teacher", str(tiny_checkpoint)]
