@@ -20,7 +20,7 @@ from torch import Tensor, nn
 import core
 from core.call import Call
 from core.decoding import beam_search, greedy
-from core.layers import DecoderState
+from core.plan import DecoderState
 
 Work = Callable[[], object]
 

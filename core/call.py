@@ -15,12 +15,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import InferenceOptions
-from .recorder import Recorder
+from .recorder import HasConfig, Recorder
 
 if TYPE_CHECKING:
     from .attention import LinearFn
     from .fast import FastWeights
-    from .model import Transformer
 
 
 @dataclass(frozen=True, eq=False)  # tensors and a recorder inside: compared by identity
@@ -59,7 +58,7 @@ class Call:
         """Whether decoding keeps a KV cache (``use_cache``, by default on with the causal mask)."""
         return self.options.causal_mask if self.use_cache is None else self.use_cache
 
-    def begin(self, model: Transformer) -> Call:
+    def begin(self, model: HasConfig) -> Call:
         """This call ready to run on ``model``: its recorder told the options, or a non-recording recorder when the
         options switch heads off. Cheap when already begun (the model calls it at every encode / decode)."""
         recorder = self.recorder

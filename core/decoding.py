@@ -16,8 +16,8 @@ from torch import Tensor
 
 from .call import Call
 from .config import ModelConfig
-from .layers import DecoderState
 from .model import Transformer
+from .plan import DecoderState
 from .recorder import Recorder
 from .tokenizer import Tokenizer
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from .model import Transformer
+    from .layers import DecoderLayer, LayerStack
 
 Linear = tuple[Callable[..., Tensor], Tensor, Tensor | None]  # (fn, weight, bias): fn(x, weight, bias) = x W^T + b
 Scale = float | Tensor  # one scale for a whole matrix, or one per output row (out,) for fused matrices
@@ -43,6 +43,19 @@ ROWS_MAX = 32  # rows that take the kernel when torch runs on 1 or 2 threads
 ROWS_MAX_THREADED = 8  # ... and on more
 LARGE = 1 << 20  # weight elements from which the kernel wins at more rows (8000 x 256 here) ...
 LARGE_ROWS_MAX = 256  # ... up to this many: 32000 x 256 on 1 thread, 256 rows 63 vs 74 ms, 1008 rows 392 vs 299 ms
+
+
+class FastModel(Protocol):
+    """What ``FastWeights`` reads of a model (a ``Transformer`` is one): its modules, the decoder layers and the
+    output projection (the matrices read at every decoding step)."""
+
+    @property
+    def decoder_layers(self) -> LayerStack[DecoderLayer]: ...
+
+    @property
+    def output(self) -> nn.Linear: ...
+
+    def modules(self) -> Iterator[nn.Module]: ...
 
 
 def kernel_available() -> bool:
@@ -126,7 +139,7 @@ def fuse(linears: Sequence[nn.Linear]) -> tuple[Tensor, Tensor | None, Scale | N
 class FastWeights:
     """Packed / re-laid-out copies of ``model``'s matrices, keyed by the weight tensors they copy."""
 
-    def __init__(self, model: Transformer, *, kernel: bool = True) -> None:
+    def __init__(self, model: FastModel, *, kernel: bool = True) -> None:
         self.kernel = kernel and kernel_available()
         self._packed: dict[int, tuple[Tensor, Tensor, Scale]] = {}  # id(weight) -> (packed, zero bias, scale)
         self._column_major: dict[int, Tensor] = {}  # id(weight) -> the same values, strides (1, out)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -15,14 +15,23 @@ from .config import ModelConfig
 from .sites import attention_site
 
 if TYPE_CHECKING:
-    from .call import Call
-    from .plan import StepPlan
+    from .recorder import Recorder
 
 Norm = tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
 Masks = tuple[Tensor | None, Tensor | None]  # a decoder layer's (self-attention, cross-attention) masks
 L = TypeVar("L", bound=nn.Module)
 # The feed-forward activations ModelConfig.activation names (swish = SiLU, x * sigmoid(x)).
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
+class LayerCall(Protocol):
+    """What a layer reads of its call (a ``core.call.Call`` is one): the linear function and the recorder."""
+
+    @property
+    def linear(self) -> LinearFn: ...
+
+    @property
+    def recorder(self) -> Recorder | None: ...
 
 
 class LayerStack(nn.ModuleList, Generic[L]):
@@ -113,7 +122,7 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None, call: Call) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, call: LayerCall) -> Tensor:
         """x (B, Ts, D); mask broadcastable to (B, Ts, Ts), True = may attend -> (B, Ts, D)."""
         lin, at = call.linear, tap(call.recorder, self.site)
 
@@ -183,25 +192,6 @@ class LayerState:
             self.cross_flat = None  # made again from the reordered keys and values
 
 
-@dataclass
-class DecoderState:
-    """Incremental decoding state of one call: one LayerState per decoder layer, the positions seen so far, and
-    the per-call step plan (``core.plan``) when the fast path runs."""
-
-    layers: list[LayerState] = field(default_factory=list)
-    length: int = 0
-    # (rows, vocab, plan): made by the model at the first fast step, made again when the rows or the vocab change
-    plan: tuple[int, Tensor | None, StepPlan | None] | None = None
-
-    @classmethod
-    def empty(cls, n_layers: int) -> DecoderState:
-        return cls([LayerState() for _ in range(n_layers)], 0)
-
-    def reorder(self, index: Tensor, same_source: bool = False) -> None:
-        for layer in self.layers:
-            layer.reorder(index, same_source)
-
-
 class DecoderLayer(nn.Module):
     """Masked self-attention (or SSRU) -> cross-attention -> FFN, each with residual + LayerNorm."""
 
@@ -233,7 +223,7 @@ class DecoderLayer(nn.Module):
         return kv
 
     def forward(
-        self, x: Tensor, memory: Tensor, masks: Masks, call: Call, state: LayerState | None = None, offset: int = 0
+        self, x: Tensor, memory: Tensor, masks: Masks, call: LayerCall, state: LayerState | None = None, offset: int = 0
     ) -> Tensor:
         """x (B, T, D) target positions [offset, offset + T); memory (B, Ts, D). With ``state`` keys and values
         are cached (incremental decoding). masks: (self, cross), each broadcastable to (B, T, Tk), True = may

@@ -10,9 +10,9 @@ from torch import Tensor, nn
 
 from .call import DEFAULT_CALL, Call
 from .config import InferenceOptions, ModelConfig
-from .layers import DecoderLayer, DecoderState, EncoderLayer, LayerStack
+from .layers import DecoderLayer, EncoderLayer, LayerStack
 from .masks import causal_mask, combine, full_mask, padding_mask
-from .plan import make_plan, run_layers
+from .plan import DecoderState, make_plan, run_layers
 from .positional import LearnedPositions, SinusoidalPositions
 from .sites import Side, embed_site, layer_site
 

@@ -14,22 +14,37 @@ update as one ``lerp``. Only in eval mode without grad; the model runs the modul
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import Tap, attend, flat_kv
-from .fast import FastWeights, Linear
-from .layers import ACTIVATIONS, Norm, norm_of, sublayer_input, sublayer_output
+from .fast import FastModel, FastWeights, Linear
+from .layers import ACTIVATIONS, LayerState, Norm, norm_of, sublayer_input, sublayer_output
 from .sites import attention_site, layer_site
 
 if TYPE_CHECKING:
-    from .layers import DecoderState
-    from .model import Transformer
+    from .config import ModelConfig
     from .recorder import Recorder
+
+
+class PlanModel(FastModel, Protocol):
+    """What ``make_plan`` reads of a model (a ``Transformer`` is one): besides ``FastModel``'s parts, its config,
+    mode, decoder's final norm and the output rows of a shortlist."""
+
+    @property
+    def config(self) -> ModelConfig: ...
+
+    @property
+    def training(self) -> bool: ...
+
+    @property
+    def decoder_norm(self) -> nn.Module: ...
+
+    def output_rows(self, vocab: Tensor) -> tuple[Tensor, Tensor | None]: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +79,26 @@ class StepPlan:
     zeros: Tensor  # (1, 1, 1) on the model's device: ``baddbmm``'s ignored input (beta=0)
 
 
-def make_plan(model: Transformer, fast: FastWeights, rows: int, vocab: Tensor | None = None) -> StepPlan | None:
+@dataclass
+class DecoderState:
+    """Incremental decoding state of one call: one LayerState per decoder layer, the positions seen so far, and
+    the per-call step plan (``StepPlan``) when the fast path runs."""
+
+    layers: list[LayerState] = field(default_factory=list)
+    length: int = 0
+    # (rows, vocab, plan): made by the model at the first fast step, made again when the rows or the vocab change
+    plan: tuple[int, Tensor | None, StepPlan | None] | None = None
+
+    @classmethod
+    def empty(cls, n_layers: int) -> DecoderState:
+        return cls([LayerState() for _ in range(n_layers)], 0)
+
+    def reorder(self, index: Tensor, same_source: bool = False) -> None:
+        for layer in self.layers:
+            layer.reorder(index, same_source)
+
+
+def make_plan(model: PlanModel, fast: FastWeights, rows: int, vocab: Tensor | None = None) -> StepPlan | None:
     """The plan for steps of ``rows`` sentences, or None when the module path must run (training mode, grad
     enabled). vocab: (S,) the only ids the output layer scores (its rows gathered once, here), None = every id."""
     cfg = model.config

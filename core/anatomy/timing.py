@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from ..bundle import Translation
-from ..layers import DecoderState
 from ..model import Transformer
+from ..plan import DecoderState
 
 
 @dataclass(frozen=True)

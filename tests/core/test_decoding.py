@@ -9,7 +9,8 @@ import core.model
 from core import FastWeights, InferenceOptions, Recorder, Transformer
 from core.call import Call
 from core.decoding import beam_search, greedy, iter_greedy
-from core.layers import DecoderState, LayerState
+from core.layers import LayerState
+from core.plan import DecoderState
 
 OPTS = InferenceOptions()
 

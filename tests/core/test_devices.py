@@ -27,8 +27,7 @@ import core
 from core import Bundle, FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads, Transformer
 from core.call import Call
 from core.decoding import beam_search, greedy
-from core.layers import DecoderState
-from core.plan import make_plan
+from core.plan import DecoderState, make_plan
 
 CUDA = torch.device("cuda", 0)
 FACTORIES = {

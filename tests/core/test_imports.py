@@ -9,14 +9,6 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "core"
 
-# The run path (attention, layers, plan, model, fast and their per-call context) is being refactored in those files
-# now; today its modules name each other through type-only imports (DecoderState caches the StepPlan; make_plan and
-# FastWeights take a Transformer). Edges between two of these modules are held out until that refactor lands, so that
-# the rest of core is held to no circle at all; then empty this set.
-RUN_PATH: frozenset[str] = frozenset(
-    {"core.attention", "core.layers", "core.plan", "core.model", "core.fast", "core.call", "core.decoding"}
-)
-
 
 def module_names(root: Path) -> dict[str, Path]:
     names = {}
@@ -113,15 +105,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path) -> None:
 def test_core_has_no_import_circle() -> None:
     graph = import_graph()
     assert len(graph) > 50  # it read the package
-    held = {name: {w for w in edges if not {name, w} <= RUN_PATH} for name, edges in graph.items()}
-    assert circles(held) == []
-
-
-def test_the_run_path_is_the_only_place_a_circle_is_held_out() -> None:
-    """Whatever circle remains lies inside RUN_PATH."""
-    graph = import_graph()
-    for circle in circles(graph):
-        assert set(circle) <= RUN_PATH, circle
+    assert circles(graph) == []
 
 
 # What may be imported inside a function: heavy optional dependencies, loaded only when the one feature that needs

@@ -12,8 +12,7 @@ from core import FastWeights, InferenceOptions, Recorder, Transformer
 from core.call import Call
 from core.decoding import beam_search, greedy
 from core.fast import kernel_available
-from core.layers import DecoderState
-from core.plan import make_plan
+from core.plan import DecoderState, make_plan
 
 needs_kernel = pytest.mark.skipif(not kernel_available(), reason="this torch build has no fbgemm fp16 kernel")
 

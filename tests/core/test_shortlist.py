@@ -219,7 +219,7 @@ def test_analyses_that_score_every_id_refuse_the_shortlist(listed):
 
 
 def test_a_decoding_state_rebuilds_its_plan_when_the_vocabulary_changes(peaked):
-    from core.layers import DecoderState
+    from core.plan import DecoderState
 
     src, keep = _src()
     fw = core.FastWeights(peaked)
