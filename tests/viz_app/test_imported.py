@@ -14,7 +14,7 @@ from core.cli import main
 
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
-PAGES = ["overview", "head", "masks", "positional", "steps", "explain", "heads", "learn", "model_map"]
+PAGES = ["overview", "head_detail", "masks", "positional", "steps", "explain", "heads", "learn", "model_map"]
 
 
 @pytest.fixture(scope="module")

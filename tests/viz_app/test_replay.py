@@ -13,7 +13,7 @@ import core
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 90
-PAGES = ["overview", "head", "masks", "positional", "steps", "explain", "heads", "learn", "model_map"]
+PAGES = ["overview", "head_detail", "masks", "positional", "steps", "explain", "heads", "learn", "model_map"]
 
 
 @pytest.fixture(scope="module")
