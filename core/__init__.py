@@ -3,7 +3,7 @@
     import core
     bundle = core.load("checkpoints/distilled-en-pt")
     out = bundle.translate("Is there any tea left?")
-    out.trace["cross.0.weights"]          # (heads, n_query, n_key), the same as out.trace.attention("cross", 0)
+    out.trace["decoder.0.cross.weights"]  # (heads, n_query, n_key), the same as out.trace.attention("cross", 0)
     out.trace.keys()                      # every recorded site
     core.Trace.load("trace.npz")          # a saved trace, without the model
 

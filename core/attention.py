@@ -30,7 +30,8 @@ def flat_kv(k: Tensor, v: Tensor) -> KV:
 class Tap(NamedTuple):
     """Where ``attend`` records and intervenes, given only when a recorder runs (untraced, no Tap is made).
 
-    site: e.g. 'cross.1' (``core.sites``). offset: the absolute position of the first query (incremental decoding).
+    site: e.g. 'decoder.1.cross' (``core.sites``). offset: the absolute position of the first query (incremental
+    decoding).
     flat: the same keys and values as ``flat_kv`` gives them, kept by the caller across decoding steps; then the
         products run as ``bmm`` over B*H (one query row per sentence is small, and 4-D ``matmul`` reshapes and
         copies around the same ``bmm``). zeros: with ``flat``, a (1, 1, 1) tensor on q's device that ``baddbmm``

@@ -19,6 +19,7 @@ from .config import ModelConfig
 from .model import Transformer
 from .plan import DecoderState
 from .recorder import Recorder
+from .sites import attention_array
 from .tokenizer import Tokenizer
 
 
@@ -302,8 +303,10 @@ def _beam_step(
     parents, columns = flat // V, flat % V
     ids = vocab_ids(columns, vocab)
     trace = recorder.freeze()
-    n_layers = sum(1 for name in trace.arrays if name.startswith("cross.") and name.endswith(".weights"))
-    cross = np.stack([trace.arrays[f"cross.{layer}.weights"][:, :, -1] for layer in range(n_layers)], axis=1)
+    n_layers = trace.shape.n_decoder_layers
+    cross = np.stack(
+        [trace.arrays[attention_array("cross", layer, "weights")][:, :, -1] for layer in range(n_layers)], axis=1
+    )
     finished = np.zeros(flat.shape[0], dtype=np.bool_)
     finished[: kept.shape[0]] = (ids[: kept.shape[0]] == eos_id).cpu().numpy()
     return BeamStep(

@@ -31,7 +31,8 @@ def _ints(name: str, values: Any, what: str) -> tuple[int, ...] | None:  # anyth
 
 @dataclass(frozen=True)
 class ScaleHeads:
-    """Multiply the output of ``heads`` at attention ``site`` (e.g. 'cross.1') by ``factor``: 0 switches them off.
+    """Multiply the output of ``heads`` at attention ``site`` (e.g. 'decoder.1.cross') by ``factor``: 0 switches
+    them off.
 
     rows: the batch rows it applies to (None = every row), so one batched call can ablate a different head
     in each row.
@@ -54,8 +55,8 @@ class Patch:
     """Replace the value at ``site`` with ``value`` (activation patching), e.g. from a clean run's Trace.
 
     site: a residual-stream site ('embed.src', 'encoder.2.out', 'decoder.0.out'; value (T, D)) or an attention
-    block's head outputs ('cross.1.heads', 'encoder.0.self.heads'; value (H, T, dh)). The value is one sentence's
-    and is applied to every batch row in ``rows`` (None = all).
+    block's head outputs ('decoder.1.cross.heads', 'encoder.0.self.heads'; value (H, T, dh)). The value is one
+    sentence's and is applied to every batch row in ``rows`` (None = all).
     positions: the positions along T to replace (None = all); for decoder sites these are absolute target
     positions, so incremental decoding patches each position at the step that computes it.
     heads: for '.heads' sites, the heads to replace (None = all).

@@ -24,7 +24,18 @@ from torch import Tensor
 from .config import InferenceOptions, ModelConfig
 from .interventions import Intervention, Patch, ScaleHeads
 from .masks import causal_mask
-from .sites import AttentionKind, Side, attention_site, parse_attention_site
+from .sites import (
+    AttentionKind,
+    Side,
+    attention_site,
+    gate_site,
+    ids_site,
+    keep_site,
+    mask_site,
+    output_site,
+    parse_attention_site,
+    pe_site,
+)
 from .trace import ModelShape, Trace
 
 
@@ -73,11 +84,11 @@ class Recorder:
 
     record: keep attention weights, scores (masked and raw), masks, positional encodings, SSRU gates, ids.
     qkv: also per-head queries, keys and values.  activations: also the residual stream ('embed.src',
-    'encoder.2.out', ...) and each attention block's head outputs ('cross.1.heads').
+    'encoder.2.out', ...) and each attention block's head outputs ('decoder.1.cross.heads').
     interventions: ``ScaleHeads`` / ``Patch`` applied at their sites.  keep_grad: sites whose value becomes a
     leaf that keeps its gradient (``leaf(site).grad`` after ``backward``), e.g. 'embed.src' for attribution; for
-    an attention block's head outputs ('cross.1.heads') the leaf is a gate of ones (B, H) multiplying each head's
-    output, so ``leaf(site).grad[b, h]`` is d(loss)/d(head h's scale) with nothing cut off upstream.
+    an attention block's head outputs ('decoder.1.cross.heads') the leaf is a gate of ones (B, H) multiplying each
+    head's output, so ``leaf(site).grad[b, h]`` is d(loss)/d(head h's scale) with nothing cut off upstream.
     """
 
     def __init__(
@@ -101,7 +112,7 @@ class Recorder:
         self._step_rows: dict[str, list[Tensor]] = {}
         self._recomputing = False
         self._outputs: dict[str, list[Tensor]] = {}
-        self._keeps: dict[str, list[Tensor | None]] = {}  # side -> keep flags per ids chunk (None: all real)
+        self._keeps: dict[Side, list[Tensor | None]] = {}  # side -> keep flags per ids chunk (None: all real)
         self._leaves: dict[str, Tensor] = {}
         self._scales: dict[tuple[str, int, torch.device], Tensor | None] = {}
         self._patches: dict[str, list[Patch]] = {}
@@ -246,23 +257,23 @@ class Recorder:
     def mask(self, kind: AttentionKind, mask: Tensor) -> None:
         """The mask applied for ``kind``: (B, Tq, Tk) bool, True = may attend."""
         if self.record:
-            self._chunks.setdefault(f"mask.{kind}", []).append(mask)
+            self._chunks.setdefault(mask_site(kind), []).append(mask)
 
     def positional(self, side: Side, values: Tensor) -> None:
         """Positional-encoding rows added on ``side``: (T, D)."""
         if self.record:
-            self._add(f"pe.{side}", values)
+            self._add(pe_site(side), values)
 
     def ids(self, side: Side, ids: Tensor, keep: Tensor | None) -> None:
         """Token ids (B, T) fed on ``side`` and their keep flags (True = real token; None = all real)."""
         if self.record:
-            self._chunks.setdefault(f"ids.{side}", []).append(ids)
+            self._chunks.setdefault(ids_site(side), []).append(ids)
             self._keeps.setdefault(side, []).append(None if keep is None else keep[:, -ids.shape[1] :])
 
     def gate(self, layer: int, gates: Tensor) -> None:
         """SSRU forget gates of decoder ``layer``: (B, T, D)."""
         if self.record:
-            self._add(f"ssru.{layer}.gate", gates)
+            self._add(gate_site(layer), gates)
 
     def output(self, ids: Tensor, probs: Tensor, top_ids: Tensor, top_probs: Tensor) -> None:
         """What one decoding step chose: ids (B,), probs (B,), top_ids / top_probs (B, k)."""
@@ -280,12 +291,10 @@ class Recorder:
             for n in self._chunks
             if n.startswith(
                 (
-                    "decoder.",
-                    "cross.",
+                    "decoder.",  # its self- and cross-attention, SSRU gates, layer outputs
                     "mask.decoder",
                     "mask.cross",
                     "pe.tgt",
-                    "ssru.",
                     "ids.tgt",
                     "keep.tgt",
                     "embed.tgt",
@@ -293,13 +302,13 @@ class Recorder:
             )
         ]:
             del self._chunks[name]
-        for name in [n for n in self._latest if n.startswith(("decoder.", "cross."))]:
+        for name in [n for n in self._latest if n.startswith("decoder.")]:
             del self._latest[name]
         self._keeps.pop("tgt", None)
 
     def _keep_step_rows(self) -> None:
         for name, chunks in self._chunks.items():
-            if name.endswith(".weights") and name.startswith(("decoder.", "cross.")):
+            if name.endswith(".weights") and name.startswith("decoder."):
                 site = name[: -len(".weights")]
                 self._step_rows.setdefault(f"{site}.step_rows", []).append(chunks[-1][:, :, -1:])
 
@@ -336,17 +345,17 @@ class Recorder:
             arrays[name] = _cpu(t)
         for side, keeps in self._keeps.items():
             if all(keep is None for keep in keeps):  # no padding given: every position is real
-                arrays[f"keep.{side}"] = np.ones(arrays[f"ids.{side}"].shape, dtype=np.bool_)
+                arrays[keep_site(side)] = np.ones(arrays[ids_site(side)].shape, dtype=np.bool_)
                 continue
             parts = [
                 np.ones(tuple(ids.shape), dtype=np.bool_) if keep is None else _cpu(keep, np.bool_)
-                for ids, keep in zip(self._chunks[f"ids.{side}"], keeps, strict=True)
+                for ids, keep in zip(self._chunks[ids_site(side)], keeps, strict=True)
             ]
-            arrays[f"keep.{side}"] = np.concatenate(parts, axis=-1)
+            arrays[keep_site(side)] = np.concatenate(parts, axis=-1)
         for name, chunks in self._step_rows.items():
             arrays[name] = _stitch(chunks, 0.0)
         for name, chunks in self._outputs.items():
-            arrays[f"output.{name}"] = _cpu(torch.stack(chunks, dim=1), np.int64 if "ids" in name else np.float32)
+            arrays[output_site(name)] = _cpu(torch.stack(chunks, dim=1), np.int64 if "ids" in name else np.float32)
         self._add_mask_parts(arrays)
         for a in arrays.values():
             a.flags.writeable = False  # traces are shared (e.g. cached by the app): read-only

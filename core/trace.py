@@ -1,6 +1,6 @@
 """The frozen, site-keyed record of one call: ``Trace``. Made by ``Recorder.freeze``; saved and loaded as NPZ/JSON.
 
-Every array lives under a site name (``core.sites``), e.g. ``trace["cross.1.weights"]``; ``trace.keys()`` lists
+Every array lives under a site name (``core.sites``), e.g. ``trace["decoder.1.cross.weights"]``; ``trace.keys()`` lists
 them. ``attention``, ``scores``, ``mask``, ``positional_encoding`` ... read the same store. Arrays keep the
 batch axis; ``trace[...]`` and the helpers return batch element ``item`` (``select`` views another).
 """
@@ -18,7 +18,20 @@ from typing import Any
 import numpy as np
 
 from .config import InferenceOptions, ModelConfig
-from .sites import ATTENTION_KINDS, SIDES, AttentionKind, Side, attention_site
+from .sites import (
+    ATTENTION_KINDS,
+    SIDES,
+    AttentionKind,
+    Side,
+    attention_array,
+    attention_site,
+    embed_site,
+    gate_site,
+    layer_site,
+    mask_site,
+    migrate_site_name,
+    pe_site,
+)
 
 FORMAT = "attention-lab-trace/1"
 START_PIECE, PAD_PIECE = "<s>", "<pad>"
@@ -57,10 +70,10 @@ class ModelShape:
     def stream_sites(self) -> list[str]:
         """Residual-stream sites: 'embed.src', 'encoder.0.out', ..., 'embed.tgt', 'decoder.0.out', ..."""
         return (
-            ["embed.src"]
-            + [f"encoder.{i}.out" for i in range(self.n_encoder_layers)]
-            + ["embed.tgt"]
-            + [f"decoder.{i}.out" for i in range(self.n_decoder_layers)]
+            [embed_site("src")]
+            + [layer_site("encoder", i) for i in range(self.n_encoder_layers)]
+            + [embed_site("tgt")]
+            + [layer_site("decoder", i) for i in range(self.n_decoder_layers)]
         )
 
     def check_attention_site(self, site: str) -> None:
@@ -151,7 +164,7 @@ class Trace:
     # --------------------------------------------------------------- model shape
     @property
     def kinds(self) -> tuple[AttentionKind, ...]:
-        return tuple(k for k in self.shape.kinds if f"{attention_site(k, 0)}.weights" in self.arrays)
+        return tuple(k for k in self.shape.kinds if attention_array(k, 0, "weights") in self.arrays)
 
     @property
     def n_heads(self) -> int:
@@ -196,21 +209,21 @@ class Trace:
         """The mask applied: bool (n_query, n_key), True = may attend; ``part`` 'padding' or 'causal' for its parts."""
         if kind not in ATTENTION_KINDS:
             raise KeyError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
-        return self[f"mask.{kind}" + (f".{part}" if part else "")]
+        return self[mask_site(kind, part)]
 
     def positional_encoding(self, side: Side) -> np.ndarray:
         """The positional-encoding values added: float32 (n, d_model); zeros when switched off."""
         if side not in SIDES:
             raise KeyError(f"side must be one of {SIDES}, got {side!r}")
-        return self[f"pe.{side}"]
+        return self[pe_site(side)]
 
     def gates(self, layer: int) -> np.ndarray:
         """SSRU forget gates of decoder ``layer``: (n_target, d_model). Only for SSRU decoders."""
-        return self[f"ssru.{layer}.gate"]
+        return self[gate_site(layer)]
 
     @property
     def has_gates(self) -> bool:
-        return "ssru.0.gate" in self.arrays
+        return gate_site(0) in self.arrays
 
     def qkv(self, kind: AttentionKind, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-head queries (H, Tq, dh), keys (H, Tk, dh), values (H, Tk, dh) — when recorded with qkv=True."""
@@ -293,7 +306,8 @@ class Trace:
     def load(cls, source: str | Path | bytes) -> Trace:
         """Read a trace written by ``save`` / ``to_npz`` / ``to_json`` (a path, or the file's bytes).
 
-        Raises ValueError naming what is wrong with a file that is not such a trace. Never unpickles."""
+        Raises ValueError naming what is wrong with a file that is not such a trace. Never unpickles. Array names
+        written before today's site grammar ('cross.1.weights') are renamed on load (``sites.migrate_site_name``)."""
         if isinstance(source, (str, Path)):
             try:
                 data = Path(source).read_bytes()
@@ -350,6 +364,7 @@ class Trace:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"the trace's metadata is incomplete or wrong: {e}") from None
         _check_shape(shape)
+        arrays = {migrate_site_name(name): a for name, a in arrays.items()}
         _check_options(shape, metadata["options"], options)
         _check_arrays(shape, arrays)
         _check_meta(meta)
@@ -441,7 +456,7 @@ def _check_arrays(shape: ModelShape, arrays: Mapping[str, np.ndarray]) -> None:
             raise ValueError(f"array {name!r} has shape {a.shape}, not ({axes})")
     for kind in shape.kinds:
         layers = range(shape.n_layers[kind])
-        recorded = [layer for layer in layers if f"{attention_site(kind, layer)}.weights" in arrays]
+        recorded = [layer for layer in layers if attention_array(kind, layer, "weights") in arrays]
         if recorded and len(recorded) != shape.n_layers[kind]:
             missing = sorted(set(range(shape.n_layers[kind])) - set(recorded))
             raise ValueError(f"{kind} attention of layer {missing[0] + 1} is missing ({shape.n_layers[kind]} layers)")
@@ -451,7 +466,7 @@ def _check_arrays(shape: ModelShape, arrays: Mapping[str, np.ndarray]) -> None:
         n_key = n_src if kind != "decoder" else n_tgt
         for layer in recorded:
             for part in _ATTENTION_ARRAYS:
-                name = f"{attention_site(kind, layer)}.{part}"
+                name = attention_array(kind, layer, part)
                 got = arrays[name].shape if name in arrays else None
                 if got is not None and got != (batch, shape.n_heads, n_query, n_key):
                     raise ValueError(

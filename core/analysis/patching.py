@@ -23,6 +23,7 @@ from ..fast import FastWeights
 from ..interventions import Patch
 from ..model import Transformer
 from ..recorder import Recorder
+from ..sites import attention_array, embed_site, layer_site
 from ..trace import ModelShape, Trace
 
 
@@ -160,16 +161,18 @@ def activation_patching(
     token_id = out_ids[position]
     Ts = len(clean_ids)
     sites: list[tuple[str, int, int, Patch]] = []  # (table, row, column, patch without rows)
-    for layer, site in enumerate(["embed.src"] + [f"encoder.{i}.out" for i in range(shape.n_encoder_layers)]):
+    for layer, site in enumerate(
+        [embed_site("src")] + [layer_site("encoder", i) for i in range(shape.n_encoder_layers)]
+    ):
         for j in range(Ts):
             sites.append(("encoder", layer, j, Patch(site, trace[site], positions=(j,))))
     for layer in range(shape.n_decoder_layers):
         for h in range(shape.n_heads):
-            name = f"cross.{layer}.heads"
+            name = attention_array("cross", layer, "heads")
             sites.append(("cross_heads", layer, h, Patch(name, trace[name], heads=(h,))))
     for layer in range(shape.n_decoder_layers):
         for i in range(position + 1):
-            name = f"decoder.{layer}.out"
+            name = layer_site("decoder", layer)
             sites.append(("decoder", layer, i, Patch(name, trace[name], positions=(i,))))
     tables = {
         "encoder": np.zeros((1 + shape.n_encoder_layers, Ts)),

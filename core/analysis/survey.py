@@ -20,6 +20,7 @@ import torch
 
 from ..call import Call
 from ..recorder import Recorder
+from ..sites import attention_array
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
 from .heads import HeadStatistics, sentence_statistics, total
 from .sentences import builtin_sentences
@@ -150,7 +151,9 @@ def gold_cross_attention(
         memory = model.encode(src, src_keep, call=Call(recorder=recorder, fast=bundle.fast))
         model.decoder_states(tgt, memory, src_keep, call=Call(recorder=recorder, fast=bundle.fast), tgt_keep=tgt_keep)
         trace = recorder.freeze()
-        cross = np.stack([trace.arrays[f"cross.{layer}.weights"] for layer in range(cfg.n_decoder_layers)], 1)
+        cross = np.stack(
+            [trace.arrays[attention_array("cross", layer, "weights")] for layer in range(cfg.n_decoder_layers)], 1
+        )
         for i, (s_ids, t_ids) in enumerate(zip(srcs, tgts, strict=True)):
             maps.append(cross[i, :, :, : len(t_ids), : len(s_ids)])  # (L, H, Tq, Tk): the real rows and keys
             src_pieces.append([tok.piece(j) for j in s_ids])

@@ -22,6 +22,7 @@ from typing import Literal
 from torch import nn
 
 from ..config import ModelConfig
+from ..sites import layer_name
 
 Term = tuple[int, tuple[str, ...]]  # coefficient, symbols multiplied: (4, ("d_model", "d_model")) = 4·d_model²
 SUPERSCRIPT = {2: "²", 3: "³"}
@@ -289,7 +290,7 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
     else:
         blocks.append(_block(arch, "positions", "embeddings", "sinusoidal positions (computed, not learned)", [], []))
     for i in range(arch.n_encoder_layers):
-        g, key = f"encoder.{i}", f"encoder_layers.{i}"
+        g, key = layer_name("encoder", i), f"encoder_layers.{i}"
         blocks += [
             attention_block(arch, f"{g}.self_attn", g, "self-attention", f"{key}.self_attn"),
             norm_block(arch, f"{g}.self_attn_norm", g, f"{key}.self_attn_norm"),
@@ -297,7 +298,7 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
             norm_block(arch, f"{g}.ffn_norm", g, f"{key}.ffn_norm"),
         ]
     for i in range(arch.n_decoder_layers):
-        g, key = f"decoder.{i}", f"decoder_layers.{i}"
+        g, key = layer_name("decoder", i), f"decoder_layers.{i}"
         if arch.decoder_self == "ssru":
             blocks.append(ssru_block(arch, f"{g}.ssru", g, f"{key}.ssru"))
         else:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..bundle import Translation
 from ..config import ModelConfig
-from ..sites import attention_site, embed_site, layer_site
+from ..sites import attention_site, embed_site, gate_site, layer_name, layer_site
 from ..trace import Trace
 
 
@@ -87,7 +87,7 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
     add("source", "encoder input (embedding + position)", ("Ts", "d_model"), embed_site("src"))
     add("source", "encoder mask (True = may attend)", ("Ts", "Ts"), "mask.encoder")
     for i in range(config.n_encoder_layers):
-        stage = f"encoder.{i}"
+        stage = layer_name("encoder", i)
         _attention(add, stage, attention_site("encoder", i), "Ts", "Ts", "self-attention")
         _ffn(add, stage, "Ts")
         add(stage, "layer output (add & norm)", ("Ts", "d_model"), layer_site("encoder", i))
@@ -101,9 +101,9 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
         add("target", "decoder mask (causal, True = may attend)", ("Tt", "Tt"), "mask.decoder")
     add("target", "cross-attention mask", ("Tt", "Ts"), "mask.cross")
     for i in range(config.n_decoder_layers):
-        stage = f"decoder.{i}"
+        stage = layer_name("decoder", i)
         if config.decoder_self == "ssru":
-            add(stage, "SSRU: forget gates f = sigmoid(x·W_f + b_f)", ("Tt", "d_model"), f"ssru.{i}.gate")
+            add(stage, "SSRU: forget gates f = sigmoid(x·W_f + b_f)", ("Tt", "d_model"), gate_site(i))
             add(stage, "SSRU: output ReLU(c)", ("Tt", "d_model"), None)
             add(stage, "SSRU: add & norm", ("Tt", "d_model"), None)
         else:

@@ -41,13 +41,13 @@ def test_equals_pytorch_multihead_attention_with_padding():
     mem = torch.randn(2, 7, 16)
     keep = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
     rec = _recorder(model)
-    out = ours(x, ours.project_kv(mem), keep[:, None, :], tap(rec, "cross.0"))
-    fast = ours(x, ours.project_kv(mem), keep[:, None, :], tap(None, "cross.0"))  # the fused SDPA path
+    out = ours(x, ours.project_kv(mem), keep[:, None, :], tap(rec, "decoder.0.cross"))
+    fast = ours(x, ours.project_kv(mem), keep[:, None, :], tap(None, "decoder.0.cross"))  # the fused SDPA path
     expected, weights = ref(x, mem, mem, key_padding_mask=to_pytorch_key_padding(keep), average_attn_weights=False)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
     trace = rec.freeze()
-    recorded = trace.arrays["cross.0.weights"]  # (B, H, Tq, Tk): both batch items
+    recorded = trace.arrays["decoder.0.cross.weights"]  # (B, H, Tq, Tk): both batch items
     assert recorded.shape == (2, 4, 5, 7)
     np.testing.assert_allclose(recorded, weights.numpy(), atol=1e-5, rtol=1e-5)
     assert np.all(recorded[1, :, :, 4:] == 0.0)  # padded keys: exactly 0

@@ -201,7 +201,7 @@ def test_a_prefix_of_the_greedy_choices_reproduces_the_greedy_translation(bundle
     for n in (1, 3, len(own)):
         out = bundle.translate(text, max_len=12, prefix=own[:n])
         assert out.text == free.text and out.trace["output.ids"].tolist() == own
-        for name in ("output.probs", "output.top_probs", "cross.1.weights"):
+        for name in ("output.probs", "output.top_probs", "decoder.1.cross.weights"):
             np.testing.assert_array_equal(out.trace[name], free.trace[name])
 
 

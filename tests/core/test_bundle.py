@@ -82,7 +82,7 @@ def test_record_more_is_the_same_translation_with_activations(bundle):
             assert np.isneginf(a[~np.isfinite(a)]).all() and np.isfinite(b).all()
             b = np.where(np.isfinite(a), b, a)
         np.testing.assert_allclose(b, a, atol=1e-5)
-    assert "encoder.0.self.q" in more.trace and "decoder.1.out" in more.trace and "cross.0.heads" in more.trace
+    assert "encoder.0.self.q" in more.trace and "decoder.1.out" in more.trace and "decoder.0.cross.heads" in more.trace
     # with the causal mask off each step saw only its prefix: decoded again, every array (step rows included) kept
     free = bundle.translate("The cat sleeps.", InferenceOptions(causal_mask=False), max_len=5, top_k=4)
     again = bundle.record_more(free)
@@ -279,7 +279,7 @@ def test_checkpoint_never_unpickles(tmp_path, tiny_checkpoint, how):
 def test_trace_exports_name_arrays_by_site(bundle):
     out = bundle.translate("Is there any tea left?", max_len=4)
     data = json.loads(out.trace.to_json())
-    assert len(data["arrays"]["cross.0.weights"]["data"][0]) == 2  # batch item 0: two heads
+    assert len(data["arrays"]["decoder.0.cross.weights"]["data"][0]) == 2  # batch item 0: two heads
     assert data["arrays"]["decoder.0.self.scores"]["data"][0][0][0][1] is None  # -inf masked score
     assert [data["vocab"][str(i)] for i in data["arrays"]["ids.src"]["data"][0]] == out.src_tokens
     npz = np.load(io.BytesIO(out.trace.to_npz()), allow_pickle=False)
@@ -290,7 +290,7 @@ def test_cli_translate_json_and_info(tiny_checkpoint, capsys):
     assert main(["translate", "--checkpoint", str(tiny_checkpoint), "--json", "How are you today?"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"text", "src_tokens", "tgt_tokens", "attention"}
-    assert np.array(data["attention"]["cross.1.weights"]).shape[0] == 2
+    assert np.array(data["attention"]["decoder.1.cross.weights"]).shape[0] == 2
     assert main(["info", str(tiny_checkpoint)]) == 0
     assert "parameters" in capsys.readouterr().out
     assert main(["translate", "--checkpoint", str(tiny_checkpoint), " "]) == 2

@@ -183,7 +183,10 @@ def test_greedy_and_beam_search_on_a_cuda_model_stay_on_it_and_equal_the_cpu_run
                 model,
                 qkv=True,
                 activations=True,
-                interventions=[ScaleHeads("cross.0", (1,), 0.5), Patch("decoder.0.out", np.zeros((2, 16)), (1,))],
+                interventions=[
+                    ScaleHeads("decoder.0.cross", (1,), 0.5),
+                    Patch("decoder.0.out", np.zeros((2, 16)), (1,)),
+                ],
             )
             opts = InferenceOptions(ablate=heads_off)
             out = greedy(model, s, k, call=Call(options=opts, recorder=rec, fast=fw, max_len=6))

@@ -10,6 +10,7 @@ import core
 from core import FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads
 from core.call import Call
 from core.decoding import greedy
+from core.sites import attention_array, layer_site
 
 
 def pair(seed=0, Ts=6, Tt=5, vocab=64):
@@ -26,7 +27,7 @@ def logits(model, src, tgt, *interventions, options=InferenceOptions(), **kwargs
 def test_scale_heads_zero_is_the_options_ablation(model):
     src, tgt = pair()
     base = logits(model, src, tgt)
-    off = logits(model, src, tgt, ScaleHeads("cross.1", heads=(0,)))
+    off = logits(model, src, tgt, ScaleHeads("decoder.1.cross", heads=(0,)))
     by_options = model(src, tgt, call=Call(options=InferenceOptions(ablate=frozenset({("cross", 1, 0)}))))
     assert not torch.allclose(off, base, atol=1e-4)  # it did something
     torch.testing.assert_close(off, by_options)
@@ -72,7 +73,7 @@ def test_patching_a_whole_stream_restores_the_clean_run(model):
     corrupt = logits(model, corrupt_src, tgt)
     assert not torch.allclose(clean, corrupt, atol=1e-4)
     last = model.config.n_encoder_layers - 1
-    for site in ("embed.src", f"encoder.{last}.out"):
+    for site in ("embed.src", layer_site("encoder", last)):
         patched = logits(model, corrupt_src, tgt, Patch(site, clean_trace[site]))
         torch.testing.assert_close(patched, clean, atol=1e-5, rtol=1e-5)
     # one position only: the embedding of the replaced word is all that differs, so patching it restores the run
@@ -82,8 +83,8 @@ def test_patching_a_whole_stream_restores_the_clean_run(model):
     patched = logits(model, corrupt_src, tgt, Patch("embed.src", clean_trace["embed.src"], positions=(0,)))
     torch.testing.assert_close(patched, corrupt, atol=1e-6, rtol=1e-6)
     # every cross-attention head of the last layer, patched from the clean run: the last layer's output is clean
-    n = model.config.n_decoder_layers - 1
-    patched = logits(model, corrupt_src, tgt, Patch(f"cross.{n}.heads", clean_trace[f"cross.{n}.heads"]))
+    name = attention_array("cross", model.config.n_decoder_layers - 1, "heads")
+    patched = logits(model, corrupt_src, tgt, Patch(name, clean_trace[name]))
     assert not torch.allclose(patched, corrupt, atol=1e-4)
 
 
@@ -102,7 +103,9 @@ def test_patching_applies_at_the_same_positions_when_decoding_step_by_step(model
     with torch.no_grad():
         tf_logits = model(src, tgt, call=Call(recorder=rec_tf))
     np.testing.assert_allclose(stepwise["output.top_ids"][:, 0], tf_logits[0].argmax(-1).numpy())
-    np.testing.assert_allclose(stepwise["cross.1.weights"], rec_tf.freeze()["cross.1.weights"], atol=1e-5)
+    np.testing.assert_allclose(
+        stepwise["decoder.1.cross.weights"], rec_tf.freeze()["decoder.1.cross.weights"], atol=1e-5
+    )
     unpatched = greedy(model, src, keep, call=Call(options=InferenceOptions(), max_len=5))
     assert unpatched.steps[2].probs.item() != pytest.approx(out.steps[2].probs.item(), abs=1e-6)
 
@@ -130,11 +133,11 @@ def test_keep_grad_on_head_outputs_gives_each_heads_gate_gradient(model):
     """A '.heads' site keeps a (B, H) gate of ones: its gradient is d(score)/d(head's scale), which a small
     ScaleHeads step confirms, and nothing upstream is cut off (an earlier layer's gate gets its full gradient)."""
     src, tgt = pair(5)
-    rec = Recorder(model, record=False, keep_grad=("cross.1.heads", "encoder.0.self.heads"))
+    rec = Recorder(model, record=False, keep_grad=("decoder.1.cross.heads", "encoder.0.self.heads"))
     with torch.enable_grad():
         score = model(src, tgt, call=Call(recorder=rec))[0, -1].max()
         score.backward()
-    for site in ("cross.1", "encoder.0.self"):
+    for site in ("decoder.1.cross", "encoder.0.self"):
         gate = rec.leaf(f"{site}.heads")
         assert gate.shape == (1, model.config.n_heads) and bool((gate == 1).all()) and gate.grad is not None
         eps = 1e-3
@@ -143,16 +146,16 @@ def test_keep_grad_on_head_outputs_gives_each_heads_gate_gradient(model):
             finite = (up - down) / (2 * eps)  # central difference of the score in the head's scale
             assert float(gate.grad[0, h]) == pytest.approx(finite, rel=0.05, abs=1e-3)
     with torch.no_grad(), pytest.raises(RuntimeError, match="needs gradients"):
-        model(src, tgt, call=Call(recorder=Recorder(model, record=False, keep_grad=("cross.0.heads",))))
-    with pytest.raises(ValueError, match="no attention site 'cross.9'"):
-        Recorder(model, keep_grad=("cross.9.heads",))
+        model(src, tgt, call=Call(recorder=Recorder(model, record=False, keep_grad=("decoder.0.cross.heads",))))
+    with pytest.raises(ValueError, match="no attention site 'decoder.9.cross'"):
+        Recorder(model, keep_grad=("decoder.9.cross.heads",))
 
 
 def test_bad_interventions_are_named(model):
-    with pytest.raises(ValueError, match="no attention site 'cross.9'"):
-        Recorder(model, interventions=[ScaleHeads("cross.9", (0,))])
+    with pytest.raises(ValueError, match="no attention site 'decoder.9.cross'"):
+        Recorder(model, interventions=[ScaleHeads("decoder.9.cross", (0,))])
     with pytest.raises(ValueError, match="out of range"):
-        Recorder(model, interventions=[ScaleHeads("cross.0", (5,))])
+        Recorder(model, interventions=[ScaleHeads("decoder.0.cross", (5,))])
     with pytest.raises(ValueError, match="not an attention site"):
         ScaleHeads("crosses", (0,))
     with pytest.raises(ValueError, match="no site 'encoder.7.out'"):
@@ -160,7 +163,7 @@ def test_bad_interventions_are_named(model):
     with pytest.raises(ValueError, match=r"\(T, D\)"):
         Patch("embed.src", torch.zeros(2, 3, 16))
     with pytest.raises(ValueError, match="keep_grad"):
-        Recorder(model, keep_grad=("cross.0",))
+        Recorder(model, keep_grad=("decoder.0.cross",))
     with pytest.raises(ValueError, match="does not fit"):
         logits(model, *pair(), Patch("embed.src", torch.zeros(6, 7)))
 

@@ -95,7 +95,7 @@ def test_cli_json_survives_an_ascii_terminal(tiny_checkpoint):
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert "cross.0.weights" in data["attention"] and data["src_tokens"]
+    assert "decoder.0.cross.weights" in data["attention"] and data["src_tokens"]
 
 
 @pytest.mark.parametrize("text", ["\u200b\u200b", "\ufeff", " \u2060 \u200b ", "\u200e"])

@@ -261,7 +261,7 @@ def test_ssru_plan_equals_module_path_tokens_probabilities_gates_and_every_recor
     tol = 1e-4 if kernel else 1e-5
     for a, b in zip(fast.steps, slow.steps, strict=True):
         torch.testing.assert_close(a.top_probs, b.top_probs, atol=tol, rtol=1e-4)
-    assert fast_trace.keys() == slow_trace.keys() and "ssru.1.gate" in slow_trace.keys()
+    assert fast_trace.keys() == slow_trace.keys() and "decoder.1.ssru.gate" in slow_trace.keys()
     for name in slow_trace.keys():
         want, got = slow_trace.arrays[name], fast_trace.arrays[name]
         if want.dtype == np.float32:

@@ -1,17 +1,21 @@
 """The site-keyed Trace: one store for everything, its parts, export and reload (without the model)."""
 
+import dataclasses
 import io
 import math
 import pickle
+import re
 
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 
 import core
-from core import InferenceOptions, Recorder, Trace, Translation
+from core import InferenceOptions, Recorder, Trace, Transformer, Translation
 from core.call import Call
-from core.sites import attention_site
+from core.decoding import greedy
+from core.sites import attention_array, gate_site, mask_site, migrate_site_name
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +29,9 @@ def test_every_site_is_recorded_under_one_vocabulary(bundle):
     keys = set(trace.keys())
     for kind in ("encoder", "decoder", "cross"):
         for layer in range(2):
-            site = attention_site(kind, layer)
             for array in ("weights", "scores", "scores_raw", "q", "k", "v"):
-                assert f"{site}.{array}" in keys, f"{site}.{array}"
-        assert f"mask.{kind}" in keys and f"mask.{kind}.padding" in keys
+                assert attention_array(kind, layer, array) in keys, attention_array(kind, layer, array)
+        assert mask_site(kind) in keys and mask_site(kind, "padding") in keys
     assert {
         "mask.decoder.causal",
         "pe.src",
@@ -43,11 +46,11 @@ def test_every_site_is_recorded_under_one_vocabulary(bundle):
     } <= keys
     assert "decoder.0.self.step_rows" not in keys  # only when steps recompute the prefix
     # the helpers read the same store
-    assert trace["cross.1.weights"] is not None
-    np.testing.assert_array_equal(trace["cross.1.weights"], trace.attention("cross", 1))
+    assert trace["decoder.1.cross.weights"] is not None
+    np.testing.assert_array_equal(trace["decoder.1.cross.weights"], trace.attention("cross", 1))
     np.testing.assert_array_equal(trace["decoder.0.self.scores_raw"], trace.scores("decoder", 0, masked=False))
-    with pytest.raises(KeyError, match="cross.7.weights"):
-        trace["cross.7.weights"]
+    with pytest.raises(KeyError, match="decoder.7.cross.weights"):
+        trace["decoder.7.cross.weights"]
     assert trace.shape.n_layers == {"encoder": 2, "decoder": 2, "cross": 2}
     assert trace.options == InferenceOptions()
 
@@ -175,3 +178,62 @@ def test_the_decoder_stream_is_recorded_once_when_each_step_recomputes_the_prefi
     )
     n = len(out.tgt_tokens)
     assert out.trace["embed.tgt"].shape[-2] == n and out.trace["decoder.0.out"].shape[-2] == n
+
+
+def _old_name(name: str) -> str:
+    """A site name as traces were written before the one grammar: 'cross.{l}' held the decoder's cross-attention
+    (now 'decoder.{l}.cross') and 'ssru.{l}.gate' the SSRU gates (now 'decoder.{l}.ssru.gate')."""
+    if m := re.fullmatch(r"decoder\.(\d+)\.cross((?:\..+)?)", name):
+        return f"cross.{m[1]}{m[2]}"
+    if m := re.fullmatch(r"decoder\.(\d+)\.ssru\.gate", name):
+        return f"ssru.{m[1]}.gate"
+    return name
+
+
+def _write_old(trace: Trace, path):
+    old = dataclasses.replace(trace, arrays={_old_name(k): a for k, a in trace.arrays.items()})
+    return old.save(path)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".json"])
+def test_a_trace_saved_with_the_old_site_names_opens_under_the_new_ones(bundle, tmp_path, suffix):
+    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6, record_activations=True)
+    new = out.trace
+    old_keys = {_old_name(k) for k in new.keys()}
+    assert "cross.0.weights" in old_keys and "cross.1.heads" in old_keys and "decoder.0.cross.q" not in old_keys
+    again = Trace.load(_write_old(new, tmp_path / f"old{suffix}"))
+    assert set(again.keys()) == set(new.keys())
+    tol = 0 if suffix == ".npz" else 1e-4
+    for layer in range(new.shape.n_decoder_layers):
+        np.testing.assert_allclose(again.attention("cross", layer), new.attention("cross", layer), atol=tol)
+        for masked in (True, False):
+            np.testing.assert_allclose(
+                again.scores("cross", layer, masked=masked), new.scores("cross", layer, masked=masked), atol=tol
+            )
+        for a, b in zip(again.qkv("cross", layer), new.qkv("cross", layer), strict=True):
+            np.testing.assert_allclose(a, b, atol=tol)
+        heads = attention_array("cross", layer, "heads")
+        np.testing.assert_allclose(again[heads], new[heads], atol=tol)
+    np.testing.assert_array_equal(again.mask("cross"), new.mask("cross"))
+    assert again.kinds == new.kinds and again.n_layers == new.n_layers
+    assert [s.attention("cross", 1).shape for s in Translation(again).steps] == [
+        s.attention("cross", 1).shape for s in out.steps
+    ]
+
+
+def test_old_ssru_gate_names_open_under_the_new_ones(tmp_path):
+    model = Transformer(tiny_config(decoder_self="ssru")).eval()
+    rec = Recorder(model)
+    src = torch.tensor([[5, 6, 7, 2]])
+    with torch.no_grad():
+        greedy(model, src, torch.ones_like(src, dtype=torch.bool), call=Call(recorder=rec, max_len=4))
+    new = rec.freeze()
+    assert new.has_gates and gate_site(1) == "decoder.1.ssru.gate" in new.keys()
+    again = Trace.load(_write_old(new, tmp_path / "old.npz"))
+    assert set(again.keys()) == set(new.keys()) and again.has_gates
+    np.testing.assert_array_equal(again.gates(1), new.gates(1))
+    assert migrate_site_name("ssru.0.gate") == "decoder.0.ssru.gate"
+    assert migrate_site_name("cross.3") == "decoder.3.cross"
+    assert migrate_site_name("cross.3.scores_raw") == "decoder.3.cross.scores_raw"
+    assert migrate_site_name("mask.cross") == "mask.cross" and migrate_site_name("mask.cross.padding")
+    assert migrate_site_name("decoder.0.cross.weights") == "decoder.0.cross.weights"

@@ -139,7 +139,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
                         raise
             exported = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
             assert exported["options"]["positional_encoding"] is False
-            assert "cross.0.weights" in exported["arrays"] and exported["meta"]["text"] == expected_no_pe
+            assert "decoder.0.cross.weights" in exported["arrays"] and exported["meta"]["text"] == expected_no_pe
             assert exported["meta"]["source_text"] == sentence  # the file says what was translated, and by which model
             assert download.value.suggested_filename.startswith(f"{bundle.name}_")
 

@@ -177,8 +177,8 @@ def _broken(saved: Path) -> dict[str, tuple[bytes, str]]:
         "a zip bomb": (bomb.getvalue(), "it unpacks to 5.0 GiB"),
         "deeply nested": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
         "weights of another shape": (
-            edited(lambda d: d["arrays"]["cross.0.weights"].update(data=[[1.0, 2.0]])),
-            "'cross.0.weights' has shape (1, 2)",
+            edited(lambda d: d["arrays"]["decoder.0.cross.weights"].update(data=[[1.0, 2.0]])),
+            "'decoder.0.cross.weights' has shape (1, 2)",
         ),
         "a number for an array": (
             edited(lambda d: d["arrays"]["encoder.0.self.weights"].update(data=0.5)),
@@ -195,7 +195,7 @@ def _broken(saved: Path) -> dict[str, tuple[bytes, str]]:
         ),
         "a beam size in words": (edited(lambda d: d["meta"].update(beam_size="x")), "meta['beam_size']"),
         "no cross-attention": (
-            edited(lambda d: [d["arrays"].pop(k) for k in list(d["arrays"]) if k.startswith("cross.")]),
+            edited(lambda d: [d["arrays"].pop(k) for k in list(d["arrays"]) if ".cross." in k]),
             "no cross attention",
         ),
         "no output": (edited(lambda d: d["arrays"].pop("output.ids")), "no 'output.ids'"),

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.anatomy import ParameterTable, TensorShape
+from core.sites import attention_site, layer_name
 from viz_app.figures.style import DIVERGING_SCALE, FONT, base_layout, rounded, symmetric_range, token_labels
 
 Column = str  # 'encoder' (left) or 'decoder' (right)
@@ -237,8 +238,8 @@ def flow_nodes(
     arch = table.architecture
     pre, ssru = arch.norm == "pre", arch.decoder_self == "ssru"
     b = _Builder(shapes, table)
-    layers = [f"encoder.{i}" for i in range(arch.n_encoder_layers)] + [
-        f"decoder.{i}" for i in range(arch.n_decoder_layers)
+    layers = [layer_name("encoder", i) for i in range(arch.n_encoder_layers)] + [
+        layer_name("decoder", i) for i in range(arch.n_decoder_layers)
     ]
     shown = set(layers) if expanded is None else set(layers) & set(expanded)
 
@@ -248,7 +249,7 @@ def flow_nodes(
 
     _side(b, "source", "encoder", _cut("|".join(token_labels(src_tokens))))
     for i in range(arch.n_encoder_layers):
-        stage = f"encoder.{i}"
+        stage = layer_name("encoder", i)
         if stage not in shown:
             _collapsed(b, stage, "encoder", f"encoder layer {i + 1}", like("encoder"))
             continue
@@ -261,7 +262,7 @@ def flow_nodes(
             pre=pre,
             label=f"self-attention · {arch.n_heads} heads",
             block=f"{stage}.self_attn",
-            site=f"{stage}.self",
+            site=attention_site("encoder", i),
         )
         _ffn(b, stage, "encoder", pre)
     memory = b.row("memory", "memory")
@@ -279,7 +280,7 @@ def flow_nodes(
 
     _side(b, "target", "decoder", "the start token, then every output piece but the last")
     for i in range(arch.n_decoder_layers):
-        stage = f"decoder.{i}"
+        stage = layer_name("decoder", i)
         if stage not in shown:
             _collapsed(b, stage, "decoder", f"decoder layer {i + 1}", like("decoder"))
             continue
@@ -325,7 +326,7 @@ def flow_nodes(
                 pre=pre,
                 label=f"masked self-attention · {arch.n_heads} heads",
                 block=f"{stage}.self_attn",
-                site=f"decoder.{i}.self",
+                site=attention_site("decoder", i),
             )
             b.nodes[-1 if pre else -2] = _with_page(b.nodes[-1 if pre else -2], "masks")
         _attention(
@@ -337,12 +338,12 @@ def flow_nodes(
             pre=pre,
             label=f"cross-attention · {arch.n_heads} heads",
             block=f"{stage}.cross_attn",
-            site=f"cross.{i}",
+            site=attention_site("cross", i),
         )
         _ffn(b, stage, "decoder", pre)
     state = b.row("output", "decoder state")
     if pre:
-        last = b.row(f"decoder.{arch.n_decoder_layers - 1}", "layer output")
+        last = b.row(layer_name("decoder", arch.n_decoder_layers - 1), "layer output")
         b.add("decoder_norm", "decoder", "norm", "final LayerNorm of the decoder", [last], blocks=["decoder_norm"])
     logits, probs = b.row("output", "logits"), b.row("output", "next-word")
     b.add(

@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 import core
-from core.sites import Stack, attention_site, layer_input_site
+from core.sites import Stack, attention_array, attention_site, gate_site, layer_input_site
 from viz_app.cache import cached
 from viz_app.figures import learn, masking, style
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
@@ -112,7 +112,7 @@ class Walkthrough:
         h = self.stream("decoder", self.layer)
         if dec.ssru is not None:  # c_t = f_t c_{t-1} + (1 - f_t) x_t W;  y_t = ReLU(c_t), with the recorded gates f
             xw = self.sub_in(h, dec.self_attn_norm) @ _np(dec.ssru.W.weight, h.shape[-1]).T
-            gates = np.asarray(self.trace[f"ssru.{self.layer}.gate"], dtype=np.float64)
+            gates = np.asarray(self.trace[gate_site(self.layer)], dtype=np.float64)
             c, cells = np.zeros(h.shape[-1]), []
             for t in range(h.shape[0]):
                 c = gates[t] * c + (1.0 - gates[t]) * xw[t]
@@ -120,7 +120,9 @@ class Walkthrough:
             y = np.maximum(np.stack(cells), 0.0)
         else:
             assert dec.self_attn is not None
-            y = self.project_heads(dec.self_attn, np.asarray(self.trace[f"decoder.{self.layer}.self.heads"]))
+            y = self.project_heads(
+                dec.self_attn, np.asarray(self.trace[attention_array("decoder", self.layer, "heads")])
+            )
         return self.sub_out(h, y, dec.self_attn_norm)
 
     def memory(self) -> np.ndarray:
@@ -158,7 +160,9 @@ class Walkthrough:
             x = self.sub_in(s, dec.cross_attn_norm)
             d = x.shape[-1]
             q = x @ _np(dec.cross_attn.q_proj.weight, d).T + _np(dec.cross_attn.q_proj.bias, d)  # (Tq, D)
-            recorded = np.concatenate(list(np.asarray(self.trace[f"cross.{self.layer}.q"])), axis=-1)  # (Tq, D)
+            recorded = np.concatenate(
+                list(np.asarray(self.trace[attention_array("cross", self.layer, "q")])), axis=-1
+            )  # (Tq, D)
             return "the queries of the cross-attention that reads this stream next", q, recorded
         block = (
             self.model.encoder_layers[self.layer] if self.kind == "encoder" else self.model.decoder_layers[self.layer]

@@ -43,4 +43,4 @@ def test_importance_patching_and_attribution_round_trip(tiny_checkpoint, tmp_pat
     np.testing.assert_allclose(a.source_ig, attribution.source_ig, atol=tol + 1e-9)
     assert a.ig_delta == pytest.approx(attribution.ig_delta) and a.baseline == "position"
     with pytest.raises(ValueError, match="analysis"):
-        out.trace.with_analysis({"cross.0.weights": np.zeros(1)}, {})
+        out.trace.with_analysis({"decoder.0.cross.weights": np.zeros(1)}, {})

@@ -56,7 +56,11 @@ def test_every_site_equals_its_own_single_patch(bundle, case):
             single = prob(bundle.model, corrupt, out_ids, r.position, Patch(site, trace[site], positions=(j,)))
             assert r.encoder[layer, j] == pytest.approx(single, abs=1e-5), (site, j)
     single = prob(
-        bundle.model, corrupt, out_ids, r.position, Patch("cross.1.heads", trace["cross.1.heads"], heads=(1,))
+        bundle.model,
+        corrupt,
+        out_ids,
+        r.position,
+        Patch("decoder.1.cross.heads", trace["decoder.1.cross.heads"], heads=(1,)),
     )
     assert r.cross_heads[1, 1] == pytest.approx(single, abs=1e-5)
 

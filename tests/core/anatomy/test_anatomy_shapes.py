@@ -42,7 +42,7 @@ def test_tiny_checkpoints(tmp_path, overrides):
     memory = by_name["memory", "memory (the encoder's output)"]
     assert (memory.site is None) == (overrides.get("norm") == "pre")  # pre-norm: after a final norm, unrecorded
     ssru = overrides.get("decoder_self") == "ssru"
-    assert any(r.site == "ssru.0.gate" for r in rows) == ssru
+    assert any(r.site == "decoder.0.ssru.gate" for r in rows) == ssru
     assert any(r.site == "decoder.0.self.q" for r in rows) != ssru
 
 
@@ -53,7 +53,7 @@ def test_a_real_sentence_on_distilled_en_pt():
     Ts, Tt = len(out.src_tokens), len(out.tgt_tokens)
     by_site = {r.site: r for r in rows if r.site}
     assert by_site["encoder.5.self.q"].shape == (8, Ts, 32)
-    assert by_site["cross.1.k"].shape == (8, Ts, 32) and by_site["cross.1.q"].shape == (8, Tt, 32)
+    assert by_site["decoder.1.cross.k"].shape == (8, Ts, 32) and by_site["decoder.1.cross.q"].shape == (8, Tt, 32)
     assert by_site["embed.src"].shape == (Ts, 256) and by_site["output.top_ids"].shape == (Tt, 10)
     assert any(r.shape == (32_000,) for r in rows)
 
