@@ -36,6 +36,10 @@ LAZY_MODULES = (
     "plotly.graph_objs.scatter._textfont",
     "plotly.graph_objs.scatter._line",
     "plotly.graph_objs.heatmap._textfont",
+    "plotly.graph_objs.layout.legend",  # the Model map page's legend and block outlines
+    "plotly.graph_objs.layout.legend._font",
+    "plotly.graph_objs.layout.shape",
+    "plotly.graph_objs.layout.shape._line",
     "viz_app.figures.masking",
     "viz_app.figures.positional",
     "viz_app.figures.decoding",
