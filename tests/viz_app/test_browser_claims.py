@@ -248,4 +248,8 @@ def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], brows
         )  # the picker's placeholder names the model's own piece at this step
         assert f"its own choice: “{own_piece.replace('▁', '␣')}”" in placeholders
         assert f"its own choice: “{alt.trace.piece(candidate).replace('▁', '␣')}”" not in placeholders
+    # 6 · the Model map: the total it states is the model's own count of its tensors
+    said = page.open("model-map", "The blocks add up to", page="map", text=first)
+    numel = sum(p.numel() for p in bundle.model.parameters())
+    assert f"The blocks add up to {numel:,} parameters, the same as the model's own count" in said
     page.tab.close()
