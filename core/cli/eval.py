@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from ..bundle import MAX_BEAM
 from ..checkpoint import load_checkpoint
@@ -20,6 +21,8 @@ from ..distill.fidelity import (
 )
 from ..distill.invented import dictionary, invented_section, measure
 from ..errors import InputError
+from ..model import Transformer
+from ..tokenizer import Tokenizer
 from ..training.corpus import split_or_prepare, text_lines
 from ..training.evaluate import evaluate_split
 
@@ -109,6 +112,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _student_and_teacher(
+    args: argparse.Namespace,
+) -> tuple[Transformer, Tokenizer, dict[str, Any], Transformer, Tokenizer]:
+    """The student and its teacher (model, tokenizer; the student's info), refused when they translate other pairs."""
+    student, tokenizer, info = load_checkpoint(args.checkpoint)
+    teacher, teacher_tokenizer, teacher_info = load_checkpoint(args.teacher)
+    pairs = [f"{i.get('source_language')}->{i.get('target_language')}" for i in (info, teacher_info)]
+    if pairs[0] != pairs[1]:
+        raise InputError(
+            f"--teacher {args.teacher} translates {pairs[1]} but the student {args.checkpoint} translates "
+            f"{pairs[0]}; pass the teacher it was distilled from"
+        )
+    return student, tokenizer, info, teacher, teacher_tokenizer
+
+
 def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
     """The student's fidelity to its teacher per source-length bucket (``core.distill.fidelity``), on the
     held-out Ding test English (``--held-out all``: dev + test) or on the sentences of ``--sources``."""
@@ -128,14 +146,7 @@ def _by_length(args: argparse.Namespace, split_dir: Path) -> int:
         which = args.held_out or "test"
         sentences = heldout_sentences(split_dir, which)
         origin = "held-out Ding English, " + ("test only" if which == "test" else "dev + test")
-    student, tokenizer, info = load_checkpoint(args.checkpoint)
-    teacher, teacher_tokenizer, teacher_info = load_checkpoint(args.teacher)
-    pairs = [f"{i.get('source_language')}->{i.get('target_language')}" for i in (info, teacher_info)]
-    if pairs[0] != pairs[1]:
-        raise InputError(
-            f"--teacher {args.teacher} translates {pairs[1]} but the student {args.checkpoint} translates "
-            f"{pairs[0]}; pass the teacher it was distilled from"
-        )
+    student, tokenizer, info, teacher, teacher_tokenizer = _student_and_teacher(args)
     buckets = inputs_by_length(sentences, tokenizer, per_bucket=args.per_bucket)
     start = time.perf_counter()
     language = str(info.get("target_language", ""))
@@ -163,14 +174,7 @@ def _invented_words(args: argparse.Namespace, split_dir: Path) -> int:
         raise InputError(f"--per-bucket must be at least 1, got {args.per_bucket}")
     if args.sources and args.held_out:
         raise InputError("--held-out chooses among the Ding English; it cannot be combined with --sources")
-    student, tokenizer, info = load_checkpoint(args.checkpoint)
-    teacher, teacher_tokenizer, teacher_info = load_checkpoint(args.teacher)
-    pairs = [f"{i.get('source_language')}->{i.get('target_language')}" for i in (info, teacher_info)]
-    if pairs[0] != pairs[1]:
-        raise InputError(
-            f"--teacher {args.teacher} translates {pairs[1]} but the student {args.checkpoint} translates "
-            f"{pairs[0]}; pass the teacher it was distilled from"
-        )
+    student, tokenizer, info, teacher, teacher_tokenizer = _student_and_teacher(args)
     language = str(info.get("target_language", ""))
     known = dictionary(language)  # before the slow part: a missing list is said at once
     if args.sources:
