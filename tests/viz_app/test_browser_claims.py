@@ -189,7 +189,7 @@ def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], brows
             shown = page.max_abs(f"Difference (without PE on the {side} − as trained)")
             assert shown is not None
             assert (shown > 1e-6) == (core_delta > 1e-6), (side, shown, core_delta)
-            assert ("No change: every attention weight here is the same" in said) == (core_delta < 1e-6)
+            assert ("No change: every attention weight here is the same" in said) == (core_delta < claims.SAME_WEIGHT)
         if bundle.languages[0] == "en" and side == "encoder":  # the word-order pairs, computed live
             assert "the same set of vectors for both sentences" in said
 

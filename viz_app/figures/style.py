@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from viz_app.claims import SAME_WEIGHT
+
 DECIMALS = 4
 WORD_START = "␣"  # how SentencePiece's "▁" (a space before the piece) is shown
 SPECIAL = frozenset({"<s>", "</s>", "<pad>", "<unk>"})
@@ -90,7 +92,7 @@ def plot_config(filename: str) -> dict[str, Any]:
 
 TITLE_TOP = 70  # px above the plot area for a one-line title (it starts 20 px from the top)
 TITLE_LINE = 22  # px each further title line takes (16 px font)
-NO_CHANGE_TOL = 1e-9  # a difference smaller than this is no difference
+NO_CHANGE_TOL = SAME_WEIGHT  # one threshold: the grid's 'no change' and the caption's (viz_app/claims.py) agree
 NO_CHANGE = "no change: every weight is the same in both runs"
 
 
