@@ -214,4 +214,7 @@ SESSION_KEYS: dict[str, str] = {
         "views/heads.py",
     ),
     "learn_stages": "views/learn.py",
+    **dict.fromkeys(
+        ("hf_folder", "hf_name", "hf_import", "_import_selected", "_import_result"), "widgets/open_folder.py"
+    ),
 }

@@ -7,12 +7,13 @@ import torch
 
 import core
 from viz_app.session import checkpoints, errors, params, selection, server, trace_replay, url
+from viz_app.widgets import open_folder
 from viz_app.widgets.markup import md
 
 HOW_TO_GET_ONE = (
     "No checkpoint found under `{root}`. Get one with **`make run`** (imports the pretrained "
     "Bergamot en↔pt models) or **`make train`** (trains `ding-en-de`), or point the app at another "
-    "folder with the environment variable `LAB_CHECKPOINT_ROOT`."
+    "folder with the environment variable `LAB_CHECKPOINT_ROOT`, or open a Hugging Face folder in the sidebar."
 )
 
 
@@ -83,7 +84,11 @@ def sidebar() -> bool:
     with st.sidebar:
         if _replay_controls() is not None:
             return True
+        if open_folder.select_pending():  # imported in the last run: listed and selected now
+            names = checkpoints.checkpoint_names()
+            _checkpoint_changed()
         if not names:
+            open_folder.open_folder(expanded=True)
             return False
         if ss.get("ckpt") not in names:
             if ss.get("ckpt"):  # e.g. a link's ?ckpt= naming a folder that is not listed (its text is not repeated)
@@ -99,6 +104,7 @@ def sidebar() -> bool:
             on_change=_checkpoint_changed,
             help=f"Model folders under `{checkpoints.checkpoint_root()}`",
         )
+        open_folder.open_folder()
         bundle = selection.bundle()
         if bundle is None:
             return False

@@ -1,0 +1,110 @@
+"""Open a Hugging Face folder from the app: check the path and the name, import it into the checkpoint root with
+the importer ``python -m core import-hf`` uses, check the result loads, and say in words what was refused.
+
+Nothing here draws: ``import_folder`` reports its steps to a ``progress(fraction, text)`` callback (the sidebar's
+``st.progress``) and raises ``core.InputError`` / ``core.CheckpointError`` with the reason a folder is refused.
+A refusal loses nothing: the user's folder is only read, and a checkpoint is written under a name that was free.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import core
+from core.checkpoint import folder_mb, load_checkpoint
+from core.importers.hf_marian import convert
+from viz_app.session import checkpoints
+
+Progress = Callable[[float, str], None]
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+HUB_CACHE = re.compile(r"models--(?P<repo>[^/]+)/snapshots/[^/]+/?$")  # …/models--ORG--NAME/snapshots/HASH
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import wrote: the checkpoint's name under the root, its size and how long it took."""
+
+    name: str
+    folder: Path
+    megabytes: float
+    seconds: float
+
+
+def refused_here() -> str | None:
+    """Why this server does not open folders, or None. A lab serving a network on purpose (``LAB_SERVE_NETWORK=1``,
+    see ``viz_app.guard``) would let anyone who reaches it read the server's folders into its checkpoint root."""
+    if os.environ.get("LAB_SERVE_NETWORK") == "1":
+        return (
+            "Opening a folder is off while the lab serves a network (LAB_SERVE_NETWORK=1): it would read this "
+            "server's folders for anyone who reaches it. Import on the server: `python -m core import-hf FOLDER`."
+        )
+    return None
+
+
+def folder_from_text(text: str) -> Path:
+    """The folder a typed path names (quotes and a leading ~ are allowed); InputError when it names none."""
+    cleaned = text.strip().strip("'\"").strip()
+    if not cleaned:
+        raise core.InputError("type the path of a Hugging Face model folder first")
+    folder = Path(cleaned).expanduser()
+    if not folder.exists():
+        raise core.InputError(f"`{cleaned}` does not exist on this machine (the path is read on the lab's server)")
+    if not folder.is_dir():
+        raise core.InputError(
+            f"`{cleaned}` is a file, not a folder — give the folder that holds config.json and model.safetensors"
+        )
+    return folder
+
+
+def suggested_name(folder: Path) -> str:
+    """A checkpoint name for ``folder``: the model's name for a snapshot in the Hugging Face cache
+    (``models--Helsinki-NLP--opus-mt-en-de/snapshots/<hash>`` -> ``opus-mt-en-de``), else the folder's name."""
+    path = folder.expanduser().resolve().as_posix()
+    found = HUB_CACHE.search(path)
+    raw = found.group("repo").split("--")[-1] if found else folder.expanduser().resolve().name
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip(".-_")[:80]
+    return name or "imported"
+
+
+def check_name(name: str) -> str:
+    """``name`` if a new checkpoint can take it under the root; InputError saying why not."""
+    name = name.strip()
+    if not NAME.fullmatch(name):
+        raise core.InputError(
+            f"the name `{name[:80]}` cannot be a checkpoint folder's name: use letters, digits, '.', '-' and '_' "
+            "(at most 80, starting with a letter or digit)"
+        )
+    if (checkpoints.checkpoint_root() / name).exists():
+        raise core.InputError(
+            f"a checkpoint named `{name}` is already in `{checkpoints.checkpoint_root()}`; choose another name "
+            "(the one there is kept as it is)"
+        )
+    return name
+
+
+def import_folder(text: str, name: str, progress: Progress) -> Imported:
+    """Import the folder ``text`` names as the checkpoint ``name`` under the checkpoint root, reporting each step
+    to ``progress``. Raises InputError / CheckpointError with the reason when the folder or the name is refused;
+    then nothing was written."""
+    start = time.perf_counter()
+    progress(0.0, "Checking the path and the name …")
+    folder = folder_from_text(text)
+    name = check_name(name or suggested_name(folder))
+    out = checkpoints.checkpoint_root() / name
+    progress(0.1, f"Reading and converting `{folder.name}` (config, weights, tokenizer) …")
+    command = f"python -m core import-hf {folder} --out {out} --dtype float32"
+    written = convert(folder, out, command=command)
+    progress(0.8, "Checking that the new checkpoint loads …")
+    try:
+        load_checkpoint(written, "cpu")
+    except core.LabError:
+        shutil.rmtree(written, ignore_errors=True)  # written by this call under a free name: nothing else lost
+        raise
+    progress(1.0, f"Imported as `{name}`.")
+    return Imported(name, written, folder_mb(written), time.perf_counter() - start)
