@@ -1,0 +1,192 @@
+"""ALTI (Ferrando et al., 2022): an attention block's output as a sum of one transformed vector per input token.
+
+The decomposition follows the authors' code (mt-upc/transformer-contributions-nmt, ``transformer_wrapper.py``,
+``__get_contributions_module`` and ``get_contribution_rollout``). With its attention weights held fixed, an
+attention block is linear in its inputs:
+
+    y_i = N( sum_j T_i(x_j) + b_o ),   T_i(x_j) = sum_h alpha^h_ij (x_j W_v^h + b_v^h) W_o^h  (+ x_i when j = i)
+
+The residual is token i's own vector (self-attention: added to its own T_i(x_i); cross-attention: one more
+vector beside the source tokens'). N is the block's norm: after the sum with post-norm, folded in linearly with
+the token's own scale held fixed (LayerNorm centres each vector, divides by the token's standard deviation and
+multiplies by its weight; its bias, like the output projection's, belongs to no token); with pre-norm the norm
+sits inside the value path and the block's output is the sum itself.
+
+Contributions come from L1 distances (the authors' ``l1`` with ``min_sum``):
+c_ij = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1), each row divided by its sum. Layers compose as the authors' rollout.
+
+One deviation, said here: the authors scale by ``1 / (x + eps).std(-1)`` (the unbiased standard deviation, eps
+added to the values); we use the norm's own scale ``1 / sqrt(var + eps)``, so the vectors add up to the block's
+actual output (their code asserts it only within 1e-3 per element).
+
+An SSRU (Marian's decoder cell, used instead of self-attention) is decomposed the same way, with its forget
+gates and ReLU pattern held fixed as ALTI holds attention weights fixed: c_t = sum_{j<=t} (1-f_j) prod_{j<k<=t} f_k
+(x_j W), so h_t = relu(c_t) = sum_j [c_t > 0] (1-f_j) prod f_k (x_j W) exactly. That is our extension (the paper has
+no SSRU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block's output as vectors: ``vectors.sum(1) + constant`` is the output (Tq, D).
+
+    vectors: (Tq, K, D) the transformed vector of each input (self-attention: K = Tk tokens, the residual inside
+        token i's own; cross-attention: K = Ts + 1, the sources then the residual). constant: (Tq, D), what no token
+        brings (the output projection's bias, the norm's bias)."""
+
+    vectors: Tensor
+    constant: Tensor
+
+    @property
+    def output(self) -> Tensor:
+        return self.vectors.sum(1) + self.constant  # (Tq, D)
+
+
+def head_vectors(weights: Tensor, values: Tensor, out_weight: Tensor, scale: Tensor) -> Tensor:
+    """Each key's vector through every head and the output projection, weighted by attention.
+
+    weights (H, Tq, Tk); values (H, Tk, dv) (bias included); out_weight (D, H*dv), the output projection's weight;
+    scale (H,) each head's multiplier (0 for a head switched off) -> (Tq, Tk, D)."""
+    per_head = value_vectors(values, out_weight)  # (H, Tk, D)
+    return torch.einsum("hqk,hkd->qkd", weights * scale[:, None, None], per_head)
+
+
+def value_vectors(values: Tensor, out_weight: Tensor) -> Tensor:
+    """f_h(x_j) = v^h_j W_o^h: values (H, Tk, dv), out_weight (D, H*dv) -> (H, Tk, D)."""
+    H, _, dv = values.shape
+    w_o = out_weight.T.reshape(H, dv, -1)  # (H, dv, D): head h's rows of the output projection
+    return torch.einsum("hke,hed->hkd", values, w_o)
+
+
+def with_residual(vectors: Tensor, residual: Tensor, cross: bool) -> Tensor:
+    """vectors (Tq, Tk, D) and the residual stream (Tq, D): self-attention adds x_i to token i's own vector
+    (Tq == Tk); cross-attention appends it as one more vector -> (Tq, Tk + 1, D)."""
+    if cross:
+        return torch.cat([vectors, residual[:, None]], dim=1)
+    if vectors.shape[0] != vectors.shape[1]:
+        raise ValueError(f"self-attention needs as many queries as keys, got {tuple(vectors.shape[:2])}")
+    out = vectors.clone()
+    idx = torch.arange(vectors.shape[0])
+    out[idx, idx] += residual
+    return out
+
+
+def norm_parts(norm: nn.Module) -> tuple[bool, Tensor | None, Tensor | None, float]:
+    """(centres, weight, bias, eps) of a LayerNorm or an RMSNorm (any module named *RMS*Norm with a weight and eps);
+    ValueError naming any other module."""
+    if isinstance(norm, nn.LayerNorm):
+        return True, norm.weight, norm.bias, float(norm.eps)
+    if "rms" in type(norm).__name__.lower():
+        eps = getattr(norm, "eps", None)
+        weight = getattr(norm, "weight", None)
+        return False, weight, getattr(norm, "bias", None), float(eps) if eps is not None else 1e-6
+    raise ValueError(f"ALTI folds a LayerNorm or an RMSNorm in, not a {type(norm).__name__}")
+
+
+def fold_norm(norm: nn.Module, vectors: Tensor, constant: Tensor) -> Block:
+    """``norm(vectors.sum(1) + constant)`` as a Block: the norm applied to each vector linearly, with each token's
+    scale (1 / sqrt(var + eps), of the whole sum) held fixed. vectors (Tq, K, D), constant (Tq, D)."""
+    centres, weight, bias, eps = norm_parts(norm)
+    total = vectors.sum(1) + constant  # (Tq, D)
+
+    def centre(t: Tensor) -> Tensor:
+        return t - t.mean(-1, keepdim=True) if centres else t
+
+    scale = centre(total).pow(2).mean(-1, keepdim=True).add(eps).rsqrt()  # (Tq, 1)
+    w = torch.ones_like(total[0]) if weight is None else weight.to(total)
+    folded = centre(vectors) * scale[:, None] * w
+    folded_constant = centre(constant) * scale * w + (0.0 if bias is None else bias.to(total))
+    return Block(folded, folded_constant)
+
+
+def attention_block(
+    weights: Tensor,
+    values: Tensor,
+    out_proj: nn.Linear,
+    residual: Tensor,
+    scale: Tensor,
+    *,
+    cross: bool,
+    norm: nn.Module | None,
+) -> Block:
+    """One attention block decomposed: weights (H, Tq, Tk), values (H, Tk, dv), the block's output projection,
+    the residual stream entering it (Tq, D), each head's scale (H,); ``norm`` the post-norm to fold in (None with
+    pre-norm). Computed in ``residual``'s dtype."""
+    dtype = residual.dtype
+    vectors = head_vectors(weights.to(dtype), values.to(dtype), out_proj.weight.to(dtype), scale.to(dtype))
+    vectors = with_residual(vectors, residual, cross)
+    bias = out_proj.bias
+    constant = (torch.zeros_like(residual) if bias is None else bias.to(dtype).expand_as(residual)).clone()
+    return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
+
+
+def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm: nn.Module | None) -> Block:
+    """An SSRU block decomposed with its forget gates and ReLU pattern held fixed (module docstring).
+
+    inputs (T, D) what the cell reads (the residual stream, or its norm with pre-norm); gates (T, D) the forget
+    gates the run used; w (D, D) the cell's W; residual (T, D); norm: the post-norm, or None."""
+    dtype = residual.dtype
+    xw = inputs.to(dtype) @ w.to(dtype).T  # (T, D)
+    f = gates.to(dtype)
+    T = xw.shape[0]
+    carry = torch.zeros(T, T, xw.shape[1], dtype=dtype)  # carry[t, j] = (1 - f_j) prod_{j<k<=t} f_k
+    for t in range(T):
+        if t:
+            carry[t, :t] = carry[t - 1, :t] * f[t]
+        carry[t, t] = 1.0 - f[t]
+    parts = carry * xw[None]  # (T, T, D): c_t = parts[t].sum(0)
+    active = (parts.sum(1) > 0).to(dtype)  # (T, D): the ReLU's pattern
+    vectors = with_residual(parts * active[:, None], residual, cross=False)
+    constant = torch.zeros_like(residual)
+    return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
+
+
+def alti(block: Block) -> Tensor:
+    """(Tq, K) contributions: max(0, ||y_i||_1 - ||y_i - v_ij||_1), rows divided by their sum. A row where no vector
+    is nearer the output than the output's own L1 norm (the authors' code divides by 0 there) gives all of it to
+    the nearest vector."""
+    output = block.output  # (Tq, D)
+    distance = (block.vectors - output[:, None]).abs().sum(-1)  # (Tq, K)
+    score = (output.abs().sum(-1, keepdim=True) - distance).clamp(min=0)
+    total = score.sum(-1, keepdim=True)
+    nearest = F.one_hot(distance.argmin(-1), distance.shape[1]).to(score)
+    return torch.where(total > 0, score / total.clamp(min=torch.finfo(score.dtype).tiny), nearest)
+
+
+def compose_encoder(layers: list[Tensor]) -> Tensor:
+    """The encoder's contributions through its layers: C_L ... C_1 (each (Ts, Ts), first layer first)."""
+    if not layers:
+        raise ValueError("compose_encoder needs at least one layer")
+    out = layers[0]
+    for layer in layers[1:]:
+        out = layer @ out
+    return out
+
+
+def compose_decoder(self_layers: list[Tensor], cross_layers: list[Tensor], encoder: Tensor) -> list[Tensor]:
+    """ALTI+'s rollout through the decoder: for each layer, each position's contributions from the source tokens
+    then the decoder inputs (T, Ts + T), composed up to that layer (the last is the model's).
+
+    self_layers: (T, T) each layer's self-attention (or SSRU) contributions; cross_layers: (T, Ts + 1), sources then
+    the residual; encoder: (Ts, Ts) composed through the encoder. A layer's own matrix is
+    [cross[:, :Ts] @ encoder | cross[:, Ts] * self]: the residual's share is spread over the prefix by
+    self-attention; composed: [S_l + P_l @ R_{l-1}[:, :Ts] | P_l @ R_{l-1}[:, Ts:]], rows renormalised."""
+    Ts = encoder.shape[0]
+    out: list[Tensor] = []
+    for self_c, cross_c in zip(self_layers, cross_layers, strict=True):
+        source = cross_c[:, :Ts] @ encoder  # (T, Ts)
+        prefix = cross_c[:, Ts:] * self_c  # (T, T)
+        if out:
+            source = source + prefix @ out[-1][:, :Ts]
+            prefix = prefix @ out[-1][:, Ts:]
+        layer = torch.cat([source, prefix], dim=1)
+        out.append(layer / layer.sum(-1, keepdim=True))
+    return out

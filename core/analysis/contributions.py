@@ -1,0 +1,291 @@
+"""Where each output word comes from: the source or the target prefix (ALTI+, Ferrando et al., 2022).
+
+``contributions(bundle, text)`` scores the model's own greedy translation of ``text`` (or, with ``translation=``,
+a given one, teacher-forced): one recorded teacher-forced pass of the same ``Call`` the run uses (its options:
+positions off, masks off, heads switched off), every attention block decomposed into one vector per input token
+(``core.analysis.alti``), contributions from L1 distances, composed through the layers as the authors' rollout.
+Each output token's row says how much of the decoder's final representation at its position comes from each
+source token and each decoder input (the start token, then the translation's pieces before it); the sources'
+total is its **source share**. Low source share is what Dale et al. (2023) found to detect hallucinations.
+
+The feed-forward layers and a pre-norm model's final norm act on each token alone: ALTI leaves them out.
+An SSRU decoder (Bergamot's) has no self-attention; its recurrence is decomposed with its gates held fixed
+(``alti.ssru_block``), so the prefix share there is what the SSRU carried forward plus the token itself.
+With the causal mask off, each decoding step of a greedy translation saw only the words before it: each output
+token is then decomposed in a pass over its own prefix (one pass per token), as its step computed it.
+
+``value_norms`` is the simpler second view (Kobayashi et al., 2020): ||alpha^h_ij f_h(x_j)||, per head and layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention
+from ..bundle import Bundle
+from ..call import Call
+from ..config import InferenceOptions
+from ..decoding import suppress
+from ..errors import InputError
+from ..layers import SSRU
+from ..model import Transformer
+from ..recorder import Recorder
+from ..sites import AttentionKind, attention_array, layer_input_site
+from ..trace import Trace
+from .alti import Block, alti, attention_block, compose_decoder, compose_encoder, ssru_block
+
+BlockKey = tuple[AttentionKind, int]  # ('encoder', 0), ('decoder', 1) (an SSRU too), ('cross', 1)
+
+
+@dataclass(frozen=True)
+class Decomposed:
+    """One block decomposed, beside what the run computed there (from its recorded head outputs or SSRU input)."""
+
+    block: Block
+    actual: Tensor  # (Tq, D)
+
+    @property
+    def error(self) -> float:
+        """The largest |decomposed - actual| over the block's output."""
+        return float((self.block.output - self.actual.to(self.block.output)).abs().max())
+
+
+def _tensor(a: np.ndarray) -> Tensor:
+    return torch.from_numpy(np.array(a, dtype=np.float64))
+
+
+@torch.no_grad()
+def decompose(model: Transformer, trace: Trace) -> dict[BlockKey, Decomposed]:
+    """Every attention block (and SSRU) of one recorded pass decomposed, in the model's order.
+
+    ``trace``: a teacher-forced pass recorded with ``qkv=True, activations=True`` (``recorded_pass``)."""
+    cfg = model.config
+    pre = cfg.norm == "pre"
+    options = trace.options
+    out: dict[BlockKey, Decomposed] = {}
+
+    def attend(kind: AttentionKind, layer: int, attn: MultiHeadAttention, norm: nn.Module, x: Tensor) -> Decomposed:
+        _, _, values = trace.qkv(kind, layer)
+        H = values.shape[0]
+        scale = torch.ones(H, dtype=torch.float64)
+        scale[list(options.ablated_heads(kind, layer))] = 0.0
+        block = attention_block(
+            _tensor(trace.attention(kind, layer)),
+            _tensor(values),
+            attn.out_proj,
+            x,
+            scale,
+            cross=kind == "cross",
+            norm=None if pre else norm,
+        )
+        with torch.no_grad():
+            heads = torch.from_numpy(np.array(trace[attention_array(kind, layer, "heads")]))[None].to(model_device)
+            a = attn.output(heads)[0].double().cpu()  # (Tq, D)
+            return Decomposed(block, _finish(norm, x, a, pre))
+
+    model_device = next(model.parameters()).device
+    for layer, enc in enumerate(model.encoder_layers):
+        x = _tensor(trace[layer_input_site("encoder", layer)])
+        out[("encoder", layer)] = attend("encoder", layer, enc.self_attn, enc.self_attn_norm, x)
+    for layer, dec in enumerate(model.decoder_layers):
+        x = _tensor(trace[layer_input_site("decoder", layer)])
+        if dec.ssru is not None:
+            out[("decoder", layer)] = _ssru(dec.ssru, dec.self_attn_norm, x, _tensor(trace.gates(layer)), pre)
+        else:
+            assert dec.self_attn is not None
+            out[("decoder", layer)] = attend("decoder", layer, dec.self_attn, dec.self_attn_norm, x)
+        h = out[("decoder", layer)].actual
+        out[("cross", layer)] = attend("cross", layer, dec.cross_attn, dec.cross_attn_norm, h)
+    return out
+
+
+def _finish(norm: nn.Module, x: Tensor, y: Tensor, pre: bool) -> Tensor:
+    """The block's output as the layer computes it: x + y with pre-norm, norm(x + y) with post-norm."""
+    return x + y if pre else _apply(norm, x + y)
+
+
+def _apply(module: nn.Module, x: Tensor) -> Tensor:
+    """``module`` (a norm) on x (T, D) in its own dtype and device, back as float64 on the CPU."""
+    p = next(module.parameters(), None)
+    with torch.no_grad():
+        return module(x if p is None else x.to(p)).double().cpu()
+
+
+def _ssru(cell: SSRU, norm: nn.Module, x: Tensor, gates: Tensor, pre: bool) -> Decomposed:
+    inputs = _apply(norm, x) if pre else x  # what the cell reads
+    block = ssru_block(inputs, gates, cell.W.weight.detach().cpu(), x, None if pre else norm)
+    with torch.no_grad():
+        p = cell.W.weight
+        h, _, _ = cell(inputs.to(p)[None], None)
+    return Decomposed(block, _finish(norm, x, h[0].double().cpu(), pre))
+
+
+def recorded_pass(
+    bundle: Bundle, src_ids: list[int], out_ids: list[int], options: InferenceOptions
+) -> tuple[Trace, np.ndarray]:
+    """One teacher-forced pass over ``out_ids`` recorded with q/k/v and activations, through a ``Call`` with
+    ``options`` and the bundle's fast weights (as its runs): the trace and log p of each output id (T,)."""
+    model, cfg = bundle.model, bundle.config
+    recorder = Recorder(model, qkv=True, activations=True)
+    src = torch.tensor([src_ids], device=bundle.device)  # (1, Ts)
+    tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=bundle.device)  # (1, T)
+    with torch.inference_mode():
+        logits = model(src, tgt, Call(options, recorder, bundle.fast), src_keep=torch.ones_like(src, dtype=torch.bool))
+        logp = suppress(torch.log_softmax(logits[0].float(), -1), cfg, float("-inf"))  # (T, V)
+        chosen = logp.gather(-1, torch.tensor(out_ids, device=logp.device)[:, None])[:, 0]
+    return recorder.freeze(bundle.tokenizer.piece), chosen.cpu().numpy().astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Contributions:
+    """Each output token's contributions from the source tokens and the decoder inputs (ALTI+), with the layers'.
+
+    S source pieces, T output pieces (= T decoder inputs), Le / Ld encoder / decoder layers."""
+
+    source_pieces: tuple[str, ...]  # the source tokens as the model saw them (eos included)
+    target_pieces: tuple[str, ...]  # the output tokens scored (eos included)
+    prefix_pieces: tuple[str, ...]  # decoder inputs: the start token, then the output pieces before each
+    matrix: np.ndarray  # (T, S + T): every source then every prefix token; rows sum to 1
+    token_source_share: np.ndarray  # (T,)
+    source_share: float  # mean of token_source_share
+    token_logprob: np.ndarray  # (T,) log p of each scored token
+    encoder_layers: np.ndarray  # (Le, S, S) each encoder layer's ALTI contributions
+    encoder: np.ndarray  # (S, S) composed through the encoder
+    self_layers: np.ndarray  # (Ld, T, T) each decoder layer's self-attention (or SSRU) contributions
+    cross_layers: np.ndarray  # (Ld, T, S + 1) each cross-attention's: the sources, then the token's own residual
+    layers: np.ndarray  # (Ld, T, S + T) composed up to each decoder layer (the last is ``matrix``)
+    options: InferenceOptions
+    forced: bool  # True: a given translation, teacher-forced; False: the model's own greedy translation
+    decoder_self: str  # 'attention' or 'ssru'
+    reconstruction_error: float  # the largest |sum of the vectors - the block's actual output| of any block
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def source_matrix(self) -> np.ndarray:
+        """(T, S): the source columns of ``matrix``."""
+        return self.matrix[:, : len(self.source_pieces)]
+
+    @property
+    def prefix_matrix(self) -> np.ndarray:
+        """(T, T): the decoder-input columns of ``matrix``."""
+        return self.matrix[:, len(self.source_pieces) :]
+
+    @property
+    def mean_logprob(self) -> float:
+        return float(self.token_logprob.mean())
+
+
+@dataclass(frozen=True)
+class _Pass:
+    trace: Trace
+    logprob: np.ndarray
+    encoder_layers: list[Tensor]
+    encoder: Tensor
+    self_layers: list[Tensor]
+    cross_layers: list[Tensor]
+    layers: list[Tensor]
+    error: float
+
+
+@torch.no_grad()
+def _analyse(bundle: Bundle, src_ids: list[int], out_ids: list[int], options: InferenceOptions) -> _Pass:
+    trace, logprob = recorded_pass(bundle, src_ids, out_ids, options)
+    blocks = decompose(bundle.model, trace)
+    n_enc, n_dec = bundle.config.n_encoder_layers, bundle.config.n_decoder_layers
+    enc = [alti(blocks[("encoder", i)].block) for i in range(n_enc)]
+    self_c = [alti(blocks[("decoder", i)].block) for i in range(n_dec)]
+    cross_c = [alti(blocks[("cross", i)].block) for i in range(n_dec)]
+    encoder = compose_encoder(enc)
+    layers = compose_decoder(self_c, cross_c, encoder)
+    error = max(b.error for b in blocks.values())
+    return _Pass(trace, logprob, enc, encoder, self_c, cross_c, layers, error)
+
+
+def _output_ids(bundle: Bundle, text: str, translation: str | None, options: InferenceOptions) -> list[int]:
+    if translation is None:
+        out = bundle.translate(text, options, record_qkv=False)
+        return [int(i) for i in out.trace["output.ids"]]
+    if not isinstance(translation, str):
+        raise InputError(f"translation must be text (a str) or None, got {type(translation).__name__}")
+    return bundle.encode_target(translation)
+
+
+def _np(ts: list[Tensor]) -> np.ndarray:
+    return torch.stack(ts).numpy()
+
+
+def contributions(
+    bundle: Bundle, text: str, *, translation: str | None = None, options: InferenceOptions | None = None
+) -> Contributions:
+    """ALTI+ contributions of every output token of ``text``'s translation: the model's own greedy translation
+    (``translation=None``) or ``translation`` teacher-forced. InputError on unusable text or options."""
+    options = bundle.check_options(options)
+    options.whole_vocabulary("contributions")
+    src_ids, _ = bundle.encode_source(text)
+    out_ids = _output_ids(bundle, text, translation, options)
+    per_step = translation is None and not options.causal_mask
+    notes: list[str] = []
+    if bundle.config.decoder_self == "ssru":
+        notes.append(
+            "This decoder reads the target with an SSRU (a gated recurrence), not attention: its prefix "
+            "contributions decompose the recurrence with its gates held fixed."
+        )
+    if per_step:
+        passes = [_analyse(bundle, src_ids, out_ids[: t + 1], options) for t in range(len(out_ids))]
+        notes.append(
+            "Causal mask off: each output token is decomposed in a pass over the words before it, as its "
+            "decoding step saw them."
+        )
+        run = _rows(passes)
+    else:
+        run = _analyse(bundle, src_ids, out_ids, options)
+    S = len(src_ids)
+    matrix = run.layers[-1].numpy()
+    token_source = matrix[:, :S].sum(-1)
+    return Contributions(
+        source_pieces=tuple(run.trace.src_tokens),
+        target_pieces=tuple(bundle.tokenizer.piece(i) for i in out_ids),
+        prefix_pieces=tuple(run.trace.tgt_tokens),
+        matrix=matrix,
+        token_source_share=token_source,
+        source_share=float(token_source.mean()),
+        token_logprob=run.logprob,
+        encoder_layers=_np(run.encoder_layers),
+        encoder=run.encoder.numpy(),
+        self_layers=_np(run.self_layers),
+        cross_layers=_np(run.cross_layers),
+        layers=_np(run.layers),
+        options=options,
+        forced=translation is not None,
+        decoder_self=bundle.config.decoder_self,
+        reconstruction_error=run.error,
+        notes=tuple(notes),
+    )
+
+
+def _rows(passes: list[_Pass]) -> _Pass:
+    """One _Pass from per-step passes (pass t over decoder inputs 0..t): row t of each, right-padded with 0."""
+    last = passes[-1]
+    T, S = len(passes), last.encoder.shape[0]
+
+    def stitch(mats: list[list[Tensor]], width: int) -> list[Tensor]:
+        return [
+            torch.stack([F.pad(m[layer][t], (0, width - m[layer].shape[1])) for t, m in enumerate(mats)])
+            for layer in range(len(mats[0]))
+        ]
+
+    return _Pass(
+        trace=last.trace,
+        logprob=np.array([p.logprob[t] for t, p in enumerate(passes)]),
+        encoder_layers=last.encoder_layers,
+        encoder=last.encoder,
+        self_layers=stitch([p.self_layers for p in passes], T),
+        cross_layers=stitch([p.cross_layers for p in passes], S + 1),
+        layers=stitch([p.layers for p in passes], S + T),
+        error=max(p.error for p in passes),
+    )
