@@ -207,13 +207,13 @@ SESSION_KEYS: dict[str, str] = {
             "attribution",
             "attribution_prefix",
         ),
-        "views/explain.py",
+        "views/explain.py, explain/",
     ),
     **dict.fromkeys(
         ("stat_{kind}", "aer_map", "align_by", "align_method", "align_shift", "align_links", "align_matrix"),
         "views/heads.py",
     ),
-    "learn_stages": "views/learn.py",
+    "learn_stages": "learn/sections.py",
     **dict.fromkeys(
         ("hf_folder", "hf_name", "hf_import", "_import_selected", "_import_result"), "widgets/open_folder.py"
     ),

@@ -57,6 +57,13 @@ def translate(path: str, text: str, key: OptionsKey, beam: int, qkv: bool = Fals
     )
 
 
+@cached("Recording every activation of this translation …")
+def recorded_more(path: str, text: str, key: OptionsKey, beam: int) -> core.Translation:
+    """The translation with q/k/v, the residual stream and each head's output recorded (the Learn page only): the
+    page's translation again as one teacher-forced pass, not decoded a second time."""
+    return load_bundle(path).record_more(translate(path, text, key, beam))
+
+
 @cached("Re-running on the same output …")
 def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.Translation:
     """Cached teacher-forced pass: same decoder inputs, other options (for like-for-like comparisons)."""
