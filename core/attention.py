@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
+    from .config import ModelConfig
     from .recorder import Recorder
 
 KV = tuple[Tensor, Tensor]
@@ -44,26 +45,47 @@ class Tap(NamedTuple):
     zeros: Tensor | None = None
 
 
+class Scoring(NamedTuple):
+    """How ``attend`` scores besides the mask: scores = q k^T * scale + bias.
+
+    scale: None = 1/sqrt(dh) (the paper's); 1.0 for T5, which does not scale. bias: broadcastable to
+    (B, H, Tq, Tk), added before the mask (T5's relative position bias); None = none. dropout: on the weights, in
+    training."""
+
+    scale: float | None = None
+    bias: Tensor | None = None
+    dropout: float = 0.0
+
+
+PLAIN = Scoring()
+
+
 def tap(recorder: Recorder | None, site: str, offset: int = 0) -> Tap | None:
     """A ``Tap`` at ``site`` when there is a recorder, else None (the fused path)."""
     return None if recorder is None else Tap(recorder, site, offset)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, at: Tap | None = None, dropout: float = 0.0) -> Tensor:
-    """softmax(q k^T / sqrt(dh) + mask) v for every head.
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, at: Tap | None = None, scoring: Scoring = PLAIN
+) -> Tensor:
+    """softmax(q k^T * scale + bias + mask) v for every head (scale 1/sqrt(dh) and no bias unless ``scoring`` says).
 
     q (B, H, Tq, dh); k, v (B, H, Tk, dh).
     mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = nothing masked. A fully masked row
         gives weights all 0 (not NaN) and a zero output.
     at: where the call's recorder records and intervenes (``Tap``); None = nothing recorded: the computation is
         ``F.scaled_dot_product_attention`` (same result, fused).
+    scoring: the scale, position bias and dropout (``Scoring``); ``scores_raw`` records scaled scores plus bias.
     Returns each head's output (B, H, Tq, dh), after the recorder's head interventions.
     """
     B, H, Tq, dh = q.shape
     Tk = k.shape[2]
-    scale = dh**-0.5
+    scale = dh**-0.5 if scoring.scale is None else scoring.scale
+    bias, dropout = scoring.bias, scoring.dropout
     mask4 = None if mask is None else mask[:, None]  # (B, 1, Tq|1, Tk)
     if at is None:
+        if bias is not None:  # one additive mask: the bias, -inf where blocked (a fully blocked row gives 0 here too)
+            mask4 = bias if mask4 is None else bias.masked_fill(~mask4, float("-inf"))  # (B|1, H, Tq, Tk)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout, scale=scale)
     recorder, site, offset, flat, zeros = at
     if flat is not None:  # beta=0 ignores the input; alpha scales inside the kernel
@@ -72,6 +94,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, at: Tap | None 
     else:
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
     raw = scores = scores.view(B, H, Tq, Tk)
+    if bias is not None:
+        raw = scores = scores + bias  # (B, H, Tq, Tk)
     blocked = None if mask4 is None else ~mask4
     if blocked is not None:
         scores = raw.masked_fill(blocked, float("-inf"))
@@ -91,17 +115,40 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, at: Tap | None 
 
 
 class MultiHeadAttention(nn.Module):
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, for ``n_heads`` heads in parallel."""
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, for ``n_heads`` heads in parallel.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    d_head: each head's size (None: d_model / n_heads; T5's d_kv may differ, so the heads span n_heads * d_head
+    features); scaled: False drops the 1/sqrt(d_k) (T5)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        d_head: int | None = None,
+        scaled: bool = True,
+    ) -> None:
         super().__init__()
-        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
-        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        if d_head is None:
+            assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
+            d_head = d_model // n_heads
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
+        inner = n_heads * d_head
+        self.q_proj = nn.Linear(d_model, inner, bias=bias)
+        self.k_proj = nn.Linear(d_model, inner, bias=bias)
+        self.v_proj = nn.Linear(d_model, inner, bias=bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.dropout = dropout
+        self.scale = None if scaled else 1.0  # ``Scoring.scale``
+
+    @classmethod
+    def of(cls, cfg: ModelConfig) -> MultiHeadAttention:
+        """The attention block ``cfg`` describes (head size, scaling, biases)."""
+        return cls(
+            cfg.d_model, cfg.n_heads, cfg.dropout, cfg.linear_bias, d_head=cfg.d_head, scaled=cfg.attention_scale
+        )
 
     def split(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
@@ -120,15 +167,22 @@ class MultiHeadAttention(nn.Module):
 
     def output(self, ctx: Tensor, lin: LinearFn = F.linear) -> Tensor:
         """Heads' outputs (B, H, Tq, dh) -> concatenated and projected (B, Tq, D)."""
-        B, _, Tq, _ = ctx.shape
-        return lin(ctx.transpose(1, 2).reshape(B, Tq, self.d_model), self.out_proj.weight, self.out_proj.bias)
+        B, H, Tq, dh = ctx.shape
+        return lin(ctx.transpose(1, 2).reshape(B, Tq, H * dh), self.out_proj.weight, self.out_proj.bias)
 
     def forward(
-        self, x: Tensor, kv: KV, mask: Tensor | None, at: Tap | None = None, lin: LinearFn = F.linear
+        self,
+        x: Tensor,
+        kv: KV,
+        mask: Tensor | None,
+        at: Tap | None = None,
+        lin: LinearFn = F.linear,
+        bias: Tensor | None = None,
     ) -> Tensor:
         """Attend from queries ``x`` (B, Tq, D) to ``kv`` (two (B, H, Tk, dh)) -> (B, Tq, D).
 
         mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = no mask. at: where a recorder records
-        (``Tap``), None = nothing recorded. lin: the call's linear (``Call.linear``)."""
-        drop = self.dropout if self.training else 0.0
-        return self.output(attend(self.project_q(x, lin), kv[0], kv[1], mask, at, drop), lin)
+        (``Tap``), None = nothing recorded. lin: the call's linear (``Call.linear``). bias: (1|B, H, Tq, Tk) added
+        to the scores (T5's relative position bias), None = none."""
+        scoring = Scoring(self.scale, bias, self.dropout if self.training else 0.0)
+        return self.output(attend(self.project_q(x, lin), kv[0], kv[1], mask, at, scoring), lin)

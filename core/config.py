@@ -29,7 +29,9 @@ class ModelConfig:
 
     The defaults are the paper's base architecture scaled down; the variant fields
     (``activation``, ``pe_layout``, ``scale_embedding``, ``decoder_self``, ``output_bias``, ``start``,
-    ``suppress_ids``) let imported production models (Marian/Bergamot, Hugging Face Marian) run on the same code.
+    ``suppress_ids``, and the BART / mBART / M2M100 block: ``position_offset``, ``separate_positions``, ``embed_norm``,
+    ``forced_bos_id``) let imported production models (Marian/Bergamot, Hugging Face Marian, BART, mBART, M2M100,
+    NLLB) run on the same code.
     """
 
     src_vocab_size: int
@@ -40,10 +42,11 @@ class ModelConfig:
     n_decoder_layers: int = 3
     d_ff: int = 1024
     dropout: float = 0.1
-    activation: Literal["relu", "gelu", "swish"] = "relu"  # swish = SiLU, x * sigmoid(x) (Marian's default)
+    # transformers' names: swish = silu = x * sigmoid(x) (Marian's default); gelu_new = GELU's tanh approximation
+    activation: Literal["relu", "gelu", "gelu_new", "swish", "silu"] = "relu"
     norm: Literal["post", "pre"] = "post"
     norm_eps: float = 1e-5
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    positional: Literal["sinusoidal", "learned", "relative"] = "sinusoidal"  # relative: T5's bias (relative_* below)
     # interleaved: the paper's; concatenated: sines then cosines, tensor2tensor / Marian C++ frequencies;
     # concatenated_hf: sines then cosines at the paper's frequencies (Hugging Face's MarianMTModel). core.positional
     pe_layout: Literal["interleaved", "concatenated", "concatenated_hf"] = "interleaved"
@@ -59,6 +62,20 @@ class ModelConfig:
     eos_id: int = 2
     unk_id: int = 3
     suppress_ids: tuple[int, ...] = ()  # target ids decoding never chooses (e.g. Marian's <pad>, the start token)
+    # BART / mBART / M2M100 (NLLB) variants; the defaults keep every earlier checkpoint as it was.
+    position_offset: int = 0  # position p reads row p + position_offset of the table (BART, M2M100: 2)
+    separate_positions: bool = False  # learned positions: the source and the target have a table each (BART)
+    embed_norm: bool = False  # a LayerNorm on each side's embeddings + positions (BART's layernorm_embedding)
+    forced_bos_id: int | None = None  # the first output id, forced (mBART-50, M2M100, NLLB: the target language)
+    # T5 / Flan-T5 / mT5 variants; the defaults keep every earlier checkpoint as it was.
+    d_kv: int | None = None  # each head's query / key / value size; None = d_model // n_heads (T5 sets it)
+    attention_scale: bool = True  # scores = q.k / sqrt(d_kv); False: q.k unscaled (T5)
+    norm_kind: Literal["layer", "rms"] = "layer"  # rms: RMSNorm with no bias, x / rms(x) * w (T5LayerNorm)
+    gated_ffn: bool = False  # FFN(x) = (act(x W1) * x W_up) W2 (T5 v1.1 / Flan-T5 / mT5: gated GELU)
+    linear_bias: bool = True  # biases on the attention and feed-forward projections (T5 has none)
+    relative_buckets: int = 32  # positional="relative": buckets of T5's relative position bias ...
+    relative_max_distance: int = 128  # ... and the distance from which every relative position shares a bucket
+    scale_decoder_output: bool = False  # decoder output * d_model**-0.5 before the output projection (T5 v1.0)
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -89,21 +106,63 @@ class ModelConfig:
             f"suppress_ids must be a list of token ids, got {self.suppress_ids!r}",
         )
         object.__setattr__(self, "suppress_ids", tuple(sorted(set(self.suppress_ids))))  # JSON gives a list
+        for name in ("separate_positions", "embed_norm"):
+            need(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
+        need(
+            isinstance(self.position_offset, int)
+            and not isinstance(self.position_offset, bool)
+            and 0 <= self.position_offset <= 16,
+            f"position_offset must be a whole number from 0 to 16, got {self.position_offset!r}",
+        )
+        need(
+            not self.separate_positions or self.positional == "learned",
+            "separate_positions needs learned positions (sinusoids are the same table on both sides)",
+        )
+        need(
+            self.forced_bos_id is None
+            or (
+                isinstance(self.forced_bos_id, int)
+                and not isinstance(self.forced_bos_id, bool)
+                and 0 <= self.forced_bos_id < self.tgt_vocab_size
+                and self.forced_bos_id != self.eos_id
+            ),
+            f"forced_bos_id must be a target id other than eos, or null; got {self.forced_bos_id!r}",
+        )
         need(isinstance(self.dropout, (int, float)), f"dropout must be a number, got {self.dropout!r}")
         need(isinstance(self.norm_eps, (int, float)), f"norm_eps must be a number, got {self.norm_eps!r}")
         for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an int, got {value!r}")
+        for name in ("attention_scale", "gated_ffn", "linear_bias", "scale_decoder_output"):
+            need(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
         need(
-            self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            self.d_kv is None
+            or (isinstance(self.d_kv, int) and not isinstance(self.d_kv, bool) and 0 < self.d_kv <= LIMITS["d_model"]),
+            f"d_kv must be null or a whole number from 1 to {LIMITS['d_model']:,}, got {self.d_kv!r}",
+        )
+        need(
+            self.d_kv is not None or self.d_model % self.n_heads == 0,
+            f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) unless d_kv is set",
+        )
+        for name, low in (("relative_buckets", 4), ("relative_max_distance", 2)):
+            value = getattr(self, name)
+            need(
+                isinstance(value, int) and not isinstance(value, bool) and low <= value <= 1 << 16,
+                f"{name} must be a whole number from {low} to {1 << 16}, got {value!r}",
+            )
+        need(
+            self.relative_max_distance > self.relative_buckets // 2,
+            f"relative_max_distance ({self.relative_max_distance}) must exceed half of relative_buckets "
+            f"({self.relative_buckets})",
         )
         need(self.d_model % 2 == 0, f"d_model ({self.d_model}) must be even for sinusoidal positions")
         need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.norm_eps > 0, f"norm_eps must be > 0, got {self.norm_eps}")
         choices = {
-            "activation": ("relu", "gelu", "swish"),
+            "activation": ("relu", "gelu", "gelu_new", "swish", "silu"),
             "norm": ("post", "pre"),
-            "positional": ("sinusoidal", "learned"),
+            "positional": ("sinusoidal", "learned", "relative"),
+            "norm_kind": ("layer", "rms"),
             "pe_layout": ("interleaved", "concatenated", "concatenated_hf"),
             "decoder_self": ("attention", "ssru"),
             "start": ("bos", "zeros"),
@@ -125,7 +184,8 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        """Each head's query / key / value size (``d_kv``, else d_model / n_heads)."""
+        return self.d_kv if self.d_kv is not None else self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON has them (lists, not tuples), so a dict read back from a file compares equal."""

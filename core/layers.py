@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -17,11 +17,64 @@ from .sites import attention_site
 if TYPE_CHECKING:
     from .recorder import Recorder
 
-Norm = tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
-Masks = tuple[Tensor | None, Tensor | None]  # a decoder layer's (self-attention, cross-attention) masks
 L = TypeVar("L", bound=nn.Module)
-# The feed-forward activations ModelConfig.activation names (swish = SiLU, x * sigmoid(x)).
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU's tanh approximation (transformers' ``gelu_new``, T5 v1.1's)."""
+    return F.gelu(x, approximate="tanh")
+
+
+# The feed-forward activations ModelConfig.activation names, as transformers names them (swish = silu).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_new": gelu_tanh,
+    "swish": F.silu,
+    "silu": F.silu,
+}
+
+
+class Norm(NamedTuple):
+    """A norm's parameters as the layers apply them (``normalize``): LayerNorm (weight, bias) or RMSNorm (weight)."""
+
+    weight: Tensor
+    bias: Tensor | None  # None with RMSNorm
+    eps: float
+    rms: bool = False  # x / sqrt(mean(x^2) + eps) * weight: no mean subtracted, no bias (T5LayerNorm)
+
+
+class Masks(NamedTuple):
+    """What a decoder layer's attention blocks add to their scores, made once per call for every layer:
+    the masks (broadcastable to (B, T, Tk), True = may attend; None = nothing masked) and the self-attention's
+    position bias ((1, H, T, Tk), T5's relative bias; None = none)."""
+
+    self_mask: Tensor | None
+    cross_mask: Tensor | None
+    self_bias: Tensor | None = None
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The norm module ``cfg`` asks for over d_model features: ``nn.LayerNorm`` or ``nn.RMSNorm`` (``norm_kind``),
+    eps ``norm_eps``. Every norm of the model (sub-layers, final norms, embedding norms) is made here."""
+    if cfg.norm_kind == "rms":
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
+def norm_of(norm: nn.Module) -> Norm:
+    """The ``Norm`` of a module ``make_norm`` built."""
+    if isinstance(norm, nn.RMSNorm):
+        return Norm(norm.weight, None, float(norm.eps or 0.0), True)
+    assert isinstance(norm, nn.LayerNorm)
+    return Norm(norm.weight, norm.bias, norm.eps)
+
+
+def normalize(x: Tensor, norm: Norm) -> Tensor:
+    """norm(x) over the last axis: x (..., D) -> (..., D). Calls the C bindings (no module overhead)."""
+    if norm.rms:
+        return torch.rms_norm(x, (x.shape[-1],), norm.weight, norm.eps)
+    return torch.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias, norm.eps)
 
 
 class LayerCall(Protocol):
@@ -44,17 +97,22 @@ class LayerStack(nn.ModuleList, Generic[L]):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = act(x W1 + b1) W2 + b2."""
+    """FFN(x) = act(x W1 + b1) W2 + b2; gated (``cfg.gated_ffn``, T5 v1.1): (act(x W1) * x W_up) W2."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
+        bias = cfg.linear_bias
+        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=bias)
+        # the gated FFN's linear branch (T5's wi_1; linear1 is wi_0); None: a plain FFN
+        self.linear_up = nn.Linear(cfg.d_model, cfg.d_ff, bias=bias) if cfg.gated_ffn else None
+        self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.activation = ACTIVATIONS[cfg.activation]
 
     def forward(self, x: Tensor, lin: LinearFn = F.linear) -> Tensor:
         h = self.activation(lin(x, self.linear1.weight, self.linear1.bias))  # (B, T, d_ff)
+        if self.linear_up is not None:
+            h = h * lin(x, self.linear_up.weight, self.linear_up.bias)  # (B, T, d_ff)
         if self.training:
             h = self.dropout(h)
         return lin(h, self.linear2.weight, self.linear2.bias)  # (B, T, D)
@@ -83,18 +141,14 @@ class SSRU(nn.Module):
         return F.relu(torch.stack(cells, dim=1)), c, f
 
 
-def norm_of(norm: nn.LayerNorm) -> Norm:
-    return norm.weight, norm.bias, norm.eps
-
-
 def sublayer_input(x: Tensor, norm: Norm, pre: bool) -> Tensor:
     """What a sub-layer reads: norm(x) with pre-norm, x itself with post-norm (the paper's)."""
-    return torch.layer_norm(x, (x.shape[-1],), *norm) if pre else x
+    return normalize(x, norm) if pre else x
 
 
 def sublayer_output(x: Tensor, y: Tensor, norm: Norm, pre: bool) -> Tensor:
     """The residual connection around a sub-layer's output y: x + y with pre-norm, norm(x + y) with post-norm."""
-    return x + y if pre else torch.layer_norm(x + y, (x.shape[-1],), *norm)
+    return x + y if pre else normalize(x + y, norm)
 
 
 def residual(
@@ -103,7 +157,7 @@ def residual(
     """Post-norm: norm(x + drop(fn(x))); pre-norm: x + drop(fn(norm(x))). One sub-layer, built from the two
     halves every path uses (the decoding plan calls them around its own sub-layers).
 
-    Calls torch.layer_norm directly (the C binding) and skips dropout outside training: this runs three times
+    Calls the norm's C binding directly (``normalize``) and skips dropout outside training: this runs three times
     per layer at every decoding step, where module call overhead costs as much as the one-token matmuls."""
     y = fn(sublayer_input(x, norm, pre))
     if dropout is not None and dropout.training:
@@ -116,18 +170,19 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.site = attention_site("encoder", index)  # where its attention is recorded
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.self_attn = MultiHeadAttention.of(cfg)
+        self.self_attn_norm = make_norm(cfg)
+        self.ffn = FeedForward(cfg)
+        self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None, call: LayerCall) -> Tensor:
-        """x (B, Ts, D); mask broadcastable to (B, Ts, Ts), True = may attend -> (B, Ts, D)."""
+    def forward(self, x: Tensor, mask: Tensor | None, call: LayerCall, bias: Tensor | None = None) -> Tensor:
+        """x (B, Ts, D); mask broadcastable to (B, Ts, Ts), True = may attend -> (B, Ts, D). bias: (1, H, Ts, Ts)
+        added to the scores (T5's relative position bias, made once for the stack), None = none."""
         lin, at = call.linear, tap(call.recorder, self.site)
 
         def attend(h: Tensor) -> Tensor:
-            return self.self_attn(h, self.self_attn.project_kv(h, lin), mask, at, lin)
+            return self.self_attn(h, self.self_attn.project_kv(h, lin), mask, at, lin, bias)
 
         x = residual(x, norm_of(self.self_attn_norm), attend, self.pre, self.dropout)
         return residual(x, norm_of(self.ffn_norm), lambda h: self.ffn(h, lin), self.pre, self.dropout)
@@ -201,15 +256,15 @@ class DecoderLayer(nn.Module):
         self.index = index
         self.self_site, self.cross_site = attention_site("decoder", index), attention_site("cross", index)
         if cfg.decoder_self == "attention":
-            self.self_attn: MultiHeadAttention | None = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+            self.self_attn: MultiHeadAttention | None = MultiHeadAttention.of(cfg)
             self.ssru: SSRU | None = None
         else:
             self.self_attn, self.ssru = None, SSRU(cfg.d_model)
-        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.cross_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.self_attn_norm = make_norm(cfg)
+        self.cross_attn = MultiHeadAttention.of(cfg)
+        self.cross_attn_norm = make_norm(cfg)
+        self.ffn = FeedForward(cfg)
+        self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def cross_kv(self, memory: Tensor, state: LayerState | None, lin: LinearFn = F.linear) -> KV:
@@ -226,9 +281,9 @@ class DecoderLayer(nn.Module):
         self, x: Tensor, memory: Tensor, masks: Masks, call: LayerCall, state: LayerState | None = None, offset: int = 0
     ) -> Tensor:
         """x (B, T, D) target positions [offset, offset + T); memory (B, Ts, D). With ``state`` keys and values
-        are cached (incremental decoding). masks: (self, cross), each broadcastable to (B, T, Tk), True = may
-        attend, None = nothing masked."""
-        self_mask, cross_mask = masks
+        are cached (incremental decoding). masks: the self- and cross-attention masks and the self-attention's
+        position bias (``Masks``)."""
+        self_mask, cross_mask, self_bias = masks
         lin, recorder = call.linear, call.recorder
 
         def self_block(h: Tensor) -> Tensor:
@@ -244,7 +299,7 @@ class DecoderLayer(nn.Module):
             kv = attn.project_kv(h, lin)  # (B, H, T, dh) each
             if state is not None:
                 kv = state.append_kv(*kv)  # (B, H, offset + T, dh) each
-            return attn(h, kv, self_mask, tap(recorder, self.self_site, offset), lin)
+            return attn(h, kv, self_mask, tap(recorder, self.self_site, offset), lin, self_bias)
 
         def cross_block(h: Tensor) -> Tensor:
             kv = self.cross_kv(memory, state, lin)

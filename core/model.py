@@ -10,13 +10,29 @@ from torch import Tensor, nn
 
 from .call import DEFAULT_CALL, Call
 from .config import InferenceOptions, ModelConfig
-from .layers import DecoderLayer, EncoderLayer, LayerStack
+from .layers import DecoderLayer, EncoderLayer, LayerStack, Masks, make_norm
 from .masks import causal_mask, combine, full_mask, padding_mask
 from .plan import DecoderState, make_plan, run_layers
-from .positional import LearnedPositions, SinusoidalPositions
+from .positional import LearnedPositions, NoPositions, RelativePositionBias, SinusoidalPositions
 from .sites import Side, embed_site, layer_site
 
 DEFAULT_OPTIONS = InferenceOptions()
+
+
+def make_positions(cfg: ModelConfig) -> nn.Module:
+    """The positional encoding the config names: (length, offset) -> (T, D) rows, read from row ``position_offset``."""
+    if cfg.positional == "relative":
+        return NoPositions(cfg.d_model)  # T5: positions enter as the attention's relative bias (``relative_bias``)
+    if cfg.positional == "sinusoidal":
+        return SinusoidalPositions(cfg.d_model, cfg.pe_layout, row_offset=cfg.position_offset)
+    return LearnedPositions(cfg.d_model, cfg.max_positions, row_offset=cfg.position_offset)
+
+
+def relative_bias(cfg: ModelConfig, *, bidirectional: bool) -> RelativePositionBias:
+    """T5's relative position bias module for one stack of ``cfg``."""
+    return RelativePositionBias(
+        cfg.n_heads, cfg.relative_buckets, cfg.relative_max_distance, bidirectional=bidirectional
+    )
 
 
 class Transformer(nn.Module):
@@ -32,20 +48,29 @@ class Transformer(nn.Module):
         self.config = cfg = config
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
-        if cfg.positional == "sinusoidal":
-            self.positions: nn.Module = SinusoidalPositions(cfg.d_model, cfg.pe_layout)
-        else:
-            self.positions = LearnedPositions(cfg.d_model, cfg.max_positions)
+        self.positions: nn.Module = make_positions(cfg)  # the source's; the target's too unless separate
+        # BART's learned tables are one per side; None: the target reads ``positions`` (``side_positions``)
+        self.tgt_positions: nn.Module | None = make_positions(cfg) if cfg.separate_positions else None
+        # BART's layernorm_embedding, on each side's embeddings + positions; Identity when the config has none
+        self.src_embed_norm = make_norm(cfg) if cfg.embed_norm else nn.Identity()
+        self.tgt_embed_norm = make_norm(cfg) if cfg.embed_norm else nn.Identity()
         self.encoder_layers: LayerStack[EncoderLayer] = LayerStack(
             EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers)
         )
         self.decoder_layers: LayerStack[DecoderLayer] = LayerStack(
             DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers)
         )
-        final_norm = cfg.norm == "pre"
-        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if final_norm else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if final_norm else nn.Identity()
+        final_norm = cfg.norm == "pre"  # pre-norm stacks end in a norm of their own (mBART, M2M100: layer_norm)
+        self.encoder_norm = make_norm(cfg) if final_norm else nn.Identity()
+        self.decoder_norm = make_norm(cfg) if final_norm else nn.Identity()
+        # T5's relative position bias, one per stack (bidirectional in the encoder, causal in the decoder), shared
+        # by the stack's layers; None without it
+        relative = cfg.positional == "relative"
+        self.encoder_bias: RelativePositionBias | None = relative_bias(cfg, bidirectional=True) if relative else None
+        self.decoder_bias: RelativePositionBias | None = relative_bias(cfg, bidirectional=False) if relative else None
         self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)
+        # T5 v1.0 scales the decoder's output by d_model**-0.5 before its tied output projection
+        self.output_scale = cfg.d_model**-0.5 if cfg.scale_decoder_output else 1.0
         self.dropout = nn.Dropout(cfg.dropout)
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self._init_weights()
@@ -54,7 +79,7 @@ class Transformer(nn.Module):
 
     def _init_weights(self) -> None:
         for name, p in self.named_parameters():
-            if p.dim() > 1 and "positions" not in name:
+            if p.dim() > 1 and "positions" not in name and "_bias.embedding" not in name:
                 nn.init.xavier_uniform_(p)
             elif name.endswith(".bias") and "norm" not in name:
                 nn.init.zeros_(p)
@@ -65,6 +90,25 @@ class Transformer(nn.Module):
                 nn.init.zeros_(layer.ssru.W_f.bias)
 
     # ------------------------------------------------------------------ pieces
+    def side_positions(self, side: Side) -> nn.Module:
+        """The positions ``side`` adds: (length, offset) -> (T, D) (``core.positional``)."""
+        return self.tgt_positions if side == "tgt" and self.tgt_positions is not None else self.positions
+
+    def position_bias(self, side: Side, sizes: tuple[int, int], call: Call, offset: int = 0) -> Tensor | None:
+        """The relative position bias (1, H, Tq, Tk) that the self-attention of the stack reading ``side`` adds ('src':
+        the encoder, 'tgt': the decoder), for sizes (Tq, Tk) with queries at [offset, offset + Tq): made once per call
+        (per step when decoding) and shared by the stack's layers. None for a model without one, and when
+        ``call.options`` switch positions off on that side. Recorded at 'pe.src.bias' / 'pe.tgt.bias' (zeros when
+        switched off)."""
+        module = self.encoder_bias if side == "src" else self.decoder_bias
+        if module is None:
+            return None
+        bias = module(*sizes, offset) if call.options.pe_on(side) else None
+        if call.recorder is not None:
+            shown = bias[0] if bias is not None else module.embedding.weight.new_zeros(self.config.n_heads, *sizes)
+            call.recorder.position_bias(side, shown)  # (H, Tq, Tk)
+        return bias
+
     def tied_aliases(self) -> dict[str, str]:
         """Parameter names that alias another one (saved once): alias -> canonical name."""
         seen: dict[int, str] = {}
@@ -79,8 +123,9 @@ class Transformer(nn.Module):
 
     def embed(self, tokens: Tensor, side: Side, call: Call = DEFAULT_CALL, offset: int = 0) -> Tensor:
         """tokens (B, T) at positions [offset, offset + T) -> (B, T, D): embedding * sqrt(D) (unscaled when the config
-        says ``scale_embedding=False``) + positional encoding (zeros when ``call.options`` switch it off). The result
-        is the site 'embed.src' / 'embed.tgt'."""
+        says ``scale_embedding=False``) + positional encoding (zeros when ``call.options`` switch it off), then the
+        side's embedding LayerNorm when the config has one (``embed_norm``). The result is the site 'embed.src' /
+        'embed.tgt'."""
         table = self.src_embed if side == "src" else self.tgt_embed
         x = table(tokens)  # (B, T, D)
         if self.embed_scale != 1.0:
@@ -89,10 +134,12 @@ class Transformer(nn.Module):
             x = torch.cat([torch.zeros_like(x[:, :1]), x[:, 1:]], dim=1)  # first input is a zero vector
         T = tokens.shape[1]
         if call.options.pe_on(side):
-            pe = self.positions(T, offset)  # (T, D)
+            pe = self.side_positions(side)(T, offset)  # (T, D)
         else:
             pe = x.new_zeros(T, self.config.d_model)
         x = x + pe
+        if self.config.embed_norm:
+            x = (self.src_embed_norm if side == "src" else self.tgt_embed_norm)(x)
         if self.training:
             x = self.dropout(x)
         recorder = call.recorder
@@ -137,10 +184,11 @@ class Transformer(nn.Module):
                     f"start: layer {first} of {len(self.encoder_layers)} with an input of shape {tuple(x.shape)} "
                     f"(wanted {(*src.shape, self.config.d_model)})"
                 )
+        bias = self.position_bias("src", (src.shape[1], src.shape[1]), call)  # (1, H, Ts, Ts) or None
         for i, layer in enumerate(self.encoder_layers):
             if i < first:
                 continue
-            x = layer(x, mask, call)
+            x = layer(x, mask, call, bias)
             if recorder is not None:
                 x = recorder.activation(layer_site("encoder", i), x)
         return self.encoder_norm(x)
@@ -208,6 +256,7 @@ class Transformer(nn.Module):
                 recorder.mask("decoder", full_mask(self_mask, B, T, n_key, tgt.device))
             recorder.mask("cross", full_mask(cross_mask, B, T, memory.shape[1], tgt.device))
         x = self.embed(tgt, "tgt", call, offset)
+        bias = self.position_bias("tgt", (T, n_key), call, offset)  # (1, H, T, Tk) or None
         fast, vocab = call.fast, call.vocab
         if state is not None and fast is not None and T == 1 and self_mask is None and not hidden:
             if state.plan is None or state.plan[0] != B or state.plan[1] is not vocab:
@@ -218,9 +267,10 @@ class Transformer(nn.Module):
                 for layer, layer_state in zip(self.decoder_layers, state.layers, strict=True):
                     layer.cross_kv(memory, layer_state, lin)  # projected at the first step, kept in the state
                 state.length = n_key
-                return run_layers(plan, x, state, cross_mask, recorder)  # (B, 1, V)
+                return run_layers(plan, x, state, Masks(None, cross_mask, bias), recorder)  # (B, 1, V)
+        masks = Masks(self_mask, cross_mask, bias)
         for i, layer in enumerate(self.decoder_layers):
-            x = layer(x, memory, (self_mask, cross_mask), call, state.layers[i] if state is not None else None, offset)
+            x = layer(x, memory, masks, call, state.layers[i] if state is not None else None, offset)
             if recorder is not None:
                 x = recorder.activation(layer_site("decoder", i), x, offset)
         if state is not None:
@@ -230,7 +280,9 @@ class Transformer(nn.Module):
 
     def logits(self, h: Tensor, call: Call = DEFAULT_CALL) -> Tensor:
         """The vocabulary projection of final decoder states h (..., D) -> (..., V), or (..., S) for the ids in
-        ``call.vocab`` (S,) only."""
+        ``call.vocab`` (S,) only (after ``output_scale``, T5 v1.0's d_model**-0.5)."""
+        if self.output_scale != 1.0:
+            h = h * self.output_scale  # T5 v1.0: d_model**-0.5 before the tied projection
         if call.vocab is not None:
             return F.linear(h, *self.output_rows(call.vocab))
         return call.linear(h, self.output.weight, self.output.bias)

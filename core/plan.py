@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Tap, attend, flat_kv
+from .attention import Scoring, Tap, attend, flat_kv
 from .fast import FastModel, FastWeights, Linear
-from .layers import ACTIVATIONS, LayerState, Norm, norm_of, sublayer_input, sublayer_output
+from .layers import ACTIVATIONS, LayerState, Masks, Norm, norm_of, normalize, sublayer_input, sublayer_output
 from .sites import attention_site, layer_site
 
 if TYPE_CHECKING:
@@ -44,6 +44,9 @@ class PlanModel(FastModel, Protocol):
     @property
     def decoder_norm(self) -> nn.Module: ...
 
+    @property
+    def output_scale(self) -> float: ...
+
     def output_rows(self, vocab: Tensor) -> tuple[Tensor, Tensor | None]: ...
 
 
@@ -55,6 +58,7 @@ class LayerPlan:
     cross_q: Linear
     cross_out: Linear
     ffn_in: Linear
+    ffn_up: Linear | None  # a gated FFN's linear branch (None: a plain FFN)
     ffn_out: Linear
     self_norm: Norm
     cross_norm: Norm
@@ -76,6 +80,9 @@ class StepPlan:
     activation: Callable[[Tensor], Tensor]
     n_heads: int
     d_model: int
+    d_head: int
+    scale: float | None  # ``Scoring.scale``: None = 1/sqrt(d_head)
+    output_scale: float  # the decoder output's factor before the projection (T5 v1.0: d_model**-0.5)
     zeros: Tensor  # (1, 1, 1) on the model's device: ``baddbmm``'s ignored input (beta=0)
 
 
@@ -122,6 +129,7 @@ def make_plan(model: PlanModel, fast: FastWeights, rows: int, vocab: Tensor | No
                 cross_q=bind(layer.cross_attn.q_proj),
                 cross_out=bind(layer.cross_attn.out_proj),
                 ffn_in=bind(layer.ffn.linear1),
+                ffn_up=None if layer.ffn.linear_up is None else bind(layer.ffn.linear_up),
                 ffn_out=bind(layer.ffn.linear2),
                 self_norm=norm_of(layer.self_attn_norm),
                 cross_norm=norm_of(layer.cross_attn_norm),
@@ -132,7 +140,7 @@ def make_plan(model: PlanModel, fast: FastWeights, rows: int, vocab: Tensor | No
                 layer=i,
             )
         )
-    final = model.decoder_norm if isinstance(model.decoder_norm, nn.LayerNorm) else None
+    final = None if isinstance(model.decoder_norm, nn.Identity) else model.decoder_norm
     return StepPlan(
         tuple(layers),
         bind(model.output) if vocab is None else (F.linear, *model.output_rows(vocab)),
@@ -141,6 +149,9 @@ def make_plan(model: PlanModel, fast: FastWeights, rows: int, vocab: Tensor | No
         ACTIVATIONS[cfg.activation],
         cfg.n_heads,
         cfg.d_model,
+        cfg.d_head,
+        None if cfg.attention_scale else 1.0,
+        model.output_scale,
         model.output.weight.new_zeros(1, 1, 1),
     )
 
@@ -149,33 +160,33 @@ def _call(lin: Linear, x: Tensor) -> Tensor:
     return lin[0](x, lin[1], lin[2])
 
 
-def run_layers(
-    plan: StepPlan, x: Tensor, state: DecoderState, cross_mask: Tensor | None, recorder: Recorder | None
-) -> Tensor:
+def run_layers(plan: StepPlan, x: Tensor, state: DecoderState, masks: Masks, recorder: Recorder | None) -> Tensor:
     """x (B, 1, D) embedded new positions -> logits (B, 1, V) ((B, 1, S) with the plan's vocab). ``state``'s
     layers hold the cross-attention keys/values already; each layer's new self-attention key/value is appended to
     its buffers.
-    cross_mask (B, 1, Ts): True = real source token; None = no padding."""
+    masks: no self-attention mask (one new position sees every cached one); the cross mask (B, 1, Ts), True = real
+    source token, None = no padding; the self-attention's position bias (1, H, 1, Tk), None = none."""
     B, D = x.shape[0], plan.d_model
     h = x.reshape(B, D)  # (B, D)
     for i in range(len(plan.layers)):
-        h = _run_layer(plan, i, state, h, cross_mask, recorder)
+        h = _run_layer(plan, i, state, h, masks, recorder)
     if plan.final_norm is not None:
-        h = torch.layer_norm(h, (D,), *plan.final_norm)
+        h = normalize(h, plan.final_norm)
+    if plan.output_scale != 1.0:
+        h = h * plan.output_scale
     return _call(plan.output, h)[:, None]  # (B, 1, V)
 
 
 def _run_layer(
-    plan: StepPlan, i: int, state: DecoderState, h: Tensor, cross_mask: Tensor | None, recorder: Recorder | None
+    plan: StepPlan, i: int, state: DecoderState, h: Tensor, masks: Masks, recorder: Recorder | None
 ) -> Tensor:
     """Decoder layer ``i`` of a step: h (B, D) -> (B, D). The sub-layers are written out (no closures per step)
     between the same ``sublayer_input`` / ``sublayer_output`` halves of the residual that the modules use."""
     lp, ls = plan.layers[i], state.layers[i]
     offset = state.length - 1  # the position this step computes
     B = h.shape[0]
-    H, D = plan.n_heads, plan.d_model
-    dh = D // H
-    pre = plan.pre
+    H, D, dh = plan.n_heads, plan.d_model, plan.d_head
+    pre, cross_mask = plan.pre, masks.cross_mask
     y = sublayer_input(h, lp.self_norm, pre)
     if lp.ssru is not None:  # SSRU: c = f * c_prev + (1 - f) * (y W), f = sigmoid(y W_f + b_f); out = ReLU(c)
         xw, gate = _call(lp.ssru, y).split(D, dim=1)  # (B, D) each
@@ -190,8 +201,8 @@ def _run_layer(
         qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
         k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
         at = None if recorder is None else Tap(recorder, lp.self_site, offset, flat_kv(k, v), plan.zeros)
-        ctx = attend(qkv[:, 0], k, v, None, at)
-        h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, D)), lp.self_norm, pre)
+        ctx = attend(qkv[:, 0], k, v, None, at, Scoring(plan.scale, masks.self_bias))
+        h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, H * dh)), lp.self_norm, pre)
     # cross-attention: the source's keys and values are the same at every step
     y = sublayer_input(h, lp.cross_norm, pre)
     assert ls.cross_kv is not None
@@ -199,11 +210,14 @@ def _run_layer(
         ls.cross_flat = flat_kv(*ls.cross_kv)
     q = _call(lp.cross_q, y).view(B, H, 1, dh)
     at = None if recorder is None else Tap(recorder, lp.cross_site, offset, ls.cross_flat, plan.zeros)
-    ctx = attend(q, *ls.cross_kv, cross_mask, at)
-    h = sublayer_output(h, _call(lp.cross_out, ctx.reshape(B, D)), lp.cross_norm, pre)
+    ctx = attend(q, *ls.cross_kv, cross_mask, at, Scoring(plan.scale))
+    h = sublayer_output(h, _call(lp.cross_out, ctx.reshape(B, H * dh)), lp.cross_norm, pre)
     # feed-forward
     y = sublayer_input(h, lp.ffn_norm, pre)
-    h = sublayer_output(h, _call(lp.ffn_out, plan.activation(_call(lp.ffn_in, y))), lp.ffn_norm, pre)
+    inner = plan.activation(_call(lp.ffn_in, y))  # (B, d_ff)
+    if lp.ffn_up is not None:
+        inner = inner * _call(lp.ffn_up, y)
+    h = sublayer_output(h, _call(lp.ffn_out, inner), lp.ffn_norm, pre)
     if recorder is not None and recorder.wants(lp.out_site):
         h = recorder.activation(lp.out_site, h[:, None], offset)[:, 0]
     return h

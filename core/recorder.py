@@ -35,6 +35,7 @@ from .sites import (
     output_site,
     parse_attention_site,
     pe_site,
+    position_bias_site,
 )
 from .trace import ModelShape, Trace
 
@@ -264,6 +265,11 @@ class Recorder:
         if self.record:
             self._add(pe_site(side), values)
 
+    def position_bias(self, side: Side, bias: Tensor) -> None:
+        """The relative position bias (H, Tq, Tk) the self-attention of the stack reading ``side`` adds (T5)."""
+        if self.record:
+            self._add(position_bias_site(side), bias)
+
     def ids(self, side: Side, ids: Tensor, keep: Tensor | None) -> None:
         """Token ids (B, T) fed on ``side`` and their keep flags (True = real token; None = all real)."""
         if self.record:
@@ -327,7 +333,9 @@ class Recorder:
             self._recomputing = False
         arrays: dict[str, np.ndarray] = {}
         for name, chunks in self._chunks.items():
-            if name.startswith("pe."):
+            if name.startswith("pe.") and name.endswith(".bias"):
+                arrays[name] = _stitch(chunks, 0.0)  # (H, Tq, Tk): one query row per decoding step
+            elif name.startswith("pe."):
                 arrays[name] = _cpu(torch.cat(chunks, dim=0))
             elif name.startswith("ids."):
                 arrays[name] = _cpu(torch.cat(chunks, dim=-1), np.int64)

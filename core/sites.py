@@ -31,6 +31,8 @@ Sites outside the layers::
     mask.{kind}                    (B, Tq, Tk) bool, the mask applied (True = may attend)
     mask.{kind}.padding, mask.decoder.causal   its parts
     pe.src, pe.tgt                 (T, D) positional-encoding rows added (zeros when switched off)
+    pe.src.bias, pe.tgt.bias       (H, Tq, Tk) the relative position bias the encoder's / decoder's self-attention
+                                   adds to its scores (T5; zeros when switched off)   (``position_bias_site``)
     keep.src, keep.tgt             (B, T) bool, True = a real token (not padding)
     ids.src, ids.tgt               (B, T) token ids: source, decoder inputs
     output.ids, output.probs       (B, steps) the token chosen at each step and its probability
@@ -117,6 +119,11 @@ def mask_site(kind: AttentionKind, part: str | None = None) -> str:
 
 def pe_site(side: Side) -> str:
     return f"pe.{side}"
+
+
+def position_bias_site(side: Side) -> str:
+    """T5's relative position bias of the stack reading ``side``: 'pe.src.bias' (encoder), 'pe.tgt.bias' (decoder)."""
+    return f"{pe_site(side)}.bias"
 
 
 def ids_site(side: Side) -> str:

@@ -397,6 +397,8 @@ _SHAPES = {
     "keep.tgt": "BT",
     "pe.src": "SD",
     "pe.tgt": "TD",
+    "pe.src.bias": "HSS",
+    "pe.tgt.bias": "HTT",
     "mask.encoder": "BSS",
     "mask.decoder": "BTT",
     "mask.cross": "BTS",

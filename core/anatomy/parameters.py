@@ -45,7 +45,7 @@ class Architecture:
     share_embeddings: bool = True
     tie_output: bool = True
     output_bias: bool = False
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    positional: Literal["sinusoidal", "learned", "relative"] = "sinusoidal"
     max_positions: int = 1024
     norm: Literal["post", "pre"] = "post"
     decoder_self: Literal["attention", "ssru"] = "attention"

@@ -31,7 +31,7 @@ def test_the_new_fields_validate_and_survive_json():
         (dict(suppress_ids=[True]), "suppress_ids must be a list of token ids"),
         (dict(suppress_ids=5), "suppress_ids must be a list of token ids"),
         (dict(scale_embedding=1), "scale_embedding must be true or false"),
-        (dict(activation="gelu_new"), "activation must be one of"),
+        (dict(activation="gelu_fast"), "activation must be one of"),
         (dict(pe_layout="xlm"), "pe_layout must be one of"),
     ):
         with pytest.raises(ValueError, match=message):
