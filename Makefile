@@ -10,7 +10,7 @@ PORT ?= 8501
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,scale]'  # scale: Ray, for the scan's --ray test
 	touch $(STAMP)
 
 install: $(STAMP)

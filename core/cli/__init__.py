@@ -29,6 +29,7 @@ COMMANDS = {
     "distill-long": "distill_long",
     "explain": "explain",
     "heads": "heads",
+    "scan": "scan",
 }
 
 

@@ -1,0 +1,315 @@
+"""A corpus scan: every ``source<TAB>translation`` line of a file scored by its source share, one JSON line each.
+
+The source share of an output token is how much of it came from the source sentence rather than the target prefix
+(``core.analysis.contributions``); a translation whose mean source share is below the threshold is *flagged* as
+possibly detached from its source (a hallucination, Dale et al. 2023). Without a translation on a line the model's
+own greedy translation is scored.
+
+The output is written one line per input line, in input order, flushed after each line: an interrupted scan keeps
+every line it wrote, and the same call goes on from there (``resume_point`` checks that the lines already there are
+this input's and this model's, and drops a last line cut in half). A line that cannot be scored (not UTF-8, no
+source text, too long) gets an ``error`` naming the problem and its line number; the scan goes on.
+
+Where the pairs are scored is a ``Runner``: ``local_records`` here, ``core.analysis.scan_ray.ray_records`` on a Ray
+cluster; both call ``score_pair``, so their lines are the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from ..bundle import MAX_CHARS, Bundle, clean_text, load
+from ..config import InferenceOptions
+from ..durable import fsync_path
+from ..errors import InputError, LabError
+from .contributions import contributions
+
+# The flag threshold on a translation's mean source share: the largest value that flags at most 1 % of the correct
+# pairs of the detached-hallucination set of either distilled checkpoint (python -m benchmarks.hallucination; the
+# rule and the measurement are in benchmarks/README.md).
+DEFAULT_THRESHOLD = 0.5
+DIGITS = 6  # decimals of every number written: the same line from any machine that computes the same floats
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    """What every scored line depends on besides the model: the flag threshold and the inference switches."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    options: InferenceOptions = field(default_factory=InferenceOptions)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.threshold, int | float) and 0.0 <= self.threshold <= 1.0):
+            raise InputError(f"the threshold is a source share, between 0 and 1; got {self.threshold!r}")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One input line: its number (from 1), the source, the translation to score (None: the model's own), and the
+    reason it cannot be scored, if any."""
+
+    line: int
+    source: str | None
+    translation: str | None
+    error: str | None = None
+
+
+class Runner(Protocol):
+    """Scores ``pairs`` with the checkpoint and yields one record per pair, in order (``local_records``,
+    ``scan_ray.ray_records``)."""
+
+    def __call__(self, checkpoint: Path, pairs: Sequence[Pair], settings: ScanSettings) -> Iterator[dict[str, Any]]: ...
+
+
+# ----------------------------------------------------------------------------- input
+def read_pairs(path: str | Path) -> list[Pair]:
+    """Every line of a ``source<TAB>translation`` file as a ``Pair`` (an empty or missing translation: the model's
+    own is scored). Lines are split on ``\\n`` (a ``\\r`` before it is dropped) and decoded one by one, so bytes that
+    are not UTF-8 spoil their line only."""
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline ending the last line
+    return [parse_line(number, raw) for number, raw in enumerate(lines, start=1)]
+
+
+def parse_line(number: int, raw: bytes) -> Pair:
+    """The ``Pair`` of input line ``number`` (from 1), with ``error`` set when the line cannot be scored."""
+    try:
+        text = raw.removesuffix(b"\r").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Pair(number, None, None, f"line {number}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+    fields = text.split("\t")
+    if len(fields) > 2:
+        return Pair(number, fields[0], None, f"line {number}: {len(fields)} tab-separated fields; expected "
+                    "source<TAB>translation (or the source alone)")  # fmt: skip
+    source, translation = fields[0], (fields[1] if len(fields) == 2 and fields[1].strip() else None)
+    if not source.strip():
+        return Pair(number, source, translation, f"line {number}: no source text")
+    if len(source) > MAX_CHARS or (translation is not None and len(translation) > MAX_CHARS):
+        side = "source" if len(source) > MAX_CHARS else "translation"
+        return Pair(number, source, translation, f"line {number}: the {side} is longer than {MAX_CHARS:,} characters")
+    return Pair(number, source, translation)
+
+
+def length_problem(bundle: Bundle, pair: Pair) -> str | None:
+    """Why the model cannot take this pair whole (a source or translation over its piece limit; both would be cut
+    silently otherwise), or None."""
+    assert pair.source is not None
+    limit = bundle.max_source_tokens - 1
+    try:
+        n_source = len(bundle.tokenizer.encode(clean_text(pair.source)))
+        n_target = len(bundle.tokenizer.encode_target(clean_text(pair.translation))) if pair.translation else 0
+    except InputError as exc:
+        return f"line {pair.line}: {exc}"
+    for side, n in (("source", n_source), ("translation", n_target)):
+        if n > limit:
+            return f"line {pair.line}: the {side} is {n} pieces long; this model takes at most {limit}"
+    return None
+
+
+# ----------------------------------------------------------------------------- scoring
+def model_id(checkpoint: str | Path) -> str:
+    """The checkpoint's folder name and a digest of its weight and config files (12 hex digits): what each output
+    line records, so that a scan is never resumed with another model. Read from the files, without loading them."""
+    folder = Path(checkpoint)
+    h = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        with open(folder / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return f"{folder.resolve().name}:{h.hexdigest()[:12]}"
+
+
+def score_pair(bundle: Bundle, pair: Pair, settings: ScanSettings, model: str) -> dict[str, Any]:
+    """The output record of one pair: its source share and per-token shares, mean log-probability, flag — or the
+    ``error`` that kept it from being scored. ``model`` is ``model_id`` of the bundle's checkpoint."""
+    problem = pair.error or length_problem(bundle, pair)
+    if problem is not None:
+        return error_record(pair, problem, model)
+    assert pair.source is not None
+    try:
+        # no translation: the model's own greedy output is scored, piece for piece (not its text read again: that
+        # can split into other pieces, and an empty output has none); its text is what translate gives
+        result = contributions(bundle, pair.source, translation=pair.translation, options=settings.options)
+        translation = pair.translation
+        if translation is None:
+            translation = bundle.translate(pair.source, settings.options).text
+    except InputError as exc:
+        return error_record(pair, f"line {pair.line}: {exc}", model)
+    share = float(result.source_share)
+    return {
+        "line": pair.line,
+        "source": pair.source,
+        "translation": translation,
+        "own_translation": pair.translation is None,
+        "target_pieces": list(result.target_pieces),
+        "source_share": round(share, DIGITS),
+        "token_source_share": [round(float(x), DIGITS) for x in result.token_source_share],
+        "mean_logprob": round(float(np.mean(result.token_logprob)), DIGITS),
+        "flagged": is_flagged(share, settings.threshold),
+        "model": model,
+    }
+
+
+def is_flagged(source_share: float, threshold: float) -> bool:
+    """The flag: a mean source share below ``threshold``."""
+    return bool(source_share < threshold)
+
+
+def error_record(pair: Pair, error: str, model: str) -> dict[str, Any]:
+    """The record of a line that could not be scored: its text as read, no scores, the ``error``."""
+    return {
+        "line": pair.line,
+        "source": pair.source,
+        "translation": pair.translation,
+        "own_translation": pair.translation is None,
+        "target_pieces": None,
+        "source_share": None,
+        "token_source_share": None,
+        "mean_logprob": None,
+        "flagged": None,
+        "model": model,
+        "error": error,
+    }
+
+
+def score_pairs(bundle: Bundle, pairs: Iterable[Pair], settings: ScanSettings, model: str) -> list[dict[str, Any]]:
+    """``score_pair`` of each pair, in order (what one Ray worker does with one batch)."""
+    return [score_pair(bundle, pair, settings, model) for pair in pairs]
+
+
+def local_records(
+    checkpoint: Path, pairs: Sequence[Pair], settings: ScanSettings, *, device: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """The ``Runner`` of this process: loads the checkpoint once and scores the pairs one by one."""
+    if not pairs:
+        return
+    bundle = load(checkpoint, device=device)
+    model = model_id(checkpoint)
+    for pair in pairs:
+        yield score_pair(bundle, pair, settings, model)
+
+
+# ----------------------------------------------------------------------------- output
+def resume_point(out: str | Path, pairs: Sequence[Pair], settings: ScanSettings, model: str) -> int:
+    """How many lines of ``out`` are already done (0 when it is not there). A last line cut short by an interrupted
+    write is removed from the file (it is scored again). Raises ``LabError`` when ``out`` holds lines that are not
+    this scan's first lines: another input, another model, another threshold, or not a scan's output at all."""
+    path = Path(out)
+    if not path.exists():
+        return 0
+    if not path.is_file():
+        raise LabError(f"{path}: not a file; --out names the JSON-lines file to write")
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]  # a torn last line (no newline yet) is dropped and redone
+    if len(complete) < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(len(complete))
+    done = complete.decode("utf-8", errors="replace").splitlines()
+    if len(done) > len(pairs):
+        raise LabError(
+            f"{path} has {len(done)} lines but {len(pairs)} pairs are to be scanned: it is not this input's scan "
+            "(choose another --out, or remove it to start again)"
+        )
+    for i, text in enumerate(done):
+        problem = mismatch(text, pairs[i], settings, model)
+        if problem:
+            raise LabError(
+                f"{path} line {i + 1} {problem}: it is not this scan's output, so it is not resumed "
+                "(choose another --out, or remove it to start again)"
+            )
+    return len(done)
+
+
+def mismatch(text: str, pair: Pair, settings: ScanSettings, model: str) -> str | None:
+    """Why an output line is not this pair's record made with this model and threshold, or None when it is."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        return "is not JSON"
+    if not isinstance(record, dict) or "line" not in record:
+        return "is not a scan record"
+    if record["line"] != pair.line or record.get("source") != pair.source:
+        return f"is about input line {record['line']} ({str(record.get('source'))[:40]!r}), not line {pair.line}"
+    if pair.translation is not None and record.get("translation") != pair.translation:
+        return f"scored another translation than input line {pair.line}'s"
+    if record.get("model") != model:
+        return f"was scored by model {record.get('model')!r}, not {model!r}"
+    share = record.get("source_share")
+    if share is not None and record.get("flagged") != is_flagged(share, settings.threshold):
+        return f"was flagged with another threshold than {settings.threshold}"
+    return None
+
+
+@dataclass(frozen=True)
+class ScanSummary:
+    """What one ``scan`` call did: lines found done, lines written, errors and flags among all lines of ``out``."""
+
+    total: int
+    resumed: int
+    written: int
+    errors: int
+    flagged: int
+
+
+def scan(
+    checkpoint: str | Path,
+    pairs_path: str | Path,
+    out: str | Path,
+    settings: ScanSettings = ScanSettings(),
+    *,
+    runner: Runner | None = None,
+    progress: bool = True,
+    on_record: Callable[[int], None] | None = None,
+) -> ScanSummary:
+    """Score every line of ``pairs_path`` into ``out`` (JSON lines, in input order), going on from the lines a
+    previous call left there. ``runner`` scores the pairs (default: ``local_records``, in this process).
+    ``on_record(n)`` is called after the n-th line of ``out`` is written and flushed."""
+    checkpoint, out = Path(checkpoint), Path(out)
+    if Path(pairs_path).resolve() == out.resolve():
+        raise LabError(f"{out}: the output would overwrite the input; choose another --out")
+    pairs = read_pairs(pairs_path)
+    model = model_id(checkpoint)
+    done = resume_point(out, pairs, settings, model)
+    runner = runner or local_records
+    written = 0
+    bar = tqdm(total=len(pairs), initial=done, unit="pair", desc="scan", disable=not progress, dynamic_ncols=True)
+    try:
+        with open(out, "a", encoding="utf-8") as f:
+            try:
+                for record in runner(checkpoint, pairs[done:], settings):
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    f.flush()  # a line in the file before the next one is scored: Ctrl-C loses none
+                    written += 1
+                    bar.update(1)
+                    if on_record is not None:
+                        on_record(done + written)
+            finally:
+                f.flush()
+                fsync_path(out)
+    finally:
+        bar.close()
+    if done + written != len(pairs):
+        raise LabError(f"the scorer returned {written} records for {len(pairs) - done} pairs")
+    errors, flagged = tally(out)
+    return ScanSummary(len(pairs), done, written, errors, flagged)
+
+
+def tally(out: Path) -> tuple[int, int]:
+    """(lines with an error, lines flagged) of a scan's output."""
+    errors = flagged = 0
+    with open(out, encoding="utf-8") as f:
+        for text in f:
+            record = json.loads(text)
+            errors += "error" in record
+            flagged += bool(record.get("flagged"))
+    return errors, flagged
