@@ -55,8 +55,28 @@ class Decomposed:
         return float((self.block.output - self.actual.to(self.block.output)).abs().max())
 
 
-def _tensor(a: np.ndarray) -> Tensor:
+def as_float64(a: np.ndarray) -> Tensor:
+    """A recorded array as a float64 CPU tensor (the decomposition's precision)."""
     return torch.from_numpy(np.array(a, dtype=np.float64))
+
+
+def head_scale(options: InferenceOptions, kind: AttentionKind, layer: int, n_heads: int) -> Tensor:
+    """(H,) each head's multiplier in a run with ``options``: 0 for a head switched off, else 1."""
+    scale = torch.ones(n_heads, dtype=torch.float64)
+    scale[list(options.ablated_heads(kind, layer))] = 0.0
+    return scale
+
+
+def attention_of(model: Transformer, kind: AttentionKind, layer: int) -> MultiHeadAttention:
+    """The attention module of block (kind, layer); ValueError when the model has none there (an SSRU decoder)."""
+    if kind == "encoder":
+        module: MultiHeadAttention | None = list(model.encoder_layers)[layer].self_attn
+    else:
+        decoder = list(model.decoder_layers)[layer]
+        module = decoder.cross_attn if kind == "cross" else decoder.self_attn
+    if module is None:
+        raise ValueError(f"this model has no {kind} attention in layer {layer} (an SSRU decoder)")
+    return module
 
 
 @torch.no_grad()
@@ -69,17 +89,15 @@ def decompose(model: Transformer, trace: Trace) -> dict[BlockKey, Decomposed]:
     options = trace.options
     out: dict[BlockKey, Decomposed] = {}
 
-    def attend(kind: AttentionKind, layer: int, attn: MultiHeadAttention, norm: nn.Module, x: Tensor) -> Decomposed:
-        _, _, values = trace.qkv(kind, layer)
-        H = values.shape[0]
-        scale = torch.ones(H, dtype=torch.float64)
-        scale[list(options.ablated_heads(kind, layer))] = 0.0
+    def attend(kind: AttentionKind, layer: int, norm: nn.Module, x: Tensor) -> Decomposed:
+        attn = attention_of(model, kind, layer)
+        values = as_float64(trace.qkv(kind, layer)[2])  # (H, Tk, dv)
         block = attention_block(
-            _tensor(trace.attention(kind, layer)),
-            _tensor(values),
+            as_float64(trace.attention(kind, layer)),
+            values,
             attn.out_proj,
             x,
-            scale,
+            head_scale(options, kind, layer, values.shape[0]),
             cross=kind == "cross",
             norm=None if pre else norm,
         )
@@ -90,17 +108,16 @@ def decompose(model: Transformer, trace: Trace) -> dict[BlockKey, Decomposed]:
 
     model_device = next(model.parameters()).device
     for layer, enc in enumerate(model.encoder_layers):
-        x = _tensor(trace[layer_input_site("encoder", layer)])
-        out[("encoder", layer)] = attend("encoder", layer, enc.self_attn, enc.self_attn_norm, x)
+        x = as_float64(trace[layer_input_site("encoder", layer)])
+        out[("encoder", layer)] = attend("encoder", layer, enc.self_attn_norm, x)
     for layer, dec in enumerate(model.decoder_layers):
-        x = _tensor(trace[layer_input_site("decoder", layer)])
+        x = as_float64(trace[layer_input_site("decoder", layer)])
         if dec.ssru is not None:
-            out[("decoder", layer)] = _ssru(dec.ssru, dec.self_attn_norm, x, _tensor(trace.gates(layer)), pre)
+            out[("decoder", layer)] = _ssru(dec.ssru, dec.self_attn_norm, x, as_float64(trace.gates(layer)), pre)
         else:
-            assert dec.self_attn is not None
-            out[("decoder", layer)] = attend("decoder", layer, dec.self_attn, dec.self_attn_norm, x)
+            out[("decoder", layer)] = attend("decoder", layer, dec.self_attn_norm, x)
         h = out[("decoder", layer)].actual
-        out[("cross", layer)] = attend("cross", layer, dec.cross_attn, dec.cross_attn_norm, h)
+        out[("cross", layer)] = attend("cross", layer, dec.cross_attn_norm, h)
     return out
 
 
@@ -206,13 +223,20 @@ def _analyse(bundle: Bundle, src_ids: list[int], out_ids: list[int], options: In
     return _Pass(trace, logprob, enc, encoder, self_c, cross_c, layers, error)
 
 
-def _output_ids(bundle: Bundle, text: str, translation: str | None, options: InferenceOptions) -> list[int]:
+def scored_ids(
+    bundle: Bundle, text: str, translation: str | None, options: InferenceOptions
+) -> tuple[list[int], list[int], bool]:
+    """What an analysis of ``text`` scores: the source ids, the output ids (the model's own greedy translation, or
+    ``translation`` encoded), and whether each output token needs a pass of its own (greedy with the causal mask
+    off: each step saw only the words before it). InputError on unusable text or options."""
+    options.whole_vocabulary("contributions")
+    src_ids, _ = bundle.encode_source(text)
     if translation is None:
         out = bundle.translate(text, options, record_qkv=False)
-        return [int(i) for i in out.trace["output.ids"]]
+        return src_ids, [int(i) for i in out.trace["output.ids"]], not options.causal_mask
     if not isinstance(translation, str):
         raise InputError(f"translation must be text (a str) or None, got {type(translation).__name__}")
-    return bundle.encode_target(translation)
+    return src_ids, bundle.encode_target(translation), False
 
 
 def _np(ts: list[Tensor]) -> np.ndarray:
@@ -225,10 +249,7 @@ def contributions(
     """ALTI+ contributions of every output token of ``text``'s translation: the model's own greedy translation
     (``translation=None``) or ``translation`` teacher-forced. InputError on unusable text or options."""
     options = bundle.check_options(options)
-    options.whole_vocabulary("contributions")
-    src_ids, _ = bundle.encode_source(text)
-    out_ids = _output_ids(bundle, text, translation, options)
-    per_step = translation is None and not options.causal_mask
+    src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options)
     notes: list[str] = []
     if bundle.config.decoder_self == "ssru":
         notes.append(
