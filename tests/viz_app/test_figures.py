@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import pytest
 
 from viz_app.figures import attention_maps, decoding, masking, overview, positional, style
+from viz_app.figures.attention_maps import GridOptions
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = ["▁Is", "▁the", "re", "▁the", "?", "</s>"]  # a repeated piece on purpose
@@ -118,7 +119,9 @@ def test_aggregate_mean_and_max() -> None:
 # ----------------------------------------------------------------------------- grids
 def test_attention_grid_shows_every_layer_and_head() -> None:
     maps = [_weights(3, len(TGT), len(SRC), seed=s) for s in range(2)]
-    fig = attention_maps.attention_grid(maps, TGT, SRC, title="Cross — as trained", ablated=[(1, 2)], selected=(0, 1))
+    fig = attention_maps.attention_grid(
+        maps, TGT, SRC, title="Cross — as trained", options=GridOptions(ablated=[(1, 2)], selected=(0, 1))
+    )
     hms = _heatmaps(fig)
     assert len(hms) == 2 and [t.name for t in hms] == ["L1", "L2"]  # one subplot row per layer
     assert (hms[0].xaxis, hms[1].xaxis) == ("x", "x2")
@@ -141,11 +144,26 @@ def test_attention_grid_shows_every_layer_and_head() -> None:
     assert fig.layout.coloraxis.cmin == 0
 
 
+def test_grid_writes_each_heads_label_under_its_square_and_sizes_rows_by_cell() -> None:
+    maps = [_weights(2, 3, 4, seed=s) for s in range(2)]
+    labels = {(1, 0): "previous token", (0, 1): "<s> sink"}
+    small = attention_maps.attention_grid(maps, TGT[:3], SRC[:4], title="g", options=GridOptions(head_labels=labels))
+    written = {a.name: a for a in small.layout.annotations if a.name and a.name.startswith("label")}
+    assert set(written) == {"label L2 H1", "label L1 H2"}
+    assert written["label L1 H2"].text == "&lt;s&gt; sink"  # escaped: a label is text, not markup
+    assert written["label L2 H1"].yref == "y2" and written["label L2 H1"].y == pytest.approx(3 - 0.5)
+    assert written["label L2 H1"].x == pytest.approx((4 - 1) / 2)
+    tall = attention_maps.attention_grid(maps, TGT[:3], SRC[:4], title="g", options=GridOptions(cell=300))
+    assert tall.layout.height - small.layout.height == 2 * (300 - 120)
+    with pytest.raises(ValueError, match="cell must be a positive number of pixels"):
+        GridOptions(cell=0)
+
+
 def test_difference_grid_uses_a_symmetric_scale() -> None:
     a = [_weights(2, 3, 3, seed=0)]
     b = [_weights(2, 3, 3, seed=1)]
     diff = [b[0] - a[0]]
-    fig = attention_maps.attention_grid(diff, TGT[:3], TGT[:3], title="Δ", diverging=True)
+    fig = attention_maps.attention_grid(diff, TGT[:3], TGT[:3], title="Δ", options=GridOptions(diverging=True))
     ca = fig.layout.coloraxis
     assert ca.cmin == pytest.approx(-ca.cmax) and ca.cmid == 0
     assert ca.cmax == pytest.approx(float(np.abs(np.round(diff[0], attention_maps.GRID_DECIMALS)).max()), abs=1e-6)
@@ -386,11 +404,13 @@ def test_a_difference_map_where_nothing_changed_says_so() -> None:
 
 def test_a_difference_grid_names_the_unchanged_heads_or_says_nothing_changed() -> None:
     still = [np.zeros((2, 3, 3), dtype=np.float32), np.zeros((2, 3, 3), dtype=np.float32)]
-    grid = attention_maps.attention_grid(still, TGT[:3], TGT[:3], title="Δ", diverging=True)
+    grid = attention_maps.attention_grid(still, TGT[:3], TGT[:3], title="Δ", options=GridOptions(diverging=True))
     assert _no_change_notes(grid) == [style.NO_CHANGE]  # once, for the whole grid
     some = [still[0], _weights(2, 3, 3) - _weights(2, 3, 3, seed=1)]
     some[1][1] = 0.0  # L2 H2 unchanged too
-    grid = attention_maps.attention_grid(some, TGT[:3], TGT[:3], title="Δ", diverging=True, ablated=[(0, 0)])
+    grid = attention_maps.attention_grid(
+        some, TGT[:3], TGT[:3], title="Δ", options=GridOptions(diverging=True, ablated=[(0, 0)])
+    )
     notes = [a for a in grid.layout.annotations if a.text == "no change"]
     assert sorted(a.name for a in notes) == ["no change L1 H1", "no change L1 H2", "no change L2 H2"]
     assert style.NO_CHANGE not in _no_change_notes(grid)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 import functools
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -147,37 +148,48 @@ def _axis(i: int) -> str:
     return "" if i == 1 else str(i)
 
 
+@dataclass(frozen=True)
+class GridOptions:
+    """How ``attention_grid`` draws: ``ablated`` (layer, head) squares are marked 'off'; ``selected`` (layer, head)
+    is outlined; ``head_labels`` (layer, head) -> text is written small under each labelled head's square (what
+    "What does each head do?" found); ``diverging`` draws differences on a scale symmetric around 0 (else weights,
+    0..max); ``cell`` is the height of one layer's row in pixels."""
+
+    ablated: Collection[tuple[int, int]] = ()
+    selected: tuple[int, int] | None = None
+    head_labels: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    diverging: bool = False
+    cell: int = 120
+
+    def __post_init__(self) -> None:
+        if self.cell < 1:
+            raise ValueError(f"cell must be a positive number of pixels, got {self.cell}")
+
+
 def attention_grid(
     maps: Sequence[np.ndarray],
     q_tokens: Sequence[str],
     k_tokens: Sequence[str],
     *,
     title: str,
-    ablated: Sequence[tuple[int, int]] = (),
-    selected: tuple[int, int] | None = None,
-    diverging: bool = False,
-    cell: int = 120,
-    head_labels: Mapping[tuple[int, int], str] | None = None,
     mask: np.ndarray | None = None,
+    options: GridOptions = GridOptions(),
 ) -> go.Figure:
     """Every layer × head as small heatmaps in one figure: one subplot row per layer ('L1' …), the
     heads side by side in it ('H1' …), separated by a blank column.
 
     ``maps[layer]`` is (H, Tq, Tk). One trace per layer (far fewer subplots for the browser to
-    draw than one per head); hovering names layer, head, query and key. One shared colour scale:
-    0..max for weights, or symmetric around 0 with ``diverging`` (differences). ``ablated``
-    heads are marked 'off'; ``selected`` (layer, head) is outlined; ``head_labels`` (layer, head) -> text is
-    written small under each labelled head's square (what "What does each head do?" found). ``mask`` (Tq, Tk),
+    draw than one per head); hovering names layer, head, query and key. One shared colour scale. ``mask`` (Tq, Tk),
     True where a query may attend: blocked cells are left grey, distinct from a weight of zero. A difference grid
-    (``diverging``) where nothing changed says so in words; where only some heads are unchanged, each of those
-    squares reads 'no change' (an all-white square could also be a drawing that failed).
+    (``options.diverging``) where nothing changed says so in words; where only some heads are unchanged, each of
+    those squares reads 'no change' (an all-white square could also be a drawing that failed).
     """
     n_layers, (n_heads, n_q, n_k) = len(maps), maps[0].shape
-    height = n_layers * (cell + 16) + 110
+    height = n_layers * (options.cell + 16) + 110
     layout = copy.deepcopy(_grid_layout(n_layers, height))
     masked = mask is not None and mask.shape == (n_q, n_k) and not mask.all()
     zs = [np.where(mask[None], m, np.nan) if masked and mask is not None else m for m in maps]
-    same = [[diverging and unchanged(z[h]) for h in range(n_heads)] for z in zs]  # before pooling and rounding
+    same = [[options.diverging and unchanged(z[h]) for h in range(n_heads)] for z in zs]  # before pooling, rounding
     fq, fk = -(-n_q // GRID_MAX), -(-n_k // GRID_MAX)
     if fq > 1 or fk > 1:  # long inputs: each square shows the largest weight of a block of tokens (pooled)
         zs = [pool_max(z, fq, fk) for z in zs]
@@ -187,31 +199,19 @@ def attention_grid(
     zs = [rounded(z, GRID_DECIMALS) for z in zs]
     if masked:
         layout["plot_bgcolor"] = MASKED_BG
-    width = n_k + 1  # one blank column between heads
-    if diverging:
-        top = symmetric_range(*zs)
-        layout["coloraxis"] = dict(
-            colorscale=DIVERGING_SCALE, cmin=-top, cmax=top, cmid=0.0, colorbar=dict(title=dict(text="Δ"), thickness=12)
-        )
-    else:
-        top = max((float(np.nanmax(z)) for z in zs if np.isfinite(z).any()), default=1.0)
-        layout["coloraxis"] = dict(
-            colorscale=WEIGHTS_SCALE,
-            cmin=0.0,
-            cmax=max(top, 1e-6),
-            colorbar=dict(title=dict(text="weight"), thickness=12),
-        )
+    layout["coloraxis"] = _colour_axis(zs, options.diverging)
     layout["title"] = dict(text=title, x=0.0, xanchor="left", font=dict(size=16))
+    width = n_k + 1  # one blank column between heads
     keys = [token_label(t) for t in k_tokens] if fk > 1 else unique_labels(k_tokens)  # pooled: '4–6 ␣the…'
     x = [f"H{h + 1} · key {keys[j]}" if j < n_k else "\u200b" * (h + 1) for h in range(n_heads) for j in range(width)]
     y = [token_label(t) for t in q_tokens] if fq > 1 else unique_labels(q_tokens)
-    centre = [h * width + (n_k - 1) / 2 for h in range(n_heads)]
     label = dict(showarrow=False, font=dict(size=12, color="#555"))
     notes = [
-        dict(text=f"H{h + 1}", xref="x", x=c, yref="paper", y=1.0, yanchor="bottom", **label)
-        for h, c in enumerate(centre)
+        dict(text=f"H{h + 1}", xref="x", x=h * width + (n_k - 1) / 2, yref="paper", y=1.0, yanchor="bottom", **label)
+        for h in range(n_heads)
     ]
-    data, shapes, off = [], [], set(ablated)
+    whole_grid_same = options.diverging and all(all(row) for row in same)  # said once, below
+    data, shapes = [], []
     for l, z in enumerate(zs):
         tiled = np.full((n_q, n_heads * width - 1), np.nan, dtype=np.float32)
         for h in range(n_heads):
@@ -245,56 +245,76 @@ def attention_grid(
             )
         )
         for h in range(n_heads):
-            box = dict(xref=f"x{i}", yref=f"y{i}", x0=h * width - 0.5, x1=h * width + n_k - 0.5, y0=-0.5, y1=n_q - 0.5)
-            if same[l][h] and not all(all(row) for row in same):  # the whole grid unchanged: said once, below
-                notes.append(
-                    dict(
-                        text="no change",
-                        x=h * width + (n_k - 1) / 2,
-                        y=(n_q - 1) / 2,
-                        xref=f"x{i}",
-                        yref=f"y{i}",
-                        yshift=-16 if (l, h) in off else 0,  # under the 'off' note
-                        showarrow=False,
-                        font=dict(size=11, color="#333"),
-                        bgcolor="rgba(255,255,255,0.75)",
-                        name=f"no change L{l + 1} H{h + 1}",
-                    )
-                )
-            if (l, h) in off:
-                notes.append(
-                    dict(
-                        text="off",
-                        x=h * width + (n_k - 1) / 2,
-                        y=(n_q - 1) / 2,
-                        xref=f"x{i}",
-                        yref=f"y{i}",
-                        showarrow=False,
-                        font=dict(size=13, color="#b00020"),
-                        bgcolor="rgba(255,255,255,0.75)",
-                        name=f"off L{l + 1} H{h + 1}",
-                    )
-                )
-            if selected == (l, h):
-                shapes.append(dict(type="rect", line=dict(color="#e4572e", width=3), **box))
-            if head_labels and (l, h) in head_labels:
-                notes.append(
-                    dict(
-                        text=html.escape(head_labels[(l, h)]),
-                        x=h * width + (n_k - 1) / 2,
-                        y=n_q - 0.5,
-                        xref=f"x{i}",
-                        yref=f"y{i}",
-                        yanchor="top",
-                        showarrow=False,
-                        font=dict(size=9, color="#444"),
-                        name=f"label L{l + 1} H{h + 1}",
-                    )
-                )
-    if diverging and all(all(row) for row in same):
+            square = _Square(axis=i, layer=l, head=h, x0=h * width, n_q=n_q, n_k=n_k)
+            notes += _square_notes(square, options, unchanged_alone=same[l][h] and not whole_grid_same)
+            if options.selected == (l, h):
+                shapes.append(dict(type="rect", line=dict(color="#e4572e", width=3), **square.box()))
+    if whole_grid_same:
         notes.append(no_change_note(xref="paper", yref="paper", x=0.5, y=0.5))
     layout.update(annotations=notes, shapes=shapes)
     return go.Figure(data=data, layout=layout)
+
+
+def _colour_axis(zs: Sequence[np.ndarray], diverging: bool) -> dict[str, Any]:
+    """One colour scale for every square: symmetric around 0 for differences, 0..max for weights."""
+    if diverging:
+        top = symmetric_range(*zs)
+        return dict(
+            colorscale=DIVERGING_SCALE, cmin=-top, cmax=top, cmid=0.0, colorbar=dict(title=dict(text="Δ"), thickness=12)
+        )
+    top = max((float(np.nanmax(z)) for z in zs if np.isfinite(z).any()), default=1.0)
+    return dict(
+        colorscale=WEIGHTS_SCALE, cmin=0.0, cmax=max(top, 1e-6), colorbar=dict(title=dict(text="weight"), thickness=12)
+    )
+
+
+@dataclass(frozen=True)
+class _Square:
+    """Where one head's square sits: subplot ``axis`` ('' or '2' …), its first column ``x0``, its size."""
+
+    axis: str
+    layer: int
+    head: int
+    x0: int
+    n_q: int
+    n_k: int
+
+    def box(self) -> dict[str, Any]:
+        i = self.axis
+        return dict(
+            xref=f"x{i}", yref=f"y{i}", x0=self.x0 - 0.5, x1=self.x0 + self.n_k - 0.5, y0=-0.5, y1=self.n_q - 0.5
+        )
+
+    def note(self, text: str, what: str, **where: Any) -> dict[str, Any]:
+        """An annotation in the middle of the square (``where`` moves or styles it), named '<what> L1 H2'."""
+        return dict(
+            text=text,
+            x=self.x0 + (self.n_k - 1) / 2,
+            y=(self.n_q - 1) / 2,
+            xref=f"x{self.axis}",
+            yref=f"y{self.axis}",
+            showarrow=False,
+            name=f"{what} L{self.layer + 1} H{self.head + 1}",
+            **where,
+        )
+
+
+def _square_notes(square: _Square, options: GridOptions, *, unchanged_alone: bool) -> list[dict[str, Any]]:
+    """The words on one head's square: 'no change' (when it alone is unchanged), 'off', what the head does."""
+    notes = []
+    key, off = (square.layer, square.head), (square.layer, square.head) in options.ablated
+    bg = "rgba(255,255,255,0.75)"
+    if unchanged_alone:
+        shift = -16 if off else 0  # under the 'off' note
+        notes.append(square.note("no change", "no change", yshift=shift, font=dict(size=11, color="#333"), bgcolor=bg))
+    if off:
+        notes.append(square.note("off", "off", font=dict(size=13, color="#b00020"), bgcolor=bg))
+    if key in options.head_labels:
+        text = html.escape(options.head_labels[key])
+        notes.append(
+            square.note(text, "label", font=dict(size=9, color="#444"), yanchor="top") | {"y": square.n_q - 0.5}
+        )
+    return notes
 
 
 GRID_MAX = 64  # a grid square shows at most this many tokens per axis; longer inputs are pooled into blocks

@@ -159,12 +159,11 @@ if out is not None:
                 maps,
                 q_tokens,
                 k_tokens,
-                ablated=ablated,
-                selected=selected,
                 title=title,
-                head_labels=labels,
-                diverging=show == "difference",
                 mask=mask,
+                options=attention_maps.GridOptions(
+                    ablated=ablated, selected=selected, head_labels=labels, diverging=show == "difference"
+                ),
             )
             export.chart(fig, f"{kind}_grid", key=f"grid_{kind}")
             st.caption(

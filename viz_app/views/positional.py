@@ -141,7 +141,11 @@ def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PE
                 title = style.titled(claims.first_upper(names[show]), selection.options_note(opts))
             export.chart(
                 attention_maps.attention_grid(
-                    maps, q_tok, k_tok, ablated=off, diverging=show == "difference", title=title
+                    maps,
+                    q_tok,
+                    k_tok,
+                    title=title,
+                    options=attention_maps.GridOptions(ablated=off, diverging=show == "difference"),
                 ),
                 f"{kind}_pe_{show}",
                 key=f"cmp_{kind}",
