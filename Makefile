@@ -17,7 +17,7 @@ install: $(STAMP)
 
 ## make run: set up, make sure the checkpoints are there, start the app on http://localhost:$(PORT)
 run: models
-	$(BIN)/streamlit run viz_app/app.py --server.port $(PORT)
+	$(BIN)/streamlit run viz_app/asgi.py --server.port $(PORT)
 
 ## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), lint, run every test
 test: $(STAMP) lint browser downloads

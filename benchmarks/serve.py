@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[1] / "viz_app" / "app.py"
+APP = Path(__file__).resolve().parents[1] / "viz_app" / "asgi.py"  # the app behind its page-path middleware
 # Debian's Chromium, as the browser test and the app benchmark drive it (Playwright cannot fetch its own here);
 # without the background-networking flags Chromium keeps dialling out of this closed machine
 CHROMIUM = Path("/usr/bin/chromium")

@@ -1,6 +1,7 @@
 """Transformer Attention Lab — the Streamlit entry point: page config, sidebar, navigation.
 
-Run with ``streamlit run viz_app/app.py`` (``make run``). The pages live in ``viz_app/views``;
+Run with ``make run`` (``streamlit run viz_app/asgi.py``: this script behind a middleware that answers page
+paths); ``streamlit run viz_app/app.py`` runs it bare. The pages live in ``viz_app/views``;
 figures in ``viz_app/figures/``; the state (links, cached runs, checkpoints, replay) in ``viz_app/session/``.
 """
 
@@ -17,6 +18,7 @@ import streamlit as st  # noqa: E402
 import torch  # noqa: E402
 
 from viz_app import guard  # noqa: E402
+from viz_app.page_table import PAGE_ROWS  # noqa: E402
 from viz_app.session import checkpoints, server, url  # noqa: E402
 from viz_app.widgets import sidebar  # noqa: E402
 
@@ -36,27 +38,15 @@ if _refusal:
     st.error(_refusal, icon=":material/gpp_bad:")
     st.stop()
 
-# views/head_detail.py, not to be confused with views/heads.py (its path stays /head); views/model_map.py at /map
-FILES = {"head": "head_detail", "map": "model_map"}
 PAGES = {  # key (also the ?page= value) -> page; the URL path is the key too, but the overview's is the root
-    key: st.Page(
-        f"views/{FILES.get(key, key)}.py",
-        title=title,
-        icon=f":material/{icon}:",
-        url_path=key if key != "overview" else "overview-at-root",  # a default page reserves its path unused
-        default=key == "overview",
+    row.key: st.Page(
+        f"views/{row.view}.py",
+        title=row.title,
+        icon=f":material/{row.icon}:",
+        url_path=row.key if row.key != "overview" else "overview-at-root",  # a default page reserves its path unused
+        default=row.key == "overview",
     )
-    for key, title, icon in [
-        ("overview", "Translate & overview", "translate"),
-        ("head", "Head detail", "zoom_in"),
-        ("masks", "Masks", "grid_on"),
-        ("positional", "Positional encoding", "waves"),
-        ("steps", "Step-by-step decoding", "play_circle"),
-        ("explain", "Why this word?", "psychology_alt"),
-        ("heads", "What does each head do?", "category"),
-        ("learn", "Learn: attention by hand", "calculate"),
-        ("map", "Model map", "account_tree"),
-    ]
+    for row in PAGE_ROWS
 }
 
 

@@ -253,3 +253,28 @@ def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], brows
     numel = sum(p.numel() for p in bundle.model.parameters())
     assert f"The blocks add up to {numel:,} parameters, the same as the model's own count" in said
     page.tab.close()
+
+
+def test_a_page_path_opened_directly_makes_no_failed_request(served: tuple[str, Path], browser: object) -> None:
+    """/masks typed, reloaded or bookmarked: the page opens with the link's values, and the frontend's probe of
+    ``/masks/_stcore/health`` (upstream streamlit#7074) no longer happens (viz_app/asgi.py answers the path)."""
+    url, _ = served
+    tab = browser.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
+    failed: list[str] = []
+    errors: list[str] = []
+    tab.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    for path, title in (("masks", "Masks"), ("steps/", "Step-by-step decoding")):
+        tab.goto(f"{url}/{path}?{urlencode({'ckpt': 'tiny', 'text': 'A small test.'})}", timeout=120_000)
+        tab.wait_for_function(
+            "([t]) => (document.querySelector('[data-testid=\"stMain\"]')?.innerText || '').includes('Translation')"
+            " && document.querySelector('h1')?.innerText.includes(t)",
+            arg=[title],
+            timeout=120_000,
+        )
+        tab.wait_for_function(IDLE, timeout=120_000)
+        assert f"page={path.strip('/')}" in tab.url, tab.url  # the lab's own link to this view
+        assert "text=A+small+test." in tab.url or "text=A%20small%20test." in tab.url, tab.url
+    tab.close()
+    assert not failed, failed
+    assert not [e for e in errors if "404" in e or "Failed to load" in e], errors
