@@ -1,4 +1,4 @@
-"""Pure Plotly builders for positional encodings: the table, its curves, PE·PE similarity.
+"""Pure Plotly builders for positional encodings: the table, its curves, the similarity of positions.
 
 Like every module of ``viz_app.figures`` (it uses ``style``), this module never imports Streamlit.
 """
@@ -59,15 +59,21 @@ def pe_curves(table: np.ndarray, dims: Sequence[int], *, title: str) -> go.Figur
     return fig
 
 
-def pe_similarity(table: np.ndarray, *, title: str) -> go.Figure:
-    """Dot products PE[i]·PE[j] between positions: nearby positions are more alike."""
-    sim = rounded(table @ table.T)
+def pe_similarity(table: np.ndarray, *, title: str, cosine: bool = False) -> go.Figure:
+    """Dot products PE[i]·PE[j] between positions (nearby positions are more alike), or with ``cosine`` their
+    cosine similarity (for a learned table, whose rows' lengths differ), on a fixed −1..1 scale."""
+    if cosine:
+        unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+        sim, name, extra = rounded(unit @ unit.T), "cosine", dict(zmin=-1.0, zmax=1.0)
+    else:
+        sim, name, extra = rounded(table @ table.T), "PE·PE", {}
     fig = go.Figure(
         go.Heatmap(
             z=sim,
             colorscale="Viridis",
-            colorbar=dict(title=dict(text="PE·PE")),
+            colorbar=dict(title=dict(text=name)),
             hovertemplate="positions %{y} and %{x}<br>%{z:.3f}<extra></extra>",
+            **extra,
         )
     )
     base_layout(fig, title, height=460)

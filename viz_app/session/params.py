@@ -158,8 +158,13 @@ SESSION_KEYS: dict[str, str] = {
             "pe_cmp_tab",
             "pe_cmp_show_{kind}",
             "cmp_{kind}",
+            "pe_table_side",
         ),
         "views/positional.py",
+    ),
+    **dict.fromkeys(
+        ("pe_span", "pe_bias_curves_{stack}", "pe_bucket_stack", "pe_bucket_map", "pe_bias_{side}"),
+        "positional/relative.py",
     ),
     **dict.fromkeys(
         (

@@ -5,37 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 import streamlit as st
-import torch
 
 import core
+from core.anatomy.positions import position_rows
+from core.sites import position_bias_site
 from viz_app import claims
 from viz_app.figures import attention_maps, positional, style
+from viz_app.positional import describe, relative
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
 from viz_app.widgets import export, header, markup, sentence_bar
 
 st.title("Positional encoding")
 st.caption(
-    "Attention itself ignores word order: a sentence is a *set* of vectors to it. The Transformer adds a "
-    "position signal to every token embedding so that order can matter. Switch it off to see what breaks."
+    "Attention itself ignores word order: a sentence is a *set* of vectors to it. A Transformer gives it a "
+    "position signal so that order can matter: a vector added to every token embedding (the paper's sinusoids, or "
+    "a learned table), or a bias added to the attention scores by distance (T5). Switch it off to see what breaks."
 )
 
 
-PE_FORMULAS = {  # the formula this model really uses, by layout (core.positional.sinusoidal_table)
-    "interleaved": r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
-    r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)",
-    "concatenated_hf": r"PE_{(pos,\,i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
-    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)",
-    "concatenated": r"PE_{(pos,\,i)} = \sin\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right) \qquad "
-    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right)",
-}
-PE_NOTES = {
-    "interleaved": "The paper's layout: sines in the even dimensions, cosines in the odd ones (i = 0 … d_model/2 − 1).",
-    "concatenated_hf": "Hugging Face's Marian layout: the sines fill the first half of the dimensions and the "
-    "cosines the second half, at the paper's frequencies (so dimensions 0 and 1 are both sines).",
-    "concatenated": "The tensor2tensor / Marian layout: the sines fill the first half of the dimensions and the "
-    "cosines the second half, with frequencies spread evenly on a log scale from 1 to 1/10000 (so dimensions 0 "
-    "and 1 are both sines).",
-}
+TABLE_SIDES = {"src": "the source's", "tgt": "the target's"}
 WORD_ORDER = {  # pairs whose meaning is in the order alone: without positions the encoder cannot tell them apart
     "en": [("The dog bit the man.", "The man bit the dog."), ("Anna called Peter.", "Peter called Anna.")],
     "pt": [("O cão mordeu o homem.", "O homem mordeu o cão."), ("A Ana ligou ao Pedro.", "O Pedro ligou à Ana.")],
@@ -43,24 +31,29 @@ WORD_ORDER = {  # pairs whose meaning is in the order alone: without positions t
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _table(path: str, n: int) -> np.ndarray:
-    """(n, d_model) PE table of the checkpoint as the model adds it (``model.positions``): sinusoids, or the
-    learned rows (at most as many as it has). A read-only copy."""
-    model = server.load_bundle(path).model
-    if model.config.positional == "learned":
-        n = min(n, model.config.max_positions)
-    with torch.no_grad():
-        return model.positions(n).detach().cpu().numpy().copy()
+def _table(path: str, side: str, n: int) -> np.ndarray:
+    """(n, d_model) position rows ``side`` adds, as the model adds them (``position_rows``): sinusoids, or the learned
+    rows (at most as many as it has), from its row offset on. A read-only copy."""
+    return position_rows(server.load_bundle(path).model, "tgt" if side == "tgt" else "src", n)
 
 
-def _table_tab(path: str) -> None:
+def _table_tab(path: str, cfg: core.ModelConfig) -> None:
     """The PE table itself: matrix, curves per dimension, similarity between positions."""
     n = st.slider("Positions shown", 8, 256, 64, step=8, key="pe_n")
-    table = _table(path, n)
+    side = "src"
+    if cfg.separate_positions:
+        side = st.radio("Table", ["src", "tgt"], key="pe_table_side", horizontal=True, format_func=TABLE_SIDES.get)
+    table = _table(path, side, n)
+    learned = cfg.positional == "learned"
+    what = f"Learned position table{' (' + TABLE_SIDES[side] + ')' if cfg.separate_positions else ''}"
+    k, last = cfg.position_offset, table.shape[0] - 1
+    rows = f" (positions 0–{last} read rows {k}–{last + k})" if k else ""
     # built at each rerun: st.cache_data would hand out an unpickled copy, which costs as much (about 25 ms at 256)
     export.chart(
         positional.pe_matrix(
-            table, title=f"Positional-encoding table: {table.shape[0]} positions × {table.shape[1]} dimensions"
+            table,
+            title=f"{what if learned else 'Positional-encoding table'}: {table.shape[0]} positions × "
+            f"{table.shape[1]} dimensions{rows}",
         ),
         "pe_table",
         key="pe_table",
@@ -73,17 +66,26 @@ def _table_tab(path: str) -> None:
             positional.pe_curves(table, dims, title="PE value by position, per dimension"), "pe_curves", key="pe_curves"
         )
         st.caption(
-            "Low dimensions oscillate fast, high ones slowly: together they give every position a "
+            "Each line is one dimension of the learned vectors, read along the positions."
+            if learned
+            else "Low dimensions oscillate fast, high ones slowly: together they give every position a "
             "unique pattern, like the hands of a clock."
         )
     with c2:
         export.chart(
-            positional.pe_similarity(table, title="PE·PE similarity between positions"),
+            positional.pe_similarity(
+                table,
+                cosine=learned,
+                title="Cosine similarity between positions" if learned else "PE·PE similarity between positions",
+            ),
             "pe_similarity",
             key="pe_similarity",
         )
         st.caption(
-            "The dot product depends mostly on the distance between two positions, which makes "
+            "Cosine similarity of two positions' learned vectors (1: the same direction). A bright band along the "
+            "diagonal means neighbouring positions learned similar vectors."
+            if learned
+            else "The dot product depends mostly on the distance between two positions, which makes "
             "relative positions easy to pick up."
         )
 
@@ -245,12 +247,13 @@ if out is not None and (bundle is not None or replaying):
             "run without it need the model."
         )
     elif cfg.positional == "sinusoidal":
-        st.latex(PE_FORMULAS[cfg.pe_layout])
-        st.caption(PE_NOTES[cfg.pe_layout] + f" Here d_model = {cfg.d_model}.")
+        st.latex(describe.PE_FORMULAS[cfg.pe_layout])
+        st.caption(describe.summary(cfg))
     else:
-        st.caption("This model learned one position vector per position instead of using sinusoids.")
+        st.markdown(describe.summary(cfg))
+    rel = cfg is not None and cfg.positional == "relative"
     tabs = st.tabs(
-        ["The PE table", "Added in this run", "Switch it off"],
+        ["The learned bias" if rel else "The PE table", "Added in this run", "Switch it off"],
         key="pe_tab",
         on_change="rerun",
         default="Switch it off"
@@ -265,11 +268,17 @@ if out is not None and (bundle is not None or replaying):
                 st.info(
                     "The PE table comes from the model; close the saved trace to see it.", icon=":material/history:"
                 )
-            else:
-                _table_tab(checkpoints.ckpt_path())
+            elif rel:
+                relative.table_tab(checkpoints.ckpt_path())
+            elif cfg is not None:
+                _table_tab(checkpoints.ckpt_path(), cfg)
     if tabs[1].open:
         with tabs[1]:
-            _run_tab(out, selection.options_note(out.options, out.beam_size))
+            note = selection.options_note(out.options, out.beam_size)
+            if rel or position_bias_site("src") in out.trace:  # a replayed T5 trace holds the bias, not PE rows to show
+                relative.run_tab(out, note)
+            else:
+                _run_tab(out, note)
     if tabs[2].open:
         with tabs[2]:
             _compare_tab(out)

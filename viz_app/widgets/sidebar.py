@@ -6,6 +6,7 @@ import streamlit as st
 import torch
 
 import core
+from viz_app.positional import describe
 from viz_app.session import checkpoints, errors, params, selection, server, trace_replay, url
 from viz_app.widgets import open_folder
 from viz_app.widgets.markup import md
@@ -166,7 +167,7 @@ def _switches(bundle: core.Bundle) -> None:
     ss = st.session_state
     cfg = bundle.config
     st.subheader("Switches", divider="gray")
-    st.toggle("Positional encoding", key="pe", help="Add the position signal to the token embeddings.")
+    st.toggle("Positional encoding", key="pe", help=describe.switch_help(cfg))
     if not ss.get("pe", True):
         url.clamp("pe_side", list(params.PE_SIDES))
         st.radio(

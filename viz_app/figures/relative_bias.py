@@ -1,0 +1,103 @@
+"""Pure Plotly builders for a relative position bias (T5): each head's bias against the distance from query to key,
+the bucket map (which learned entry each query × key pair reads), and the bias one run added, head by head.
+
+Like every module of ``viz_app.figures``, this module never imports Streamlit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from viz_app.figures.style import DIVERGING_SCALE, base_layout, rounded, symmetric_range, token_labels
+
+GRID_COLUMNS = 4  # heads side by side in the run's grid
+
+
+def bias_curves(distances: np.ndarray, values: np.ndarray, *, title: str, exact: int, max_distance: int) -> go.Figure:
+    """Bias (H, N) against distance (N,) = key position − query position, one step line per head. Dotted lines
+    mark ±``exact`` (below it each distance has a bucket of its own) and ±``max_distance`` (from it on, one bucket)
+    where they fall inside the range shown."""
+    fig = go.Figure()
+    x = [int(d) for d in distances]
+    for h, row in enumerate(values):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=rounded(row),
+                mode="lines",
+                line=dict(shape="hvh", width=2),
+                name=f"head {h + 1}",
+                hovertemplate=f"head {h + 1}<br>key − query = %{{x}}<br>bias %{{y:.4f}}<extra></extra>",
+            )
+        )
+    lo, hi = min(x), max(x)
+    for mark, what in ((exact, "shared buckets from here"), (max_distance, "one bucket from here")):
+        inside = [at for at in (-mark, mark) if lo <= at <= hi and at != 0]
+        for at in inside:
+            fig.add_vline(x=at, line=dict(dash="dot", color="#888", width=1))
+        if inside:  # named once, on the left-most line
+            fig.add_annotation(x=inside[0], y=1.0, yref="paper", text=what, showarrow=False, yanchor="bottom")
+    base_layout(fig, title, height=420)
+    fig.update_layout(legend=dict(orientation="h", y=-0.22))
+    fig.update_xaxes(title=dict(text="key position − query position (negative: the key comes before)"))
+    fig.update_yaxes(title=dict(text="bias added to the score"), zeroline=True, zerolinecolor="#bbb")
+    return fig
+
+
+def bucket_map(buckets: np.ndarray, *, title: str) -> go.Figure:
+    """(Tq, Tk) bucket read by each query position (row) for each key position (column)."""
+    n_q, n_k = buckets.shape
+    distance = np.arange(n_k)[None, :] - np.arange(n_q)[:, None]
+    fig = go.Figure(
+        go.Heatmap(
+            z=buckets,
+            customdata=distance,
+            colorscale="Viridis",
+            colorbar=dict(title=dict(text="bucket")),
+            hovertemplate="query %{y}, key %{x}<br>key − query = %{customdata}<br>bucket %{z}<extra></extra>",
+        )
+    )
+    base_layout(fig, title, height=460)
+    fig.update_xaxes(title=dict(text="key position"), showgrid=False, scaleanchor="y")
+    fig.update_yaxes(title=dict(text="query position"), showgrid=False, autorange="reversed")
+    return fig
+
+
+def bias_grid(bias: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *, title: str) -> go.Figure:
+    """(H, Tq, Tk) the bias each head added to this run's scores, one heatmap per head on one symmetric scale."""
+    n_heads = bias.shape[0]
+    cols = min(GRID_COLUMNS, n_heads)
+    rows = -(-n_heads // cols)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=[f"head {h + 1}" for h in range(n_heads)],
+        horizontal_spacing=0.04,
+        vertical_spacing=0.12 / max(1, rows - 1) if rows > 1 else 0.1,
+    )
+    z = rounded(bias)
+    m = symmetric_range(z)
+    q_labels, k_labels = token_labels(q_tokens), token_labels(k_tokens)
+    for h in range(n_heads):
+        fig.add_trace(
+            go.Heatmap(
+                z=z[h],
+                colorscale=DIVERGING_SCALE,
+                zmin=-m,
+                zmax=m,
+                zmid=0.0,
+                showscale=h == 0,
+                colorbar=dict(title=dict(text="bias")),
+                hovertemplate=f"head {h + 1}<br>query %{{y}}<br>key %{{x}}<br>bias %{{z:.4f}}<extra></extra>",
+            ),
+            row=h // cols + 1,
+            col=h % cols + 1,
+        )
+    base_layout(fig, title, height=rows * 260 + 80)
+    fig.update_yaxes(autorange="reversed", showgrid=False, tickvals=list(range(len(q_labels))), ticktext=q_labels)
+    fig.update_xaxes(showgrid=False, tickvals=list(range(len(k_labels))), ticktext=k_labels, tickangle=-60)
+    return fig
