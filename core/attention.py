@@ -102,7 +102,8 @@ def attend(
     weights = torch.softmax(scores, dim=-1)  # (B, H, Tq, Tk)
     if blocked is not None:  # masked entries exactly 0; a fully masked row is all 0 (not NaN)
         weights = weights.masked_fill(blocked, 0.0)
-    recorder.attention(site, weights, scores, raw, q, k, v)
+    recorder.attention(site, weights, scores, raw)
+    recorder.qkv(site, q, k, v)
     if dropout:
         weights = F.dropout(weights, dropout)
     if flat is not None:

@@ -242,16 +242,17 @@ class Recorder:
     def _add(self, name: str, t: Tensor) -> None:
         self._chunks.setdefault(name, []).append(_detached(t))
 
-    def attention(
-        self, site: str, weights: Tensor, scores: Tensor, scores_raw: Tensor, q: Tensor, k: Tensor, v: Tensor
-    ) -> None:
-        """weights, scores, scores_raw: (B, H, Tq, Tk); q (B, H, Tq, dh); k, v (B, H, Tk, dh)."""
+    def attention(self, site: str, weights: Tensor, scores: Tensor, scores_raw: Tensor) -> None:
+        """The softmax weights, the masked scores and the scores before the mask: each (B, H, Tq, Tk)."""
         if not self.record:
             return
         self._add(f"{site}.weights", weights)
         self._add(f"{site}.scores", scores)
         self._add(f"{site}.scores_raw", scores_raw)
-        if self.record_qkv:
+
+    def qkv(self, site: str, q: Tensor, k: Tensor, v: Tensor) -> None:
+        """The queries (B, H, Tq, dh), keys and values (B, H, Tk, dh), when the call records them (``record_qkv``)."""
+        if self.record and self.record_qkv:
             self._add(f"{site}.q", q)
             self._latest[f"{site}.k"], self._latest[f"{site}.v"] = _detached(k), _detached(v)
 
