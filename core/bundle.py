@@ -327,7 +327,7 @@ class Bundle:
                 f"The text is {len(ids)} pieces long; this model learned from inputs of at most {trained} pieces, "
                 "and beyond that its translation can loop or stop early. Shorter sentences translate better."
             )
-        return Source(ids + [self.config.eos_id], tuple(notices), text)
+        return Source(self.tokenizer.frame_source(ids, self.config.eos_id), tuple(notices), text)
 
     def check_options(
         self, options: InferenceOptions | None, *, beam_size: int = 1, max_len: int | None = None, top_k: int = 10
@@ -481,6 +481,11 @@ class Bundle:
                 raise InputError(f"prefix id {int(i)} is a piece this model never produces")
         if cfg.eos_id in ids[:-1]:
             raise InputError("the end of the sentence (eos) can only be the last id of a prefix")
+        if ids and cfg.forced_bos_id is not None and int(ids[0]) != cfg.forced_bos_id:
+            raise InputError(
+                f"this model's first output is always id {cfg.forced_bos_id} "
+                f"({self.tokenizer.piece(cfg.forced_bos_id)}, the target language): a prefix starts with it"
+            )
         if ids and beam_size > 1:
             raise InputError("a forced prefix is continued greedily: use beam_size=1")
         if len(ids) > max_len:

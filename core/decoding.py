@@ -100,6 +100,14 @@ def output_text(tokenizer: Tokenizer, out_ids: Sequence[int], eos_id: int) -> st
     return tokenizer.decode([i for i in out_ids if i != eos_id])
 
 
+def forced_ids(config: ModelConfig, prefix: Sequence[int]) -> tuple[int, ...]:
+    """The output ids a decoding call forces at its first steps: the call's ``prefix``, else the model's own forced
+    first id (``config.forced_bos_id``: mBART-50's, M2M100's and NLLB's target language), else none."""
+    if prefix or config.forced_bos_id is None:
+        return tuple(prefix)
+    return (config.forced_bos_id,)
+
+
 def default_max_len(src_len: int, cap: int = 256) -> int:
     return min(cap, 2 * src_len + 10)
 
@@ -151,7 +159,8 @@ def iter_greedy(
     call: the per-call context (``core.call``): options, recorder, fast weights, shortlist ids and the decoding
     settings: at most ``call.max_len`` steps (None: ``default_max_len`` of the source), ``call.top_k``
     alternatives per step, ``call.prefix`` output ids forced at the first steps (every item; greedy after them: a
-    forced step records the forced id and its probability, and the model's own top-k), ``call.cache``.
+    forced step records the forced id and its probability, and the model's own top-k; without a prefix the model's
+    ``forced_bos_id``, when it has one, is forced at the first step: ``forced_ids``), ``call.cache``.
     What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps.
     memory: the encoder's output for ``src`` (B, Ts, D) when the caller has it already (e.g. one source shared by
     many rows); None = encode here.
@@ -160,7 +169,7 @@ def iter_greedy(
     ids."""
     cfg = model.config
     call = call.begin(model)  # once: every step runs with the same (ablation makes its recorder here)
-    recorder, vocab, prefix, use_cache = call.recorder, call.vocab, call.prefix, call.cache
+    recorder, vocab, prefix, use_cache = call.recorder, call.vocab, forced_ids(cfg, call.prefix), call.cache
     B = src.shape[0]
     if memory is None:
         memory = model.encode(src, src_keep, call)  # (B, Ts, D)
@@ -227,6 +236,8 @@ def beam_search(
     At each step the ``call.beam_size`` best extensions of the live beams are kept; those ending in eos
     are finished. Finished hypotheses are ranked by log-prob / length**``call.alpha``. With beam_size=1 this
     is exactly greedy decoding. At most ``call.max_len`` steps (None: ``default_max_len`` of the source).
+    The ids ``forced_ids`` names are forced at the first steps, adding log-probability 0 (as transformers'
+    ``ForcedBOSTokenLogitsProcessor`` does); candidates of log-probability -inf are never kept.
 
     history: a list that receives one ``BeamStep`` per step (every hypothesis, its score, the pruned next best,
     each live beam's cross-attention); None (the default) records nothing and runs the fast path (the call's
@@ -242,6 +253,9 @@ def beam_search(
     cross_keep = _padded_or_none(src_keep)
     state = DecoderState.empty(cfg.n_decoder_layers) if call.cache else None
     blocked = suppressed_columns(cfg, vocab, src.device)
+    forced = forced_ids(cfg, call.prefix)
+    if forced:  # where the forced ids sit among the scores (once per call)
+        forced_columns, _ = columns_of(torch.tensor(list(forced), dtype=torch.long, device=src.device), vocab)
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
     scores = torch.zeros(1, device=src.device)  # (beams,)
     finished: list[tuple[float, list[int]]] = []
@@ -255,9 +269,15 @@ def beam_search(
         else:
             logits = model.decode(tokens, mem, keep, step_call)[:, -1]  # (beams, V|S)
         token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))  # (beams, V|S)
+        if step < len(forced):  # only the forced id, at log-probability 0
+            token_logp = torch.full_like(token_logp, float("-inf")).index_fill_(
+                -1, forced_columns[step : step + 1], 0.0
+            )
         logp = token_logp + scores[:, None]  # (beams, V|S)
         V = logp.shape[-1]
         top_scores, flat = logp.view(-1).topk(min(beam_size, logp.numel()))  # (k,)
+        possible = torch.isfinite(top_scores)  # -inf: a banned id, or not the forced one
+        top_scores, flat = top_scores[possible], flat[possible]
         origin, ids = flat // V, vocab_ids(flat % V, vocab)
         if history is not None and recorder is not None:
             history.append(_beam_step(step, tokens, scores, token_logp, logp, flat, recorder, cfg.eos_id, vocab))

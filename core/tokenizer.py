@@ -50,6 +50,11 @@ class Tokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [list(x) for x in self.sp.encode(texts, out_type=int)]
 
+    def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
+        """A source text's ids as the encoder reads them: eos appended here (other families add language codes or
+        <s>: ``core.hf_tokenizers``)."""
+        return ids + [eos_id]
+
     def encode_target(self, text: str) -> list[int]:
         """Target-language text (a reference translation) -> ids; the same model as the source here."""
         return self.encode(text)

@@ -41,13 +41,16 @@ def translate_many(
     """Translate many sentences (texts in input order): greedy with core's KV-cached decoder in batches sorted by
     length, each holding at most ``max_tokens`` padded source tokens, or beam search one sentence at a time.
 
-    Sources are cut to ``max_source_tokens`` pieces (plus eos). ``counts``, when given, receives
-    {"source_tokens", "output_tokens"} (output counted up to and including eos), e.g. for throughput.
+    Sources are cut to ``max_source_tokens`` pieces (plus eos, and language codes where the tokenizer frames them).
+    ``counts``, when given, receives {"source_tokens", "output_tokens"} (output counted up to and including eos),
+    e.g. for throughput.
     """
     cfg = model.config
     device = next(model.parameters()).device
     fast = FastWeights(model)  # packed copies of the weights as they are now, for this call's decoding
-    encoded = [ids[:max_source_tokens] + [cfg.eos_id] for ids in tokenizer.encode_batch(list(sentences))]
+    encoded = [
+        tokenizer.frame_source(ids[:max_source_tokens], cfg.eos_id) for ids in tokenizer.encode_batch(list(sentences))
+    ]
     outputs: list[str] = [""] * len(sentences)
     n_out = 0
 
