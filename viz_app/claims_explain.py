@@ -154,3 +154,92 @@ def _times(part: float, whole: float) -> str:
         return "as large as anything there is to explain"
     ratio = part / whole
     return f"{ratio:.1f}× that" if ratio >= 1 else f"{ratio:.0%} of that"
+
+
+# ---- source or prefix? (ALTI+) ----
+
+LOW_SHARE_PERCENTILE = 5.0  # a word is marked when its source share is below this percentile of the words of the
+# model's own translations of the built-in sentences (with the same switches): "lower than 95% of them"
+WEAK_AGREEMENT = 0.3  # every ρ below this: no measure ranks the source words as ALTI+ does
+SAME_SOURCE_SHARE = 0.005  # two sentences' source shares closer than this (half a percentage point) count as equal
+
+
+def low_share_threshold(builtin_token_shares: np.ndarray) -> float:
+    """The source share below which an output word is marked: the ``LOW_SHARE_PERCENTILE``-th percentile of the
+    built-in translations' words."""
+    return float(np.percentile(np.asarray(builtin_token_shares, dtype=np.float64), LOW_SHARE_PERCENTILE))
+
+
+def low_share_note(tokens: Sequence[str], shares: np.ndarray, threshold: float) -> str:
+    """Which output words take less from the source than the threshold (they may come from the prefix alone)."""
+    rule = (
+        f"{threshold:.2f}, the source share only {LOW_SHARE_PERCENTILE:g}% of the words of this model's translations "
+        "of the built-in sentences fall below"
+    )
+    low = [quote(t) for t, s in zip(tokens, shares, strict=True) if s < threshold]
+    if not low:
+        return f"No output word takes less of its content from the source than {rule}."
+    one = len(low) == 1
+    return (
+        f"{', '.join(low)} {'takes' if one else 'take'} less of {'its' if one else 'their'} content from the source "
+        f"than {rule}: {'it' if one else 'they'} may come from the prefix alone (the words already written), not "
+        "from the sentence being translated."
+    )
+
+
+def sentence_share_note(share: float, builtin_shares: np.ndarray) -> str:
+    """This translation's source share beside the model's own translations of the built-in sentences."""
+    b = np.asarray(builtin_shares, dtype=np.float64)
+    n, lo, hi, median = len(b), float(b.min()), float(b.max()), float(np.median(b))
+    spread = f"{lo:.1%}–{hi:.1%}, median {median:.1%}"
+    head = f"This translation takes {share:.1%} of its content from the source (the mean over its words). "
+    if share < lo:
+        return head + f"That is less than any of this model's translations of {n} built-in sentences ({spread})."
+    if share > hi:
+        return head + f"That is more than any of this model's translations of {n} built-in sentences ({spread})."
+    above = int((b < share).sum())
+    return head + f"That is more than {above} of this model's translations of {n} built-in sentences ({spread})."
+
+
+def typed_share_note(typed: float, own: float) -> str:
+    """A typed (teacher-forced) translation's source share against the model's own translation's."""
+    gap = typed - own
+    both = f"the translation you typed takes {typed:.1%} of its content from the source, the model's own {own:.1%}"
+    if abs(gap) < SAME_SOURCE_SHARE:
+        return f"About the same: {both}."
+    if gap < 0:
+        return (
+            f"Less source: {both} ({-gap * 100:.1f} points less). Forced to write words the source does not "
+            "support, the decoder leans on what it has already written."
+        )
+    return f"More source: {both} ({gap * 100:.1f} points more)."
+
+
+def agreement_note(rhos: dict[str, float]) -> str:
+    """Rank agreement (Spearman ρ) of other measures with ALTI+'s source map, and which agrees best."""
+    finite = {k: v for k, v in rhos.items() if np.isfinite(v)}
+    parts = [f"{k} {v:.2f}" if k in finite else f"{k} undefined (a constant row)" for k, v in rhos.items()]
+    said = "Rank agreement with ALTI+'s source map (Spearman ρ): " + "; ".join(parts) + "."
+    if not finite:
+        return said
+    best = max(finite, key=lambda k: finite[k])
+    if finite[best] < WEAK_AGREEMENT:
+        return said + f" None of them ranks the source words as ALTI+ does (every ρ below {WEAK_AGREEMENT:g})."
+    return said + f" {best} agrees best."
+
+
+def step_share_note(share: float, threshold: float | None) -> str:
+    """One decoding step's source share (ALTI+), and whether it is below the low-share threshold (None: not known:
+    the built-in sentences have not been scored on "Why this word?" yet)."""
+    said = (
+        f"Source share at this step (ALTI+): {share:.1%} of the decoder's representation comes from the source "
+        f"sentence, {1 - share:.1%} from the pieces written so far."
+    )
+    if threshold is None:
+        return said
+    if share < threshold:
+        return said + (
+            f" That is below {threshold:.2f} (the share only {LOW_SHARE_PERCENTILE:g}% of the words of this model's "
+            "translations of the built-in sentences fall below): this piece may come from the prefix alone."
+        )
+    return said + f" Not below the low-share threshold ({threshold:.2f})."

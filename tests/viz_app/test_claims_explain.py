@@ -105,3 +105,55 @@ def test_ig_trust_weighs_the_delta_against_the_difference(
     assert ok is trusted and said in sentence, sentence
     if f_baseline is not None and abs(logprob - f_baseline) < ce.TINY_DIFFERENCE and delta > 0.05:
         assert f"{delta / abs(logprob - f_baseline):.1f}× that" in sentence
+
+
+# ---- source or prefix? (ALTI+) ----
+
+
+def test_low_share_threshold_is_the_named_percentile() -> None:
+    shares = np.linspace(0.0, 1.0, 101)
+    assert ce.low_share_threshold(shares) == pytest.approx(ce.LOW_SHARE_PERCENTILE / 100)
+
+
+def test_low_share_note_names_the_low_words_or_says_there_are_none() -> None:
+    tokens = ["▁O", "▁gato", "."]
+    none = ce.low_share_note(tokens, np.array([0.9, 0.8, 0.85]), 0.7)
+    assert none.startswith("No output word takes less of its content from the source than 0.70")
+    one = ce.low_share_note(tokens, np.array([0.9, 0.6, 0.85]), 0.7)
+    assert one.startswith("“▁gato” takes less of its content") and "it may come from the prefix alone" in one
+    two = ce.low_share_note(tokens, np.array([0.5, 0.6, 0.85]), 0.7)
+    assert two.startswith("“▁O”, “▁gato” take less of their content") and "they may come from the prefix" in two
+    assert f"only {ce.LOW_SHARE_PERCENTILE:g}% of the words" in two
+
+
+def test_sentence_share_note_places_the_sentence_among_the_builtin_ones() -> None:
+    builtin = np.array([0.8, 0.85, 0.9, 0.95])
+    assert "less than any of this model's translations of 4 built-in sentences (80.0%–95.0%, median 87.5%)" in (
+        ce.sentence_share_note(0.7, builtin)
+    )
+    assert "more than any of this model's" in ce.sentence_share_note(0.99, builtin)
+    within = ce.sentence_share_note(0.87, builtin)
+    assert within.startswith("This translation takes 87.0% of its content from the source")
+    assert "more than 2 of this model's translations of 4 built-in sentences" in within
+
+
+def test_typed_share_note_compares_with_the_models_own() -> None:
+    less = ce.typed_share_note(0.78, 0.94)
+    assert less.startswith("Less source:") and "(16.0 points less)" in less
+    assert ce.typed_share_note(0.96, 0.94).startswith("More source:")
+    assert ce.typed_share_note(0.941, 0.94).startswith("About the same:")
+
+
+def test_agreement_note_names_the_best_and_says_when_none_agrees() -> None:
+    said = ce.agreement_note({"cross-attention": 0.6, "rollout": 0.2})
+    assert "cross-attention 0.60; rollout 0.20." in said and said.endswith("cross-attention agrees best.")
+    weak = ce.agreement_note({"cross-attention": 0.1, "rollout": float("nan")})
+    assert "rollout undefined (a constant row)" in weak and "every ρ below 0.3" in weak
+    assert ce.agreement_note({"rollout": float("nan")}).endswith("undefined (a constant row).")
+
+
+def test_step_share_note_with_and_without_a_threshold() -> None:
+    plain = ce.step_share_note(0.9, None)
+    assert plain.startswith("Source share at this step (ALTI+): 90.0%") and "threshold" not in plain
+    assert "may come from the prefix alone" in ce.step_share_note(0.6, 0.7)
+    assert ce.step_share_note(0.9, 0.7).endswith("Not below the low-share threshold (0.70).")

@@ -92,7 +92,8 @@ PARAMS: dict[str, Param] = {
     "compare": Param(False, **_BOOL),
     "explain_fusion": Param("mean", choices=FUSIONS),
     "explain_tab": Param(
-        "Head importance", choices=("Head importance", "Attention rollout", "Patching", "Attribution")
+        "Head importance",
+        choices=("Head importance", "Attention rollout", "Patching", "Attribution", "Source or prefix?"),
     ),
     "overview_tab": Param("Encoder self-attention"),
     "heads_scope": Param("sentence", choices=("sentence", "set")),
@@ -204,6 +205,11 @@ SESSION_KEYS: dict[str, str] = {
             "explain_attr_position",
             "explain_ig_steps",
             "explain_ig_more",
+            "explain_src_typed",
+            "explain_src_ig_word",
+            "explain_src_ig",
+            "explain_source_share",
+            "explain_source_maps",
             "importance_{kind}",
             "rollout",
             "patching_encoder",

@@ -15,8 +15,11 @@ import core
 from core.analysis import HeadImportance, head_importance, head_importance_estimate
 from core.analysis.alignment import AlignmentScores
 from core.analysis.attribution import Attribution, attribute
+from core.analysis.contributions import Contributions
+from core.analysis.contributions import contributions as alti_contributions
 from core.analysis.heads import HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
+from core.analysis.sentences import builtin_sentences
 from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
 from core.call import Call
 from viz_app.cache import cached, peek
@@ -153,6 +156,30 @@ def attribution(path: str, text: str, key: OptionsKey, position: int, steps: int
         options=_analysis_options(key),
         fast=bundle.fast,
     )
+
+
+@cached("Tracing each output word back to the source and the prefix (ALTI+) …")
+def contributions(path: str, text: str, key: OptionsKey, translation: str | None = None) -> Contributions:
+    """Cached ALTI+ contributions of the page's greedy translation (``translation`` None) or of a typed translation,
+    teacher-forced, over the whole vocabulary (with the shortlist on, the page's own translation is scored)."""
+    if translation is None and options_from_key(key).shortlist:
+        translation = translate(path, text, key, 1).text
+    return alti_contributions(load_bundle(path), text, translation=translation, options=_analysis_options(key))
+
+
+# The built-in sentences a translation's source share is compared with: the first of the source language's set.
+# Each costs a greedy translation and one recorded pass (about 0.3 s on the distilled models, one thread, here).
+BUILTIN_SHARE_SENTENCES = 24
+
+
+@cached("Scoring the built-in sentences' source shares (once per checkpoint and switches) …")
+def builtin_source_shares(path: str, key: OptionsKey) -> tuple[np.ndarray, np.ndarray]:
+    """The model's own translations of the first ``BUILTIN_SHARE_SENTENCES`` built-in sentences, with these
+    switches: each sentence's source share (n,) and every output word's (all words of all sentences)."""
+    bundle = load_bundle(path)
+    sentences, _ = builtin_sentences(bundle.languages[0])
+    found = [alti_contributions(bundle, s, options=_analysis_options(key)) for s in sentences[:BUILTIN_SHARE_SENTENCES]]
+    return np.array([c.source_share for c in found]), np.concatenate([c.token_source_share for c in found])
 
 
 @cached("Measuring every head on the built-in sentences (once per checkpoint; kept on disk) …")

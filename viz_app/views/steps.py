@@ -13,6 +13,7 @@ import core
 from core.bundle import BeamTree
 from viz_app import claims
 from viz_app.cache import cached
+from viz_app.explain import sources as explain_sources
 from viz_app.figures import decoding, style
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
 from viz_app.widgets import export, header, markup, sentence_bar
@@ -302,6 +303,7 @@ elif out is not None:
         )
     else:
         st.markdown(f"→ next piece: **`{style.token_text(s.token)}`** with probability **{s.prob:.1%}**")
+    explain_sources.step_share(shown, step, forced=alt is not None)
     _what_if_picker(shown, own, step, branch)
 
     note = selection.options_note(shown.options, shown.beam_size)
