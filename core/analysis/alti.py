@@ -119,12 +119,12 @@ def attention_block(
 ) -> Block:
     """One attention block decomposed: weights (H, Tq, Tk), values (H, Tk, dv), the block's output projection,
     the residual stream entering it (Tq, D), each head's scale (H,); ``norm`` the post-norm to fold in (None with
-    pre-norm). Computed in ``residual``'s dtype."""
-    dtype = residual.dtype
-    vectors = head_vectors(weights.to(dtype), values.to(dtype), out_proj.weight.to(dtype), scale.to(dtype))
+    pre-norm). Computed in ``residual``'s dtype, on its device."""
+    like = residual  # every operand in the residual's dtype and on its device
+    vectors = head_vectors(weights.to(like), values.to(like), out_proj.weight.to(like), scale.to(like))
     vectors = with_residual(vectors, residual, cross)
     bias = out_proj.bias
-    constant = (torch.zeros_like(residual) if bias is None else bias.to(dtype).expand_as(residual)).clone()
+    constant = (torch.zeros_like(residual) if bias is None else bias.to(like).expand_as(residual)).clone()
     return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
 
 
@@ -133,17 +133,16 @@ def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm:
 
     inputs (T, D) what the cell reads (the residual stream, or its norm with pre-norm); gates (T, D) the forget
     gates the run used; w (D, D) the cell's W; residual (T, D); norm: the post-norm, or None."""
-    dtype = residual.dtype
-    xw = inputs.to(dtype) @ w.to(dtype).T  # (T, D)
-    f = gates.to(dtype)
+    xw = inputs.to(residual) @ w.to(residual).T  # (T, D)
+    f = gates.to(residual)
     T = xw.shape[0]
-    carry = torch.zeros(T, T, xw.shape[1], dtype=dtype)  # carry[t, j] = (1 - f_j) prod_{j<k<=t} f_k
+    carry = xw.new_zeros(T, T, xw.shape[1])  # carry[t, j] = (1 - f_j) prod_{j<k<=t} f_k
     for t in range(T):
         if t:
             carry[t, :t] = carry[t - 1, :t] * f[t]
         carry[t, t] = 1.0 - f[t]
     parts = carry * xw[None]  # (T, T, D): c_t = parts[t].sum(0)
-    active = (parts.sum(1) > 0).to(dtype)  # (T, D): the ReLU's pattern
+    active = (parts.sum(1) > 0).to(parts)  # (T, D): the ReLU's pattern
     vectors = with_residual(parts * active[:, None], residual, cross=False)
     constant = torch.zeros_like(residual)
     return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
