@@ -9,7 +9,7 @@ from conftest import build_tiny_checkpoint, tiny_config
 import core
 from core.anatomy import decoding_cost, parameter_table, table_3, tensor_shapes
 from core.anatomy import paper as paper_module
-from viz_app.figures import model_accounting, model_map
+from viz_app.figures import model_accounting, model_flow, model_map
 
 
 @pytest.fixture(scope="module", params=[{}, {"decoder_self": "ssru"}, {"norm": "pre", "output_bias": True}])
@@ -24,7 +24,7 @@ def test_one_node_per_block_with_the_shapes_of_tensor_shapes(run) -> None:
     bundle, out = run
     shapes = tensor_shapes(out, bundle.config)
     table = parameter_table(bundle.config)
-    nodes = model_map.flow_nodes(shapes, table, src_tokens=out.src_tokens, out_tokens=out.output_tokens)
+    nodes = model_flow.flow_nodes(shapes, table, src_tokens=out.src_tokens, out_tokens=out.output_tokens)
     for n in nodes:
         if n.key == "embed.tgt":  # tensor_shapes lists the target side's sum only: the embedding has its shape
             assert n.shape == next(r for r in shapes if r.name.startswith("decoder input (")).shape
@@ -54,7 +54,7 @@ def test_one_node_per_block_with_the_shapes_of_tensor_shapes(run) -> None:
 def test_collapsed_layers_keep_the_total(run) -> None:
     bundle, out = run
     table = parameter_table(bundle.config)
-    nodes = model_map.flow_nodes(tensor_shapes(out, bundle.config), table, expanded={"encoder.0", "decoder.0"})
+    nodes = model_flow.flow_nodes(tensor_shapes(out, bundle.config), table, expanded={"encoder.0", "decoder.0"})
     assert {"encoder.1", "decoder.1"} <= {n.key for n in nodes}
     assert sum(n.parameters for n in nodes) == table.total
 

@@ -50,7 +50,8 @@ LAZY_MODULES = (
     *("viz_app.explain.attribution", "viz_app.explain.analysis_store"),
     *("viz_app.explain.sources", "viz_app.figures.sources"),  # Source or prefix? (also the Steps page's share line)
     *("viz_app.learn.sections", "viz_app.learn.tables", "viz_app.learn.walkthrough"),  # the Learn page's parts
-    *("viz_app.figures.model_map", "viz_app.figures.model_accounting", "core.anatomy"),  # the Model map
+    *("viz_app.figures.model_map", "viz_app.figures.model_flow", "viz_app.figures.model_accounting"),  # Model map
+    "core.anatomy",
     "viz_app.claims_explain",
 )
 

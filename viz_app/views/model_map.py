@@ -12,7 +12,7 @@ import streamlit as st
 import core
 from core.anatomy import check_parameters, measure_steps, parameter_table, table_3, tensor_shapes, translation_cost
 from viz_app.cache import cached
-from viz_app.figures import model_accounting, model_map, style
+from viz_app.figures import model_accounting, model_flow, model_map, style
 from viz_app.session import checkpoints, errors, runs, selection, server, trace_replay
 from viz_app.widgets import export, header, sentence_bar
 
@@ -45,7 +45,7 @@ def _tokens(site: str, out: core.Translation) -> list[str]:
     return out.src_tokens if site.startswith(SOURCE_SIDE) else out.tgt_tokens
 
 
-def _values(node: model_map.FlowNode, out: core.Translation) -> None:
+def _values(node: model_flow.FlowNode, out: core.Translation) -> None:
     """The recorded values of one block, or why there are none."""
     trace, site = out.trace, node.site
     if site is None or site not in trace:
@@ -77,7 +77,7 @@ def _values(node: model_map.FlowNode, out: core.Translation) -> None:
     export.chart(fig, f"map_{site}", key="map_values")
 
 
-def _block_panel(node: model_map.FlowNode, out: core.Translation) -> None:
+def _block_panel(node: model_flow.FlowNode, out: core.Translation) -> None:
     left, right = st.columns([3, 2])
     with left:
         st.markdown(f"#### {node.label} → `{node.shape_text}`")
@@ -85,7 +85,7 @@ def _block_panel(node: model_map.FlowNode, out: core.Translation) -> None:
             {
                 "tensor": [r.name for r in node.rows],
                 "dims": ["(" + ", ".join(r.dims) + ")" for r in node.rows],
-                "this sentence": [model_map.shape_text(r.shape) for r in node.rows],
+                "this sentence": [model_flow.shape_text(r.shape) for r in node.rows],
                 "recorded as": [r.site if r.recorded else "—" for r in node.rows],
             }
         )
@@ -165,7 +165,7 @@ def _replayed(out: core.Translation) -> None:
     )
     names = sorted(out.trace.keys()) if hasattr(out.trace, "keys") else []
     st.dataframe(
-        pd.DataFrame({"recorded": names, "shape": [model_map.shape_text(np.shape(out.trace[n])) for n in names]}),
+        pd.DataFrame({"recorded": names, "shape": [model_flow.shape_text(np.shape(out.trace[n])) for n in names]}),
         hide_index=True,
     )
 
@@ -207,7 +207,7 @@ elif out is not None and bundle is not None:
             key="map_layers",
         )
         expanded = None if every == "every layer" else {"encoder.0", "decoder.0"}
-        nodes = model_map.flow_nodes(
+        nodes = model_flow.flow_nodes(
             shapes, table, expanded=expanded, src_tokens=full.src_tokens, out_tokens=full.output_tokens
         )
         keys = [n.key for n in nodes]
