@@ -26,6 +26,7 @@ from .config import ModelConfig
 from .durable import fsync_path, fsync_tree
 from .errors import CheckpointError, InputError
 from .model import Transformer
+from .t5_tokenizer import T5_SENTENCEPIECE, T5Tokenizer
 from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, read_vocab
 
 WEIGHTS, CONFIG, TOKENIZER, CARD = "model.safetensors", "config.json", "tokenizer.model", "card.md"
@@ -213,15 +214,24 @@ def _tokenizer_file(directory: Path, name: Any, field: str) -> Path:
 
 def open_tokenizer(directory: str | Path, spec: Any = TOKENIZER) -> Tokenizer:
     """The tokenizer config.json's ``tokenizer`` names: a file name (one SentencePiece model, e.g.
-    'tokenizer.model'), or ``{"type": "marian-vocab", "source": ..., "target": ..., "vocab": ...}`` (a Marian
-    vocabulary: ``MarianVocabTokenizer``). Every file must sit in the folder; CheckpointError names what is wrong."""
+    'tokenizer.model'), ``{"type": "marian-vocab", "source": ..., "target": ..., "vocab": ...}`` (a Marian
+    vocabulary: ``MarianVocabTokenizer``) or ``{"type": "t5-sentencepiece", "model": ..., "extra_ids": ...,
+    "source_prefix": ...}`` (``T5Tokenizer``). Every file must sit in the folder; CheckpointError names what is
+    wrong."""
     directory = Path(directory)
     if not isinstance(spec, dict):
         return Tokenizer(_tokenizer_file(directory, spec, "'tokenizer'"))  # CheckpointError: not SentencePiece
     where = f"{directory / CONFIG}: 'tokenizer'"
+    if spec.get("type") == T5_SENTENCEPIECE:  # T5's: one SentencePiece model, sentinels, a task prefix
+        model = _tokenizer_file(directory, spec.get("model"), "'tokenizer.model'")
+        try:
+            return T5Tokenizer.from_spec(model, spec)
+        except ValueError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
     if spec.get("type") != MARIAN_VOCAB:
         raise CheckpointError(
-            f"{where} has type {spec.get('type')!r}; the one kind of tokenizer table is {MARIAN_VOCAB!r}"
+            f"{where} has type {spec.get('type')!r}; the kinds of tokenizer table are {MARIAN_VOCAB!r} and "
+            f"{T5_SENTENCEPIECE!r}"
         )
     files = {
         key: _tokenizer_file(directory, spec.get(key), f"'tokenizer.{key}'") for key in ("source", "target", "vocab")

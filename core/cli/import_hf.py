@@ -1,8 +1,10 @@
-"""Import a local Hugging Face Marian folder (Opus-MT and the like) as a core checkpoint (``importers.hf_marian``)."""
+"""Import a local Hugging Face folder (Marian / Opus-MT, T5 / Flan-T5 / mT5, ...) as a core checkpoint; the family
+is config.json's model_type (``importers.hf_families``)."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -11,17 +13,25 @@ import torch
 
 from ..checkpoint import check_output_folder, folder_mb, load_checkpoint
 from ..errors import CheckpointError
-from ..importers.hf_marian import convert
+from ..importers.hf_families import convert
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "folder", help="a local Hugging Face Marian folder (config.json, model.safetensors, source.spm, ...)"
+        "folder",
+        help="a local Hugging Face folder: Marian (config.json, model.safetensors, source.spm, ...) or T5 / Flan-T5 / "
+        "mT5 (config.json, model.safetensors, spiece.model)",
     )
     parser.add_argument("--out", default=None, help="checkpoint folder to write (default: checkpoints/<folder name>)")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="saved weight precision")
     parser.add_argument("--source-language", default=None, help="source language code (default: tokenizer_config.json)")
     parser.add_argument("--target-language", default=None, help="target language code (default: tokenizer_config.json)")
+    parser.add_argument(
+        "--source-prefix",
+        default=None,
+        help="T5 only: the task prefix put before every source text (default: config.json's task_specific_params "
+        "for the languages given, else its first translation task)",
+    )
     parser.add_argument("--force", action="store_true", help="replace --out when it exists")
 
 
@@ -32,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise CheckpointError(f"{out}: already exists; pass --force to replace it")
     command = f"python -m core import-hf {folder} --out {out} --dtype {args.dtype}"
+    for flag, value in (("--source-language", args.source_language), ("--target-language", args.target_language)):
+        if value is not None:
+            command += f" {flag} {shlex.quote(value)}"
+    if args.source_prefix is not None:
+        command += f" --source-prefix {shlex.quote(args.source_prefix)}"
     start = time.perf_counter()
     path = convert(
         folder,
@@ -39,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=torch.float16 if args.dtype == "float16" else torch.float32,
         languages=(args.source_language, args.target_language),
         command=command,
+        source_prefix=args.source_prefix,
     )
     load_checkpoint(path, "cpu")  # what was written loads
     print(

@@ -13,7 +13,7 @@ import torch
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..positional import sinusoidal_table
-from .hf_folder import CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG, VOCAB, WEIGHTS, HFMarianFolder
+from .hf_folder import CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG, VOCAB, WEIGHTS, HFFolder, HFMarianFolder
 
 # transformers 5.23's MarianConfig defaults: what a field absent from config.json means.
 MARIAN_DEFAULTS: dict[str, Any] = {
@@ -123,7 +123,7 @@ def special_pieces(f: HFMarianFolder) -> dict[str, str]:
     }
 
 
-def suppressed_ids(f: HFMarianFolder) -> tuple[int, ...]:
+def suppressed_ids(f: HFFolder) -> tuple[int, ...]:
     """The ids transformers' generate never picks for this folder: generation_config.json's ``bad_words_ids``
     (one-token entries) and ``suppress_tokens``; config.json's when the folder has no generation_config.json."""
     source, where = (

@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import sentencepiece as spm
 import torch
@@ -39,6 +39,22 @@ TOKENIZER_CONFIG, GENERATION_CONFIG = "tokenizer_config.json", "generation_confi
 PICKLES = ("pytorch_model.bin", "model.ckpt", "pytorch_model.bin.index.json")
 OTHER_WEIGHTS = ("tf_model.h5", "flax_model.msgpack", "model.safetensors.index.json")
 LICENCE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENCE", "LICENCE.txt", "COPYING")
+
+
+class HFFolder(Protocol):
+    """What every family's folder reader gives (``HFMarianFolder`` is one): its path, config.json and
+    generation_config.json ({} when absent)."""
+
+    @property
+    def folder(self) -> Path: ...
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+    @property
+    def generation_config(self) -> dict[str, Any]: ...
+
+    def path(self, name: str) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
             raise CheckpointError(
                 f"{folder / pickles[0]}: refused — it is a Python pickle, and unpickling a file can run any code "
                 f"it holds, so this lab never opens one. Convert it to {WEIGHTS} where you trust the file: "
-                "MarianMTModel.from_pretrained(folder).save_pretrained(folder, safe_serialization=True)"
+                "AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(folder, safe_serialization=True)"
             )
         others = [name for name in OTHER_WEIGHTS if (folder / name).exists()]
         if others:
@@ -89,7 +105,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
                 f"{folder / others[0]}: not supported — the weights must be one {WEIGHTS} file "
                 "(save_pretrained(folder, safe_serialization=True, max_shard_size='10GB'))"
             )
-        raise CheckpointError(f"{path}: missing — a Hugging Face Marian folder has its weights in {WEIGHTS}")
+        raise CheckpointError(f"{path}: missing — a Hugging Face folder has its weights in {WEIGHTS}")
     try:
         tensors = load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:

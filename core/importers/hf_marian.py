@@ -14,17 +14,16 @@ generation_config.json bans (``bad_words_ids``) as ``suppress_ids``. Anything el
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 
 from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
-from ..errors import CheckpointError
 from ..model import Transformer
 from ..tokenizer import MarianVocabTokenizer
 from .hf_card import card_text
+from .hf_common import mapped_state, provenance, sha256  # noqa: F401  (sha256: hf_bart reads it here)
 from .hf_config import (
     BIAS,
     DEC_EMB,
@@ -38,7 +37,7 @@ from .hf_config import (
     layer_names,
     special_pieces,
 )
-from .hf_folder import CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, WEIGHTS, HFMarianFolder, read_folder
+from .hf_folder import CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, HFMarianFolder, read_folder
 from .staging import save_with_files
 
 FORMAT = "huggingface-marian"
@@ -47,7 +46,6 @@ FORMAT = "huggingface-marian"
 # --------------------------------------------------------------------------- weights
 def state_from_hf(f: HFMarianFolder, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """Core parameter name -> tensor (aliases included); CheckpointError for missing, unknown or misshapen tensors."""
-    weights = f.path(WEIGHTS)
     share = field(f.config, "share_encoder_decoder_embeddings", bool, f.path(CONFIG))
     tie = field(f.config, "tie_word_embeddings", bool, f.path(CONFIG))
     enc, dec, head = embeddings(f, share=share, tie=tie)
@@ -55,30 +53,9 @@ def state_from_hf(f: HFMarianFolder, cfg: ModelConfig) -> dict[str, torch.Tensor
     if cfg.output_bias:
         state["output.bias"] = f.tensors[BIAS].reshape(-1)
     used = {SHARED, ENC_EMB, DEC_EMB, HEAD, BIAS}  # model.shared.weight is unused by transformers when untied
-    for ours, theirs in layer_names(cfg).items():
-        if theirs not in f.tensors:
-            raise CheckpointError(
-                f"{weights}: tensor {theirs} is missing ({CONFIG} says "
-                f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers)"
-            )
-        state[ours] = f.tensors[theirs]
-        used.add(theirs)
     used |= {name for name in POSITIONS if name in f.tensors}  # checked by position_layout
-    unknown = sorted(set(f.tensors) - used)
-    if unknown:
-        raise CheckpointError(
-            f"{weights}: tensors a MarianMTModel of this {CONFIG} does not have: "
-            f"{unknown[:6]}{'...' if len(unknown) > 6 else ''}"
-        )
-    expected = Transformer(cfg).state_dict()
-    for name, tensor in expected.items():
-        if name in state and tuple(state[name].shape) != tuple(tensor.shape):
-            theirs = layer_names(cfg).get(name, name)
-            raise CheckpointError(
-                f"{weights}: tensor {theirs} has shape {tuple(state[name].shape)}, "
-                f"{CONFIG} implies {tuple(tensor.shape)}"
-            )
-    return state
+    what = f"MarianMTModel of {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"
+    return mapped_state(f, cfg, layer_names(cfg), state, used, what)
 
 
 def build_model(f: HFMarianFolder) -> Transformer:
@@ -87,14 +64,6 @@ def build_model(f: HFMarianFolder) -> Transformer:
     model = Transformer(cfg)
     model.load_state_dict(state_from_hf(f, cfg), strict=True)
     return model.eval()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def convert(
@@ -113,14 +82,7 @@ def convert(
     src = languages[0] or f.tokenizer_config.get("source_lang") or "src"
     tgt = languages[1] or f.tokenizer_config.get("target_lang") or "tgt"
     out = Path(out)
-    origin = {
-        "format": FORMAT,
-        "folder": str(f.folder.resolve()),
-        "licence": f.licence,
-        "weights_sha256": _sha256(f.path(WEIGHTS)),
-        "transformers_version": f.config.get("transformers_version"),
-        "command": command,
-    }
+    origin = provenance(f, FORMAT, command)
     card = card_text(
         name=out.name,
         f=f,

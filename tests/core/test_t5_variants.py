@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import build_tiny_checkpoint, tiny_config
+from hf_folders import T5_V10, T5_V11
 
 import core
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
@@ -22,25 +23,8 @@ from core.interventions import Patch, ScaleHeads
 from core.layers import make_norm
 from core.positional import relative_bucket
 
-T5 = dict(  # T5's arithmetic at the tests' tiny size, with a head size that is not d_model / n_heads
-    d_kv=5,
-    attention_scale=False,
-    norm="pre",
-    norm_kind="rms",
-    norm_eps=1e-6,
-    positional="relative",
-    relative_buckets=8,
-    relative_max_distance=20,
-    linear_bias=False,
-    scale_embedding=False,
-    pad_id=0,
-    bos_id=0,
-    eos_id=1,
-    unk_id=2,
-)
-V10 = dict(T5, activation="relu", scale_decoder_output=True)  # T5 v1.0: ReLU, tied head, rescaled output
-V11 = dict(T5, activation="gelu_new", gated_ffn=True, tie_output=False)  # v1.1 / Flan-T5 / mT5
-VERSIONS = {"v1.0": V10, "v1.1": V11}
+T5_IDS = dict(pad_id=0, bos_id=0, eos_id=1, unk_id=2)  # <pad> is also the decoder's start
+VERSIONS = {"v1.0": dict(T5_V10, **T5_IDS), "v1.1": dict(T5_V11, **T5_IDS)}
 
 
 def t5_model(version: str, seed: int = 0) -> Transformer:
@@ -62,7 +46,7 @@ def source() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_the_new_fields_validate_survive_json_and_leave_old_configs_alone():
-    cfg = tiny_config(**V11)
+    cfg = tiny_config(**VERSIONS["v1.1"])
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.d_head == 5 and tiny_config().d_head == 8  # d_kv, else d_model / n_heads
     old = tiny_config().to_dict()
@@ -234,7 +218,7 @@ def test_beam_search_runs_on_t5_and_width_one_is_greedy():
 
 
 def test_a_t5_checkpoint_saves_and_loads_with_every_tensor(tmp_path):
-    overrides = dict(V11, pad_id=0, bos_id=0, eos_id=2, unk_id=3)  # the test tokenizer's ids
+    overrides = dict(T5_V11, pad_id=0, bos_id=0, eos_id=2, unk_id=3)  # the test tokenizer's ids
     path = build_tiny_checkpoint(tmp_path / "t5", **overrides)
     bundle = core.load(path, device="cpu")
     assert bundle.config.gated_ffn and bundle.config.positional == "relative"

@@ -1,0 +1,105 @@
+"""Read a local Hugging Face T5 / Flan-T5 / mT5 folder (what ``T5ForConditionalGeneration.save_pretrained`` and
+``T5Tokenizer`` write) and check every file before anything is converted. Nothing here imports transformers, and
+nothing is unpickled.
+
+    config.json              T5Config / MT5Config (model_type 't5' or 'mt5')
+    model.safetensors        the weights (pytorch_model.bin is refused: it is a pickle)
+    spiece.model             the SentencePiece model (ids: <pad> 0, </s> 1, <unk> 2)
+    tokenizer_config.json    extra_ids (the <extra_id_N> sentinels above the pieces; optional, default 100)
+    generation_config.json   generation settings (optional): decoder_start_token_id, bad_words_ids, ...
+    README.md, LICENSE       the licence, when the folder states one (optional)
+
+Every problem is a CheckpointError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import CheckpointError
+from ..t5_tokenizer import T5Tokenizer
+from .hf_folder import CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG, WEIGHTS, find_licence, read_json, read_weights
+
+SPIECE = "spiece.model"
+ARCHITECTURES = {"t5": "T5ForConditionalGeneration", "mt5": "MT5ForConditionalGeneration"}
+DEFAULT_EXTRA_IDS = 100  # transformers' T5Tokenizer's
+
+
+@dataclass(frozen=True)
+class HFT5Folder:
+    """The checked contents of a Hugging Face T5 or mT5 folder."""
+
+    folder: Path
+    model_type: str  # 't5' or 'mt5'
+    config: dict[str, Any]
+    tensors: dict[str, torch.Tensor]  # float32, names as in the file
+    tokenizer_config: dict[str, Any]
+    generation_config: dict[str, Any]  # {} when the folder has none
+    extra_ids: int
+    licence: str  # what the folder says, or "not stated in the folder"
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+    def tokenizer(self, source_prefix: str = "") -> T5Tokenizer:
+        """The folder's tokenizer, with a task prefix before source texts."""
+        return T5Tokenizer(self.path(SPIECE), extra_ids=self.extra_ids, source_prefix=source_prefix)
+
+
+def extra_ids(folder: Path, tokenizer_config: dict[str, Any]) -> int:
+    """tokenizer_config.json's ``extra_ids``, or the number of ``<extra_id_N>`` pieces it lists, else 100."""
+    value = tokenizer_config.get("extra_ids")
+    if value is None:
+        listed = tokenizer_config.get("additional_special_tokens") or tokenizer_config.get("extra_special_tokens")
+        sentinels = [t for t in listed or [] if isinstance(t, str) and t.startswith("<extra_id_")]
+        value = len(sentinels) if sentinels else DEFAULT_EXTRA_IDS
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10_000:
+        raise CheckpointError(f"{folder / TOKENIZER_CONFIG}: field extra_ids must be a whole number, got {value!r}")
+    return value
+
+
+def read_t5_folder(folder: str | Path) -> HFT5Folder:
+    """Read and check a Hugging Face T5 / mT5 folder (see the module docstring)."""
+    folder = Path(folder)
+    if not (folder / CONFIG).is_file():
+        raise CheckpointError(f"{folder / CONFIG}: missing — a Hugging Face T5 folder has {CONFIG} and {WEIGHTS}")
+    config = read_json(folder / CONFIG, required=True)
+    model_type = config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise CheckpointError(f"{folder / CONFIG}: model_type is {model_type!r}, not a T5 ('t5') or mT5 ('mt5') model")
+    architectures = config.get("architectures")
+    if architectures is not None and ARCHITECTURES[model_type] not in (architectures or []):
+        raise CheckpointError(
+            f"{folder / CONFIG}: architectures {architectures!r} — only {ARCHITECTURES[model_type]} (the "
+            "encoder-decoder model with its language-model head) opens here"
+        )
+    tensors = read_weights(folder)
+    tokenizer_config = read_json(folder / TOKENIZER_CONFIG, required=False)
+    if not (folder / SPIECE).is_file():
+        has_json = (folder / "tokenizer.json").is_file()
+        raise CheckpointError(
+            f"{folder / SPIECE}: missing — a T5 folder's tokenizer is the SentencePiece model {SPIECE}"
+            + (" (this folder has only tokenizer.json, which this lab does not read for T5)" if has_json else "")
+        )
+    result = HFT5Folder(
+        folder=folder,
+        model_type=model_type,
+        config=config,
+        tensors=tensors,
+        tokenizer_config=tokenizer_config,
+        generation_config=read_json(folder / GENERATION_CONFIG, required=False),
+        extra_ids=extra_ids(folder, tokenizer_config),
+        licence=find_licence(folder, config),
+    )
+    tokenizer = result.tokenizer()  # CheckpointError when spiece.model is not SentencePiece
+    specials = tokenizer.special_ids()
+    if (specials["pad_id"], specials["eos_id"]) != (0, 1):
+        raise CheckpointError(
+            f"{folder / SPIECE}: its pad and eos ids are {specials['pad_id']} and {specials['eos_id']}; a T5 "
+            "tokenizer has <pad> 0 and </s> 1"
+        )
+    return result

@@ -1,0 +1,254 @@
+"""Hugging Face T5 / Flan-T5 / mT5 folder -> core checkpoint (``python -m core import-hf``), checked against
+transformers itself on folders built here (``tests/hf_folders.py``: random weights, spiece.model trained on the
+fixture corpus): source ids equal the folder's own tokenizer's (task prefix included), greedy and beam-4 ids equal
+``generate``'s, logits (1e-4) and every layer's encoder, decoder and cross-attention equal ``output_attentions``
+(1e-4), for v1.0 (ReLU, tied head rescaled by d_model**-0.5), v1.1 (gated GELU, a head of its own) and mT5; every bad
+folder refused with a CheckpointError naming the file and field.
+
+Beam search: core's shrinks the beam when a hypothesis ends while transformers keeps ``num_beams`` running, so the
+beam test makes eos unreachable (its output row zero, while the other logits spread far above and below 0: eos is
+never among the 2 x 4 best candidates) and compares fixed-length searches with length penalty 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+from hf_folders import (
+    ENGLISH,
+    EXTRA_IDS,
+    PREFIX,
+    SPARE_ROWS,
+    build_t5_folder,
+    save_t5_folder,
+    t5_model,
+    train_t5_spm,
+)
+from safetensors.torch import load_file, save_file
+
+import core
+from core import CheckpointError
+from core.cli import main
+from core.importers import hf_families
+
+transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
+
+MAX_NEW = 12
+TEXTS = [ENGLISH[1], ENGLISH[4], "The dog sleeps near the window, I think.", ENGLISH[6]]
+EOS = 1
+
+
+def hf_generate(model, tok, text: str, num_beams: int = 1, max_new_tokens: int = MAX_NEW) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(
+            **tok([PREFIX + text], return_tensors="pt"),
+            num_beams=num_beams,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            length_penalty=1.0,
+            early_stopping=False,
+        )
+    return out[0, 1:].tolist()
+
+
+def reach_eos(model, tok) -> None:
+    """Point the (untied) head's eos row at one text's decoder state at step 3, so that greedy decoding of that
+    text ends with eos there or earlier (random weights almost never produce it): the tests cover stopping too."""
+    text = TEXTS[1]
+    out = hf_generate(model, tok, text)
+    seen: list[torch.Tensor] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
+    with torch.no_grad():
+        logits = model(
+            **tok([PREFIX + text], return_tensors="pt"), decoder_input_ids=torch.tensor([[0] + out[:3]])
+        ).logits
+        hook.remove()
+        h = seen[-1][0, 3]  # (D,) what the head reads at step 3
+        model.lm_head.weight[EOS] = h * (float(logits[0, 3].max()) + 2.0) / h.dot(h)
+
+
+def imported(root: Path, folder: Path, **cli: str) -> core.Bundle:
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in cli.items()]
+    assert main(["import-hf", str(folder), "--out", str(root / "ckpt"), *args]) == 0
+    return core.load(root / "ckpt", device="cpu")
+
+
+@pytest.fixture(scope="module", params=["1.0", "1.1", "mt5"])
+def case(request, tmp_path_factory):
+    """A T5 folder, transformers' model and tokenizer on it, and the checkpoint import-hf made of it."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    root = tmp_path_factory.mktemp(f"t5-{request.param}")
+    version = "1.0" if request.param == "1.0" else "1.1"
+    folder = build_t5_folder(root / "hf", version, seed=2, model_type="mt5" if request.param == "mt5" else "t5")
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    if version == "1.1":
+        reach_eos(model, tok)
+        save_t5_folder(model, folder / "spiece.model", folder)
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    bundle = imported(root, folder)
+    return SimpleNamespace(name=request.param, folder=folder, model=model, tok=tok, bundle=bundle)
+
+
+def test_the_tokenizer_reads_the_folder_as_transformers_does(case):
+    tokenizer = case.bundle.tokenizer
+    assert tokenizer.source_prefix == PREFIX  # config.json's first translation task
+    for text in TEXTS + ["Ein Wort mit ☃ darin.", "Fill <extra_id_0> and <extra_id_3> in."]:
+        ids = case.bundle.encode_source(text)[0]
+        assert ids == case.tok(PREFIX + text).input_ids, text
+        assert tokenizer.pieces(ids) == case.tok.convert_ids_to_tokens(ids)
+    assert tokenizer.vocab_size == len(case.tok)
+    target = case.tok(text_target="Die Katze schläft.").input_ids
+    assert tokenizer.encode_target("Die Katze schläft.") + [EOS] == target  # no prefix on the target side
+    assert tokenizer.decode(target) == case.tok.decode(target, skip_special_tokens=True)
+
+
+def test_greedy_logits_and_every_head_match_transformers(case):
+    cfg, stopped = case.bundle.config, 0
+    for text in TEXTS:
+        out = case.bundle.translate(text, max_len=MAX_NEW)
+        ours = [int(i) for i in out.trace["output.ids"]]
+        assert ours == hf_generate(case.model, case.tok, text), text
+        stopped += ours[-1] == cfg.eos_id
+        src = torch.tensor([case.tok(PREFIX + text).input_ids])
+        tgt = torch.tensor([[cfg.bos_id] + ours[:-1]])
+        with torch.inference_mode():
+            theirs = case.model(input_ids=src, decoder_input_ids=tgt, output_attentions=True)
+            logits = case.bundle.model(src, tgt)
+        np.testing.assert_allclose(logits.numpy(), theirs.logits.numpy(), atol=1e-4, rtol=1e-5)
+        for kind, arrays in (
+            ("encoder", theirs.encoder_attentions),
+            ("decoder", theirs.decoder_attentions),
+            ("cross", theirs.cross_attentions),
+        ):
+            assert out.trace.n_layers[kind] == len(arrays) == 2
+            for layer, array in enumerate(arrays):
+                np.testing.assert_allclose(out.trace.attention(kind, layer), array[0].numpy(), atol=1e-4, rtol=0)
+    assert len({tuple(case.bundle.translate(t, max_len=4).trace["output.ids"]) for t in TEXTS}) > 1  # input matters
+    assert stopped >= (1 if case.name != "1.0" else 0), stopped
+
+
+@pytest.fixture(scope="module", params=["1.0", "1.1"])
+def no_eos(request, tmp_path_factory):
+    """A folder whose eos is never among the best candidates (see the module docstring)."""
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp(f"beam-{request.param}")
+    spiece = train_t5_spm(root / "spiece")
+    n_rows = spm.SentencePieceProcessor(model_file=str(spiece)).get_piece_size() + EXTRA_IDS + SPARE_ROWS
+    model = t5_model(n_rows, request.param, seed=5)
+    with torch.no_grad():
+        model.lm_head.weight[EOS] = 0.0  # tied (v1.0): the shared row, eos's input embedding too
+    folder = save_t5_folder(model, spiece, root / "hf")
+    return SimpleNamespace(model=model, tok=AutoTokenizer.from_pretrained(folder), bundle=imported(root, folder))
+
+
+def test_beam_search_matches_transformers_while_no_hypothesis_ends(no_eos):
+    differs = 0
+    for text in TEXTS:
+        theirs = hf_generate(no_eos.model, no_eos.tok, text, num_beams=4, max_new_tokens=10)
+        ours = [int(i) for i in no_eos.bundle.translate(text, beam_size=4, max_len=10).trace["output.ids"]]
+        greedy = [int(i) for i in no_eos.bundle.translate(text, max_len=10).trace["output.ids"]]
+        assert ours == theirs, text
+        assert EOS not in ours
+        differs += ours != greedy
+    assert differs >= 1  # the beam found something greedy did not: the comparison is about beam search
+
+
+def test_the_card_and_config_say_which_family_its_size_and_where_it_came_from(case):
+    info = case.bundle.info
+    assert info["imported_from"]["format"] == "huggingface-t5"
+    assert info["imported_from"]["family"] == ("mt5" if case.name == "mt5" else "t5")
+    assert info["imported_from"]["folder"] == str(case.folder.resolve())
+    assert (info["source_language"], info["target_language"]) == ("en", "de")
+    card = (case.bundle.path / "card.md").read_text()
+    cfg = case.bundle.config
+    assert f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model 32, 4 heads of d_kv 12" in card
+    assert f"{case.bundle.model.n_parameters():,} parameters" in card
+    assert str(case.folder.resolve()) in card and repr(PREFIX) in card
+    family = {"1.0": "T5 v1.0-shaped", "1.1": "T5 v1.1-shaped", "mt5": "mT5"}[case.name]
+    assert family in card
+    assert ("scaled by d_model^-0.5" in card) == (case.name == "1.0")
+
+
+def test_the_languages_pick_the_task_prefix_or_it_is_given(case, tmp_path, capsys):
+    bundle = imported(tmp_path, case.folder, source_language="en", target_language="fr")
+    assert bundle.tokenizer.source_prefix == "translate English to French: "
+    assert bundle.encode_source("Hi.")[0] == case.tok("translate English to French: Hi.").input_ids
+    given = imported(tmp_path / "given", case.folder, source_prefix="Translate to German: ")
+    assert given.tokenizer.source_prefix == "Translate to German: " and given.languages == ("src", "tgt")
+    args = ["--source-language", "en", "--target-language", "ja"]
+    assert main(["import-hf", str(case.folder), "--out", str(tmp_path / "ja"), *args]) == 2
+    assert "task_specific_params has no translation_en_to_ja (it has translation_en_to_de" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def v11_folder(tmp_path_factory) -> Path:
+    """One good folder the refusal tests damage copies of (the refusals are the same for every version)."""
+    return build_t5_folder(tmp_path_factory.mktemp("refusals") / "hf", "1.1")
+
+
+def _copy(folder: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "bad"
+    shutil.copytree(folder, out)
+    return out
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda f: _edit_config(f, model_type="whisper"), "model_type 'whisper' — a speech-recognition model"),
+        (lambda f: _edit_config(f, model_type="umt5"), "UMT5 .* The lab opens: Marian .*T5"),
+        (lambda f: _edit_config(f, model_type="my-model"), "not a model family this lab opens"),
+        (lambda f: _edit_config(f, feed_forward_proj="gated-tanhh"), "field feed_forward_proj is 'gated-tanhh'"),
+        (lambda f: _edit_config(f, architectures=["T5EncoderModel"]), "only T5ForConditionalGeneration"),
+        (lambda f: _edit_config(f, num_layers=3), "tensor encoder.block.2.layer.0.* is missing .*3\\+2 layers"),
+        (lambda f: _edit_config(f, d_kv=7), "has shape .* implies"),
+        (lambda f: _edit_config(f, d_model=True), "field d_model must be a whole number"),
+        (lambda f: (f / "spiece.model").unlink(), "spiece.model: missing"),
+        (lambda f: (f / "spiece.model").write_text("not a model"), "not a readable SentencePiece model"),
+        (lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"), "refused — it is a Python pickle"),
+    ],
+    ids=[
+        "whisper",
+        "umt5",
+        "unknown",
+        "activation",
+        "encoder-only",
+        "layers",
+        "d_kv",
+        "bool",
+        "no-spiece",
+        "bad-spiece",
+        "pickle",
+    ],
+)
+def test_bad_folders_are_refused_by_file_and_field(v11_folder, tmp_path, damage, message):
+    folder = _copy(v11_folder, tmp_path)
+    damage(folder)
+    with pytest.raises(CheckpointError, match=message):
+        hf_families.convert(folder, tmp_path / "ckpt")
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_an_unknown_tensor_is_refused(v11_folder, tmp_path):
+    folder = _copy(v11_folder, tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["encoder.block.0.layer.0.SelfAttention.extra.weight"] = torch.zeros(2, 2)
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="does not have: \\['encoder.block.0.layer.0.SelfAttention.extra"):
+        hf_families.convert(folder, tmp_path / "ckpt")
