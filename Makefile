@@ -5,12 +5,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8501
+# The pinned set (constraints.txt) is installed by uv: in parallel and from its cache, the same packages pip chose
+# (compared with pip freeze) in a fraction of the time. uv does not read pip's configuration: a wheel folder pip is
+# told about (PIP_FIND_LINKS or pip.conf's find-links, e.g. a CPU-only torch) is passed on.
+UV_VERSION := 0.13.9
+FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null))
+UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
+	-c constraints.txt
 
 .PHONY: run test lint install browser downloads models bench train eval import-bergamot publish clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,scale]'  # scale: Ray, for the scan's --ray test
+	test -x $(BIN)/uv || $(BIN)/pip install --quiet uv==$(UV_VERSION)
+	$(UV_INSTALL) -e '.[test,scale]'  # scale: Ray, for the scan's --ray test
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -42,7 +50,7 @@ browser:
 	@bash scripts/setup_browser.sh
 
 $(VENV)/.bench-installed: $(STAMP)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]'
+	$(UV_INSTALL) -e '.[test,bench]'
 	touch $@
 
 bench: $(VENV)/.bench-installed models browser
