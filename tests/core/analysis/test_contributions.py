@@ -12,6 +12,7 @@ from conftest import build_tiny_checkpoint
 
 import core
 from core import InferenceOptions
+from core.analysis.alti import fold_norm
 from core.analysis.contributions import contributions, decompose, recorded_pass
 from core.analysis.value_norms import value_norms
 from core.errors import InputError
@@ -157,6 +158,25 @@ def test_the_decomposition_adds_up_to_the_recorded_layer_outputs(bundle, switch)
             np.testing.assert_allclose(self_block.block.output, self_block.actual, atol=1e-5)
             y = blocks[("cross", layer)].block.output.float()
             np.testing.assert_allclose(_ffn(dec, y, pre).numpy(), trace[f"decoder.{layer}.out"], atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", [torch.nn.LayerNorm(8, eps=1e-5), torch.nn.RMSNorm(8, eps=1e-6)])
+def test_a_folded_norm_adds_up_to_the_norm_of_the_sum(norm):
+    torch.manual_seed(1)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.uniform_(-1, 1)
+    vectors, constant = torch.randn(3, 5, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
+    folded = fold_norm(norm, vectors, constant)
+    with torch.no_grad():
+        expected = norm.double()(vectors.sum(1) + constant)
+    torch.testing.assert_close(folded.output, expected)
+    centred = isinstance(norm, torch.nn.LayerNorm)  # LayerNorm centres every vector; RMSNorm does not
+    unweighted = folded.vectors / norm.weight.detach()
+    assert torch.allclose(unweighted.mean(-1), torch.zeros(3, 5, dtype=torch.float64)) == centred
+    with pytest.raises(ValueError, match="folds a LayerNorm or an RMSNorm in, not a Identity"):
+        fold_norm(torch.nn.Identity(), vectors, constant)
 
 
 # ---- brute force: the paper's formula, one token pair at a time, from the model's own weights ----
