@@ -110,7 +110,7 @@ def test_core_has_no_import_circle() -> None:
 
 # What may be imported inside a function: heavy optional dependencies, loaded only when the one feature that needs
 # them runs (each such import says why in a comment).
-LATE = {"matplotlib", "transformers", "ctranslate2"}
+LATE = {"matplotlib", "transformers", "ctranslate2", "ray"}
 
 
 def test_imports_sit_at_the_top_and_argparse_only_in_the_cli() -> None:
