@@ -144,10 +144,16 @@ def _ffn(layer, y: torch.Tensor, pre: bool) -> torch.Tensor:
 
 @pytest.mark.parametrize("switch", ["as trained", "heads off"])
 def test_the_decomposition_adds_up_to_the_recorded_layer_outputs(bundle, switch):
+    assert_adds_up(bundle, SWITCHES[switch])
+
+
+def assert_adds_up(bundle: core.Bundle, options: InferenceOptions) -> None:
+    """Each block's vectors add up to its output and, through the layer's feed-forward half, to the recorded
+    layer output within 1e-5."""
     model, pre = bundle.model, bundle.config.norm == "pre"
     src = bundle.encode_source(TEXT)[0]
     out = [int(i) for i in bundle.translate(TEXT).trace["output.ids"]]
-    trace, _ = recorded_pass(bundle, src, out, SWITCHES[switch])
+    trace, _ = recorded_pass(bundle, src, out, options)
     blocks = decompose(model, trace)
     with torch.no_grad():
         for layer, enc in enumerate(model.encoder_layers):
@@ -158,6 +164,32 @@ def test_the_decomposition_adds_up_to_the_recorded_layer_outputs(bundle, switch)
             np.testing.assert_allclose(self_block.block.output, self_block.actual, atol=1e-5)
             y = blocks[("cross", layer)].block.output.float()
             np.testing.assert_allclose(_ffn(dec, y, pre).numpy(), trace[f"decoder.{layer}.out"], atol=1e-5)
+
+
+FAMILIES = {  # the T5 and BART variants the importers open, as tiny random models
+    "t5": dict(
+        norm="pre",
+        norm_kind="rms",
+        d_kv=4,
+        attention_scale=False,
+        gated_ffn=True,
+        linear_bias=False,
+        positional="relative",
+        activation="gelu_new",
+    ),
+    "bart": dict(embed_norm=True, positional="learned", separate_positions=True, position_offset=2, activation="gelu"),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_t5_and_bart_variants(family, tmp_path):
+    b = core.load(build_tiny_checkpoint(tmp_path / family, **FAMILIES[family]), device="cpu")
+    for switch in ("as trained", "heads off", "PE off"):
+        c = contributions(b, TEXT, options=SWITCHES[switch])
+        for m in (c.encoder_layers, c.self_layers, c.cross_layers, c.layers):
+            assert_distributions(m)
+        assert c.reconstruction_error < 1e-5
+    assert_adds_up(b, SWITCHES["heads off"])
 
 
 @pytest.mark.parametrize("norm", [torch.nn.LayerNorm(8, eps=1e-5), torch.nn.RMSNorm(8, eps=1e-6)])
