@@ -91,6 +91,17 @@ def test_integrated_gradients_join_the_agreement_on_request() -> None:
     assert "integrated gradients |IG| (word 1" in texts(at)
 
 
+def test_integrated_gradients_the_attribution_tab_computed_are_used_without_a_click() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": "explain", "text": TEXT, "explain_tab": "Attribution"})
+    ok(at.run(timeout=TIMEOUT))
+    at.select_slider(key="explain_attr_position").set_value(2).run(timeout=TIMEOUT)  # word 3, default steps
+    at = _open()
+    at.select_slider(key="explain_src_ig_word").set_value(2).run(timeout=TIMEOUT)
+    ok(at)
+    assert "integrated gradients |IG| (word 3" in texts(at)
+
+
 def test_the_steps_page_shows_each_steps_source_share(root: Path) -> None:
     at = _open("steps")
     c = contributions(core.load(root / "tiny", device="cpu"), TEXT)

@@ -14,6 +14,7 @@ from core.analysis.attribution import spearman
 from core.analysis.contributions import Contributions
 from viz_app import claims_explain
 from viz_app.cache import peek
+from viz_app.explain.attribution import IG_STEPS
 from viz_app.explain.common import how_to_read, needs_model
 from viz_app.figures import sources, style
 from viz_app.session import checkpoints, errors, runs, selection, trace_replay
@@ -112,9 +113,9 @@ def _ig_agreement(c: Contributions, path: str, text: str, key: runs.OptionsKey) 
         key="explain_src_ig_word",
         format_func=lambda i: f"{i + 1}: {style.token_text(c.target_pieces[i])}",
     )
-    a = peek(runs.attribution, path, text, key, t)
+    a = peek(runs.attribution, path, text, key, t, IG_STEPS[0])  # as the Attribution tab computes it by default
     if a is None and st.button("Compute integrated gradients for this word", key="explain_src_ig"):
-        a = errors.guarded(lambda: runs.attribution(path, text, key, t))
+        a = errors.guarded(lambda: runs.attribution(path, text, key, t, IG_STEPS[0]))
     if a is None:
         st.caption("Integrated gradients run the model once per integration step: computed on request.")
         return {}
