@@ -1,4 +1,4 @@
-"""The Learn page's numbers: matrix excerpts, a numpy LayerNorm, differences, table columns."""
+"""The Learn page's numbers: matrix excerpts, a numpy LayerNorm and RMSNorm, differences, table columns."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) 
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * np.asarray(weight, np.float64) + np.asarray(bias, np.float64)
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm over the last axis, as torch computes it: x / sqrt(mean(x²) + eps) · weight (no mean, no bias), in
+    float64."""
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * np.asarray(weight, np.float64)
 
 
 def max_difference(a: np.ndarray, b: np.ndarray) -> float:

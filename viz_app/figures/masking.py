@@ -73,10 +73,26 @@ def mask_panels(
     return base_layout(fig, title, height=int(min(900, max(360, 16 * len(q_tokens) + 220))))
 
 
+def score_label(scaled: bool | None, biased: bool = False) -> str:
+    """The first stage's name for a model whose scores are q·k / √d_k (``scaled``), q·k (False: T5), or not known
+    (None: a saved trace replayed without its model); ``biased``: plus a relative position bias B."""
+    formula = {True: "q·k / √d_k", False: "q·k (not divided by √d_k)", None: ""}[scaled]
+    if biased:
+        formula = f"{formula} + B" if formula else "with the position bias B"
+    return f"1 · {'scaled ' if scaled else ''}scores  {formula}".rstrip()
+
+
 def mask_stages(
-    raw_scores: np.ndarray, mask_row: np.ndarray, weights: np.ndarray, k_tokens: Sequence[str], *, title: str
+    raw_scores: np.ndarray,
+    mask_row: np.ndarray,
+    weights: np.ndarray,
+    k_tokens: Sequence[str],
+    *,
+    title: str,
+    scores: str = "1 · scaled scores  q·k / √d_k",
 ) -> go.Figure:
-    """One query's row through the three stages: scaled scores → masked (−∞) → softmax weights.
+    """One query's row through the three stages: scores (named by ``scores``, see ``score_label``) → masked (−∞) →
+    softmax weights.
 
     Masked keys have no bar in stage 2; a grey '−∞' marker sits at the axis bottom instead.
     """
@@ -90,7 +106,7 @@ def mask_stages(
         shared_xaxes=True,
         vertical_spacing=0.09,
         subplot_titles=(
-            "1 · scaled scores  q·k / √d_k",
+            scores,
             "2 · + mask: blocked keys become −∞",
             "3 · softmax → attention weights",
         ),

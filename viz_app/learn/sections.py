@@ -13,8 +13,10 @@ import streamlit as st
 import core
 from core.sites import attention_site
 from viz_app.figures import learn, masking, style
+from viz_app.learn import arithmetic
+from viz_app.learn.arithmetic import Arithmetic
 from viz_app.learn.tables import DIGITS, check, frame, matrix_excerpt, vector_table
-from viz_app.learn.walkthrough import Softmax, Walkthrough, as_numpy
+from viz_app.learn.walkthrough import Softmax, Walkthrough, as_numpy, normalize
 from viz_app.session import params, selection
 from viz_app.widgets import export, markup
 
@@ -32,6 +34,8 @@ class Focus:
     token: str
     key_tokens: list[str]
     key_labels: list[str]
+    scaled: bool = True  # the scores are q·k / √d_k (False: q·k, T5)
+    biased: bool = False  # the scores add a relative position bias (T5's self-attention)
 
 
 def input_vector(walk: Walkthrough, focus: Focus) -> np.ndarray:
@@ -40,9 +44,10 @@ def input_vector(walk: Walkthrough, focus: Focus) -> np.ndarray:
     x_q, _ = walk.inputs()
     x = x_q[i]
     st.markdown(f"##### 1 · The input vector x of “{markup.md(focus.token)}” (d_model = {x.shape[0]})")
+    norm = Arithmetic.of(walk.cfg).norm
     norm_note = (
-        " This model is **pre-norm**: the sub-layer reads the stream after a LayerNorm, "
-        r"$x = \mathrm{LayerNorm}(h)$."
+        f" This model is **pre-norm**: the sub-layer reads the stream after a{'n' if norm == 'RMSNorm' else ''} "
+        rf"{norm}, $x = \mathrm{{{norm}}}(h)$."
         if walk.pre
         else " This model is **post-norm** (as in the paper): the sub-layer reads the stream h itself, x = h."
     )
@@ -65,35 +70,50 @@ def input_vector(walk: Walkthrough, focus: Focus) -> np.ndarray:
 
 
 def _embedding_plus_pe(walk: Walkthrough, focus: Focus, d_model: int) -> None:
-    """Layer 1's stream: the token's embedding (scaled or not) plus its positional encoding, checked."""
+    """Layer 1's stream: the token's embedding (scaled or not), plus its position vector when the model adds one,
+    through the embedding norm when it has one; checked against the recorded stream."""
+    a = Arithmetic.of(walk.cfg)
     side = "src" if focus.kind == "encoder" else "tgt"
     i = focus.query
-    scale = "\\sqrt{d_{model}}" if walk.cfg.scale_embedding else "1"
-    st.markdown(f"In layer 1 the stream h is the token's embedding (times ${scale}$) plus its positional encoding:")
-    st.latex(rf"h_i = E[\text{{token}}_i] \cdot {scale} + PE_i")
+    scale = "times $\\sqrt{d_{model}}$" if a.scale_embedding else "not scaled"
+    if a.absolute_positions:
+        what = f"the token's embedding ({scale}) plus its positional encoding"
+    else:
+        what = (
+            f"the token's embedding ({scale}) alone: this model adds no position vector (its positions enter the "
+            "scores as a bias, step 4)"
+        )
+    norm = f", then a {a.norm} (layernorm_embedding)" if a.embed_norm else ""
+    st.markdown(f"In layer 1 the stream h is {what}{norm}:")
+    st.latex(a.embedding())
     ids = walk.trace["ids.src" if side == "src" else "ids.tgt"]
     table = walk.model.src_embed if side == "src" else walk.model.tgt_embed
     emb = as_numpy(table.weight[int(ids[i])], d_model) * walk.model.embed_scale
     if side == "tgt" and i == 0 and walk.cfg.start == "zeros":
         emb = np.zeros_like(emb)  # this model starts the decoder from a zero vector
-    pe = np.asarray(walk.trace.positional_encoding(side)[i], dtype=np.float64)
+    rows = {"embedding E·" + ("√d" if a.scale_embedding else "1"): emb}
+    total = emb
+    if a.absolute_positions:
+        pe = np.asarray(walk.trace.positional_encoding(side)[i], dtype=np.float64)
+        total = emb + pe
+        rows |= {"positional encoding PE": pe, "their sum (by hand)": total}
+    if a.embed_norm:
+        total = normalize(total, walk.model.src_embed_norm if side == "src" else walk.model.tgt_embed_norm)
+        rows[f"{a.norm} of it (by hand)"] = total
     recorded = walk.stream("encoder" if side == "src" else "decoder", 0)[i]
-    vector_table(
-        {
-            "embedding E·" + ("√d" if walk.cfg.scale_embedding else "1"): emb,
-            "positional encoding PE": pe,
-            "their sum (by hand)": emb + pe,
-            "h as recorded": recorded,
-        }
-    )
-    check("embedding + PE equals the stream the model recorded", learn.max_difference(emb + pe, recorded))
+    vector_table({**rows, "h as recorded": recorded})
+    steps = "embedding" + (" + PE" if a.absolute_positions else "") + (f", {a.norm}'d," if a.embed_norm else "")
+    check(f"{steps} equals the stream the model recorded", learn.max_difference(total, recorded))
 
 
 def query_projection(walk: Walkthrough, focus: Focus, x: np.ndarray, q_recorded: np.ndarray) -> None:
     """2 · q = x · W_Q + b_Q for the chosen head, checked against the recorded query."""
-    d_k, head = walk.d_head, focus.head
-    st.markdown(f"##### 2 · Its query q = x · W_Q + b_Q (head {head + 1}, d_k = {d_k})")
-    st.latex(r"q = x\, W_Q^{(h)} + b_Q^{(h)} \qquad (1 \times d_{model}) \cdot (d_{model} \times d_k) \to 1 \times d_k")
+    d_k, head, a = walk.d_head, focus.head, Arithmetic.of(walk.cfg)
+    bias = " + b_Q" if a.biases else ""
+    st.markdown(f"##### 2 · Its query q = x · W_Q{bias} (head {head + 1}, d_k = {d_k})")
+    st.latex(a.projection("q") + r" \qquad (1 \times d_{model}) \cdot (d_{model} \times d_k) \to 1 \times d_k")
+    if not a.biases:
+        st.caption("This model's projections have no bias terms (b = 0).")
     w, b = walk.projection("q", head)
     matrix_excerpt(w, f"W_Q of head {head + 1}")
     st.caption(
@@ -101,8 +121,9 @@ def query_projection(walk: Walkthrough, focus: Focus, x: np.ndarray, q_recorded:
         f"{head + 1}'s slice, rows {head * d_k + 1}–{(head + 1) * d_k}, written as the paper does (d_model × d_k)."
     )
     q = x @ w + b
-    st.dataframe(frame(np.stack([q, q_recorded]), ["x·W_Q + b (by hand)", "q (recorded)"]), width="stretch")
-    check("x · W_Q + b equals the query the model computed", learn.max_difference(q, q_recorded))
+    by_hand = f"x·W_Q{a.plus_bias}"
+    st.dataframe(frame(np.stack([q, q_recorded]), [f"{by_hand} (by hand)", "q (recorded)"]), width="stretch")
+    check(f"x · W_Q{a.plus_bias} equals the query the model computed", learn.max_difference(q, q_recorded))
 
 
 def recorded_query(focus: Focus, q: np.ndarray) -> None:
@@ -120,7 +141,9 @@ def keys_and_values(focus: Focus, keys: np.ndarray, values: np.ndarray, walk: Wa
     weights are at hand."""
     source = "the source tokens (the encoder's output)" if focus.kind == "cross" else "every token of the same sequence"
     st.markdown(f"##### 3 · The keys K and values V ({len(focus.key_tokens)} × {keys.shape[1]}), one row per key token")
-    st.latex(r"K = X\, W_K^{(h)} + b_K^{(h)} \qquad V = X\, W_V^{(h)} + b_V^{(h)}")
+    if walk is not None:
+        a = Arithmetic.of(walk.cfg)
+        st.latex(rf"{a.projection('k', matrix=True)} \qquad {a.projection('v', matrix=True)}")
     st.caption(f"Made the same way as q, from the input vectors of {source}, with the head's own W_K and W_V.")
     c1, c2 = st.columns(2)
     with c1:
@@ -132,22 +155,40 @@ def keys_and_values(focus: Focus, keys: np.ndarray, values: np.ndarray, walk: Wa
     if walk is not None:
         _, x_kv = walk.inputs()
         (wk, bk), (wv, bv) = walk.projection("k", focus.head), walk.projection("v", focus.head)
-        check("X · W_K + b equals the recorded keys", learn.max_difference(x_kv @ wk + bk, keys))
-        check("X · W_V + b equals the recorded values", learn.max_difference(x_kv @ wv + bv, values))
+        b = Arithmetic.of(walk.cfg).plus_bias
+        check(f"X · W_K{b} equals the recorded keys", learn.max_difference(x_kv @ wk + bk, keys))
+        check(f"X · W_V{b} equals the recorded values", learn.max_difference(x_kv @ wv + bv, values))
 
 
-def scores_and_softmax(focus: Focus, hand: Softmax, mask: np.ndarray, recorded: np.ndarray) -> None:
-    """4 · Each key's score, mask, softmax weight by hand beside the recorded weight; the stages as a chart."""
+def scores_and_softmax(
+    focus: Focus, hand: Softmax, mask: np.ndarray, recorded: np.ndarray, looked_up: np.ndarray | None = None
+) -> None:
+    """4 · Each key's score, mask, softmax weight by hand beside the recorded weight; the stages as a chart.
+    ``looked_up``: the position bias read from the model's learned table (checked against the one added)."""
     d_k = hand.output.shape[0]
     st.markdown("##### 4 · Scores, mask and softmax, one row per key")
-    st.latex(
-        rf"s_j = \frac{{q \cdot k_j}}{{\sqrt{{{d_k}}}}} \qquad "
-        r"w_j = \frac{e^{s_j + M_j}}{\sum_l e^{s_l + M_l}}"
-    )
+    st.latex(arithmetic.score_formula(focus.scaled, focus.biased, d_k))
+    if not focus.scaled:
+        st.caption("This model does not divide the scores by √d_k: a score is q·k itself.")
+    if focus.biased:
+        st.caption(
+            f"B_h(j − i) is the relative position bias: head {focus.head + 1}'s learned number for the distance "
+            "from this query to key j (the Positional-encoding page shows them all)."
+        )
+        if looked_up is not None:
+            check(
+                "the bias looked up in the learned table by distance equals the bias the model added",
+                learn.max_difference(looked_up, hand.bias),
+            )
+    columns: dict[str, object] = {"q·k": np.round(hand.dots, DIGITS)}
+    if focus.scaled:
+        columns[f"÷ √{d_k}"] = np.round(hand.dots / np.sqrt(d_k), DIGITS)
+    if focus.biased:
+        columns["+ bias B"] = np.round(hand.bias, DIGITS)
+        columns["score s"] = np.round(hand.scaled, DIGITS)
     table = pd.DataFrame(
         {
-            "q·k": np.round(hand.dots, DIGITS),
-            f"÷ √{d_k}": np.round(hand.scaled, DIGITS),
+            **columns,
             "mask M": np.where(mask, "0", "−∞"),
             "s + M": [f"{v:.{DIGITS}f}" if np.isfinite(v) else "−∞" for v in hand.masked],
             "softmax w": np.round(hand.weights, 4),
@@ -162,6 +203,7 @@ def scores_and_softmax(focus: Focus, hand: Softmax, mask: np.ndarray, recorded: 
         mask,
         hand.weights,
         focus.key_tokens,
+        scores=masking.score_label(focus.scaled, focus.biased),
         title=style.titled(
             f"{params.KINDS[focus.kind].capitalize()} · layer {focus.layer + 1} · head {focus.head + 1} · "
             f"query {focus.query + 1}",
@@ -200,17 +242,23 @@ def heads_joined(walk: Walkthrough, focus: Focus, output: np.ndarray) -> None:
         return
     heads = np.asarray(trace[f"{site}.heads"], dtype=np.float64)  # (H, Tq, dh) after any switch-off
     n_heads, d_k = heads.shape[0], heads.shape[-1]
+    a = Arithmetic.of(walk.cfg)
     st.markdown(f"##### 6 · All {n_heads} heads joined, then projected by W_O")
     st.latex(
         r"\mathrm{MultiHead}(x) = \big[\,\mathrm{head}_1 \,\|\, \mathrm{head}_2 \,\|\, \cdots \,\|\, "
-        r"\mathrm{head}_H\,\big]\; W_O + b_O"
+        r"\mathrm{head}_H\,\big]\; W_O" + (" + b_O" if a.biases else "")
     )
     chosen = f"head {head + 1}"
+    joined = (
+        f"{n_heads * d_k} = d_model numbers"
+        if n_heads * d_k == a.d_model
+        else f"{n_heads * d_k} numbers (this model's heads are d_kv = {d_k} wide, so this is not d_model = "
+        f"{a.d_model}; W_O is {n_heads * d_k} × {a.d_model})"
+    )
     st.caption(
         f"Every head did steps 2–5 with its own weights. Their outputs ({n_heads} × {d_k} numbers) are laid "
-        f"side by side into one vector of {n_heads * d_k} = d_model numbers, which W_O mixes back into the "
-        f"stream's space. The rows below are the heads' outputs the model recorded at this query ({chosen}, "
-        "the one followed above, highlighted)."
+        f"side by side into one vector of {joined}, which W_O mixes back into the stream's space. The rows below "
+        f"are the heads' outputs the model recorded at this query ({chosen}, the one followed above, highlighted)."
     )
     table = frame(heads[:, i], [f"head {h + 1}" for h in range(n_heads)])
     styled = table.style.format(f"{{:.{DIGITS}f}}").apply(
@@ -221,11 +269,17 @@ def heads_joined(walk: Walkthrough, focus: Focus, output: np.ndarray) -> None:
         check(f"head {head + 1}'s recorded output equals step 5's", learn.max_difference(heads[head, i], output))
     y = walk.project_heads(walk.attn, heads)  # (Tq, D)
     matrix_excerpt(as_numpy(walk.attn.out_proj.weight, n_heads * d_k).T, "W_O, the output projection")
-    vector_table({"y = [heads] · W_O + b_O": y[i]})
+    vector_table({f"y = [heads] · W_O{' + b_O' if a.biases else ''}": y[i]})
     what, by_hand, model_value = walk.after(y)
     st.markdown(
-        "The sub-layer's output is added back to the stream "
-        + (r"($h + y$)" if walk.pre else r"($\mathrm{LayerNorm}(h + y)$)")
-        + f"; carrying on by hand with the model's weights gives {what}:"
+        f"The sub-layer's output is added back to the stream (${a.residual()}$); carrying on by hand with the "
+        f"model's weights gives {what}:"
     )
+    if focus.kind != "decoder":  # the feed-forward sub-layer comes next
+        st.latex(a.ffn())
+        if a.gated:
+            st.caption(
+                "A gated feed-forward: two projections of x, one through the activation, multiplied element by "
+                "element (⊙) before W_2."
+            )
     check(f"it equals the value the model recorded at query {i + 1}", learn.max_difference(by_hand[i], model_value[i]))

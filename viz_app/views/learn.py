@@ -8,8 +8,10 @@ import numpy as np
 import streamlit as st
 
 import core
+from core.sites import position_bias_site
 from viz_app.figures import style
 from viz_app.learn import sections
+from viz_app.learn.arithmetic import Arithmetic, scale_of_recorded
 from viz_app.learn.walkthrough import Walkthrough, softmax_by_hand
 from viz_app.session import checkpoints, errors, runs, selection, trace_replay, url
 from viz_app.widgets import header, markup, pickers, sentence_bar
@@ -21,14 +23,16 @@ st.caption(
     "the softmax, the weighted sum of the values, and finally every head joined and projected by W_O. Each "
     "step is checked against what the model recorded."
 )
-st.latex(
-    r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^{\top}}{\sqrt{d_k}} + M\right) V"
-    r"\qquad M_{ij} = \begin{cases} 0 & \text{may attend} \\ -\infty & \text{blocked} \end{cases}"
-)
+model = None if trace_replay.replay() is not None else selection.bundle()
+if model is not None:  # this model's own arithmetic (a replayed trace's is read from its numbers, step 4)
+    st.latex(Arithmetic.of(model.config).attention())
+    if model.config.positional == "relative":
+        st.caption("B: the relative position bias this model adds to self-attention scores (none in cross-attention).")
 
 
-def _focus(run: core.Translation) -> sections.Focus:
-    """The kind, layer, head and query picked on the page."""
+def _focus(run: core.Translation, cfg: core.ModelConfig | None) -> sections.Focus:
+    """The kind, layer, head and query picked on the page, and how this model scores (from ``cfg``, or for a
+    replayed trace from its recorded numbers)."""
     trace = run.trace
     kind = pickers.kind_picker(trace.kinds)
     layer, head = pickers.layer_head_pickers(trace.n_layers[kind], trace.n_heads)
@@ -47,7 +51,22 @@ def _focus(run: core.Translation) -> sections.Focus:
             f"predicted the next piece, “{markup.md(style.token_text(run.output_tokens[i]))}”."
         )
     labels = [f"{j + 1} {style.token_text(t)}" for j, t in enumerate(k_tokens)]
-    return sections.Focus(run, kind, layer, head, i, token, list(k_tokens), labels)
+    biased = kind != "cross" and _bias_site(kind) in trace
+    if cfg is not None:
+        scaled: bool | None = cfg.attention_scale
+    else:
+        Q, K, _ = trace.qkv(kind, layer)
+        bias = trace[_bias_site(kind)][head, i] if biased else 0.0
+        raw = trace.scores(kind, layer, masked=False)[head, i]
+        scaled = scale_of_recorded(K[head] @ Q[head, i], raw, bias, trace.mask(kind)[i], Q.shape[-1])
+        if scaled is None:
+            st.caption("The recorded scores match neither q·k nor q·k / √d_k; step 4 divides by √d_k.")
+    return sections.Focus(run, kind, layer, head, i, token, list(k_tokens), labels, scaled is not False, biased)
+
+
+def _bias_site(kind: str) -> str:
+    """Where T5's relative position bias of attention ``kind`` is recorded (encoder: 'pe.src.bias')."""
+    return position_bias_site("src" if kind == "encoder" else "tgt")
 
 
 out = sentence_bar.sentence_bar()
@@ -72,7 +91,7 @@ if run is not None and "encoder.0.self.q" not in run.trace:  # a saved trace fro
         icon=":material/history:",
     )
 elif run is not None:
-    focus = _focus(run)
+    focus = _focus(run, bundle.config if bundle is not None else None)
     kind, layer, head, i = focus.kind, focus.layer, focus.head, focus.query
     Q, K, V = run.trace.qkv(kind, layer)  # recorded for this page's runs: (H, Tq, dk), (H, Tk, dk) twice
     q, keys, values = Q[head, i].astype(np.float64), K[head].astype(np.float64), V[head].astype(np.float64)
@@ -83,9 +102,11 @@ elif run is not None:
         sections.query_projection(walk, focus, sections.input_vector(walk, focus), q)
     else:
         sections.recorded_query(focus, q)
-    hand = softmax_by_hand(q, keys, values, mask)
+    bias = run.trace[_bias_site(kind)][head, i] if focus.biased else None  # (Tk,) what the model added
+    hand = softmax_by_hand(q, keys, values, mask, scale=focus.scaled, bias=bias)
     sections.keys_and_values(focus, keys, values, walk)
-    sections.scores_and_softmax(focus, hand, mask, recorded)
+    looked_up = walk.position_bias(head, i, len(keys)) if walk is not None and focus.biased else None
+    sections.scores_and_softmax(focus, hand, mask, recorded, looked_up)
     sections.head_output(focus, hand, mask, recorded)
     if walk is not None:
         sections.heads_joined(walk, focus, hand.output)

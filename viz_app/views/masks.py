@@ -6,6 +6,7 @@ import numpy as np
 import streamlit as st
 
 import core
+from core.sites import position_bias_site
 from viz_app import claims
 from viz_app.figures import masking, style
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
@@ -123,11 +124,17 @@ if out is not None:
     )
     weights = trace.attention(kind, layer)[head, query]
     raw = trace.scores(kind, layer, masked=False)[head, query]  # (Tk,) blocked keys' scores before the mask
+    model = None if replaying else selection.bundle()
+    cfg = model.config if model is not None else None  # None: a replayed trace, the model not at hand
+    bias_site = position_bias_site("src" if kind == "encoder" else "tgt")  # T5's, recorded (zeros when off)
     fig = masking.mask_stages(
         raw,
         trace.mask(kind)[query],
         weights,
         k_tokens,
+        scores=masking.score_label(
+            None if cfg is None else cfg.attention_scale, kind != "cross" and bias_site in trace
+        ),
         title=style.titled(
             f"{params.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
             f"query “{style.token_label(q_tokens[query])}”",

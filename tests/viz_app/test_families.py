@@ -1,0 +1,179 @@
+"""Every page on a checkpoint of each model family the lab opens besides Marian: T5 (relative position bias,
+RMSNorm, gated FFN, no 1/sqrt(d_k)), BART (learned positions from row 2, one table per side, layernorm_embedding)
+and M2M100 / NLLB (fairseq's sinusoids from row 2, pre-norm). One checkpoint per family for the module; each page
+runs without an exception or error box and shows what that family has."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from apptest_helpers import chart_titles, ok, texts
+from conftest import build_tiny_checkpoint
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from streamlit.testing.v1 import AppTest
+
+import core
+
+APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
+TIMEOUT = 120
+FAMILIES: dict[str, dict[str, Any]] = {  # each family's arithmetic at the tests' tiny size
+    "t5": dict(
+        d_kv=5,
+        attention_scale=False,
+        norm="pre",
+        norm_kind="rms",
+        norm_eps=1e-6,
+        positional="relative",
+        relative_buckets=8,
+        relative_max_distance=20,
+        linear_bias=False,
+        scale_embedding=False,
+        activation="gelu_new",
+        gated_ffn=True,
+        tie_output=False,
+    ),
+    "bart": dict(
+        positional="learned",
+        max_positions=64,
+        position_offset=2,
+        separate_positions=True,
+        embed_norm=True,
+        activation="gelu",
+        scale_embedding=False,
+        output_bias=True,
+    ),
+    "m2m100": dict(pe_layout="concatenated", position_offset=2, norm="pre", activation="relu", scale_embedding=True),
+}
+
+
+def _never_stop(folder: Path) -> None:
+    """Random weights often end a translation at once; the analyses need output words: </s>'s output row 0 (and
+    its bias very low), so every translation runs to the length limit."""
+    path = folder / "model.safetensors"
+    state = load_file(str(path))
+    eos = core.ModelConfig.from_dict(json.loads((folder / "config.json").read_text())["model"]).eos_id
+    row = "output.weight" if "output.weight" in state else "tgt_embed.weight" if "tgt_embed.weight" in state else None
+    state[row or "src_embed.weight"][eos] = 0.0
+    if "output.bias" in state:
+        state["output.bias"][eos] = -10.0
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    save_file(state, str(path), metadata=metadata)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("families")
+    for i, (family, config) in enumerate(FAMILIES.items()):
+        build_tiny_checkpoint(root / family, seed=i, **config)
+        _never_stop(root / family)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _env(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(root))
+    monkeypatch.setenv("LAB_CACHE_DIR", str(root / ".cache"))
+    torch.set_num_threads(1)
+
+
+def _page(family: str, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) -> AppTest:
+    monkeypatch.setenv("LAB_CHECKPOINT", family)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": page, **params})
+    return ok(at.run(timeout=TIMEOUT))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_positional_page_shows_what_the_model_has(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _page(family, "positional", monkeypatch)
+    said, titles = texts(at), chart_titles(at)
+    if family == "t5":
+        assert "relative position bias" in said and "8 distance buckets" in said, said
+        assert any(t.startswith("Encoder self-attention: bias added") for t in titles), titles
+        assert any(t.startswith("Decoder self-attention: bias added") for t in titles), titles
+        assert any(t.startswith("Which bucket each query reads") for t in titles), titles
+        assert "Distances 0 to 1 get a bucket each" in said  # the encoder: 4 buckets a direction, 2 exact
+    elif family == "bart":
+        assert "learned" in said and "a table for the source and one for the target" in said, said
+        assert "reads row 2" in said, said
+        assert any(t.startswith("Learned position table (the source's)") for t in titles), titles
+        assert "Cosine similarity between positions" in titles, titles
+    else:
+        assert "reads row 2" in said and "fairseq" in said, said
+        assert "PE·PE similarity between positions" in titles, titles
+    at.session_state["pe_tab"] = "Added in this run"
+    ok(at.run(timeout=TIMEOUT))
+    titles = chart_titles(at)
+    if family == "t5":
+        assert any(t.startswith("Bias the encoder added") for t in titles), titles
+        assert not any("switched off" in i.value for i in at.info)
+        at.session_state["pe"] = False  # positions off: the bias is off, and the page says so from the trace
+        ok(at.run(timeout=TIMEOUT))
+        assert any("relative position bias is switched off for the encoder" in i.value for i in at.info)
+    else:
+        assert any(t.startswith("PE values added to the source tokens") for t in titles), titles
+
+
+PAGES = [
+    ("overview", {}),
+    ("head", {}),
+    ("masks", {}),
+    ("steps", {}),
+    ("explain", {}),
+    ("explain", {"explain_tab": "Attention rollout"}),
+    ("explain", {"explain_tab": "Patching"}),
+    ("explain", {"explain_tab": "Attribution"}),
+    ("heads", {}),
+    ("learn", {}),
+    ("map", {}),
+]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize(("page", "params"), PAGES, ids=[f"{p}-{'-'.join(q.values())}" for p, q in PAGES])
+def test_every_page_runs(family: str, page: str, params: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _page(family, page, monkeypatch, **params)
+    if params.get("explain_tab") == "Patching":  # patching runs once a word is replaced by one as many pieces long
+        words = at.text_input(key="text").value.split()
+        for j, word in [(j, w) for j in range(len(words)) for w in words if w != words[j]]:
+            at.selectbox(key="explain_word").set_value(j)
+            at.text_input(key="explain_replacement").input(word)
+            at.run(timeout=TIMEOUT)
+            if not at.warning:
+                break
+        ok(at)
+    assert at.get("plotly_chart") or at.dataframe or at.table, f"{page} drew nothing on {family}"
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize(("kind", "layer"), [("encoder", "1"), ("encoder", "2"), ("decoder", "1"), ("cross", "2")])
+def test_learn_follows_the_family_arithmetic(
+    family: str, kind: str, layer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every by-hand step equals the model's on each family (layer 1: the embedding, its positions and embedding
+    norm), and the page writes only the steps the model takes."""
+    at = _page(family, "learn", monkeypatch, kind=kind, layer=layer, head="2", query="2")
+    said = texts(at)
+    assert "✓ equal" in said and "✗ differ" not in said, said
+    assert [s.value for s in at.success] and "recomputed softmax equals" in at.success[0].value
+    latex = "\n".join(e.value for e in at.latex)
+    columns = next(list(d.value.columns) for d in at.dataframe if "q·k" in d.value.columns)  # step 4's table
+    t5 = family == "t5"
+    assert ("sqrt{d_k}" in latex) is not t5, latex  # T5 divides by nothing
+    assert ("B_{h}(j - i)" in latex) is (t5 and kind != "cross"), latex  # step 4: the bias by distance
+    assert ("RMSNorm" in said) is t5 and ("LayerNorm" in said) is not t5, said
+    assert any(c.startswith("÷ √") for c in columns) is not t5, columns
+    assert ("+ bias B" in columns) is (t5 and kind != "cross"), columns
+    if t5 and kind != "cross":
+        assert "the bias looked up in the learned table by distance equals" in said
+    if layer == "1":
+        assert ("embedding + PE" in said) is not t5 and ("layernorm_embedding" in said) is (family == "bart"), said
+    if t5 and kind == "encoder":
+        assert r"\odot x W_{up}" in latex and r"\mathrm{GELU}_{\tanh}" in latex, latex  # the gated FFN, gelu_new
+        assert "no bias terms" in said and "d_kv = 5" in said
