@@ -20,6 +20,7 @@ token is then decomposed in a pass over its own prefix (one pass per token), as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -195,6 +196,23 @@ class Contributions:
     @property
     def mean_logprob(self) -> float:
         return float(self.token_logprob.mean())
+
+    def to_dict(self, decimals: int = 5) -> dict[str, Any]:
+        """JSON-able: the pieces, ``matrix``, the shares, log-probabilities and what was scored how (not the layers)."""
+        return {
+            "source_pieces": list(self.source_pieces),
+            "target_pieces": list(self.target_pieces),
+            "prefix_pieces": list(self.prefix_pieces),
+            "matrix": self.matrix.round(decimals).tolist(),
+            "token_source_share": self.token_source_share.round(decimals).tolist(),
+            "source_share": round(self.source_share, decimals),
+            "token_logprob": self.token_logprob.round(decimals).tolist(),
+            "forced": self.forced,
+            "decoder_self": self.decoder_self,
+            "options": self.options.to_dict(),
+            "reconstruction_error": self.reconstruction_error,
+            "notes": list(self.notes),
+        }
 
 
 @dataclass(frozen=True)

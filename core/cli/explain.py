@@ -1,4 +1,5 @@
-"""Explain a translation: head importance, attention rollout, activation patching, attribution."""
+"""Explain a translation: head importance, attention rollout, activation patching, attribution, and where each word
+comes from (source or prefix, ALTI+)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import numpy as np
 
 from ..analysis.attribution import MAX_IG_STEPS, attribute
+from ..analysis.contributions import contributions
 from ..analysis.importance import head_importance, head_importance_estimate
 from ..analysis.patching import activation_patching
 from ..analysis.rollout import FUSIONS, trace_rollout
@@ -16,7 +18,7 @@ from ..bundle import Bundle, Translation, load
 from ..config import InferenceOptions
 from ..errors import InputError
 
-WHAT = ("importance", "rollout", "patching", "attribution")
+WHAT = ("importance", "rollout", "patching", "attribution", "sources")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "what",
         choices=WHAT,
         help="importance: switch each head off alone; rollout: attention rollout; patching: copy each site from "
-        "the clean run into a corrupted one (--corrupt); attribution: gradient x input and integrated gradients",
+        "the clean run into a corrupted one (--corrupt); attribution: gradient x input and integrated gradients; "
+        "sources: each output word's contributions from the source and the prefix (ALTI+)",
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint folder")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
@@ -40,6 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--steps", type=int, default=32, help=f"attribution: integrated-gradients steps, 1-{MAX_IG_STEPS} (default 32)"
     )
+    p.add_argument(
+        "--translation",
+        default=None,
+        help="sources: score this translation, teacher-forced, instead of the model's own greedy translation",
+    )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("text", nargs="+", help="the sentence")
 
@@ -52,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--steps must be between 1 and {MAX_IG_STEPS}, got {args.steps}")
     if args.estimate and args.what != "importance":
         raise InputError(f"--estimate applies to importance, not {args.what}")
+    if args.translation is not None and args.what != "sources":
+        raise InputError(f"--translation applies to sources, not {args.what}")
     bundle = load(args.checkpoint, device=args.device)
+    if args.what == "sources":
+        return _sources(args, bundle)
     out = bundle.translate(" ".join(args.text), InferenceOptions(), truncate=True)
     for notice in out.notices:  # a text cut to the model's limit, pieces it does not know: as translate says them
         print(f"note: {notice}", file=sys.stderr)
@@ -175,4 +187,23 @@ def _attribution(args: argparse.Namespace, bundle: Bundle, out: Translation) -> 
     for j in np.argsort(-np.abs(a.source_ig))[:5]:
         gxi = a.source_grad_x_input[j]
         print(f"  source {out.src_tokens[j]!r:<14} IG {a.source_ig[j]:+.4f}   gradient x input {gxi:+.4f}")
+    return 0
+
+
+def _sources(args: argparse.Namespace, bundle: Bundle) -> int:
+
+    c = contributions(bundle, " ".join(args.text), translation=args.translation)
+    if args.json:
+        print(json.dumps(c.to_dict()))
+        return 0
+    for note in c.notes:
+        print(f"note: {note}", file=sys.stderr)
+    who = "the translation given (teacher-forced)" if c.forced else "the model's translation"
+    print(f"source share of {who}: {c.source_share:.3f} (mean log p {c.mean_logprob:.3f}); per output token:")
+    source = c.source_matrix
+    for t, token in enumerate(c.target_pieces):
+        best = source[t].argsort()[::-1][:3]
+        where = ", ".join(f"{c.source_pieces[j]} {source[t, j]:.2f}" for j in best)
+        share = c.token_source_share[t]
+        print(f"  {token:<14} source {share:.2f}  prefix {1 - share:.2f}; most: {where}")
     return 0

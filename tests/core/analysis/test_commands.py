@@ -58,3 +58,14 @@ def test_patching_and_attribution_as_text(tiny_checkpoint, capsys):
 def test_bad_requests(tiny_checkpoint, capsys, args, message):
     code, _, err = run(capsys, args[0], "--checkpoint", str(tiny_checkpoint), *args[1:], TEXT)
     assert code == 2 and message in err
+
+
+def test_sources_as_json_and_as_text(tiny_checkpoint, capsys):
+    code, out, _ = run(capsys, "sources", "--checkpoint", str(tiny_checkpoint), "--json", TEXT)
+    data = json.loads(out)
+    assert code == 0 and not data["forced"] and len(data["matrix"]) == len(data["target_pieces"])
+    assert data["source_share"] == pytest.approx(sum(data["token_source_share"]) / len(data["target_pieces"]), abs=1e-4)
+    code, out, _ = run(capsys, "sources", "--checkpoint", str(tiny_checkpoint), "--translation", "Le chat dort.", TEXT)
+    assert code == 0 and out.startswith("source share of the translation given (teacher-forced): ")
+    code, _, err = run(capsys, "rollout", "--checkpoint", str(tiny_checkpoint), "--translation", "Le chat.", TEXT)
+    assert code == 2 and "--translation applies to sources, not rollout" in err
