@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import core.cli
+import core.cli.distill
 import core.cli.info
 from core.cli import main
 
@@ -103,6 +104,42 @@ def test_distill_long_names_bad_counts_before_loading_anything(tmp_path, capsys,
     code, err = _run(capsys, *argv)
     assert code == 2 and err.startswith(message), err
     assert not (tmp_path / "data").exists()
+
+
+def test_one_distill_command_takes_the_recipe_as_an_option(tmp_path, capsys) -> None:
+    """distill --recipe long is distill-long: the same checks; each recipe's defaults; the other recipe's options
+    refused by name (they were silently unknown to one of two parsers)."""
+    none = ("--teacher", str(tmp_path / "none"), "--data-dir", str(tmp_path / "data"))
+    for command in (("distill", "--recipe", "long"), ("distill-long",)):
+        code, err = _run(capsys, *command, *none, "--phrases", "-5")
+        assert code == 2 and err.startswith("error: --phrases must be 0 or more, got -5"), (command, err)
+    code, err = _run(capsys, "distill", *none, "--phrases", "5", "--joined", "1")
+    assert code == 2 and err == "error: --phrases, --joined: an option of --recipe long, not of --recipe sentences\n"
+    code, err = _run(capsys, "distill-long", *none, "--eval-beam", "2")
+    assert code == 2 and err == "error: --eval-beam: an option of --recipe sentences, not of --recipe long\n"
+    assert not (tmp_path / "data").exists()
+    parser = core.cli.build_parser()
+    sentences = parser.parse_args(["distill"])
+    long, alias = parser.parse_args(["distill", "--recipe", "long"]), parser.parse_args(["distill-long"])
+    for args in (sentences, long, alias):
+        core.cli.distill.resolve(args)
+    assert (sentences.data_dir, sentences.stages, sentences.log_every, sentences.eval_beam) == (
+        "data/distill",
+        "data,train,eval,publish",
+        20,
+        4,
+    )
+    assert {**vars(long), "command": "distill-long"} == vars(alias)  # the same settings under either name
+    assert (long.data_dir, long.scope, long.max_pieces, long.log_every, long.phrases) == (
+        "data/distill-long",
+        "decoder",
+        128,
+        50,
+        100_000,
+    )
+    given = parser.parse_args(["distill-long", "--data-dir", "d", "--log-every", "7", "--phrases", "3"])
+    core.cli.distill.resolve(given)
+    assert (given.data_dir, given.log_every, given.phrases) == ("d", 7, 3)  # what is given wins
 
 
 def test_by_length_per_bucket_and_distill_compare_are_checked(tiny_checkpoint, tmp_path, capsys) -> None:

@@ -17,7 +17,7 @@ from test_distill import MARIAN, ssru_teacher
 
 from core import load_checkpoint
 from core.checkpoint import CheckpointMeta, save_checkpoint
-from core.cli import distill_long as long_mod
+from core.cli import distill_long as long_mod  # the distill-long command (distill --recipe long)
 from core.distill.fidelity import BUCKETS, bucket_of
 from core.distill.long import assemble_student
 from core.distill.long_inputs import copy_inputs, joined_runs
