@@ -19,6 +19,7 @@ token is then decomposed in a pass over its own prefix (one pass per token), as 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,15 +81,20 @@ def attention_of(model: Transformer, kind: AttentionKind, layer: int) -> MultiHe
     return module
 
 
-@torch.no_grad()
 def decompose(model: Transformer, trace: Trace) -> dict[BlockKey, Decomposed]:
-    """Every attention block (and SSRU) of one recorded pass decomposed, in the model's order.
+    """Every attention block (and SSRU) of one recorded pass decomposed, in the model's order (``iter_blocks``; this
+    keeps every block's (Tq, K, D) vectors at once: for a long sentence, iterate instead)."""
+    return dict(iter_blocks(model, trace))
+
+
+@torch.no_grad()
+def iter_blocks(model: Transformer, trace: Trace) -> Iterator[tuple[BlockKey, Decomposed]]:
+    """Each attention block (and SSRU) of one recorded pass decomposed, one at a time, in the model's order.
 
     ``trace``: a teacher-forced pass recorded with ``qkv=True, activations=True`` (``recorded_pass``)."""
     cfg = model.config
     pre = cfg.norm == "pre"
     options = trace.options
-    out: dict[BlockKey, Decomposed] = {}
 
     def attend(kind: AttentionKind, layer: int, norm: nn.Module, x: Tensor) -> Decomposed:
         attn = attention_of(model, kind, layer)
@@ -110,16 +116,15 @@ def decompose(model: Transformer, trace: Trace) -> dict[BlockKey, Decomposed]:
     model_device = next(model.parameters()).device
     for layer, enc in enumerate(model.encoder_layers):
         x = as_float64(trace[layer_input_site("encoder", layer)])
-        out[("encoder", layer)] = attend("encoder", layer, enc.self_attn_norm, x)
+        yield ("encoder", layer), attend("encoder", layer, enc.self_attn_norm, x)
     for layer, dec in enumerate(model.decoder_layers):
         x = as_float64(trace[layer_input_site("decoder", layer)])
         if dec.ssru is not None:
-            out[("decoder", layer)] = _ssru(dec.ssru, dec.self_attn_norm, x, as_float64(trace.gates(layer)), pre)
+            own = _ssru(dec.ssru, dec.self_attn_norm, x, as_float64(trace.gates(layer)), pre)
         else:
-            out[("decoder", layer)] = attend("decoder", layer, dec.self_attn_norm, x)
-        h = out[("decoder", layer)].actual
-        out[("cross", layer)] = attend("cross", layer, dec.cross_attn_norm, h)
-    return out
+            own = attend("decoder", layer, dec.self_attn_norm, x)
+        yield ("decoder", layer), own
+        yield ("cross", layer), attend("cross", layer, dec.cross_attn_norm, own.actual)  # reads the self block's output
 
 
 def _finish(norm: nn.Module, x: Tensor, y: Tensor, pre: bool) -> Tensor:
@@ -230,14 +235,14 @@ class _Pass:
 @torch.no_grad()
 def _analyse(bundle: Bundle, src_ids: list[int], out_ids: list[int], options: InferenceOptions) -> _Pass:
     trace, logprob = recorded_pass(bundle, src_ids, out_ids, options)
-    blocks = decompose(bundle.model, trace)
-    n_enc, n_dec = bundle.config.n_encoder_layers, bundle.config.n_decoder_layers
-    enc = [alti(blocks[("encoder", i)].block) for i in range(n_enc)]
-    self_c = [alti(blocks[("decoder", i)].block) for i in range(n_dec)]
-    cross_c = [alti(blocks[("cross", i)].block) for i in range(n_dec)]
+    found: dict[AttentionKind, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
+    error = 0.0
+    for (kind, _), b in iter_blocks(bundle.model, trace):  # one block's vectors at a time
+        found[kind].append(alti(b.block))
+        error = max(error, b.error)
+    enc, self_c, cross_c = found["encoder"], found["decoder"], found["cross"]
     encoder = compose_encoder(enc)
     layers = compose_decoder(self_c, cross_c, encoder)
-    error = max(b.error for b in blocks.values())
     return _Pass(trace, logprob, enc, encoder, self_c, cross_c, layers, error)
 
 
