@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from apptest_helpers import texts
+from hf_folders import build_t5_folder
 from marian_folders import marian_model, save_folder, write_tokenizer
 from streamlit.testing.v1 import AppTest
 
@@ -63,7 +64,12 @@ def test_a_folder_is_imported_selected_and_its_card_says_where_from(root: Path, 
     said = _said(at)
     assert "Imported **opus-mt-tiny**" in said and "MB" in said, said
     captions = [c.value for c in at.sidebar.caption]
-    assert any(c.startswith("Imported from the Hugging Face Marian folder") for c in captions), captions
+    assert any(
+        c.startswith(
+            "Imported from the Hugging Face folder `Test-Org/opus-mt-tiny (snapshot 0123abcd)`, a Marian (Opus-MT)"
+        )
+        for c in captions
+    ), captions
     assert not at.error, [e.value for e in at.error]
     assert [t.value for t in at.title] == ["Translate & overview"] and at.get("plotly_chart")  # the page ran on it
     # the same folder again under the same name: refused, the checkpoint there kept
@@ -72,6 +78,16 @@ def test_a_folder_is_imported_selected_and_its_card_says_where_from(root: Path, 
     assert "already in" in _said(at) and "opus-mt-tiny" in _said(at), _said(at)
     assert (root / "opus-mt-tiny" / "model.safetensors").stat().st_mtime_ns == before
     assert not at.exception
+
+
+def test_a_t5_folder_is_imported_and_named_as_t5(root: Path, tmp_path: Path) -> None:
+    folder = build_t5_folder(tmp_path / "flan-t5-tiny", "1.1")
+    at = _import(AppTest.from_file(str(APP), default_timeout=180).run(), str(folder))
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.sidebar.selectbox(key="ckpt").value == "flan-t5-tiny"
+    captions = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("Imported from the Hugging Face folder `flan-t5-tiny`, a T5") for c in captions), captions
+    assert not at.error, [e.value for e in at.error]
 
 
 def _copy_without(folder: Path, dest: Path, *missing: str) -> Path:

@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 import core
+from core.importers.hf_families import OPENED
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,13 +67,37 @@ def quality_line(bundle: core.Bundle) -> str:
     return ""
 
 
+HUB_CACHE = re.compile(
+    r"models--(?P<repo>[^/]+)/snapshots/(?P<snapshot>[^/]+)/?$"
+)  # …/models--ORG--NAME/snapshots/HASH
+
+
+def folder_label(path: str | Path) -> str:
+    """How a source folder is named to people: 'ORG/NAME (snapshot 0123abcd)' for a snapshot in the Hugging Face
+    cache, else the folder's own name."""
+    found = HUB_CACHE.search(Path(path).as_posix())
+    if found is None:
+        return Path(path).name
+    return f"{found.group('repo').replace('--', '/')} (snapshot {found.group('snapshot')[:8]})"
+
+
+def family(info: dict[str, Any]) -> str:
+    """The model family of a checkpoint imported from a Hugging Face folder, as the importer names it ('Marian
+    (Opus-MT)', 'T5 / T5 v1.1 / Flan-T5' …), from its config.json's imported_from record; '' for any other."""
+    imported = info.get("imported_from")
+    if not isinstance(imported, dict):
+        return ""
+    kind = str(imported.get("family") or str(imported.get("format", "")).removeprefix("huggingface-"))
+    return OPENED[kind][0] if kind in OPENED else kind
+
+
 def provenance(info: dict[str, Any]) -> str:
     """Where a checkpoint came from, from its config.json: imported (from which folder or package) or made here."""
     imported = info.get("imported_from")
     if isinstance(imported, dict):
-        folder = Path(str(imported.get("folder", "?"))).name
+        folder = folder_label(str(imported.get("folder", "?")))
         licence = imported.get("licence") or "not stated"
-        return f"Imported from the Hugging Face Marian folder `{folder}` (licence: {licence})."
+        return f"Imported from the Hugging Face folder `{folder}`, a {family(info)} model (licence: {licence})."
     origin = info.get("origin")
     if isinstance(origin, dict):
         return (

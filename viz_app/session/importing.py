@@ -1,5 +1,6 @@
 """Open a Hugging Face folder from the app: check the path and the name, import it into the checkpoint root with
-the importer ``python -m core import-hf`` uses, check the result loads, and say in words what was refused.
+the importer ``python -m core import-hf`` uses (``core.importers.hf_families``: config.json's model_type picks the
+family), check the result loads, and say in words what was refused.
 
 Nothing here draws: ``import_folder`` reports its steps to a ``progress(fraction, text)`` callback (the sidebar's
 ``st.progress``) and raises ``core.InputError`` / ``core.CheckpointError`` with the reason a folder is refused.
@@ -18,12 +19,11 @@ from pathlib import Path
 
 import core
 from core.checkpoint import folder_mb, load_checkpoint
-from core.importers.hf_marian import convert
+from core.importers.hf_families import OPENED, convert, family
 from viz_app.session import checkpoints
 
 Progress = Callable[[float, str], None]
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
-HUB_CACHE = re.compile(r"models--(?P<repo>[^/]+)/snapshots/[^/]+/?$")  # …/models--ORG--NAME/snapshots/HASH
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ def refused_here() -> str | None:
     return None
 
 
+def families() -> str:
+    """The families the importer opens, for the page: 'Marian (Opus-MT), T5 / … , mT5'."""
+    return ", ".join(dict.fromkeys(name for name, _ in OPENED.values()))
+
+
 def folder_from_text(text: str) -> Path:
     """The folder a typed path names (quotes and a leading ~ are allowed); InputError when it names none."""
     cleaned = text.strip().strip("'\"").strip()
@@ -65,8 +70,7 @@ def folder_from_text(text: str) -> Path:
 def suggested_name(folder: Path) -> str:
     """A checkpoint name for ``folder``: the model's name for a snapshot in the Hugging Face cache
     (``models--Helsinki-NLP--opus-mt-en-de/snapshots/<hash>`` -> ``opus-mt-en-de``), else the folder's name."""
-    path = folder.expanduser().resolve().as_posix()
-    found = HUB_CACHE.search(path)
+    found = checkpoints.HUB_CACHE.search(folder.expanduser().resolve().as_posix())
     raw = found.group("repo").split("--")[-1] if found else folder.expanduser().resolve().name
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip(".-_")[:80]
     return name or "imported"
@@ -97,7 +101,8 @@ def import_folder(text: str, name: str, progress: Progress) -> Imported:
     folder = folder_from_text(text)
     name = check_name(name or suggested_name(folder))
     out = checkpoints.checkpoint_root() / name
-    progress(0.1, f"Reading and converting `{folder.name}` (config, weights, tokenizer) …")
+    kind = family(folder)  # config.json's model_type: a family the lab does not open is refused here, by name
+    progress(0.1, f"Reading and converting a {OPENED[kind][0]} folder (config, weights, tokenizer) …")
     command = f"python -m core import-hf {folder} --out {out} --dtype float32"
     written = convert(folder, out, command=command)
     progress(0.8, "Checking that the new checkpoint loads …")

@@ -76,7 +76,7 @@ def open_folder(*, expanded: bool = False) -> None:
             key="hf_folder",
             placeholder="~/.cache/huggingface/hub/models--…/snapshots/…",
             help="A folder with config.json, model.safetensors and the tokenizer files, e.g. a snapshot in the "
-            "Hugging Face cache. The lab opens Marian (Opus-MT) models.",
+            "Hugging Face cache. The lab opens: " + importing.families() + ".",
         )
         st.text_input("Checkpoint name", key="hf_name", placeholder=_placeholder(), max_chars=80)
         bar = st.empty()
