@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from .config import ModelConfig
 from .durable import fsync_path, fsync_tree
 from .errors import CheckpointError, InputError
+from .hf_tokenizers import FAMILY_TOKENIZERS, open_family_tokenizer
 from .model import Transformer
 from .t5_tokenizer import T5_SENTENCEPIECE, T5Tokenizer
 from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, read_vocab
@@ -226,6 +227,13 @@ def open_tokenizer(directory: str | Path, spec: Any = TOKENIZER) -> Tokenizer:
         model = _tokenizer_file(directory, spec.get("model"), "'tokenizer.model'")
         try:
             return T5Tokenizer.from_spec(model, spec)
+        except ValueError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
+    if spec.get("type") in FAMILY_TOKENIZERS:  # BART / mBART / NLLB / M2M100 (core.hf_tokenizers)
+        try:
+            return open_family_tokenizer(
+                spec, lambda key: _tokenizer_file(directory, spec.get(key), f"'tokenizer.{key}'")
+            )
         except ValueError as exc:
             raise CheckpointError(f"{where}: {exc}") from None
     if spec.get("type") != MARIAN_VOCAB:

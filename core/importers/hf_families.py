@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, InputError
-from . import hf_marian, hf_t5
+from . import hf_bart, hf_marian, hf_t5
 from .hf_folder import CONFIG, read_json
 
 Importer = Callable[..., Path]  # (folder, out, *, dtype, languages, command[, source_prefix]) -> the checkpoint
@@ -21,6 +21,9 @@ OPENED: dict[str, tuple[str, Importer]] = {
     "marian": ("Marian (Opus-MT)", hf_marian.convert),
     "t5": ("T5 / T5 v1.1 / Flan-T5", hf_t5.convert),
     "mt5": ("mT5", hf_t5.convert),
+    "bart": ("BART", hf_bart.convert),
+    "mbart": ("mBART / mBART-50", hf_bart.convert),
+    "m2m_100": ("M2M100 / NLLB (dense)", hf_bart.convert),
 }
 PREFIXED = {"t5", "mt5"}  # the families whose sources start with a task prefix (--source-prefix)
 # model types people try that the lab does not open, said plainly

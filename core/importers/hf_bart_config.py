@@ -1,0 +1,173 @@
+"""transformers' BartConfig / MBartConfig / M2M100Config -> core's ModelConfig, and the tensor names both sides
+share (``hf_bart`` converts the weights with them; ``core.exporters.hf_bart`` reads the same names the other way).
+
+The three families are core's ``Transformer`` with these variants (transformers 5.23's modelling code):
+
+    BART     learned positions from row 2, one table per side; layernorm_embedding; post-norm; final_logits_bias
+    mBART    the same, pre-norm, with encoder.layer_norm / decoder.layer_norm after the last layer
+    M2M100   fairseq's sinusoids (sines then cosines, exp(-i ln 10000 / (d/2 - 1))) from row 2; pre-norm, final norms;
+             no embedding norm; NLLB's dense models are this architecture
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..config import ModelConfig
+from ..errors import CheckpointError
+from .hf_bart_folder import HFBartFolder
+from .hf_config import layer_names
+from .hf_folder import CONFIG, WEIGHTS
+
+# transformers 5.23's config defaults (what a field absent from config.json means); the families differ only here
+_COMMON: dict[str, Any] = {
+    "max_position_embeddings": 1024,
+    "encoder_layers": 12,
+    "encoder_ffn_dim": 4096,
+    "encoder_attention_heads": 16,
+    "decoder_layers": 12,
+    "decoder_ffn_dim": 4096,
+    "decoder_attention_heads": 16,
+    "d_model": 1024,
+    "dropout": 0.1,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "tie_word_embeddings": True,
+    "is_encoder_decoder": True,
+}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "bart": {**_COMMON, "vocab_size": 50265, "activation_function": "gelu", "scale_embedding": False},
+    "mbart": {**_COMMON, "vocab_size": 50265, "activation_function": "gelu", "scale_embedding": False},
+    "m2m_100": {**_COMMON, "vocab_size": 128112, "activation_function": "relu", "scale_embedding": True},
+}
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "swish", "gelu_new": "gelu_new"}
+POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's offset; M2M100's sinusoids start at padding_idx + 1 = 2
+NORM_EPS = 1e-5  # nn.LayerNorm's default, which all three use
+SHARED, ENC_EMB, DEC_EMB, HEAD, BIAS = (
+    "model.shared.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+    "lm_head.weight",
+    "final_logits_bias",
+)
+IGNORED = ("model.encoder.embed_positions.weights", "model.decoder.embed_positions.weights")  # M2M100's sinusoids
+
+
+def bart_names(cfg: ModelConfig) -> dict[str, str]:
+    """Every parameter but the embeddings and the output: core name -> transformers' name."""
+    names = dict(layer_names(cfg))
+    for side, stack in (("src", "encoder"), ("tgt", "decoder")):
+        if cfg.embed_norm:
+            for kind in ("weight", "bias"):
+                names[f"{side}_embed_norm.{kind}"] = f"model.{stack}.layernorm_embedding.{kind}"
+        if cfg.norm == "pre":
+            for kind in ("weight", "bias"):
+                names[f"{stack}_norm.{kind}"] = f"model.{stack}.layer_norm.{kind}"
+    if cfg.positional == "learned":
+        names["positions.embedding.weight"] = "model.encoder.embed_positions.weight"
+        names["tgt_positions.embedding.weight"] = "model.decoder.embed_positions.weight"
+    return names
+
+
+def field(f: HFBartFolder, name: str, kind: type) -> Any:
+    """config.json's ``name`` (transformers' default for the family when absent), checked to be a ``kind``."""
+    value = f.config.get(name, DEFAULTS[f.model_type].get(name))
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise CheckpointError(
+            f"{f.path(CONFIG)}: field {name} must be {'true or false' if kind is bool else kind.__name__}, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def token_id(f: HFBartFolder, name: str, value: Any) -> int:
+    """One token id of a config field (transformers writes some as one-element lists)."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CheckpointError(f"{f.path(CONFIG)}: field {name} must be one token id, got {value!r}")
+    return value
+
+
+def embeddings(f: HFBartFolder) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the shared embedding, the output projection): transformers ties both sides' embeddings to
+    ``model.shared.weight``, and the head to it too unless ``tie_word_embeddings`` is false."""
+    present = [name for name in (SHARED, ENC_EMB, DEC_EMB) if name in f.tensors]
+    if not present:
+        raise CheckpointError(f"{f.path(WEIGHTS)}: tensor {SHARED} is missing (and so is every tensor tied to it)")
+    shared = f.tensors[present[0]]
+    for name in present[1:]:
+        if not torch.equal(f.tensors[name], shared):
+            raise CheckpointError(f"{f.path(WEIGHTS)}: tensor {name} differs from {present[0]}; they are one matrix")
+    if field(f, "tie_word_embeddings", bool) or HEAD not in f.tensors:
+        return shared, shared
+    return shared, f.tensors[HEAD]
+
+
+def config_from_bart(
+    f: HFBartFolder, *, unk_id: int, start_id: int, forced_bos_id: int | None, rows: int
+) -> ModelConfig:
+    """The core ModelConfig of the folder; CheckpointError naming the file and field for what core cannot run.
+    unk_id: the tokenizer's; start_id / forced_bos_id: the decoder's first input and forced first output (chosen
+    with the target language, ``hf_bart``); rows: the tokenizer's ids, which the embedding must cover."""
+    where = f.path(CONFIG)
+    if not field(f, "is_encoder_decoder", bool):
+        raise CheckpointError(f"{where}: field is_encoder_decoder is false; only encoder-decoder models open here")
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if field(f, a, int) != field(f, b, int):
+            raise CheckpointError(f"{where}: fields {a} ({field(f, a, int)}) and {b} ({field(f, b, int)}) differ")
+    activation = field(f, "activation_function", str)
+    if activation not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{where}: field activation_function is {activation!r}; supported: {', '.join(sorted(ACTIVATIONS))}"
+        )
+    d_model, vocab_size = field(f, "d_model", int), field(f, "vocab_size", int)
+    shared, head = embeddings(f)
+    for name, tensor in (("the shared embedding", shared), ("lm_head", head)):
+        if tuple(tensor.shape) != (vocab_size, d_model):
+            raise CheckpointError(
+                f"{f.path(WEIGHTS)}: {name} has shape {tuple(tensor.shape)}, {CONFIG} implies ({vocab_size}, "
+                f"{d_model}) (vocab_size, d_model)"
+            )
+    if rows > vocab_size:
+        raise CheckpointError(f"{where}: vocab_size is {vocab_size} but the tokenizer has {rows} ids")
+    bias = f.tensors.get(BIAS)
+    if bias is not None and tuple(bias.shape) != (1, vocab_size):
+        raise CheckpointError(
+            f"{f.path(WEIGHTS)}: tensor {BIAS} has shape {tuple(bias.shape)}, wanted (1, {vocab_size})"
+        )
+    bart_like = f.model_type in ("bart", "mbart")
+    try:
+        return ModelConfig(
+            src_vocab_size=vocab_size,
+            tgt_vocab_size=vocab_size,
+            d_model=d_model,
+            n_heads=field(f, "encoder_attention_heads", int),
+            n_encoder_layers=field(f, "encoder_layers", int),
+            n_decoder_layers=field(f, "decoder_layers", int),
+            d_ff=field(f, "encoder_ffn_dim", int),
+            dropout=float(f.config.get("dropout", DEFAULTS[f.model_type]["dropout"])),
+            activation=ACTIVATIONS[activation],  # type: ignore[arg-type]
+            norm="post" if f.model_type == "bart" else "pre",
+            norm_eps=NORM_EPS,
+            positional="learned" if bart_like else "sinusoidal",
+            pe_layout="concatenated",  # M2M100's sinusoids (learned positions do not read it)
+            max_positions=field(f, "max_position_embeddings", int),
+            scale_embedding=field(f, "scale_embedding", bool),
+            share_embeddings=True,
+            tie_output=head is shared,
+            output_bias=bias is not None and bool(bias.any()),
+            pad_id=token_id(f, "pad_token_id", field(f, "pad_token_id", int)),
+            bos_id=start_id,
+            eos_id=token_id(f, "eos_token_id", f.setting("eos_token_id", DEFAULTS[f.model_type]["eos_token_id"])),
+            unk_id=unk_id,
+            position_offset=POSITION_OFFSET,
+            separate_positions=bart_like,
+            embed_norm=bart_like,
+            forced_bos_id=forced_bos_id,
+        )
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None

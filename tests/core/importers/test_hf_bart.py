@@ -1,0 +1,141 @@
+"""BART / mBART / M2M100 / NLLB folders -> core checkpoints (``python -m core import-hf``), checked against
+transformers itself on folders built here (``tests/hf_bart_folders.py``): source ids equal the folder's own tokenizer's;
+greedy and beam-4 ids equal ``generate``'s (the target language forced first where the family does that); every
+layer's encoder, decoder and cross-attention equal ``output_attentions`` within 1e-4.
+
+Beam search: core's shrinks the beam when a hypothesis ends while transformers keeps ``num_beams`` running, so the
+beam test compares searches in which no hypothesis ends (asserted: eos is in neither output)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hf_bart_folders import ENGLISH, build_bart_folder, build_m2m100_folder, build_mbart_folder
+
+import core
+from core import CheckpointError, InputError
+from core.cli import main
+from core.importers import hf_families
+
+transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
+
+MAX_NEW = 10
+TEXTS = [ENGLISH[1], ENGLISH[4], "The dog sleeps near the window, I think.", "Is there any tea left?"]
+BUILDERS = {
+    "bart": build_bart_folder,
+    "mbart": build_mbart_folder,
+    "m2m100": build_m2m100_folder,
+    "nllb": lambda path: build_m2m100_folder(path, nllb=True),
+}
+FORCED = {"bart": "<s>", "mbart": "de_DE", "m2m100": "__de__", "nllb": "deu_Latn"}  # each folder's first output
+
+
+def generate(case: SimpleNamespace, text: str, beams: int = 1) -> list[int]:
+    """transformers' output ids for ``text`` (the decoder's start token left out)."""
+    with torch.inference_mode():
+        out = case.model.generate(
+            **case.tok([text], return_tensors="pt"),
+            num_beams=beams,
+            do_sample=False,
+            max_new_tokens=MAX_NEW,
+            forced_eos_token_id=None,
+            length_penalty=1.0,
+        )
+    return out[0, 1:].tolist()
+
+
+@pytest.fixture(scope="module", params=list(BUILDERS))
+def case(request, tmp_path_factory):
+    """A folder built with transformers, its model and tokenizer, and the checkpoint import-hf made of it."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    root = tmp_path_factory.mktemp(request.param)
+    folder = BUILDERS[request.param](root / "hf")
+    assert main(["import-hf", str(folder), "--out", str(root / "ckpt")]) == 0
+    return SimpleNamespace(
+        name=request.param,
+        root=root,
+        folder=folder,
+        model=AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval(),
+        tok=AutoTokenizer.from_pretrained(folder),
+        bundle=core.load(root / "ckpt", device="cpu"),
+    )
+
+
+def test_source_ids_and_text_are_the_folders_own_tokenizers(case):
+    for text in TEXTS + ["Ein Wort mit ☃ darin."]:
+        assert case.bundle.encode_source(text)[0] == case.tok(text).input_ids, text
+    tokenizer = case.bundle.tokenizer
+    ids = tokenizer.encode("The cat sleeps.")
+    assert tokenizer.decode(ids) == case.tok.decode(ids, skip_special_tokens=True).strip() == "The cat sleeps."
+    assert case.bundle.config.forced_bos_id == case.model.generation_config.forced_bos_token_id
+    assert tokenizer.piece(case.bundle.config.forced_bos_id) == FORCED[case.name]
+
+
+def test_greedy_ids_and_every_heads_attention_match_transformers(case):
+    cfg = case.bundle.config
+    outputs = set()
+    for text in TEXTS:
+        out = case.bundle.translate(text, max_len=MAX_NEW)
+        ours = [int(i) for i in out.trace["output.ids"]]
+        assert ours == generate(case, text), text
+        assert ours[0] == cfg.forced_bos_id  # the forced first output
+        assert cfg.pad_id not in ours  # (transformers gives a generated <pad> position 0 in M2M100: not compared)
+        outputs.add(tuple(ours))
+        src = torch.tensor([case.tok(text).input_ids])
+        with torch.inference_mode():
+            theirs = case.model(
+                input_ids=src, decoder_input_ids=torch.tensor([[cfg.bos_id] + ours[:-1]]), output_attentions=True
+            )
+            logits = case.bundle.model(src, torch.tensor([[cfg.bos_id] + ours[:-1]]))
+        np.testing.assert_allclose(logits.numpy(), theirs.logits.numpy(), atol=1e-4, rtol=0)
+        for kind, arrays in (
+            ("encoder", theirs.encoder_attentions),
+            ("decoder", theirs.decoder_attentions),
+            ("cross", theirs.cross_attentions),
+        ):
+            assert out.trace.n_layers[kind] == len(arrays) == 2
+            for layer, array in enumerate(arrays):
+                np.testing.assert_allclose(out.trace.attention(kind, layer), array[0].numpy(), atol=1e-4, rtol=0)
+    assert len(outputs) == len(TEXTS)  # the outputs depend on the input
+
+
+def test_beam_search_matches_transformers_while_no_hypothesis_ends(case):
+    eos, compared, differs = case.bundle.config.eos_id, 0, 0
+    for text in TEXTS + ENGLISH[5:12]:
+        theirs = generate(case, text, beams=4)
+        ours = [int(i) for i in case.bundle.translate(text, beam_size=4, max_len=MAX_NEW).trace["output.ids"]]
+        if eos in theirs or eos in ours:
+            continue  # a hypothesis ended: the two searches differ from there on (see the module docstring)
+        assert ours == theirs, text
+        compared += 1
+        differs += ours != [int(i) for i in case.bundle.translate(text, max_len=MAX_NEW).trace["output.ids"]]
+    assert compared >= 3 and differs >= 1, (compared, differs)  # the beam found something greedy did not
+
+
+def test_the_languages_are_chosen_at_import_and_a_code_the_tokenizer_lacks_is_refused(case):
+    if case.name == "bart":
+        pytest.skip("BART has no language codes")
+    info = case.bundle.info
+    assert (info["source_language"], info["target_language"]) == {
+        "mbart": ("en_XX", "de_DE"),
+        "m2m100": ("en", "de"),
+        "nllb": ("eng_Latn", "deu_Latn"),
+    }[case.name]
+    other = {"mbart": "fr_XX", "m2m100": "fr", "nllb": "fra_Latn"}[case.name]
+    path = hf_families.convert(case.folder, case.root / "fr", languages=(None, other))
+    french = core.load(path, device="cpu")
+    assert french.tokenizer.piece(french.config.forced_bos_id) == {"m2m100": "__fr__"}.get(case.name, other)
+    assert french.translate(TEXTS[0], max_len=3).trace["output.ids"][0] == french.config.forced_bos_id
+    with pytest.raises(InputError, match=r"--target-language 'xx_YY': not a language code .* it has: .*" + other):
+        hf_families.convert(case.folder, case.root / "bad", languages=(None, "xx_YY"))
+    assert not (case.root / "bad").exists()
+
+
+def test_a_family_the_lab_does_not_open_is_named(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "pegasus"}')
+    with pytest.raises(CheckpointError, match="Pegasus .* The lab opens: .*BART.*M2M100"):
+        hf_families.convert(tmp_path, tmp_path / "out")
