@@ -1,12 +1,12 @@
-"""Export a core checkpoint as a Hugging Face Marian folder that ``MarianMTModel.from_pretrained`` and
-``MarianTokenizer.from_pretrained`` load and that computes the same outputs (``core.exporters.hf_marian``)."""
+"""Export a core checkpoint as a Hugging Face folder (Marian, or T5 for T5-shaped checkpoints) that transformers
+loads and that computes the same outputs (``core.exporters.hf_families``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..exporters.hf_marian import export_hf
+from ..exporters.hf_families import export_hf
 from ..exporters.verify import describe
 from .exporting import add_export_arguments, target
 

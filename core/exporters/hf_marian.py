@@ -28,11 +28,9 @@ from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..importers.hf_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, POSITIONS, SHARED, layer_names
-from ..importers.staging import staging_folder
 from ..model import Transformer
 from ..positional import sinusoidal_table
 from ..tokenizer import MarianVocabTokenizer, Tokenizer
-from .verify import publish, verify_hf  # transformers is imported inside, when a check runs
 
 PAD_PIECE = "<pad>"
 NEVER = -1e4  # the appended <pad>'s logit bias: exp(-1e4) is 0 in float32, so probabilities equal core's
@@ -186,7 +184,11 @@ def tokenizer_files(tokenizer: Tokenizer) -> tuple[Path, Path]:
     return tokenizer.path, tokenizer.path
 
 
-def readme(info: dict[str, Any], card: str, cfg: ModelConfig, notes: list[str], languages: tuple[str, str]) -> str:
+def readme(
+    info: dict[str, Any], card: str, notes: list[str], languages: tuple[str, str], *, tag: str = "marian"
+) -> str:
+    """An exported folder's README.md: its licence and languages as front matter (tagged ``tag``: the family), the
+    notes on the export, the checkpoint's card."""
     origin = info.get("imported_from") or info.get("origin") or {}
     licence = str(origin.get("licence", "")).split(" (")[0].strip()
     known = licence and not licence.startswith(("not stated", "see the"))
@@ -198,7 +200,7 @@ def readme(info: dict[str, Any], card: str, cfg: ModelConfig, notes: list[str], 
 - {languages[1]}
 tags:
 - translation
-- marian
+- {tag}
 ---
 
 # {info.get("name", "model")} (exported from Transformer Attention Lab)
@@ -270,28 +272,7 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, ensure_ascii=False, indent=2) + "\n")
     card = (checkpoint / CARD).read_text(encoding="utf-8") if (checkpoint / CARD).is_file() else ""
-    (folder / "README.md").write_text(readme(info, card, cfg, notes, languages), encoding="utf-8")
+    (folder / "README.md").write_text(readme(info, card, notes, languages), encoding="utf-8")
     for path in folder.iterdir():
         path.chmod(0o644)  # safetensors writes 0600; an export is meant to be shared
     return model, tokenizer, info, notes
-
-
-def export_hf(
-    checkpoint: str | Path, out: str | Path, *, verify: bool = True, text: str | None = None
-) -> dict[str, Any]:
-    """Export ``checkpoint`` to the Hugging Face Marian folder ``out`` (replaced if there). Returns the check's
-    numbers (``verify_hf``) or {'verified': False, 'reason': ...}."""
-
-    checkpoint, out = Path(checkpoint), Path(out)
-    staging = staging_folder(out, "export")
-    try:
-        model, tokenizer, info, _ = write_folder(checkpoint, staging)
-        report = (
-            verify_hf(staging, model, tokenizer, info, text=text)
-            if verify
-            else {"verified": False, "reason": "--no-verify"}
-        )
-        publish(staging, out, report)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return report

@@ -14,6 +14,7 @@ from ..checkpoint import place
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
+from ..t5_tokenizer import T5Tokenizer
 from ..tokenizer import Tokenizer
 
 DEFAULT_TEXT = "The weather is nice today, so we went for a walk in the park."
@@ -40,16 +41,18 @@ def core_greedy(
 def verify_hf(
     folder: Path, model: Transformer, tokenizer: Tokenizer, info: dict[str, Any], *, text: str | None = None
 ) -> dict[str, Any]:
-    """Load ``folder`` with transformers and compare with core on one sentence: source ids, greedy ids and the
-    logits of the teacher-forced greedy output."""
-    try:
-        from transformers import MarianMTModel, MarianTokenizer  # heavy and optional: only when a check runs
+    """Load ``folder`` with transformers (the model and tokenizer classes its config names) and compare with core on
+    one sentence: source ids, greedy ids and the logits of the teacher-forced greedy output. A T5 tokenizer's task
+    prefix is put before the text on transformers' side, as core's tokenizer does."""
+    try:  # heavy and optional: only when a check runs
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
     except ImportError:
         return {"verified": False, "reason": "transformers is not installed (pip install -e '.[test]')"}
     text = probe_text(info, text)
     src_ids, out_ids = core_greedy(model, tokenizer, info, text)
-    hf = MarianMTModel.from_pretrained(folder).eval()
-    hf_src = MarianTokenizer.from_pretrained(folder)([text]).input_ids[0]
+    hf = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    prefix = tokenizer.source_prefix if isinstance(tokenizer, T5Tokenizer) else ""
+    hf_src = AutoTokenizer.from_pretrained(folder)([prefix + text]).input_ids[0]
     src = torch.tensor([src_ids])
     hf.generation_config.forced_eos_token_id = None  # transformers would end at its length limit with eos; core not
     with torch.inference_mode():

@@ -18,7 +18,7 @@ from safetensors import safe_open
 import core
 from core import CheckpointError
 from core.cli import main
-from core.exporters.hf_marian import export_hf
+from core.exporters.hf_families import export_hf
 from core.importers.hf_config import config_from_hf
 from core.importers.hf_folder import read_folder
 
