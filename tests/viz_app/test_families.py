@@ -13,30 +13,21 @@ import pytest
 import torch
 from apptest_helpers import chart_titles, ok, texts
 from conftest import build_tiny_checkpoint
+from hf_folders import build_t5_folder
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from streamlit.testing.v1 import AppTest
 
 import core
+from core.cli import main
 
+pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 120
-FAMILIES: dict[str, dict[str, Any]] = {  # each family's arithmetic at the tests' tiny size
-    "t5": dict(
-        d_kv=5,
-        attention_scale=False,
-        norm="pre",
-        norm_kind="rms",
-        norm_eps=1e-6,
-        positional="relative",
-        relative_buckets=8,
-        relative_max_distance=20,
-        linear_bias=False,
-        scale_embedding=False,
-        activation="gelu_new",
-        gated_ffn=True,
-        tie_output=False,
-    ),
+# BART and M2M100 / NLLB as their arithmetic at the tests' tiny size (core checkpoints); T5 is imported from a tiny
+# Hugging Face folder built with transformers (tests/hf_folders.py) by the command the app's importer shares
+FAMILIES: dict[str, dict[str, Any]] = {
+    "t5": {},
     "bart": dict(
         positional="learned",
         max_positions=64,
@@ -70,7 +61,11 @@ def _never_stop(folder: Path) -> None:
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("families")
     for i, (family, config) in enumerate(FAMILIES.items()):
-        build_tiny_checkpoint(root / family, seed=i, **config)
+        if family == "t5":
+            folder = build_t5_folder(tmp_path_factory.mktemp("hf") / "t5", "1.1", seed=i)
+            assert main(["import-hf", str(folder), "--out", str(root / family)]) == 0
+        else:
+            build_tiny_checkpoint(root / family, seed=i, **config)
         _never_stop(root / family)
     return root
 
@@ -176,4 +171,4 @@ def test_learn_follows_the_family_arithmetic(
         assert ("embedding + PE" in said) is not t5 and ("layernorm_embedding" in said) is (family == "bart"), said
     if t5 and kind == "encoder":
         assert r"\odot x W_{up}" in latex and r"\mathrm{GELU}_{\tanh}" in latex, latex  # the gated FFN, gelu_new
-        assert "no bias terms" in said and "d_kv = 5" in said
+        assert "no bias terms" in said and "d_kv = 12" in said  # hf_folders' T5: d_model 32, 4 heads of 12
