@@ -219,7 +219,10 @@ def agreement_note(rhos: dict[str, float]) -> str:
     """Rank agreement (Spearman ρ) of other measures with ALTI+'s source map, and which agrees best."""
     finite = {k: v for k, v in rhos.items() if np.isfinite(v)}
     parts = [f"{k} {v:.2f}" if k in finite else f"{k} undefined (a constant row)" for k, v in rhos.items()]
-    said = "Rank agreement with ALTI+'s source map (Spearman ρ): " + "; ".join(parts) + "."
+    said = (
+        "Rank agreement with ALTI+'s source map (Spearman ρ between each output word's rows, averaged over the "
+        "words unless one word is named): " + "; ".join(parts) + "."
+    )
     if not finite:
         return said
     best = max(finite, key=lambda k: finite[k])

@@ -88,7 +88,7 @@ def _maps(run: core.Translation, c: Contributions, note: str, greedy: tuple[str,
         title=style.titled("Where each word's source part comes from, by three measures (rows scaled to 1)", note),
     )
     export.chart(fig, "source_maps", key="explain_source_maps")
-    rhos = {f"{name} (mean over words)": _mean_rho(c.source_matrix, m) for name, m in maps.items() if name != ALTI}
+    rhos = {name: _mean_rho(c.source_matrix, m) for name, m in maps.items() if name != ALTI}
     if greedy is not None:
         rhos.update(_ig_agreement(c, *greedy))
     st.markdown(claims_explain.agreement_note(rhos))
@@ -119,7 +119,7 @@ def _ig_agreement(c: Contributions, path: str, text: str, key: runs.OptionsKey) 
     if a is None:
         st.caption("Integrated gradients run the model once per integration step: computed on request.")
         return {}
-    name = f"integrated gradients |IG| (word {t + 1} “{style.token_text(c.target_pieces[t])}”)"
+    name = f"integrated gradients |IG| (word {t + 1} “{style.token_text(c.target_pieces[t])}” only)"
     return {name: spearman(np.abs(a.source_ig), c.source_matrix[t])}
 
 
