@@ -1,6 +1,6 @@
 """Does a low source share find detached translations? A hallucination set from the held-out sentences, scanned.
 
-    python -m benchmarks.hallucination [--n 200] [--seed 0] [--ray ADDRESS] [--workers N]
+    python -m benchmarks.hallucination [--n 100] [--seed 0] [--ray ADDRESS] [--workers N]
 
 The set (for both distilled checkpoints, the same sentences): ``n`` Ding **test** sentences (held out of every
 training input of the distilled students; ``core.distill.fidelity.heldout_sentences``) with at least 4 words, drawn
@@ -72,7 +72,8 @@ def teacher_table(n: int, seed: int) -> list[tuple[str, str, str]]:
         if len(rows) == n and all(len(r) == 3 for r in rows):
             return [(r[0], r[1], r[2]) for r in rows]
     held = [s for s in heldout_sentences(ROOT / "data" / "ding-split") if len(s.split()) >= MIN_WORDS and "\t" not in s]
-    english = random.Random(seed).sample(held, n)
+    random.Random(seed).shuffle(held)
+    english = held[:n]  # a larger n keeps the smaller one's sentences
     portuguese = translate_with("bergamot-en-pt", english)
     back = translate_with("bergamot-pt-en", portuguese)
     rows = list(zip(english, portuguese, back, strict=True))
@@ -202,7 +203,7 @@ def report(results: dict, threshold: float, rates: dict, args: argparse.Namespac
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hallucination", description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=200, help="held-out sentences (default 200)")
+    parser.add_argument("--n", type=int, default=100, help="held-out sentences (default 100)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ray", default=None, metavar="ADDRESS", help="scan on Ray (as python -m core scan)")
     parser.add_argument("--workers", type=int, default=None, help="Ray actors")
