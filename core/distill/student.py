@@ -164,7 +164,9 @@ def load_pairs(tok: Tokenizer, data_dir: Path, max_pieces: int = 64, max_ratio: 
     return out
 
 
-def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
+def options_grid(cfg: ModelConfig, *, per_layer: bool = True) -> dict[str, InferenceOptions]:
+    """The switches a student is scored under: as trained, the causal mask off, every decoder self-attention head
+    ablated and (``per_layer``) each decoder layer's heads ablated."""
     every = range(cfg.n_heads)
     grid = {
         "as trained": DEFAULT_OPTIONS,
@@ -173,11 +175,33 @@ def _options_grid(cfg: ModelConfig) -> dict[str, InferenceOptions]:
             ablate=heads("decoder", range(cfg.n_decoder_layers), every)
         ),
     }
-    for layer in range(cfg.n_decoder_layers):
+    for layer in range(cfg.n_decoder_layers if per_layer else 0):
         grid[f"decoder layer {layer} self-attention heads ablated"] = InferenceOptions(
             ablate=heads("decoder", [layer], every)
         )
     return grid
+
+
+def score_row(hyps: list[str], reference: list[str], seconds: float) -> dict:
+    """chrF and BLEU of ``hyps`` against ``reference``, the share identical to it and the seconds they took."""
+    identical = sum(h == r for h, r in zip(hyps, reference, strict=True)) / len(reference)
+    return {**score(hyps, reference), "identical": round(identical, 4), "seconds": round(seconds, 1)}
+
+
+def switch_rows(
+    student: Transformer, tok: Tokenizer, sources: list[str], reference: list[str], grid: dict[str, InferenceOptions]
+) -> dict[str, dict]:
+    """The student's greedy output under each of ``grid``'s switches, scored against ``reference`` (the teacher's):
+    chrF, BLEU, the share identical to the reference, seconds and output pieces (for the throughput). Both recipes'
+    cards show these rows."""
+    rows = {}
+    for name, options in grid.items():
+        t0 = time.perf_counter()
+        counts: dict[str, int] = {}
+        hyps = translate_many(student, tok, sources, max_source_tokens=128, options=options, counts=counts)
+        rows[name] = {**score_row(hyps, reference, time.perf_counter() - t0), "output_tokens": counts["output_tokens"]}
+        print(f"{name}: {rows[name]}", flush=True)
+    return rows
 
 
 # ----------------------------------------------------------------------------- stage: train
@@ -320,32 +344,17 @@ def evaluate_student(
     held_pt = read_lines(data_dir / "heldout.teacher.pt")
     n_dev = json.loads((data_dir / "sources.json").read_text()).get("dev", 500)
     test, ref = held[n_dev:], held_pt[n_dev:]
-    result: dict = {"n": len(test), "switches": {}}
-
-    def row(hyps: list[str], seconds: float) -> dict:
-        return {
-            **score(hyps, ref),
-            "seconds": round(seconds, 1),
-            "identical": round(sum(h == r for h, r in zip(hyps, ref, strict=True)) / len(ref), 4),
-        }
-
-    for name, options in _options_grid(student.config).items():
-        t0 = time.perf_counter()
-        counts: dict[str, int] = {}
-        hyps = translate_many(student, tok, test, max_source_tokens=128, options=options, counts=counts)
-        seconds = time.perf_counter() - t0
-        result["switches"][name] = row(hyps, seconds)
-        if name == "as trained":
-            result["student_sentences_per_s"] = round(len(test) / seconds, 1)
-            result["student_output_tokens_per_s"] = round(counts["output_tokens"] / seconds, 1)
-        print(f"eval {name}: {result['switches'][name]}", flush=True)
+    result: dict = {"n": len(test), "switches": switch_rows(student, tok, test, ref, options_grid(student.config))}
+    trained = result["switches"]["as trained"]
+    result["student_sentences_per_s"] = round(len(test) / trained["seconds"], 1)
+    result["student_output_tokens_per_s"] = round(trained["output_tokens"] / trained["seconds"], 1)
     if beam:  # the student with beam search, still against the teacher's greedy output
         t0 = time.perf_counter()
         hyps = translate_many(student, tok, test, beam_size=beam, max_source_tokens=128)
-        result["switches"][f"as trained, beam {beam}"] = row(hyps, time.perf_counter() - t0)
+        result["switches"][f"as trained, beam {beam}"] = score_row(hyps, ref, time.perf_counter() - t0)
         print(f"eval as trained, beam {beam}: {result['switches'][f'as trained, beam {beam}']}", flush=True)
     t0 = time.perf_counter()
-    counts = {}
+    counts: dict[str, int] = {}
     translate_many(teacher, tok, test, max_source_tokens=128, counts=counts)
     seconds = time.perf_counter() - t0
     result["teacher_sentences_per_s"] = round(len(test) / seconds, 1)
