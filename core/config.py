@@ -31,7 +31,9 @@ class ModelConfig:
     (``activation``, ``pe_layout``, ``scale_embedding``, ``decoder_self``, ``output_bias``, ``start``,
     ``suppress_ids``, and the BART / mBART / M2M100 block: ``position_offset``, ``separate_positions``, ``embed_norm``,
     ``forced_bos_id``) let imported production models (Marian/Bergamot, Hugging Face Marian, BART, mBART, M2M100,
-    NLLB) run on the same code.
+    NLLB) run on the same code; the T5 block (``d_kv``, ``attention_scale``, ``norm_kind``, ``gated_ffn``,
+    ``linear_bias``, ``relative_buckets``, ``relative_max_distance``, ``scale_decoder_output``, with
+    ``positional='relative'``) does the same for T5 / Flan-T5 / mT5.
     """
 
     src_vocab_size: int

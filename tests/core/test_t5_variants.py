@@ -199,6 +199,12 @@ def test_switches_and_interventions_work_on_t5(version):
     patched = model(src, tgt, Call(recorder=rec), src_keep=keep)
     torch.testing.assert_close(patched[0], base[0])
     assert not torch.allclose(patched[1], base[1], atol=1e-4)
+    # gradients at the embeddings (attribution) flow through the bias, RMSNorm and the gated FFN
+    with torch.enable_grad():
+        rec = Recorder(model, record=False, keep_grad=("embed.src",))
+        model(src, tgt, Call(recorder=rec), src_keep=keep)[:, -1].logsumexp(-1).sum().backward()
+        grad = rec.leaf("embed.src").grad
+    assert grad is not None and grad[keep].abs().sum(-1).gt(0).all() and not grad[~keep].any()  # padding: none
 
 
 def ablated_cross(model: Transformer, src, tgt, keep) -> torch.Tensor:
