@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from .config import ModelConfig
 from .durable import fsync_path, fsync_tree
@@ -29,6 +28,7 @@ from .hf_tokenizers import FAMILY_TOKENIZERS, open_family_tokenizer
 from .model import Transformer
 from .t5_tokenizer import T5_SENTENCEPIECE, T5Tokenizer
 from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, read_vocab
+from .weights import assign_weights, empty_model, read_safetensors
 
 WEIGHTS, CONFIG, TOKENIZER, CARD = "model.safetensors", "config.json", "tokenizer.model", "card.md"
 TMP_SUFFIX = ".partial"  # a folder being written; never loaded, removed by the next save
@@ -282,14 +282,10 @@ def load_checkpoint(
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"{weights}: missing")
-    try:
-        state = load_file(str(weights), device="cpu")
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{weights}: cannot be read ({exc}); the file is truncated or corrupt") from None
-    model = Transformer(config)
-    expected = model.state_dict()
-    aliases = model.tied_aliases()
-    wanted = set(expected) - set(aliases)
+    state = read_safetensors(weights)  # each tensor checked one at a time; the file mapped, nothing read yet
+    model = empty_model(config)  # no parameter allocated: they will be the file's
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    wanted = set(expected) - set(model.tied_aliases())
     missing, unexpected = sorted(wanted - set(state)), sorted(set(state) - wanted)
     if missing or unexpected:
         raise CheckpointError(
@@ -297,18 +293,11 @@ def load_checkpoint(
             f"{'...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}"
         )
     for name in wanted:
-        tensor = state[name]
-        if tuple(tensor.shape) != tuple(expected[name].shape):
+        if tuple(state[name].shape) != expected[name]:
             raise CheckpointError(
-                f"{weights}: tensor {name} has shape {tuple(tensor.shape)}, "
-                f"{CONFIG} implies {tuple(expected[name].shape)}"
+                f"{weights}: tensor {name} has shape {tuple(state[name].shape)}, {CONFIG} implies {expected[name]}"
             )
-        if not tensor.is_floating_point():
-            raise CheckpointError(f"{weights}: tensor {name} holds {tensor.dtype} values; weights are floating point")
-        if not bool(torch.isfinite(tensor).all()):
-            raise CheckpointError(f"{weights}: tensor {name} holds NaN or infinite values; the weights are broken")
-    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
-    model.load_state_dict(state, strict=False)
+    assign_weights(model, state, weights)  # the parameters are the file's pages: one copy of the weights
     model.to(device).eval()
     return model, tokenizer, data
 
