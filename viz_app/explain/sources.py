@@ -59,7 +59,8 @@ def tab(out: core.Translation) -> None:
     )
     export.chart(fig, "source_share", key="explain_source_share")
     if shares is not None and threshold is not None:
-        st.markdown(claims_explain.low_share_note(c.target_pieces, c.token_source_share, threshold))
+        shown = [style.token_text(t) for t in c.target_pieces]  # '␣para', not the raw '▁para'
+        st.markdown(claims_explain.low_share_note(shown, c.token_source_share, threshold))
         st.caption(claims_explain.sentence_share_note(c.source_share, shares[0]))
     if typed:
         own = errors.guarded(lambda: runs.contributions(path, text, key, None))
