@@ -1,5 +1,6 @@
 """``export-hf``: a core checkpoint as the Hugging Face folder of the family its configuration is — T5 for the
-relative position bias (``hf_t5``), Marian otherwise (``hf_marian``, which names what does not fit it). Each family
+relative position bias (``hf_t5``), BART / mBART / M2M100 / NLLB for positions read from row 2 (``hf_bart``), Marian
+otherwise (``hf_marian``, which names what does not fit it). Each family
 writes its folder; the check against transformers and the move into place are the same for all."""
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ from ..config import ModelConfig
 from ..importers.staging import staging_folder
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from . import hf_marian, hf_t5
+from . import hf_bart, hf_marian, hf_t5
 from .verify import publish, verify_hf  # transformers is imported inside, when a check runs
 
 # (checkpoint, folder to write) -> (model, tokenizer, the checkpoint's config.json, notes)
 Writer = Callable[[Path, Path], tuple[Transformer, Tokenizer, dict[str, Any], list[str]]]
-WRITERS: dict[str, Writer] = {"marian": hf_marian.write_folder, "t5": hf_t5.write_folder}
+WRITERS: dict[str, Writer] = {"marian": hf_marian.write_folder, "t5": hf_t5.write_folder, "bart": hf_bart.write_folder}
 
 
 def family_of(cfg: ModelConfig) -> str:
     """The Hugging Face family a checkpoint of ``cfg`` is exported as."""
-    return "t5" if cfg.positional == "relative" else "marian"
+    if cfg.positional == "relative":
+        return "t5"
+    return "bart" if cfg.position_offset else "marian"  # BART, mBART, M2M100, NLLB read positions from row 2
 
 
 def export_hf(

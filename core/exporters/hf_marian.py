@@ -131,12 +131,10 @@ def hf_tensors(model: Transformer, vocab: Vocabulary) -> dict[str, torch.Tensor]
     return tensors
 
 
-def hf_config(cfg: ModelConfig, vocab: Vocabulary, origin: dict[str, Any]) -> dict[str, Any]:
+def shape_fields(cfg: ModelConfig) -> dict[str, Any]:
+    """The config.json fields of the model's shape (and inference-mode dropouts), as Marian's and the BART family's
+    configs name them."""
     return {
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
-        "vocab_size": vocab.size,
-        "decoder_vocab_size": vocab.size,
         "d_model": cfg.d_model,
         "encoder_layers": cfg.n_encoder_layers,
         "decoder_layers": cfg.n_decoder_layers,
@@ -147,6 +145,21 @@ def hf_config(cfg: ModelConfig, vocab: Vocabulary, origin: dict[str, Any]) -> di
         "activation_function": cfg.activation,
         "max_position_embeddings": cfg.max_positions,
         "scale_embedding": cfg.scale_embedding,
+        "dropout": cfg.dropout,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "is_encoder_decoder": True,
+        "dtype": "float32",
+    }
+
+
+def hf_config(cfg: ModelConfig, vocab: Vocabulary, origin: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": vocab.size,
+        "decoder_vocab_size": vocab.size,
+        **shape_fields(cfg),
         "share_encoder_decoder_embeddings": cfg.share_embeddings,
         "tie_word_embeddings": cfg.tie_output,
         "pad_token_id": vocab.pad_id,
@@ -154,11 +167,6 @@ def hf_config(cfg: ModelConfig, vocab: Vocabulary, origin: dict[str, Any]) -> di
         "forced_eos_token_id": cfg.eos_id,
         "decoder_start_token_id": vocab.decoder_start_id,
         "bos_token_id": None,
-        "dropout": cfg.dropout,
-        "attention_dropout": 0.0,
-        "activation_dropout": 0.0,
-        "is_encoder_decoder": True,
-        "dtype": "float32",
         "exported_from": origin,
     }
 
