@@ -50,6 +50,10 @@ class Architecture:
     norm: Literal["post", "pre"] = "post"
     decoder_self: Literal["attention", "ssru"] = "attention"
     attention_bias: bool = True  # core's attention projections have biases; the paper's equations have none
+    ffn_bias: bool = True  # the feed-forward's projections have biases (T5's have none)
+    norm_kind: Literal["layer", "rms"] = "layer"  # rms: a gain per feature, no bias (T5)
+    gated_ffn: bool = False  # a second input projection the activation multiplies (T5 v1.1)
+    relative_buckets: int = 32  # positional 'relative': T5's bias, one value per bucket and head in each stack
 
     def __post_init__(self) -> None:
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
@@ -74,6 +78,11 @@ class Architecture:
             max_positions=config.max_positions,
             norm=config.norm,
             decoder_self=config.decoder_self,
+            attention_bias=config.linear_bias,
+            ffn_bias=config.linear_bias,
+            norm_kind=config.norm_kind,
+            gated_ffn=config.gated_ffn,
+            relative_buckets=config.relative_buckets,
         )
 
     @property
@@ -89,6 +98,7 @@ class Architecture:
             "V_src": self.src_vocab,
             "V_tgt": self.tgt_vocab,
             "P": self.max_positions,
+            "B": self.relative_buckets,
         }
 
 
@@ -236,18 +246,26 @@ def attention_block(arch: Architecture, name: str, group: str, label: str, key: 
 
 
 def norm_block(arch: Architecture, name: str, group: str, key: str, label: str = "add & norm") -> ParameterBlock:
-    """LayerNorm: a gain γ and a bias β per feature."""
-    pieces = [Piece("γ", (arch.d_model,), f"{key}.weight"), Piece("β", (arch.d_model,), f"{key}.bias")]
+    """LayerNorm: a gain γ and a bias β per feature; RMSNorm (T5): the gain only."""
+    pieces = [Piece("γ", (arch.d_model,), f"{key}.weight")]
+    if arch.norm_kind == "rms":
+        return _block(arch, name, group, label, [(1, ("d_model",))], pieces)
+    pieces.append(Piece("β", (arch.d_model,), f"{key}.bias"))
     return _block(arch, name, group, label, [(2, ("d_model",))], pieces)
 
 
 def ffn_block(arch: Architecture, name: str, group: str, key: str) -> ParameterBlock:
-    """FFN(x) = act(x W1 + b1) W2 + b2."""
-    terms: list[Term] = [(2, ("d_model", "d_ff")), (1, ("d_ff",)), (1, ("d_model",))]
-    pieces = _linear("1", f"{key}.linear1", arch.d_ff, arch.d_model, True) + _linear(
-        "2", f"{key}.linear2", arch.d_model, arch.d_ff, True
-    )
-    return _block(arch, name, group, "feed-forward", terms, pieces)
+    """FFN(x) = act(x W1 + b1) W2 + b2; gated (T5 v1.1): (act(x W1) · x W_up) W2, with no biases there."""
+    inputs = 2 if arch.gated_ffn else 1
+    terms: list[Term] = [(inputs + 1, ("d_model", "d_ff"))]
+    if arch.ffn_bias:
+        terms += [(inputs, ("d_ff",)), (1, ("d_model",))]
+    d, bias = arch.d_model, arch.ffn_bias
+    pieces = _linear("1", f"{key}.linear1", arch.d_ff, d, bias)
+    if arch.gated_ffn:
+        pieces += _linear("up", f"{key}.linear_up", arch.d_ff, d, bias)
+    pieces += _linear("2", f"{key}.linear2", d, arch.d_ff, bias)
+    return _block(arch, name, group, "gated feed-forward" if arch.gated_ffn else "feed-forward", terms, pieces)
 
 
 def ssru_block(arch: Architecture, name: str, group: str, key: str) -> ParameterBlock:
@@ -287,6 +305,11 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
         label, terms = "learned positions (one table, both sides)", [(1, ("P", "d_model"))]
         pieces = [Piece("P", (arch.max_positions, arch.d_model), "positions.embedding.weight")]
         blocks.append(_block(arch, "positions", "embeddings", label, terms, pieces))
+    elif arch.positional == "relative":  # T5: no absolute positions; a bias per bucket and head in each stack
+        for stack in ("encoder", "decoder"):
+            label = f"relative position bias ({stack}: buckets × heads)"
+            pieces = [Piece("R", (arch.relative_buckets, arch.n_heads), f"{stack}_bias.embedding.weight")]
+            blocks.append(_block(arch, f"positions.{stack}", "embeddings", label, [(1, ("B", "h"))], pieces))
     else:
         blocks.append(_block(arch, "positions", "embeddings", "sinusoidal positions (computed, not learned)", [], []))
     for i in range(arch.n_encoder_layers):

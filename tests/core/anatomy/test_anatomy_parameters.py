@@ -116,3 +116,21 @@ def test_checkpoints_add_up(name):
     check = check_parameters(table, model)
     assert check.ok, check
     assert table.total == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("version", ["v1.0", "v1.1"])
+def test_t5_shapes_add_up_to_the_models_numel(version):
+    from hf_folders import T5_V10, T5_V11
+
+    config = tiny_config(**(T5_V10 if version == "v1.0" else T5_V11))  # d_kv 5, RMSNorm, no biases, relative bias
+    model = Transformer(config)
+    table = parameter_table(config)
+    check = check_parameters(table, model)
+    assert check.ok, check
+    assert table.total == sum(p.numel() for p in model.parameters())
+    ffn = table.block("encoder.0.ffn")
+    assert ffn.formula == ("3·d_model·d_ff" if version == "v1.1" else "2·d_model·d_ff")
+    assert table.block("encoder.0.ffn_norm").formula == "d_model"  # a gain, no bias
+    assert table.block("decoder.1.self_attn").formula == "2·d_model·h·d_k + 2·d_model·h·d_v"
+    bias = table.block("positions.decoder")
+    assert (bias.formula, bias.numbers, bias.count) == ("B·h", "8·2", 16)
