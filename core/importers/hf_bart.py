@@ -24,6 +24,7 @@ from ..errors import CheckpointError, InputError
 from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer
 from ..model import Transformer
 from ..tokenizer import Tokenizer
+from ..weights import assign_weights, empty_model, parameter_shapes
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_names, config_from_bart, embeddings
 from .hf_bart_folder import HFBartFolder, read_bart_folder
 from .hf_folder import CONFIG, WEIGHTS
@@ -98,11 +99,11 @@ def state_from_bart(f: HFBartFolder, cfg: ModelConfig) -> dict[str, torch.Tensor
             f"{weights}: tensors a {f.model_type} model of this {CONFIG} does not have: "
             f"{unknown[:6]}{'...' if len(unknown) > 6 else ''}"
         )
-    for name, tensor in Transformer(cfg).state_dict().items():
-        if name in state and tuple(state[name].shape) != tuple(tensor.shape):
+    for name, shape in parameter_shapes(cfg).items():  # nothing allocated
+        if name in state and tuple(state[name].shape) != shape:
             raise CheckpointError(
                 f"{weights}: tensor {names.get(name, name)} has shape {tuple(state[name].shape)}, "
-                f"{CONFIG} implies {tuple(tensor.shape)}"
+                f"{CONFIG} implies {shape}"
             )
     return state
 
@@ -173,9 +174,7 @@ def convert(
         cfg = config_from_bart(
             f, unk_id=tokenizer.special_ids()["unk_id"], start_id=start, forced_bos_id=forced, rows=tokenizer.vocab_size
         )
-        model = Transformer(cfg)
-        model.load_state_dict(state_from_bart(f, cfg), strict=True)
-        model.eval()
+        model = assign_weights(empty_model(cfg), state_from_bart(f, cfg), f.path(WEIGHTS)).eval()  # no copy
         names = {name: name for name in files}
         if isinstance(tokenizer, FastTokenizer):
             spec = tokenizer.spec(file=next(iter(names)))

@@ -12,7 +12,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from ..model import Transformer
+from ..weights import parameter_shapes
 from .hf_folder import CONFIG, WEIGHTS
 
 
@@ -58,11 +58,11 @@ def mapped_state(
         raise CheckpointError(
             f"{weights}: tensors a {what} does not have: {unknown[:6]}{'...' if len(unknown) > 6 else ''}"
         )
-    for name, tensor in Transformer(cfg).state_dict().items():
-        if name in state and tuple(state[name].shape) != tuple(tensor.shape):
+    for name, shape in parameter_shapes(cfg).items():  # nothing allocated
+        if name in state and tuple(state[name].shape) != shape:
             raise CheckpointError(
                 f"{weights}: tensor {names.get(name, name)} has shape {tuple(state[name].shape)}, "
-                f"{CONFIG} implies {tuple(tensor.shape)}"
+                f"{CONFIG} implies {shape}"
             )
     return state
 

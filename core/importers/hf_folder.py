@@ -22,11 +22,10 @@ from typing import Any, Protocol
 
 import sentencepiece as spm
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from ..errors import CheckpointError
 from ..tokenizer import read_vocab
+from ..weights import read_safetensors
 
 CONFIG, WEIGHTS, SOURCE_SPM, TARGET_SPM, VOCAB = (
     "config.json",
@@ -106,19 +105,9 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
                 "(save_pretrained(folder, safe_serialization=True, max_shard_size='10GB'))"
             )
         raise CheckpointError(f"{path}: missing — a Hugging Face folder has its weights in {WEIGHTS}")
-    try:
-        tensors = load_file(str(path), device="cpu")
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot be read ({exc}); the file is truncated or corrupt") from None
-    out = {}
-    for name, tensor in tensors.items():
-        if not tensor.is_floating_point():
-            raise CheckpointError(f"{path}: tensor {name} holds {tensor.dtype} values; weights are floating point")
-        tensor = tensor.float()
-        if not bool(torch.isfinite(tensor).all()):
-            raise CheckpointError(f"{path}: tensor {name} holds NaN or infinite values; the weights are broken")
-        out[name] = tensor
-    return out
+    # each tensor checked one at a time, then the file mapped: a tensor is read when the conversion uses it (a
+    # float16 file's are converted to float32 here)
+    return {name: tensor.float() for name, tensor in read_safetensors(path).items()}
 
 
 def find_licence(folder: Path, config: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..model import Transformer
 from ..tokenizer import MarianVocabTokenizer
+from ..weights import assign_weights, empty_model
 from .hf_card import card_text
 from .hf_common import mapped_state, provenance, sha256  # noqa: F401  (sha256: hf_bart reads it here)
 from .hf_config import (
@@ -37,7 +38,7 @@ from .hf_config import (
     layer_names,
     special_pieces,
 )
-from .hf_folder import CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, HFMarianFolder, read_folder
+from .hf_folder import CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, WEIGHTS, HFMarianFolder, read_folder
 from .staging import save_with_files
 
 FORMAT = "huggingface-marian"
@@ -61,9 +62,7 @@ def state_from_hf(f: HFMarianFolder, cfg: ModelConfig) -> dict[str, torch.Tensor
 def build_model(f: HFMarianFolder) -> Transformer:
     """The core Transformer (eval mode) holding the folder's weights."""
     cfg = config_from_hf(f)
-    model = Transformer(cfg)
-    model.load_state_dict(state_from_hf(f, cfg), strict=True)
-    return model.eval()
+    return assign_weights(empty_model(cfg), state_from_hf(f, cfg), f.path(WEIGHTS)).eval()  # no copy
 
 
 def convert(

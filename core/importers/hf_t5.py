@@ -22,6 +22,7 @@ from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
 from ..model import Transformer
+from ..weights import assign_weights, empty_model
 from .hf_common import mapped_state, provenance
 from .hf_t5_card import card_text
 from .hf_t5_config import DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, config_from_t5, head, t5_names
@@ -48,9 +49,7 @@ def state_from_t5(f: HFT5Folder, cfg: ModelConfig) -> dict[str, torch.Tensor]:
 def build_model(f: HFT5Folder) -> Transformer:
     """The core Transformer (eval mode) holding the folder's weights."""
     cfg = config_from_t5(f, f.tokenizer().special_ids()["unk_id"])
-    model = Transformer(cfg)
-    model.load_state_dict(state_from_t5(f, cfg), strict=True)
-    return model.eval()
+    return assign_weights(empty_model(cfg), state_from_t5(f, cfg), f.path(WEIGHTS)).eval()  # no copy
 
 
 def translation_tasks(f: HFT5Folder) -> dict[str, str]:
