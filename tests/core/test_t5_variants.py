@@ -22,6 +22,7 @@ from core.fast import FastWeights
 from core.interventions import Patch, ScaleHeads
 from core.layers import make_norm
 from core.positional import relative_bucket
+from core.trace import Trace
 
 T5_IDS = dict(pad_id=0, bos_id=0, eos_id=1, unk_id=2)  # <pad> is also the decoder's start
 VERSIONS = {"v1.0": dict(T5_V10, **T5_IDS), "v1.1": dict(T5_V11, **T5_IDS)}
@@ -231,3 +232,6 @@ def test_a_t5_checkpoint_saves_and_loads_with_every_tensor(tmp_path):
     assert bundle.model.decoder_bias is not None and bundle.model.decoder_bias.embedding.weight.shape == (8, 2)
     out = bundle.translate("The cat sleeps.", max_len=6)
     assert out.trace["pe.src.bias"].shape[0] == 2
+    again = Trace.load(out.trace.save(tmp_path / "trace.npz"))  # the bias passes the trace's shape checks
+    for side in ("src", "tgt"):
+        np.testing.assert_array_equal(again[f"pe.{side}.bias"], out.trace[f"pe.{side}.bias"])
