@@ -1,5 +1,5 @@
-"""Import a local Hugging Face folder (Marian / Opus-MT, T5 / Flan-T5 / mT5, ...) as a core checkpoint; the family
-is config.json's model_type (``importers.hf_families``)."""
+"""Import a local Hugging Face folder (Marian / Opus-MT, T5 / Flan-T5 / mT5, BART / mBART / M2M100 / NLLB) as a
+core checkpoint; the family is config.json's model_type (``importers.hf_families``)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,22 @@ from ..importers.hf_families import convert
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "folder",
-        help="a local Hugging Face folder: Marian (config.json, model.safetensors, source.spm, ...) or T5 / Flan-T5 / "
-        "mT5 (config.json, model.safetensors, spiece.model)",
+        help="a local Hugging Face folder: Marian (config.json, model.safetensors, source.spm, ...), T5 / Flan-T5 / "
+        "mT5 (... spiece.model), BART / mBART / NLLB (... tokenizer.json) or M2M100 (... sentencepiece.bpe.model, "
+        "vocab.json)",
     )
     parser.add_argument("--out", default=None, help="checkpoint folder to write (default: checkpoints/<folder name>)")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="saved weight precision")
-    parser.add_argument("--source-language", default=None, help="source language code (default: tokenizer_config.json)")
-    parser.add_argument("--target-language", default=None, help="target language code (default: tokenizer_config.json)")
+    parser.add_argument(
+        "--source-language",
+        default=None,
+        help="source language code (e.g. en_XX, eng_Latn; default: tokenizer_config.json)",
+    )
+    parser.add_argument(
+        "--target-language",
+        default=None,
+        help="target language code, forced first where the family does that (default: the folder's)",
+    )
     parser.add_argument(
         "--source-prefix",
         default=None,
