@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 import core
 from core.analysis.contributions import contributions
+from core.analysis.value_norms import value_norms
 from viz_app.figures import sources
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
@@ -100,6 +101,18 @@ def test_integrated_gradients_the_attribution_tab_computed_are_used_without_a_cl
     at.select_slider(key="explain_src_ig_word").set_value(2).run(timeout=TIMEOUT)
     ok(at)
     assert "integrated gradients |IG| (word 3" in texts(at)
+
+
+def test_value_weighted_norms_are_the_second_view_on_request(root: Path) -> None:
+    at = _open()
+    assert len(chart_titles(at)) == 2  # not computed until asked for
+    at.toggle(key="explain_src_norms").set_value(True).run(timeout=TIMEOUT)
+    ok(at)
+    assert chart_titles(at)[2].startswith("Attention weights and value-weighted norms")
+    panels = _specs(at)[2]["data"]
+    vn = value_norms(core.load(root / "tiny", device="cpu"), TEXT)
+    np.testing.assert_allclose(array(panels[1]["z"]), sources.row_shares(vn.combined[("cross", 1)]), atol=1e-4)
+    assert "value-weighted norms L2" in texts(at)
 
 
 def test_the_steps_page_shows_each_steps_source_share(root: Path) -> None:

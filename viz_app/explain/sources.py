@@ -69,6 +69,7 @@ def tab(out: core.Translation) -> None:
     run = errors.guarded(lambda: runs.teacher_forced(path, text, typed, key)) if typed else out
     if run is not None:
         _maps(run, c, note, None if typed else (path, text, key))
+    _value_norms(c, path, text, key, typed or None, note)
 
 
 def _maps(run: core.Translation, c: Contributions, note: str, greedy: tuple[str, str, runs.OptionsKey] | None) -> None:
@@ -93,6 +94,30 @@ def _maps(run: core.Translation, c: Contributions, note: str, greedy: tuple[str,
     if greedy is not None:
         rhos.update(_ig_agreement(c, *greedy))
     st.markdown(claims_explain.agreement_note(rhos))
+
+
+def _value_norms(c: Contributions, path: str, text: str, key: runs.OptionsKey, typed: str | None, note: str) -> None:
+    """The second view, on request: the last cross-attention layer's value-weighted norms beside its weights."""
+    if not st.toggle(
+        "Second view: value-weighted norms (Kobayashi et al., 2020)",
+        key="explain_src_norms",
+        help="How big a vector each source word sends, not only how much attention it gets: ‖Σ_h α·f(x)‖.",
+    ):
+        return
+    vn = errors.guarded(lambda: runs.weighted_norms(path, text, key, typed))
+    if vn is None:
+        return
+    last = max(layer for kind, layer in vn.combined if kind == "cross")
+    T = len(c.target_pieces)
+    maps = {
+        f"cross-attention L{last + 1} weights (mean of heads)": vn.weights[("cross", last)].mean(0)[:T],
+        f"value-weighted norms L{last + 1} ‖Σ_h α·f(x)‖": vn.combined[("cross", last)][:T],
+    }
+    fig = sources.source_maps(
+        maps, c.target_pieces, c.source_pieces, title=style.titled("Attention weights and value-weighted norms", note)
+    )
+    export.chart(fig, "value_norms", key="explain_value_norms")
+    st.markdown(claims_explain.agreement_note({name: _mean_rho(c.source_matrix, m) for name, m in maps.items()}))
 
 
 def _mean_rho(a: np.ndarray, b: np.ndarray) -> float:

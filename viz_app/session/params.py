@@ -210,6 +210,8 @@ SESSION_KEYS: dict[str, str] = {
             "explain_src_ig",
             "explain_source_share",
             "explain_source_maps",
+            "explain_src_norms",
+            "explain_value_norms",
             "importance_{kind}",
             "rollout",
             "patching_encoder",

@@ -21,6 +21,7 @@ from core.analysis.heads import HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.sentences import builtin_sentences
 from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
+from core.analysis.value_norms import ValueNorms, value_norms
 from core.call import Call
 from viz_app.cache import cached, peek
 from viz_app.session.server import load_bundle
@@ -162,9 +163,23 @@ def attribution(path: str, text: str, key: OptionsKey, position: int, steps: int
 def contributions(path: str, text: str, key: OptionsKey, translation: str | None = None) -> Contributions:
     """Cached ALTI+ contributions of the page's greedy translation (``translation`` None) or of a typed translation,
     teacher-forced, over the whole vocabulary (with the shortlist on, the page's own translation is scored)."""
+    scored = _scored(path, text, key, translation)
+    return alti_contributions(load_bundle(path), text, translation=scored, options=_analysis_options(key))
+
+
+@cached("Weighing each value by its attention (value-weighted norms) …")
+def weighted_norms(path: str, text: str, key: OptionsKey, translation: str | None = None) -> ValueNorms:
+    """Cached value-weighted norms (Kobayashi et al., 2020) of the translation ``contributions`` scores."""
+    scored = _scored(path, text, key, translation)
+    return value_norms(load_bundle(path), text, translation=scored, options=_analysis_options(key))
+
+
+def _scored(path: str, text: str, key: OptionsKey, translation: str | None) -> str | None:
+    """The translation an analysis over the whole vocabulary scores: ``translation``, or the page's own (greedy)
+    one — given as its text when the shortlist is on, since the analysis decodes without it."""
     if translation is None and options_from_key(key).shortlist:
-        translation = translate(path, text, key, 1).text
-    return alti_contributions(load_bundle(path), text, translation=translation, options=_analysis_options(key))
+        return translate(path, text, key, 1).text
+    return translation
 
 
 # The built-in sentences a translation's source share is compared with: the first of the source language's set.
