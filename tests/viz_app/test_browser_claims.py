@@ -278,3 +278,40 @@ def test_a_page_path_opened_directly_makes_no_failed_request(served: tuple[str, 
     tab.close()
     assert not failed, failed
     assert not [e for e in errors if "404" in e or "Failed to load" in e], errors
+
+
+def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(served: tuple[str, Path], browser: object) -> None:
+    """A click on a pruned hypothesis of the beam tree (step 4, rank 3) opens its attention and moves the pickers
+    (on the shared server: it started a server and a browser of its own, ~30 s here)."""
+    url, _ = served
+    idle = """() => document.querySelector('[data-testid="stApp"]')
+                        ?.getAttribute('data-test-script-state') === 'notRunning'"""
+    position = """([step, rank]) => {
+        const gd = [...document.querySelectorAll('.js-plotly-plot')]
+            .find(p => (p.layout?.title?.text || '').includes('Beam search tree'));
+        gd.scrollIntoView();
+        const fl = gd._fullLayout, r = gd.getBoundingClientRect();
+        return [r.left + fl.xaxis._offset + fl.xaxis.l2p(step), r.top + fl.yaxis._offset + fl.yaxis.l2p(rank)];
+    }"""
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
+    try:
+        page.goto(f"{url}/steps?beam=2&ckpt=tiny", timeout=120_000)
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                     .some(t => t.textContent.startsWith('Beam search tree'))""",
+            timeout=120_000,
+        )
+        page.wait_for_function(idle, timeout=60_000)
+        page.mouse.click(*page.evaluate(position, [4, 3]))  # step 4, rank 3: a pruned hypothesis
+        page.wait_for_function(  # the figure below the pickers now shows that hypothesis's attention
+            """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                     .some(t => t.textContent.startsWith('Cross-attention at step 4, scoring'))""",
+            timeout=60_000,
+        )
+        page.wait_for_function(idle, timeout=60_000)
+        picked = page.locator(".st-key-tree_node input").first  # the hypothesis picker followed
+        assert picked.input_value().startswith("rank 3 ·"), picked.input_value()
+        assert page.locator(".st-key-tree_step input").first.input_value() == "Step 4"
+        page.screenshot(path=str(ARTIFACTS / "browser-tiny-beam-tree.png"))
+    finally:
+        page.close()

@@ -259,52 +259,6 @@ def test_learn_page_on_a_beam_translation() -> None:
     assert any("query 3 — beam 4" in t for t in titles(at))  # 1-based query in the figure title
 
 
-# ----------------------------------------------------------------------------- a click in a real browser
-@pytest.mark.browser
-def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(app_root: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
-
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser test")
-    log = REPO / "test-artifacts" / "server-steps-tree.log"
-    idle = """() => document.querySelector('[data-testid="stApp"]')
-                        ?.getAttribute('data-test-script-state') === 'notRunning'"""
-    position = """([step, rank]) => {
-        const gd = [...document.querySelectorAll('.js-plotly-plot')]
-            .find(p => (p.layout?.title?.text || '').includes('Beam search tree'));
-        gd.scrollIntoView();
-        const fl = gd._fullLayout, r = gd.getBoundingClientRect();
-        return [r.left + fl.xaxis._offset + fl.xaxis.l2p(step), r.top + fl.yaxis._offset + fl.yaxis.l2p(rank)];
-    }"""
-    with streamlit_server(app_root, "tiny", log, extra_env={"LAB_TORCH_THREADS": "1"}) as url:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1600})
-                page.goto(f"{url}/steps?beam=2", timeout=120_000)
-                page.wait_for_function(
-                    """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
-                             .some(t => t.textContent.startsWith('Beam search tree'))""",
-                    timeout=120_000,
-                )
-                page.wait_for_function(idle, timeout=60_000)
-                page.mouse.click(*page.evaluate(position, [4, 3]))  # step 4, rank 3: a pruned hypothesis
-                page.wait_for_function(  # the figure below the pickers now shows that hypothesis's attention
-                    """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
-                             .some(t => t.textContent.startsWith('Cross-attention at step 4, scoring'))""",
-                    timeout=60_000,
-                )
-                page.wait_for_function(idle, timeout=60_000)
-                picked = page.locator(".st-key-tree_node input").first  # the hypothesis picker followed
-                assert picked.input_value().startswith("rank 3 ·"), picked.input_value()
-                assert page.locator(".st-key-tree_step input").first.input_value() == "Step 4"
-                page.screenshot(path=str(REPO / "test-artifacts" / "browser-tiny-beam-tree.png"))
-            finally:
-                browser.close()
-
-
 def test_the_shortlist_switch_appears_for_a_model_that_ships_one(tmp_path: Path, monkeypatch) -> None:
     """A checkpoint with a lexical shortlist gets the sidebar switch; the Steps page says what was scored and the
     translation is the one core makes with the shortlist; a checkpoint without one ignores a shortlist link."""
