@@ -43,6 +43,9 @@ def test_bucket_map_and_the_run_grid() -> None:
     )
     assert len(grid.data) == 2 and [a.text for a in grid.layout.annotations] == ["head 1", "head 2"]
     assert grid.data[0].zmin == -grid.data[0].zmax == -17.0  # one symmetric scale for every head
+    causal = np.tril(np.ones((3, 3), bool))
+    masked = figures.bias_grid(np.ones((2, 3, 3)), ["a", "b", "c"], ["a", "b", "c"], title="g", mask=causal)
+    assert np.isnan(array(masked.data[1].z)[0, 2]) and array(masked.data[1].z)[2, 0] == 1.0  # blocked: grey
 
 
 def test_cosine_similarity_of_a_learned_table() -> None:
@@ -59,7 +62,10 @@ def test_the_words_follow_the_config() -> None:
     bart = tiny_config(positional="learned", position_offset=2, separate_positions=True, embed_norm=True)
     said = describe.summary(bart)
     assert "learned" in said and "one for the target" in said and "row p + 2" in said and "LayerNorm" in said
+    assert describe.short(t5) == "relative position bias (8 buckets up to distance 12)"
+    assert describe.short(bart) == "learned tables, one per side, from row 2"
     plain = tiny_config()
+    assert describe.short(plain) == "sinusoids (interleaved)"
     assert "row" not in describe.summary(plain) and "embedding" in describe.switch_help(plain)
     bias = relative_bias(_t5(), "encoder", 4)
     assert bias is not None

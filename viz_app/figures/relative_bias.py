@@ -12,9 +12,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz_app.figures.style import DIVERGING_SCALE, base_layout, rounded, symmetric_range, token_labels
+from viz_app.figures.style import DIVERGING_SCALE, MASKED_BG, base_layout, rounded, symmetric_range, token_axis
 
 GRID_COLUMNS = 4  # heads side by side in the run's grid
+TICKS = 20  # token labels an axis of one small square can hold
 
 
 def bias_curves(distances: np.ndarray, values: np.ndarray, *, title: str, exact: int, max_distance: int) -> go.Figure:
@@ -62,26 +63,35 @@ def bucket_map(buckets: np.ndarray, *, title: str) -> go.Figure:
         )
     )
     base_layout(fig, title, height=460)
-    fig.update_xaxes(title=dict(text="key position"), showgrid=False, scaleanchor="y")
+    fig.update_xaxes(title=dict(text="key position"), showgrid=False, scaleanchor="y", constrain="domain")
     fig.update_yaxes(title=dict(text="query position"), showgrid=False, autorange="reversed")
     return fig
 
 
-def bias_grid(bias: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *, title: str) -> go.Figure:
-    """(H, Tq, Tk) the bias each head added to this run's scores, one heatmap per head on one symmetric scale."""
-    n_heads = bias.shape[0]
+def bias_grid(
+    bias: np.ndarray,
+    q_tokens: Sequence[str],
+    k_tokens: Sequence[str],
+    *,
+    title: str,
+    mask: np.ndarray | None = None,
+) -> go.Figure:
+    """(H, Tq, Tk) the bias each head added to this run's scores, one heatmap per head on one symmetric scale.
+    ``mask`` (Tq, Tk), True = may attend: blocked cells are left grey (their score became −∞ whatever the bias)."""
+    n_heads, n_q, n_k = bias.shape
     cols = min(GRID_COLUMNS, n_heads)
     rows = -(-n_heads // cols)
     fig = make_subplots(
         rows=rows,
         cols=cols,
         subplot_titles=[f"head {h + 1}" for h in range(n_heads)],
-        horizontal_spacing=0.04,
+        horizontal_spacing=0.03,
         vertical_spacing=0.12 / max(1, rows - 1) if rows > 1 else 0.1,
     )
     z = rounded(bias)
     m = symmetric_range(z)
-    q_labels, k_labels = token_labels(q_tokens), token_labels(k_tokens)
+    if mask is not None and mask.shape == (n_q, n_k):
+        z = np.where(mask[None], z, np.nan)
     for h in range(n_heads):
         fig.add_trace(
             go.Heatmap(
@@ -97,7 +107,23 @@ def bias_grid(bias: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
             row=h // cols + 1,
             col=h % cols + 1,
         )
-    base_layout(fig, title, height=rows * 260 + 80)
-    fig.update_yaxes(autorange="reversed", showgrid=False, tickvals=list(range(len(q_labels))), ticktext=q_labels)
-    fig.update_xaxes(showgrid=False, tickvals=list(range(len(k_labels))), ticktext=k_labels, tickangle=-60)
+    base_layout(fig, title, height=rows * 300 + 90)
+    fig.update_layout(plot_bgcolor=MASKED_BG)
+    for h in range(n_heads):  # tokens on the first column's rows and the bottom row's columns only
+        row, col = h // cols + 1, h % cols + 1
+        fig.update_yaxes(
+            **token_axis(q_tokens, "query" if col == 1 else "", max_ticks=TICKS),
+            autorange="reversed",
+            showticklabels=col == 1,
+            row=row,
+            col=col,
+        )
+        bottom = h + cols >= n_heads
+        fig.update_xaxes(
+            **token_axis(k_tokens, "key" if bottom else "", max_ticks=TICKS),
+            tickangle=-60,
+            showticklabels=bottom,
+            row=row,
+            col=col,
+        )
     return fig

@@ -109,6 +109,16 @@ class Arithmetic:
         return r"h + y" if self.pre else rf"\mathrm{{{self.norm}}}(h + y)"
 
 
+def header_note(a: Arithmetic) -> str:
+    """The sentence under the page's formula: what of it this model does differently from the paper."""
+    parts = ["M: the mask."]
+    if not a.scaled:
+        parts.append("No division by √d_k: this model's scores are Q·Kᵀ itself.")
+    if a.relative_bias:
+        parts.append("B: the relative position bias it adds to self-attention scores (none in cross-attention).")
+    return " ".join(parts)
+
+
 def attention_formula(scaled: bool, biased: bool) -> str:
     """softmax(QKᵀ/√d_k [+ B] + M) V, without the division when ``scaled`` is False (T5)."""
     scores = r"\frac{Q K^{\top}}{\sqrt{d_k}}" if scaled else r"Q K^{\top}"

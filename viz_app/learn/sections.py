@@ -172,7 +172,7 @@ def scores_and_softmax(
         st.caption("This model does not divide the scores by √d_k: a score is q·k itself.")
     if focus.biased:
         st.caption(
-            f"B_h(j − i) is the relative position bias: head {focus.head + 1}'s learned number for the distance "
+            f"$B_h(j - i)$ is the relative position bias: head {focus.head + 1}'s learned number for the distance "
             "from this query to key j (the Positional-encoding page shows them all)."
         )
         if looked_up is not None:
@@ -252,8 +252,8 @@ def heads_joined(walk: Walkthrough, focus: Focus, output: np.ndarray) -> None:
     joined = (
         f"{n_heads * d_k} = d_model numbers"
         if n_heads * d_k == a.d_model
-        else f"{n_heads * d_k} numbers (this model's heads are d_kv = {d_k} wide, so this is not d_model = "
-        f"{a.d_model}; W_O is {n_heads * d_k} × {a.d_model})"
+        else f"{n_heads * d_k} numbers (this model's heads are d_kv = {d_k} wide, so this is not d\\_model = "
+        f"{a.d_model}; W\\_O is {n_heads * d_k} × {a.d_model})"
     )
     st.caption(
         f"Every head did steps 2–5 with its own weights. Their outputs ({n_heads} × {d_k} numbers) are laid "

@@ -80,6 +80,18 @@ def buckets(bias: RelativeBias) -> str:
     )
 
 
+def short(cfg: core.ModelConfig) -> str:
+    """A few words for the model card: 'sinusoids (concatenated), from row 2', 'relative bias, 32 buckets' …"""
+    if cfg.positional == "relative":
+        return f"relative position bias ({cfg.relative_buckets} buckets up to distance {cfg.relative_max_distance})"
+    kind = (
+        f"learned table{'s, one per side' if cfg.separate_positions else ''}"
+        if cfg.positional == "learned"
+        else f"sinusoids ({cfg.pe_layout})"
+    )
+    return kind + (f", from row {cfg.position_offset}" if cfg.position_offset else "")
+
+
 def switch_help(cfg: core.ModelConfig) -> str:
     """What the sidebar's "Positional encoding" switch does on this model."""
     if cfg.positional == "relative":

@@ -81,6 +81,7 @@ def run_tab(out: core.Translation, note: str) -> None:
                 tokens[: bias.shape[1]],
                 tokens[: bias.shape[2]],
                 title=style.titled(f"Bias the {stack} added to each head's scores (query rows, key columns)", note),
+                mask=out.trace.mask(stack),
             ),
             f"relative_bias_run_{stack}",
             key=f"pe_bias_{side}",
@@ -92,5 +93,6 @@ def run_tab(out: core.Translation, note: str) -> None:
             )
     st.caption(
         "The same number is added to every layer's scores in a stack (the stack's table is shared), before the "
-        "softmax. Cross-attention has no bias."
+        "softmax. Cross-attention has no bias. Grey: keys the mask blocks (the decoder's later tokens), whose "
+        "score becomes −∞ whatever the bias."
     )

@@ -10,7 +10,7 @@ import streamlit as st
 import core
 from core.sites import position_bias_site
 from viz_app.figures import style
-from viz_app.learn import sections
+from viz_app.learn import arithmetic, sections
 from viz_app.learn.arithmetic import Arithmetic, scale_of_recorded
 from viz_app.learn.walkthrough import Walkthrough, softmax_by_hand
 from viz_app.session import checkpoints, errors, runs, selection, trace_replay, url
@@ -26,8 +26,7 @@ st.caption(
 model = None if trace_replay.replay() is not None else selection.bundle()
 if model is not None:  # this model's own arithmetic (a replayed trace's is read from its numbers, step 4)
     st.latex(Arithmetic.of(model.config).attention())
-    if model.config.positional == "relative":
-        st.caption("B: the relative position bias this model adds to self-attention scores (none in cross-attention).")
+    st.caption(arithmetic.header_note(Arithmetic.of(model.config)))
 
 
 def _focus(run: core.Translation, cfg: core.ModelConfig | None) -> sections.Focus:

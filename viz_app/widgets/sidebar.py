@@ -145,11 +145,13 @@ def _model_card(bundle: core.Bundle) -> None:
         f"layers · {cfg.n_heads} heads · {n_params} parameters"
     )
     with st.expander("Model details", expanded=False):
+        family = checkpoints.family(bundle.info) or "the lab's own Transformer"
         st.markdown(
+            f"- family: **{md(family)}**\n"
             f"- **{cfg.n_encoder_layers}** encoder / **{cfg.n_decoder_layers}** decoder layers\n"
             f"- **{cfg.n_heads}** heads, d_model **{cfg.d_model}**, d_k **{cfg.d_head}**\n"
             f"- decoder: {decoder}\n- **{n_params}** parameters\n"
-            f"- positions: {cfg.positional} ({cfg.pe_layout})"
+            f"- positions: {describe.short(cfg)}"
         )
     st.caption(f"Running on **{device_label}** · {bundle.name}")
     st.caption(checkpoints.provenance(bundle.info))
