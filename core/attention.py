@@ -107,7 +107,7 @@ def attend(
     if dropout:
         weights = F.dropout(weights, dropout)
     if flat is not None:
-        ctx = torch.bmm(weights.reshape(B * H, Tq, Tk), flat[1]).view(B, H, Tq, dh)
+        ctx = torch.bmm(weights.reshape(B * H, Tq, Tk), flat[1]).view(B, H, Tq, v.shape[-1])
     else:
         ctx = torch.matmul(weights, v)  # (B, H, Tq, dh)
     if recorder.wants_heads(site):
@@ -129,6 +129,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         *,
         d_head: int | None = None,
+        d_value: int | None = None,
         scaled: bool = True,
     ) -> None:
         super().__init__()
@@ -136,11 +137,12 @@ class MultiHeadAttention(nn.Module):
             assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
             d_head = d_model // n_heads
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
-        inner = n_heads * d_head
+        self.d_value = d_head if d_value is None else d_value
+        inner, values = n_heads * d_head, n_heads * self.d_value
         self.q_proj = nn.Linear(d_model, inner, bias=bias)
         self.k_proj = nn.Linear(d_model, inner, bias=bias)
-        self.v_proj = nn.Linear(d_model, inner, bias=bias)
-        self.out_proj = nn.Linear(inner, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, values, bias=bias)
+        self.out_proj = nn.Linear(values, d_model, bias=bias)
         self.dropout = dropout
         self.scale = None if scaled else 1.0  # ``Scoring.scale``
 
@@ -148,12 +150,18 @@ class MultiHeadAttention(nn.Module):
     def of(cls, cfg: ModelConfig) -> MultiHeadAttention:
         """The attention block ``cfg`` describes (head size, scaling, biases)."""
         return cls(
-            cfg.d_model, cfg.n_heads, cfg.dropout, cfg.linear_bias, d_head=cfg.d_head, scaled=cfg.attention_scale
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.dropout,
+            cfg.linear_bias,
+            d_head=cfg.d_head,
+            d_value=cfg.d_value,
+            scaled=cfg.attention_scale,
         )
 
     def split(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, T, D) -> (B, H, T, dh)
+        return x.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, T, H*dh) -> (B, H, T, dh)
 
     def project_q(self, x: Tensor, lin: LinearFn = F.linear) -> Tensor:
         """Queries of ``x`` (B, Tq, D): (B, H, Tq, dh)."""

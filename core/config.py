@@ -31,7 +31,7 @@ class ModelConfig:
     (``activation``, ``pe_layout``, ``scale_embedding``, ``decoder_self``, ``output_bias``, ``start``,
     ``suppress_ids``, and the BART / mBART / M2M100 block: ``position_offset``, ``separate_positions``, ``embed_norm``,
     ``forced_bos_id``) let imported production models (Marian/Bergamot, Hugging Face Marian, BART, mBART, M2M100,
-    NLLB) run on the same code; the T5 block (``d_kv``, ``attention_scale``, ``norm_kind``, ``gated_ffn``,
+    NLLB) run on the same code; the T5 block (``d_kv``, ``d_v``, ``attention_scale``, ``norm_kind``, ``gated_ffn``,
     ``linear_bias``, ``relative_buckets``, ``relative_max_distance``, ``scale_decoder_output``, with
     ``positional='relative'``) does the same for T5 / Flan-T5 / mT5.
     """
@@ -71,6 +71,7 @@ class ModelConfig:
     forced_bos_id: int | None = None  # the first output id, forced (mBART-50, M2M100, NLLB: the target language)
     # T5 / Flan-T5 / mT5 variants; the defaults keep every earlier checkpoint as it was.
     d_kv: int | None = None  # each head's query / key / value size; None = d_model // n_heads (T5 sets it)
+    d_v: int | None = None  # each head's value size when it differs from d_kv (the paper's table 3, row B); None = same
     attention_scale: bool = True  # scores = q.k / sqrt(d_kv); False: q.k unscaled (T5)
     norm_kind: Literal["layer", "rms"] = "layer"  # rms: RMSNorm with no bias, x / rms(x) * w (T5LayerNorm)
     gated_ffn: bool = False  # FFN(x) = (act(x W1) * x W_up) W2 (T5 v1.1 / Flan-T5 / mT5: gated GELU)
@@ -143,6 +144,11 @@ class ModelConfig:
             f"d_kv must be null or a whole number from 1 to {LIMITS['d_model']:,}, got {self.d_kv!r}",
         )
         need(
+            self.d_v is None
+            or (isinstance(self.d_v, int) and not isinstance(self.d_v, bool) and 0 < self.d_v <= LIMITS["d_model"]),
+            f"d_v must be null or a whole number from 1 to {LIMITS['d_model']:,}, got {self.d_v!r}",
+        )
+        need(
             self.d_kv is not None or self.d_model % self.n_heads == 0,
             f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) unless d_kv is set",
         )
@@ -186,8 +192,13 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """Each head's query / key / value size (``d_kv``, else d_model / n_heads)."""
+        """Each head's query / key size, and value size unless ``d_v`` says (``d_kv``, else d_model / n_heads)."""
         return self.d_kv if self.d_kv is not None else self.d_model // self.n_heads
+
+    @property
+    def d_value(self) -> int:
+        """Each head's value size: ``d_v``, else ``d_head``."""
+        return self.d_v if self.d_v is not None else self.d_head
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON has them (lists, not tuples), so a dict read back from a file compares equal."""

@@ -217,7 +217,8 @@ class LayerState:
         end = self.self_len + k.shape[2]
         if self.self_k is None or self.self_v is None or end > self.self_k.shape[2]:
             B, H, _, dh = k.shape
-            grown_k, grown_v = k.new_empty(B, H, max(16, 2 * end), dh), v.new_empty(B, H, max(16, 2 * end), dh)
+            capacity = max(16, 2 * end)
+            grown_k, grown_v = k.new_empty(B, H, capacity, dh), v.new_empty(B, H, capacity, v.shape[-1])
             if self.self_k is not None and self.self_v is not None:
                 grown_k[:, :, : self.self_len] = self.self_k[:, :, : self.self_len]
                 grown_v[:, :, : self.self_len] = self.self_v[:, :, : self.self_len]

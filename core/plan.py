@@ -81,6 +81,7 @@ class StepPlan:
     n_heads: int
     d_model: int
     d_head: int
+    d_value: int
     scale: float | None  # ``Scoring.scale``: None = 1/sqrt(d_head)
     output_scale: float  # the decoder output's factor before the projection (T5 v1.0: d_model**-0.5)
     zeros: Tensor  # (1, 1, 1) on the model's device: ``baddbmm``'s ignored input (beta=0)
@@ -150,6 +151,7 @@ def make_plan(model: PlanModel, fast: FastWeights, rows: int, vocab: Tensor | No
         cfg.n_heads,
         cfg.d_model,
         cfg.d_head,
+        cfg.d_value,
         None if cfg.attention_scale else 1.0,
         model.output_scale,
         model.output.weight.new_zeros(1, 1, 1),
@@ -185,7 +187,7 @@ def _run_layer(
     lp, ls = plan.layers[i], state.layers[i]
     offset = state.length - 1  # the position this step computes
     B = h.shape[0]
-    H, D, dh = plan.n_heads, plan.d_model, plan.d_head
+    H, D, dh, dv = plan.n_heads, plan.d_model, plan.d_head, plan.d_value
     pre, cross_mask = plan.pre, masks.cross_mask
     y = sublayer_input(h, lp.self_norm, pre)
     if lp.ssru is not None:  # SSRU: c = f * c_prev + (1 - f) * (y W), f = sigmoid(y W_f + b_f); out = ReLU(c)
@@ -198,11 +200,11 @@ def _run_layer(
         h = sublayer_output(h, torch.relu(c), lp.self_norm, pre)
     else:  # masked self-attention: one new position sees every cached one, so no mask
         assert lp.qkv is not None and lp.self_out is not None
-        qkv = _call(lp.qkv, y).view(B, 3, H, 1, dh)  # (B, 3, H, 1, dh)
-        k, v = ls.append_kv(qkv[:, 1], qkv[:, 2])  # (B, H, t, dh) each
+        q, k, v = _call(lp.qkv, y).split((H * dh, H * dh, H * dv), dim=1)  # (B, H*dh), (B, H*dh), (B, H*dv)
+        k, v = ls.append_kv(k.view(B, H, 1, dh), v.view(B, H, 1, dv))  # (B, H, t, dh), (B, H, t, dv)
         at = None if recorder is None else Tap(recorder, lp.self_site, offset, flat_kv(k, v), plan.zeros)
-        ctx = attend(qkv[:, 0], k, v, None, at, Scoring(plan.scale, masks.self_bias))
-        h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, H * dh)), lp.self_norm, pre)
+        ctx = attend(q.view(B, H, 1, dh), k, v, None, at, Scoring(plan.scale, masks.self_bias))  # (B, H, 1, dv)
+        h = sublayer_output(h, _call(lp.self_out, ctx.reshape(B, H * dv)), lp.self_norm, pre)
     # cross-attention: the source's keys and values are the same at every step
     y = sublayer_input(h, lp.cross_norm, pre)
     assert ls.cross_kv is not None
@@ -211,7 +213,7 @@ def _run_layer(
     q = _call(lp.cross_q, y).view(B, H, 1, dh)
     at = None if recorder is None else Tap(recorder, lp.cross_site, offset, ls.cross_flat, plan.zeros)
     ctx = attend(q, *ls.cross_kv, cross_mask, at, Scoring(plan.scale))
-    h = sublayer_output(h, _call(lp.cross_out, ctx.reshape(B, H * dh)), lp.cross_norm, pre)
+    h = sublayer_output(h, _call(lp.cross_out, ctx.reshape(B, H * dv)), lp.cross_norm, pre)
     # feed-forward
     y = sublayer_input(h, lp.ffn_norm, pre)
     inner = plan.activation(_call(lp.ffn_in, y))  # (B, d_ff)

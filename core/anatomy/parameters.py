@@ -68,7 +68,7 @@ class Architecture:
             d_ff=config.d_ff,
             n_heads=config.n_heads,
             d_k=config.d_head,
-            d_v=config.d_head,
+            d_v=config.d_value,
             n_encoder_layers=config.n_encoder_layers,
             n_decoder_layers=config.n_decoder_layers,
             share_embeddings=config.share_embeddings,

@@ -57,6 +57,8 @@ def misfits(cfg: ModelConfig, tokenizer: Tokenizer) -> list[str]:
             f"activation {cfg.activation!r} in a gated FFN: transformers' 'gated-gelu' runs gelu_new (the tanh "
             "approximation), not the exact GELU"
         )
+    if cfg.d_value != cfg.d_head:
+        problems.append(f"d_v {cfg.d_value} != d_kv {cfg.d_head}: T5's d_kv is the size of keys and values alike")
     if cfg.scale_decoder_output and not cfg.tie_output:
         problems.append("scale_decoder_output with an untied head: transformers' T5 rescales only a tied one")
     if not isinstance(tokenizer, T5Tokenizer):

@@ -235,3 +235,27 @@ def test_a_t5_checkpoint_saves_and_loads_with_every_tensor(tmp_path):
     again = Trace.load(out.trace.save(tmp_path / "trace.npz"))  # the bias passes the trace's shape checks
     for side in ("src", "tgt"):
         np.testing.assert_array_equal(again[f"pe.{side}.bias"], out.trace[f"pe.{side}.bias"])
+
+
+@torch.no_grad()
+def test_keys_and_values_of_their_own_size_run_the_papers_table_3_row_b():
+    from core.anatomy.parameters import check_parameters, parameter_table
+
+    cfg = tiny_config(d_kv=4, d_v=12)  # d_k 4 and d_v 12 with d_model 16 over 2 heads: neither is d_model / h
+    assert (cfg.d_head, cfg.d_value) == (4, 12) and tiny_config(d_kv=5).d_value == 5
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    assert check_parameters(parameter_table(cfg), model).ok
+    src, keep = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]]), torch.tensor([[1] * 5, [1, 1, 1, 0, 0]]).bool()
+    textbook, fast = Recorder(model, qkv=True), Recorder(model, qkv=True)
+    a = greedy(model, src, keep, Call(recorder=textbook, max_len=6))
+    b = greedy(model, src, keep, Call(recorder=fast, fast=FastWeights(model), max_len=6))
+    c = greedy(model, src, keep, Call(fast=FastWeights(model), max_len=6))  # fused attention, no recorder
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.tokens, c.tokens)
+    ta, tb = textbook.freeze(), fast.freeze()
+    assert ta.arrays["decoder.1.self.q"].shape[-1] == 4 and ta.arrays["decoder.1.self.v"].shape[-1] == 12
+    for name in ta.keys():
+        if ta.arrays[name].dtype == np.float32:
+            np.testing.assert_allclose(tb.arrays[name], ta.arrays[name], atol=1e-5, rtol=1e-4, err_msg=name)
+    with pytest.raises(ValueError, match="d_v must be null or a whole number"):
+        tiny_config(d_v=0)
