@@ -107,9 +107,12 @@ def build_bart_folder(path: Path, *, seed: int = 0) -> Path:
     return save(randomise(model, seed=seed), path, {"forced_bos_token_id": 0})  # as bart-large forces <s>
 
 
-def build_mbart_folder(path: Path, *, seed: int = 0, src: str = "en_XX", tgt: str = "de_DE") -> Path:
+def build_mbart_folder(
+    path: Path, *, seed: int = 0, src: str = "en_XX", tgt: str = "de_DE", start_from_language: bool = False
+) -> Path:
     """An mBART-50-style folder: sentencepiece.bpe.model and the tokenizer.json MBartTokenizer makes of it, random
-    MBartForConditionalGeneration; the decoder starts from </s> and the target language is forced first."""
+    MBartForConditionalGeneration; the decoder starts from </s> and the target language is forced first
+    (``start_from_language``: mbart-large-cc25 / en-ro style, the decoder starts from the target language's code)."""
     from transformers import MBartConfig, MBartForConditionalGeneration, MBartTokenizer
 
     path.mkdir(parents=True, exist_ok=True)
@@ -120,10 +123,13 @@ def build_mbart_folder(path: Path, *, seed: int = 0, src: str = "en_XX", tgt: st
     tokenizer.save_pretrained(path)
     shutil.copyfile(work / "sentencepiece.bpe.model", path / "sentencepiece.bpe.model")
     torch.manual_seed(seed)
+    code = tokenizer.convert_tokens_to_ids(tgt)
+    settings = dict(TINY, decoder_start_token_id=code) if start_from_language else TINY
     model = MBartForConditionalGeneration(
-        MBartConfig(vocab_size=len(tokenizer), scale_embedding=True, attn_implementation="eager", **TINY)
+        MBartConfig(vocab_size=len(tokenizer), scale_embedding=True, attn_implementation="eager", **settings)
     )
-    return save(randomise(model, seed=seed), path, {"forced_bos_token_id": tokenizer.convert_tokens_to_ids(tgt)})
+    generation = {"decoder_start_token_id": code} if start_from_language else {"forced_bos_token_id": code}
+    return save(randomise(model, seed=seed), path, generation)
 
 
 def m2m100_vocab(model: Path) -> dict[str, int]:

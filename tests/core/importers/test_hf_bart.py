@@ -8,6 +8,7 @@ beam test compares searches in which no hypothesis ends (asserted: eos is in nei
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -117,9 +118,10 @@ def test_beam_search_matches_transformers_while_no_hypothesis_ends(case):
 
 
 def test_the_languages_are_chosen_at_import_and_a_code_the_tokenizer_lacks_is_refused(case):
-    if case.name == "bart":
-        pytest.skip("BART has no language codes")
     info = case.bundle.info
+    if case.name == "bart":  # no language codes: the names are labels, the framing is <s> x </s>
+        assert (info["source_language"], info["target_language"]) == ("src", "tgt")
+        return
     assert (info["source_language"], info["target_language"]) == {
         "mbart": ("en_XX", "de_DE"),
         "m2m100": ("en", "de"),
@@ -160,3 +162,45 @@ def test_export_hf_round_trips_each_family(case):
         assert exported.tok(text).input_ids == case.bundle.encode_source(text)[0]
         assert generate(exported, text) == ours
     assert reimported.info["target_language"] == case.bundle.info["target_language"]
+
+
+def test_an_mbart_folder_that_starts_the_decoder_from_the_language_code(tmp_path):
+    """mbart-large-cc25 / en-ro style: decoder_start_token_id is the target language's code, nothing is forced."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    folder = build_mbart_folder(tmp_path / "hf", start_from_language=True)
+    bundle = core.load(hf_families.convert(folder, tmp_path / "ckpt"), device="cpu")
+    assert bundle.tokenizer.piece(bundle.config.bos_id) == "de_DE" and bundle.config.forced_bos_id is None
+    case = SimpleNamespace(
+        model=AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval(),
+        tok=AutoTokenizer.from_pretrained(folder),
+    )
+    for text in TEXTS[:2]:
+        assert bundle.encode_source(text)[0] == case.tok(text).input_ids
+        assert [int(i) for i in bundle.translate(text, max_len=MAX_NEW).trace["output.ids"]] == generate(case, text)
+
+
+def test_bad_folders_are_refused_by_file_and_field(tmp_path):
+    folder = build_mbart_folder(tmp_path / "hf")
+    (folder / "tokenizer.json").rename(tmp_path / "tokenizer.json")
+    with pytest.raises(
+        CheckpointError, match=r"tokenizer\.json: missing — a mbart folder's tokenizer is tokenizer\.json"
+    ):
+        hf_families.convert(folder, tmp_path / "out")
+    (folder / "tokenizer.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json: not a readable tokenizer\.json"):
+        hf_families.convert(folder, tmp_path / "out")
+    (tmp_path / "tokenizer.json").replace(folder / "tokenizer.json")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "activation_function": "mish"}))
+    with pytest.raises(CheckpointError, match="config.json: field activation_function is 'mish'; supported"):
+        hf_families.convert(folder, tmp_path / "out")
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": 40, "d_model": 32}))
+    with pytest.raises(
+        CheckpointError, match=r"the shared embedding has shape \(\d+, 32\), config.json implies \(40, 32\)"
+    ):
+        hf_families.convert(folder, tmp_path / "out")
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["MBartForCausalLM"]}))
+    with pytest.raises(CheckpointError, match="only MBartForConditionalGeneration"):
+        hf_families.convert(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
