@@ -202,6 +202,40 @@ class Contributions:
     def mean_logprob(self) -> float:
         return float(self.token_logprob.mean())
 
+    ARRAYS = (
+        "matrix",
+        "token_source_share",
+        "token_logprob",
+        "encoder_layers",
+        "encoder",
+        "self_layers",
+        "cross_layers",
+        "layers",
+    )
+    DETAILS = ("source_pieces", "target_pieces", "prefix_pieces", "forced", "decoder_self", "notes")
+
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """For ``Trace.with_analysis``: the arrays as 'analysis.contributions.*', the rest as JSON-able details."""
+        arrays = {f"analysis.contributions.{k}": getattr(self, k) for k in self.ARRAYS}
+        details = {k: list(v) if isinstance(v, tuple) else v for k, v in ((k, getattr(self, k)) for k in self.DETAILS)}
+        details.update(
+            source_share=self.source_share,
+            reconstruction_error=self.reconstruction_error,
+            options=self.options.to_dict(),  # the analysis's own (the shortlist off), not necessarily the trace's
+        )
+        return arrays, {"contributions": details}
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> Contributions | None:
+        """The contributions stored in ``trace`` (``to_arrays``); None when it holds none."""
+        details = dict(trace.meta.get("analysis", {})).get("contributions")
+        if not details or "analysis.contributions.matrix" not in trace:
+            return None
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(details).items()}
+        fields.update({k: np.asarray(trace[f"analysis.contributions.{k}"], dtype=np.float64) for k in cls.ARRAYS})
+        fields["options"] = InferenceOptions.from_dict(dict(details["options"]))
+        return cls(**fields)
+
     def to_dict(self, decimals: int = 5) -> dict[str, Any]:
         """JSON-able: the pieces, ``matrix``, the shares, log-probabilities and what was scored how (not the layers)."""
         return {

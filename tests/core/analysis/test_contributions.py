@@ -13,7 +13,7 @@ from conftest import build_tiny_checkpoint
 import core
 from core import InferenceOptions
 from core.analysis.alti import fold_norm
-from core.analysis.contributions import contributions, decompose, recorded_pass
+from core.analysis.contributions import Contributions, contributions, decompose, recorded_pass
 from core.analysis.value_norms import value_norms
 from core.errors import InputError
 
@@ -388,3 +388,18 @@ def test_real_checkpoints(name):
     assert list(c.target_pieces) == b.translate(text).output_tokens
     off = contributions(b, text, options=InferenceOptions(positional_encoding=False))
     assert off.reconstruction_error < 1e-4 and off.source_share != c.source_share
+
+
+@pytest.mark.parametrize("suffix", ["npz", "json"])
+def test_contributions_travel_with_an_exported_trace(bundle, tmp_path, suffix):
+    out = bundle.translate(TEXT)
+    c = contributions(bundle, TEXT, options=SWITCHES["heads off"])
+    assert Contributions.from_trace(out.trace) is None
+    path = out.trace.with_analysis(*c.to_arrays()).save(tmp_path / f"t.{suffix}")
+    back = Contributions.from_trace(core.Trace.load(path))
+    assert back is not None
+    assert back.target_pieces == c.target_pieces and back.source_pieces == c.source_pieces
+    assert back.notes == c.notes and back.forced == c.forced and back.decoder_self == c.decoder_self
+    assert back.source_share == pytest.approx(c.source_share) and back.options == c.options != out.options
+    for name in Contributions.ARRAYS:  # JSON keeps 4 decimals
+        np.testing.assert_allclose(getattr(back, name), getattr(c, name), atol=1e-4 if suffix == "json" else 1e-6)
