@@ -260,11 +260,17 @@ def test_fetch_ding_returns_existing_file(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not REAL_DING.is_file(), reason=f"real Ding file not present at {REAL_DING}")
-def test_real_corpus_ballpark() -> None:
-    pairs = read_ding(REAL_DING)
+def test_real_corpus_ballpark(tmp_path: Path) -> None:
+    """Every fifth line of the real dictionary, from all through it (the whole file took 23 s here, 128 s under
+    load): 41,248 lines gave 4,513 sentences, 91,543 phrases and 57,163 words (the whole file: 22,343 / 454,610 /
+    282,034); the bounds are those of the whole file's test, scaled."""
+    lines = REAL_DING.read_text(encoding="utf-8").splitlines(keepends=True)
+    sample = tmp_path / "de-en"
+    sample.write_text("".join(lines[1::5]), encoding="utf-8")  # line 176,432 holds the pair below
+    pairs = read_ding(sample)
     kinds = Counter(p.kind for p in pairs)
-    assert kinds["sentence"] >= 15_000
-    assert kinds["phrase"] >= 80_000 and kinds["word"] >= 100_000
+    assert kinds["sentence"] >= 3_000
+    assert kinds["phrase"] >= 16_000 and kinds["word"] >= 20_000
     assert Pair("Is there any tea left?", "Ist noch Tee übrig?", "sentence") in pairs
 
 
