@@ -6,13 +6,13 @@ runs without an exception or error box and shows what that family has."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from apptest_helpers import chart_titles, ok, texts
-from conftest import build_tiny_checkpoint
+from hf_bart_folders import build_bart_folder, build_m2m100_folder
 from hf_folders import build_t5_folder
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -24,21 +24,12 @@ from core.cli import main
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 120
-# BART and M2M100 / NLLB as their arithmetic at the tests' tiny size (core checkpoints); T5 is imported from a tiny
-# Hugging Face folder built with transformers (tests/hf_folders.py) by the command the app's importer shares
-FAMILIES: dict[str, dict[str, Any]] = {
-    "t5": {},
-    "bart": dict(
-        positional="learned",
-        max_positions=64,
-        position_offset=2,
-        separate_positions=True,
-        embed_norm=True,
-        activation="gelu",
-        scale_embedding=False,
-        output_bias=True,
-    ),
-    "m2m100": dict(pe_layout="concatenated", position_offset=2, norm="pre", activation="relu", scale_embedding=True),
+# each family imported from a tiny Hugging Face folder built with transformers (tests/hf_folders.py,
+# tests/hf_bart_folders.py) by the command the app's importer shares
+FAMILIES: dict[str, Callable[[Path], Path]] = {
+    "t5": lambda path: build_t5_folder(path, "1.1", seed=1),
+    "bart": lambda path: build_bart_folder(path, seed=2),
+    "m2m100": lambda path: build_m2m100_folder(path, seed=3),
 }
 
 
@@ -59,13 +50,10 @@ def _never_stop(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("families")
-    for i, (family, config) in enumerate(FAMILIES.items()):
-        if family == "t5":
-            folder = build_t5_folder(tmp_path_factory.mktemp("hf") / "t5", "1.1", seed=i)
-            assert main(["import-hf", str(folder), "--out", str(root / family)]) == 0
-        else:
-            build_tiny_checkpoint(root / family, seed=i, **config)
+    root, folders = tmp_path_factory.mktemp("families"), tmp_path_factory.mktemp("hf")
+    for family, build in FAMILIES.items():
+        folder = build(folders / family)
+        assert main(["import-hf", str(folder), "--out", str(root / family)]) == 0
         _never_stop(root / family)
     return root
 
@@ -88,6 +76,8 @@ def _page(family: str, page: str, monkeypatch: pytest.MonkeyPatch, **params: str
 def test_positional_page_shows_what_the_model_has(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     at = _page(family, "positional", monkeypatch)
     said, titles = texts(at), chart_titles(at)
+    family_name = {"t5": "T5 / T5 v1.1 / Flan-T5", "bart": "BART", "m2m100": "M2M100 / NLLB (dense)"}[family]
+    assert f"(family: {family_name};" in said, said  # the card says which family and where from
     if family == "t5":
         assert "relative position bias" in said and "8 distance buckets" in said, said
         assert any(t.startswith("Encoder self-attention: bias added") for t in titles), titles

@@ -39,5 +39,5 @@ def test_every_page_runs_on_an_imported_model(root: Path, page: str, monkeypatch
     assert not at.exception, [e.message for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     captions = [c.value for c in at.sidebar.caption]
-    said = [c for c in captions if c.startswith("Imported from the Hugging Face folder `opus-mt-like`, a Marian")]
+    said = [c for c in captions if c.startswith("Imported from the Hugging Face folder `opus-mt-like` (family: Marian")]
     assert said and "cc-by-4.0" in said[0], captions

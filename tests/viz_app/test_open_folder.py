@@ -66,7 +66,8 @@ def test_a_folder_is_imported_selected_and_its_card_says_where_from(root: Path, 
     captions = [c.value for c in at.sidebar.caption]
     assert any(
         c.startswith(
-            "Imported from the Hugging Face folder `Test-Org/opus-mt-tiny (snapshot 0123abcd)`, a Marian (Opus-MT)"
+            "Imported from the Hugging Face folder `Test-Org/opus-mt-tiny (snapshot 0123abcd)` "
+            "(family: Marian (Opus-MT);"
         )
         for c in captions
     ), captions
@@ -86,7 +87,9 @@ def test_a_t5_folder_is_imported_and_named_as_t5(root: Path, tmp_path: Path) -> 
     assert not at.exception, [e.message for e in at.exception]
     assert at.sidebar.selectbox(key="ckpt").value == "flan-t5-tiny"
     captions = [c.value for c in at.sidebar.caption]
-    assert any(c.startswith("Imported from the Hugging Face folder `flan-t5-tiny`, a T5") for c in captions), captions
+    assert any(c.startswith("Imported from the Hugging Face folder `flan-t5-tiny` (family: T5") for c in captions), (
+        captions
+    )
     assert not at.error, [e.value for e in at.error]
 
 

@@ -88,7 +88,8 @@ def family(info: dict[str, Any]) -> str:
     if not isinstance(imported, dict):
         return ""
     kind = str(imported.get("family") or str(imported.get("format", "")).removeprefix("huggingface-"))
-    return OPENED[kind][0] if kind in OPENED else kind
+    names = {key.replace("_", ""): name for key, (name, _) in OPENED.items()}  # 'm2m100' is model_type 'm2m_100'
+    return names.get(kind.replace("_", ""), kind)
 
 
 def provenance(info: dict[str, Any]) -> str:
@@ -97,7 +98,7 @@ def provenance(info: dict[str, Any]) -> str:
     if isinstance(imported, dict):
         folder = folder_label(str(imported.get("folder", "?")))
         licence = imported.get("licence") or "not stated"
-        return f"Imported from the Hugging Face folder `{folder}`, a {family(info)} model (licence: {licence})."
+        return f"Imported from the Hugging Face folder `{folder}` (family: {family(info)}; licence: {licence})."
     origin = info.get("origin")
     if isinstance(origin, dict):
         return (
