@@ -54,6 +54,9 @@ class Architecture:
     norm_kind: Literal["layer", "rms"] = "layer"  # rms: a gain per feature, no bias (T5)
     gated_ffn: bool = False  # a second input projection the activation multiplies (T5 v1.1)
     relative_buckets: int = 32  # positional 'relative': T5's bias, one value per bucket and head in each stack
+    position_offset: int = 0  # rows of a learned table before position 0 (BART's 2): P = max_positions + these
+    separate_positions: bool = False  # learned positions: one table per side (BART, mBART)
+    embed_norm: bool = False  # a norm on each side's embeddings + positions (BART's layernorm_embedding)
 
     def __post_init__(self) -> None:
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
@@ -83,6 +86,9 @@ class Architecture:
             norm_kind=config.norm_kind,
             gated_ffn=config.gated_ffn,
             relative_buckets=config.relative_buckets,
+            position_offset=config.position_offset,
+            separate_positions=config.separate_positions,
+            embed_norm=config.embed_norm,
         )
 
     @property
@@ -97,7 +103,7 @@ class Architecture:
             "V": self.tgt_vocab,
             "V_src": self.src_vocab,
             "V_tgt": self.tgt_vocab,
-            "P": self.max_positions,
+            "P": self.max_positions + self.position_offset,
             "B": self.relative_buckets,
         }
 
@@ -302,9 +308,14 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
         ),
     ]
     if arch.positional == "learned":
-        label, terms = "learned positions (one table, both sides)", [(1, ("P", "d_model"))]
-        pieces = [Piece("P", (arch.max_positions, arch.d_model), "positions.embedding.weight")]
-        blocks.append(_block(arch, "positions", "embeddings", label, terms, pieces))
+        rows = arch.max_positions + arch.position_offset
+        tables = [("positions", "positions", "one table, both sides")]
+        if arch.separate_positions:  # BART: the source's table is "positions", the target's its own
+            tables = [("positions", "positions", "source"), ("positions.tgt", "tgt_positions", "target")]
+        for name, key, which in tables:
+            label = f"learned positions ({which})"
+            pieces = [Piece("P", (rows, arch.d_model), f"{key}.embedding.weight")]
+            blocks.append(_block(arch, name, "embeddings", label, [(1, ("P", "d_model"))], pieces))
     elif arch.positional == "relative":  # T5: no absolute positions; a bias per bucket and head in each stack
         for stack in ("encoder", "decoder"):
             label = f"relative position bias ({stack}: buckets × heads)"
@@ -312,6 +323,10 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
             blocks.append(_block(arch, f"positions.{stack}", "embeddings", label, [(1, ("B", "h"))], pieces))
     else:
         blocks.append(_block(arch, "positions", "embeddings", "sinusoidal positions (computed, not learned)", [], []))
+    if arch.embed_norm:  # BART's layernorm_embedding, one per side
+        for side in ("src", "tgt"):
+            label = f"embedding norm ({'source' if side == 'src' else 'target'})"
+            blocks.append(norm_block(arch, f"embed_norm.{side}", "embeddings", f"{side}_embed_norm", label))
     for i in range(arch.n_encoder_layers):
         g, key = layer_name("encoder", i), f"encoder_layers.{i}"
         blocks += [

@@ -27,6 +27,16 @@ VARIANTS = [
     {"tie_output": False, "output_bias": True},
     {"positional": "learned", "max_positions": 50},
     {"n_encoder_layers": 3, "n_decoder_layers": 1, "d_ff": 24, "n_heads": 4},
+    # BART (learned tables per side from row 2, embedding norms) and mBART (the same, pre-norm)
+    {
+        "positional": "learned",
+        "max_positions": 50,
+        "position_offset": 2,
+        "separate_positions": True,
+        "embed_norm": True,
+    },
+    {"positional": "learned", "position_offset": 2, "separate_positions": True, "embed_norm": True, "norm": "pre"},
+    {"pe_layout": "concatenated", "position_offset": 2, "norm": "pre"},  # M2M100 / NLLB
 ]
 
 
