@@ -115,6 +115,23 @@ def test_value_weighted_norms_are_the_second_view_on_request(root: Path) -> None
     assert "value-weighted norms L2" in texts(at)
 
 
+def test_contributions_exported_with_the_trace_replay_without_the_model(root: Path, tmp_path: Path) -> None:
+    bundle = core.load(root / "tiny", device="cpu")
+    out = bundle.translate(TEXT)
+    c = contributions(bundle, TEXT)
+    bare = out.trace.save(tmp_path / "bare.npz")
+    path = out.trace.with_analysis(*c.to_arrays()).save(tmp_path / "t.npz")
+    for saved in (bare, path):
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.query_params.update({"page": "explain", "explain_tab": TAB})
+        at.session_state["_replay"] = core.Translation(core.Trace.load(saved))
+        ok(at.run(timeout=TIMEOUT))
+        if saved == bare:
+            assert "This runs the model again" in texts(at) and not at.get("plotly_chart")
+    assert "Replayed from the saved trace" in texts(at) and len(chart_titles(at)) == 2
+    np.testing.assert_allclose(array(_specs(at)[0]["data"][0]["y"]), c.token_source_share, atol=1e-4)
+
+
 def test_the_steps_page_shows_each_steps_source_share(root: Path) -> None:
     at = _open("steps")
     c = contributions(core.load(root / "tiny", device="cpu"), TEXT)

@@ -14,10 +14,11 @@ from core.analysis.attribution import spearman
 from core.analysis.contributions import Contributions
 from viz_app import claims_explain
 from viz_app.cache import peek
+from viz_app.explain import analysis_store
 from viz_app.explain.attribution import IG_STEPS
-from viz_app.explain.common import how_to_read, needs_model
+from viz_app.explain.common import how_to_read, needs_model, replaying
 from viz_app.figures import sources, style
-from viz_app.session import checkpoints, errors, runs, selection, trace_replay
+from viz_app.session import checkpoints, errors, runs, selection
 from viz_app.widgets import export
 
 ALTI = "ALTI+ (source part)"
@@ -32,7 +33,9 @@ def tab(out: core.Translation) -> None:
         "A word with a low source share may come from the prefix alone — a fluent continuation, not a translation; "
         "a whole translation with a low share is how detached hallucinations show (Dale et al., 2023)."
     )
-    if needs_model():
+    note = selection.options_note(out.options, 1)
+    if replaying():
+        _replayed(out, note)
         return
     path, text, key = checkpoints.ckpt_path(), selection.sentence(), runs.options_key(out.options)
     typed = st.text_input(
@@ -45,19 +48,11 @@ def tab(out: core.Translation) -> None:
     c = errors.guarded(lambda: runs.contributions(path, text, key, typed or None), "Cannot score this translation.")
     if c is None:
         return
-    for note in c.notes:
-        st.info(note, icon=":material/info:")
+    if not typed:
+        analysis_store.remember(out, *c.to_arrays())  # the export below carries it
     shares = errors.guarded(lambda: runs.builtin_source_shares(path, key))
     threshold = None if shares is None else claims_explain.low_share_threshold(shares[1])
-    note = selection.options_note(out.options, 1)
-    who = "your translation (teacher-forced)" if typed else "the model's translation"
-    fig = sources.source_share_bars(
-        c.target_pieces,
-        c.token_source_share,
-        threshold,
-        title=style.titled(f"Source share of each word of {who}", note),
-    )
-    export.chart(fig, "source_share", key="explain_source_share")
+    _shares(c, threshold, note)
     if shares is not None and threshold is not None:
         shown = [style.token_text(t) for t in c.target_pieces]  # '␣para', not the raw '▁para'
         st.markdown(claims_explain.low_share_note(shown, c.token_source_share, threshold))
@@ -70,6 +65,34 @@ def tab(out: core.Translation) -> None:
     if run is not None:
         _maps(run, c, note, None if typed else (path, text, key))
     _value_norms(c, path, text, key, typed or None, note)
+
+
+def _replayed(out: core.Translation, note: str) -> None:
+    """A saved trace: the contributions it holds (exported from this tab), else what it takes to compute them."""
+    c = Contributions.from_trace(out.trace)
+    if c is None:
+        needs_model()
+        return
+    _shares(c, None, note)
+    st.caption(
+        "Replayed from the saved trace. Comparing with the built-in sentences, scoring a typed translation and "
+        "integrated gradients run the model: close the saved trace for them."
+    )
+    _maps(out, c, note, None)
+
+
+def _shares(c: Contributions, threshold: float | None, note: str) -> None:
+    """The notes, and each output word's source share as a bar (below ``threshold`` marked)."""
+    for said in c.notes:
+        st.info(said, icon=":material/info:")
+    who = "your translation (teacher-forced)" if c.forced else "the model's translation"
+    fig = sources.source_share_bars(
+        c.target_pieces,
+        c.token_source_share,
+        threshold,
+        title=style.titled(f"Source share of each word of {who}", note),
+    )
+    export.chart(fig, "source_share", key="explain_source_share")
 
 
 def _maps(run: core.Translation, c: Contributions, note: str, greedy: tuple[str, str, runs.OptionsKey] | None) -> None:
@@ -152,7 +175,7 @@ def _ig_agreement(c: Contributions, path: str, text: str, key: runs.OptionsKey) 
 def step_share(shown: core.Translation, step: int, forced: bool) -> None:
     """Step-by-step decoding's line for ``step`` of ``shown``: its source share (ALTI+). The greedy translation is
     scored as decoded; a beam's winner or a "what if" translation (``forced``) teacher-forced on its text."""
-    if trace_replay.replay() is not None or not checkpoints.selected():
+    if replaying() or not checkpoints.selected():
         return
     path, text, key = checkpoints.ckpt_path(), selection.sentence(), runs.options_key(shown.options)
     greedy = shown.beam_size == 1 and not forced
