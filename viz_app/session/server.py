@@ -42,6 +42,7 @@ LAZY_MODULES = (
     "plotly.graph_objs.layout.shape._line",
     "viz_app.figures.masking",
     "viz_app.figures.positional",
+    *("viz_app.figures.relative_bias", "viz_app.positional.relative"),  # the Positional-encoding page's T5 tabs
     "viz_app.figures.decoding",
     "viz_app.figures.learn",
     "viz_app.figures.head_roles",
