@@ -15,24 +15,29 @@ from pathlib import Path
 
 from conftest import build_tiny_checkpoint
 
+from viz_app.page_table import PAGE_ROWS
+
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ["head", "masks", "positional", "steps", "heads", "learn", "explain", "overview", "map"]
+VIEWS = {row.key: row.view for row in PAGE_ROWS}  # page key -> its file under viz_app/views/
 
 SCRIPT = r"""
 import json, sys
 from streamlit.testing.v1 import AppTest
 
-def visit(page):
-    at = AppTest.from_file(sys.argv[1], default_timeout=120)
-    at.query_params.update({"page": page, "text": "The cat sleeps on the warm chair."})
-    at.run(timeout=120)
+def problems(at):
     return [e.message for e in at.exception] + [e.value for e in at.error]
 
-found = {"first": visit("overview"), "warm": sorted(sys.modules), "pages": {}}
-for page in sys.argv[2:]:
+# one session visits the pages in turn (a module imported is imported for the whole process, whichever session
+# imports it): a fresh AppTest per page ran the app script twice per visit
+at = AppTest.from_file(sys.argv[1], default_timeout=120)
+at.query_params.update({"page": "overview", "text": "The cat sleeps on the warm chair."})
+at.run(timeout=120)
+found = {"first": problems(at), "warm": sorted(sys.modules), "pages": {}}
+for page, view in json.loads(sys.argv[2]).items():
     before = set(sys.modules)
-    problems = visit(page)
-    found["pages"][page] = {"new": sorted(set(sys.modules) - before), "problems": problems}
+    at.switch_page(f"views/{view}.py").run(timeout=120)
+    found["pages"][page] = {"new": sorted(set(sys.modules) - before), "problems": problems(at)}
 print("RESULT " + json.dumps(found))
 """
 
@@ -41,7 +46,7 @@ def test_no_page_imports_a_module_on_its_first_visit(tmp_path: Path) -> None:
     build_tiny_checkpoint(tmp_path / "tiny", seed=3)
     env = {**os.environ, "LAB_CHECKPOINT_ROOT": str(tmp_path), "LAB_CHECKPOINT": "tiny", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(REPO / "viz_app" / "app.py"), *PAGES],
+        [sys.executable, "-c", SCRIPT, str(REPO / "viz_app" / "app.py"), json.dumps({p: VIEWS[p] for p in PAGES})],
         capture_output=True,
         text=True,
         env=env,
