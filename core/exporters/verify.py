@@ -4,6 +4,7 @@ here, only when a check runs, and a missing one is reported instead of raised.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 
 from ..bundle import Bundle
 from ..checkpoint import place
+from ..config import ModelConfig
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
@@ -87,7 +89,9 @@ def check(report: dict[str, Any], out: Path) -> None:
 def verify_ct2(
     folder: Path, model: Transformer, tokenizer: Tokenizer, info: dict[str, Any], *, text: str | None = None
 ) -> dict[str, Any]:
-    """Load the CTranslate2 model in ``folder`` and compare its greedy tokens with core's on one sentence."""
+    """Load the CTranslate2 model in ``folder`` and compare its greedy tokens with core's on one sentence (a forced
+    first output, the target language, given as CTranslate2's ``target_prefix``). Ids are named as CTranslate2's
+    vocabulary names them (rows beyond the tokenizer get names of its own)."""
     try:
         import ctranslate2  # an optional extra: only when a check runs
     except ImportError:
@@ -95,8 +99,15 @@ def verify_ct2(
     text = probe_text(info, text)
     src_ids, out_ids = core_greedy(model, tokenizer, info, text)
     translator = ctranslate2.Translator(str(folder), device="cpu")
-    result = translator.translate_batch([tokenizer.pieces(src_ids)], beam_size=1, max_decoding_length=len(out_ids))
-    ours = tokenizer.pieces([i for i in out_ids if i != model.config.eos_id])
+    names = ct2_vocabulary(folder)
+    prefix = ct2_target_prefix(folder, model.config, names)
+    result = translator.translate_batch(
+        [[names[i] for i in src_ids]],
+        target_prefix=[prefix] if prefix else None,
+        beam_size=1,
+        max_decoding_length=len(out_ids),
+    )
+    ours = [names[i] for i in out_ids if i != model.config.eos_id]
     return {
         "verified": True,
         "library": "ctranslate2",
@@ -104,6 +115,25 @@ def verify_ct2(
         "same_greedy_ids": result[0].hypotheses[0] == ours,
         "tokens": len(out_ids),
     }
+
+
+def ct2_vocabulary(folder: Path) -> list[str]:
+    """The target vocabulary of the CTranslate2 model in ``folder``: the name of each id."""
+    for name in ("shared_vocabulary", "target_vocabulary"):
+        if (folder / f"{name}.json").is_file():
+            return list(json.loads((folder / f"{name}.json").read_text(encoding="utf-8")))
+        if (folder / f"{name}.txt").is_file():
+            return (folder / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+    raise CheckpointError(f"{folder}: no CTranslate2 vocabulary file (shared_vocabulary.json)")
+
+
+def ct2_target_prefix(folder: Path, cfg: ModelConfig, names: list[str]) -> list[str]:
+    """The target_prefix CTranslate2 needs to decode as the lab does: the forced first output (the target language),
+    after the lab's start token when the model's config.json has no ``decoder_start_token`` (CTranslate2 then starts
+    from the prefix's first token, as it converts mBART). Its hypotheses hold the forced token, not the start."""
+    forced = [] if cfg.forced_bos_id is None else [names[cfg.forced_bos_id]]
+    start = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("decoder_start_token")
+    return forced if start is not None else [names[cfg.bos_id], *forced]
 
 
 def describe(report: dict[str, Any]) -> str:
