@@ -108,22 +108,41 @@ def state_from_bart(f: HFBartFolder, cfg: ModelConfig) -> dict[str, torch.Tensor
     return state
 
 
-def card_text(*, name: str, f: HFBartFolder, model: Transformer, languages: tuple[str, str], command: str) -> str:
+def card_text(
+    *,
+    name: str,
+    f: HFBartFolder,
+    model: Transformer,
+    tokenizer: FastTokenizer | M2M100VocabTokenizer,
+    languages: tuple[str, str],
+    command: str,
+) -> str:
+    """The checkpoint's card.md: which family, its size, where it came from and what the conversion did."""
     cfg = model.config
     family = FAMILY_NAMES[f.family]
-    forced = (
-        "" if cfg.forced_bos_id is None else f" and always emits id {cfg.forced_bos_id} first (the target language)"
-    )
     positions = (
         "learned, one table per side, read from row 2 (`BartLearnedPositionalEmbedding`'s offset)"
         if cfg.positional == "learned"
-        else "fairseq's sinusoids (sines then cosines) from row 2, as `M2M100SinusoidalPositionalEmbedding`"
+        else "fairseq's sinusoids (sines then cosines) read from row 2 (`M2M100SinusoidalPositionalEmbedding`)"
     )
+    norms = "post-norm" if cfg.norm == "post" else "pre-norm, a LayerNorm after each stack"
+    if cfg.embed_norm:
+        norms += ", a LayerNorm on the embeddings (`layernorm_embedding`)"
+    start = f"{cfg.bos_id} (`{tokenizer.piece(cfg.bos_id)}`)"
+    forced = (
+        ""
+        if cfg.forced_bos_id is None
+        else f", then always {cfg.forced_bos_id} (`{tokenizer.piece(cfg.forced_bos_id)}`)"
+    )
+    around = tokenizer.framing
+    framed = " ".join(f"`{p}`" for p in [*tokenizer.pieces(around.prefix), "…", *tokenizer.pieces(around.suffix)])
+    version = f.config.get("transformers_version") or "not recorded"
+    layers = f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"
+    size = f"{model.n_parameters():,} parameters; {layers}, d_model {cfg.d_model}"
     return f"""# {name}: imported from a Hugging Face {family} folder
 
-Converted from the local folder `{f.folder.resolve()}` (written by transformers
-{f.config.get("transformers_version") or "(version not recorded)"}). All credit for the model goes to its authors; this
-checkpoint only converts it so the lab can show its attention.
+Converted from the local folder `{f.folder.resolve()}` (written by transformers {version}). All credit for the
+model goes to its authors; this checkpoint only converts it so the lab can show its attention.
 
 ## Licence
 
@@ -134,24 +153,22 @@ Keep the original folder's licence and credits with this checkpoint.
 ## Model
 
 * family: {family} (`model_type` {f.model_type!r}); {languages[0]} → {languages[1]}.
-* {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, FFN {cfg.d_ff}
-  ({cfg.activation}), {model.n_parameters():,} parameters, vocabulary {cfg.src_vocab_size:,}.
-* {"post-norm (BART)" if cfg.norm == "post" else "pre-norm, with a LayerNorm after each stack"}; positions: {positions};
-  {"a LayerNorm on the embeddings (layernorm_embedding); " if cfg.embed_norm else ""}embeddings
-  {"scaled by sqrt(d_model)" if cfg.scale_embedding else "not scaled"}; output bias
-  {"final_logits_bias" if cfg.output_bias else "none"}.
-* decoding starts from id {cfg.bos_id}{forced}.
+* size: {size}, {cfg.n_heads} heads,
+  FFN {cfg.d_ff} ({cfg.activation}), vocabulary {cfg.src_vocab_size:,}.
+* {norms}; positions: {positions}; embeddings {"scaled by sqrt(d_model)" if cfg.scale_embedding else "not scaled"};
+  output bias {"`final_logits_bias`" if cfg.output_bias else "none"}.
+* a source is read as {framed} (its pieces at …); the decoder starts from {start}{forced}.
 
 ## Conversion
 
 ```
-{command}
+{command or "core.importers.hf_bart.convert (no command line)"}
 ```
 
 `core/importers/hf_bart.py` read `{CONFIG}` and `{WEIGHTS}` (safetensors; a pickled file is never opened) and mapped
 every tensor by name. Not carried over: generation settings (beam size, length penalty, `no_repeat_ngram_size`,
-`forced_eos_token_id`) — choose greedy or beam search in the app or the command line.
-`config.json` records the source under `imported_from`.
+`forced_eos_token_id`) — choose greedy or beam search in the app or the command line. `config.json` records the
+source under `imported_from`.
 """
 
 
@@ -197,5 +214,5 @@ def convert(
             dtype=str(dtype).replace("torch.", ""),
             extra={"tokenizer": spec, "imported_from": origin},
         )
-        card = card_text(name=out.name, f=f, model=model, languages=(src, tgt), command=command)
+        card = card_text(name=out.name, f=f, model=model, tokenizer=tokenizer, languages=(src, tgt), command=command)
         return save_with_files(model, files, out, card=card, meta=meta, dtype=dtype)

@@ -76,6 +76,16 @@ def test_source_ids_and_text_are_the_folders_own_tokenizers(case):
     assert tokenizer.piece(case.bundle.config.forced_bos_id) == FORCED[case.name]
 
 
+def test_the_card_says_the_family_its_size_and_where_it_came_from(case):
+    card = (case.root / "ckpt" / "card.md").read_text()
+    family = {"bart": "BART", "mbart": "mBART", "m2m100": "M2M100", "nllb": "NLLB"}[case.name]
+    assert f"imported from a Hugging Face {family}" in card
+    assert f"size: {case.bundle.model.n_parameters():,} parameters; 2+2 layers, d_model 32" in card
+    assert f"`{case.folder.resolve()}`" in card and "python -m core import-hf" in card
+    assert f"then always {case.bundle.config.forced_bos_id} (`{FORCED[case.name]}`)" in card
+    assert case.bundle.info["imported_from"]["family"] == case.name
+
+
 def test_greedy_ids_and_every_heads_attention_match_transformers(case):
     cfg = case.bundle.config
     outputs = set()
