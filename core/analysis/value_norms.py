@@ -22,7 +22,7 @@ from ..config import InferenceOptions
 from ..model import Transformer
 from ..trace import Trace
 from .alti import head_vectors, value_vectors
-from .contributions import BlockKey, as_float64, attention_of, head_scale, recorded_pass, scored_ids
+from .decomposition import BlockKey, as_float64, attention_of, head_scale, recorded_pass, scored_ids
 
 
 @dataclass(frozen=True)

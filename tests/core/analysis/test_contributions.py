@@ -13,7 +13,8 @@ from conftest import build_tiny_checkpoint
 import core
 from core import InferenceOptions
 from core.analysis.alti import fold_norm
-from core.analysis.contributions import Contributions, contributions, decompose, recorded_pass
+from core.analysis.contributions import Contributions, contributions
+from core.analysis.decomposition import decompose, recorded_pass
 from core.analysis.value_norms import value_norms
 from core.errors import InputError
 

@@ -1,0 +1,168 @@
+"""One recorded teacher-forced pass, and every attention block (and SSRU) of it decomposed (``core.analysis.alti``).
+
+The pass goes through a ``Call`` with the analysis's options and the bundle's fast weights, as the bundle's runs do,
+recording q/k/v and activations; each block is decomposed from what was recorded (attention weights, values, the
+residual stream entering it, SSRU gates) and beside it is what the run computed there (from the recorded head
+outputs through the block's own output projection and norm), so every decomposition is checked against the run.
+Shared by ``contributions`` and ``value_norms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention
+from ..bundle import Bundle
+from ..call import Call
+from ..config import InferenceOptions
+from ..decoding import suppress
+from ..errors import InputError
+from ..layers import SSRU
+from ..model import Transformer
+from ..recorder import Recorder
+from ..sites import AttentionKind, attention_array, layer_input_site
+from ..trace import Trace
+from .alti import Block, attention_block, ssru_block
+
+BlockKey = tuple[AttentionKind, int]  # ('encoder', 0), ('decoder', 1) (an SSRU too), ('cross', 1)
+
+
+@dataclass(frozen=True)
+class Decomposed:
+    """One block decomposed, beside what the run computed there (from its recorded head outputs or SSRU input)."""
+
+    block: Block
+    actual: Tensor  # (Tq, D)
+
+    @property
+    def error(self) -> float:
+        """The largest |decomposed - actual| over the block's output."""
+        return float((self.block.output - self.actual.to(self.block.output)).abs().max())
+
+
+def as_float64(a: np.ndarray) -> Tensor:
+    """A recorded array as a float64 CPU tensor (the decomposition's precision)."""
+    return torch.from_numpy(np.array(a, dtype=np.float64))
+
+
+def head_scale(options: InferenceOptions, kind: AttentionKind, layer: int, n_heads: int) -> Tensor:
+    """(H,) each head's multiplier in a run with ``options``: 0 for a head switched off, else 1."""
+    scale = torch.ones(n_heads, dtype=torch.float64)
+    scale[list(options.ablated_heads(kind, layer))] = 0.0
+    return scale
+
+
+def attention_of(model: Transformer, kind: AttentionKind, layer: int) -> MultiHeadAttention:
+    """The attention module of block (kind, layer); ValueError when the model has none there (an SSRU decoder)."""
+    if kind == "encoder":
+        module: MultiHeadAttention | None = list(model.encoder_layers)[layer].self_attn
+    else:
+        decoder = list(model.decoder_layers)[layer]
+        module = decoder.cross_attn if kind == "cross" else decoder.self_attn
+    if module is None:
+        raise ValueError(f"this model has no {kind} attention in layer {layer} (an SSRU decoder)")
+    return module
+
+
+def decompose(model: Transformer, trace: Trace) -> dict[BlockKey, Decomposed]:
+    """Every attention block (and SSRU) of one recorded pass decomposed, in the model's order (``iter_blocks``; this
+    keeps every block's (Tq, K, D) vectors at once: for a long sentence, iterate instead)."""
+    return dict(iter_blocks(model, trace))
+
+
+@torch.no_grad()
+def iter_blocks(model: Transformer, trace: Trace) -> Iterator[tuple[BlockKey, Decomposed]]:
+    """Each attention block (and SSRU) of one recorded pass decomposed, one at a time, in the model's order.
+
+    ``trace``: a teacher-forced pass recorded with ``qkv=True, activations=True`` (``recorded_pass``)."""
+    cfg = model.config
+    pre = cfg.norm == "pre"
+    options = trace.options
+
+    def attend(kind: AttentionKind, layer: int, norm: nn.Module, x: Tensor) -> Decomposed:
+        attn = attention_of(model, kind, layer)
+        values = as_float64(trace.qkv(kind, layer)[2])  # (H, Tk, dv)
+        block = attention_block(
+            as_float64(trace.attention(kind, layer)),
+            values,
+            attn.out_proj,
+            x,
+            head_scale(options, kind, layer, values.shape[0]),
+            cross=kind == "cross",
+            norm=None if pre else norm,
+        )
+        with torch.no_grad():
+            heads = torch.from_numpy(np.array(trace[attention_array(kind, layer, "heads")]))[None].to(model_device)
+            a = attn.output(heads)[0].double().cpu()  # (Tq, D)
+            return Decomposed(block, _finish(norm, x, a, pre))
+
+    model_device = next(model.parameters()).device
+    for layer, enc in enumerate(model.encoder_layers):
+        x = as_float64(trace[layer_input_site("encoder", layer)])
+        yield ("encoder", layer), attend("encoder", layer, enc.self_attn_norm, x)
+    for layer, dec in enumerate(model.decoder_layers):
+        x = as_float64(trace[layer_input_site("decoder", layer)])
+        if dec.ssru is not None:
+            own = _ssru(dec.ssru, dec.self_attn_norm, x, as_float64(trace.gates(layer)), pre)
+        else:
+            own = attend("decoder", layer, dec.self_attn_norm, x)
+        yield ("decoder", layer), own
+        yield ("cross", layer), attend("cross", layer, dec.cross_attn_norm, own.actual)  # reads the self block's output
+
+
+def _finish(norm: nn.Module, x: Tensor, y: Tensor, pre: bool) -> Tensor:
+    """The block's output as the layer computes it: x + y with pre-norm, norm(x + y) with post-norm."""
+    return x + y if pre else _apply(norm, x + y)
+
+
+def _apply(module: nn.Module, x: Tensor) -> Tensor:
+    """``module`` (a norm) on x (T, D) in its own dtype and device, back as float64 on the CPU."""
+    p = next(module.parameters(), None)
+    with torch.no_grad():
+        return module(x if p is None else x.to(p)).double().cpu()
+
+
+def _ssru(cell: SSRU, norm: nn.Module, x: Tensor, gates: Tensor, pre: bool) -> Decomposed:
+    inputs = _apply(norm, x) if pre else x  # what the cell reads
+    block = ssru_block(inputs, gates, cell.W.weight.detach().cpu(), x, None if pre else norm)
+    with torch.no_grad():
+        p = cell.W.weight
+        h, _, _ = cell(inputs.to(p)[None], None)
+    return Decomposed(block, _finish(norm, x, h[0].double().cpu(), pre))
+
+
+def recorded_pass(
+    bundle: Bundle, src_ids: list[int], out_ids: list[int], options: InferenceOptions
+) -> tuple[Trace, np.ndarray]:
+    """One teacher-forced pass over ``out_ids`` recorded with q/k/v and activations, through a ``Call`` with
+    ``options`` and the bundle's fast weights (as its runs): the trace and log p of each output id (T,)."""
+    model, cfg = bundle.model, bundle.config
+    recorder = Recorder(model, qkv=True, activations=True)
+    src = torch.tensor([src_ids], device=bundle.device)  # (1, Ts)
+    tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=bundle.device)  # (1, T)
+    with torch.inference_mode():
+        logits = model(src, tgt, Call(options, recorder, bundle.fast), src_keep=torch.ones_like(src, dtype=torch.bool))
+        logp = suppress(torch.log_softmax(logits[0].float(), -1), cfg, float("-inf"))  # (T, V)
+        chosen = logp.gather(-1, torch.tensor(out_ids, device=logp.device)[:, None])[:, 0]
+    return recorder.freeze(bundle.tokenizer.piece), chosen.cpu().numpy().astype(np.float64)
+
+
+def scored_ids(
+    bundle: Bundle, text: str, translation: str | None, options: InferenceOptions
+) -> tuple[list[int], list[int], bool]:
+    """What an analysis of ``text`` scores: the source ids, the output ids (the model's own greedy translation, or
+    ``translation`` encoded), and whether each output token needs a pass of its own (greedy with the causal mask
+    off: each step saw only the words before it). InputError on unusable text or options."""
+    options.whole_vocabulary("contributions")
+    src_ids, _ = bundle.encode_source(text)
+    if translation is None:
+        out = bundle.translate(text, options, record_qkv=False)
+        return src_ids, [int(i) for i in out.trace["output.ids"]], not options.causal_mask
+    if not isinstance(translation, str):
+        raise InputError(f"translation must be text (a str) or None, got {type(translation).__name__}")
+    return src_ids, bundle.encode_target(translation), False
