@@ -58,7 +58,9 @@ def extra_ids(folder: Path, tokenizer_config: dict[str, Any]) -> int:
         sentinels = [t for t in listed or [] if isinstance(t, str) and t.startswith("<extra_id_")]
         value = len(sentinels) if sentinels else DEFAULT_EXTRA_IDS
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10_000:
-        raise CheckpointError(f"{folder / TOKENIZER_CONFIG}: field extra_ids must be a whole number, got {value!r}")
+        raise CheckpointError(
+            f"{folder / TOKENIZER_CONFIG}: field extra_ids must be a whole number from 0 to 10,000, got {value!r}"
+        )
     return value
 
 
