@@ -108,22 +108,12 @@ def bias_grid(
             col=h % cols + 1,
         )
     base_layout(fig, title, height=rows * 300 + 90)
-    fig.update_layout(plot_bgcolor=MASKED_BG)
+    fig.update_layout(plot_bgcolor=MASKED_BG)  # the squares fill their plots: only blocked (NaN) cells show it
     for h in range(n_heads):  # tokens on the first column's rows and the bottom row's columns only
         row, col = h // cols + 1, h % cols + 1
-        fig.update_yaxes(
-            **token_axis(q_tokens, "query" if col == 1 else "", max_ticks=TICKS),
-            autorange="reversed",
-            showticklabels=col == 1,
-            row=row,
-            col=col,
-        )
+        y_axis = token_axis(q_tokens, "query" if col == 1 and row == 1 else "", max_ticks=TICKS, note=False)
+        fig.update_yaxes(**y_axis, range=[n_q - 0.5, -0.5], showticklabels=col == 1, row=row, col=col)
         bottom = h + cols >= n_heads
-        fig.update_xaxes(
-            **token_axis(k_tokens, "key" if bottom else "", max_ticks=TICKS),
-            tickangle=-60,
-            showticklabels=bottom,
-            row=row,
-            col=col,
-        )
+        x_axis = token_axis(k_tokens, "key" if bottom and col == 1 else "", max_ticks=TICKS, note=False)
+        fig.update_xaxes(**x_axis, range=[-0.5, n_k - 0.5], tickangle=-60, showticklabels=bottom, row=row, col=col)
     return fig
