@@ -155,3 +155,18 @@ def test_source_maps_share_one_scale_and_scale_rows() -> None:
     np.testing.assert_allclose(fig.data[0].z, [[0.5, 0.5], [0.0, 0.0]])  # a row of zeros stays 0
     np.testing.assert_allclose(fig.data[1].z, [[0.25, 0.75], [0.5, 0.5]])
     assert [a.text for a in fig.layout.annotations] == ["a", "b"]
+
+
+def test_a_what_if_branch_shows_the_alternatives_share(root: Path) -> None:
+    bundle = core.load(root / "tiny", device="cpu")
+    free = bundle.translate(TEXT)
+    own = [int(i) for i in free.trace["output.ids"]]
+    other = next(int(i) for i in free.trace["output.top_ids"][1] if int(i) != own[1])
+    alt = bundle.translate(TEXT, prefix=[own[0], other])
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": "steps", "text": TEXT, "step": "2", "whatif": f"{own[0]}.{other}"})
+    ok(at.run(timeout=TIMEOUT))
+    line = next(x.value for x in at.caption if x.value.startswith("Source share at this step (ALTI+)"))
+    scored = contributions(bundle, TEXT, translation=alt.text).token_source_share[1]  # the alternative, forced
+    assert f"{scored:.1%} of the decoder's representation" in line
+    assert f"{contributions(bundle, TEXT).token_source_share[1]:.1%} of" not in line

@@ -24,6 +24,7 @@ SWITCHES = {
     "as trained": InferenceOptions(),
     "PE off": InferenceOptions(positional_encoding=False),
     "causal mask off": InferenceOptions(causal_mask=False),
+    "padding mask off": InferenceOptions(padding_mask=False),
     "heads off": InferenceOptions(ablate=frozenset({("encoder", 0, 1), ("cross", 1, 0)})),
 }
 
