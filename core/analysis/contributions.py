@@ -156,12 +156,18 @@ def _np(ts: list[Tensor]) -> np.ndarray:
 
 
 def contributions(
-    bundle: Bundle, text: str, *, translation: str | None = None, options: InferenceOptions | None = None
+    bundle: Bundle,
+    text: str,
+    *,
+    translation: str | None = None,
+    options: InferenceOptions | None = None,
+    truncate: bool = False,
 ) -> Contributions:
     """ALTI+ contributions of every output token of ``text``'s translation: the model's own greedy translation
-    (``translation=None``) or ``translation`` teacher-forced. InputError on unusable text or options."""
+    (``translation=None``) or ``translation`` teacher-forced. ``truncate``: a source beyond the model's limit is cut
+    as ``Bundle.translate`` cuts it (the app does); else InputError, as on unusable text or options."""
     options = bundle.check_options(options)
-    src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options)
+    src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options, truncate)
     notes: list[str] = []
     if bundle.config.decoder_self == "ssru":
         notes.append(

@@ -153,15 +153,16 @@ def recorded_pass(
 
 
 def scored_ids(
-    bundle: Bundle, text: str, translation: str | None, options: InferenceOptions
+    bundle: Bundle, text: str, translation: str | None, options: InferenceOptions, truncate: bool = False
 ) -> tuple[list[int], list[int], bool]:
     """What an analysis of ``text`` scores: the source ids, the output ids (the model's own greedy translation, or
     ``translation`` encoded), and whether each output token needs a pass of its own (greedy with the causal mask
-    off: each step saw only the words before it). InputError on unusable text or options."""
+    off: each step saw only the words before it). ``truncate``: a source beyond the model's limit is cut as
+    ``Bundle.translate(truncate=True)`` cuts it (else InputError). InputError on unusable text or options."""
     options.whole_vocabulary("contributions")
-    src_ids, _ = bundle.encode_source(text)
+    src_ids, _ = bundle.encode_source(text, truncate=truncate)
     if translation is None:
-        out = bundle.translate(text, options, record_qkv=False)
+        out = bundle.translate(text, options, record_qkv=False, truncate=truncate)
         return src_ids, [int(i) for i in out.trace["output.ids"]], not options.causal_mask
     if not isinstance(translation, str):
         raise InputError(f"translation must be text (a str) or None, got {type(translation).__name__}")

@@ -60,13 +60,18 @@ def trace_value_norms(
 
 
 def value_norms(
-    bundle: Bundle, text: str, *, translation: str | None = None, options: InferenceOptions | None = None
+    bundle: Bundle,
+    text: str,
+    *,
+    translation: str | None = None,
+    options: InferenceOptions | None = None,
+    truncate: bool = False,
 ) -> ValueNorms:
     """Value-weighted norms of every head for ``text``'s translation, scored as ``contributions`` scores it (the
     greedy translation, or ``translation`` teacher-forced; with the causal mask off, a greedy translation's
     decoder rows come from a pass over each token's own prefix)."""
     options = bundle.check_options(options)
-    src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options)
+    src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options, truncate)
     steps = range(len(out_ids)) if per_step else [len(out_ids) - 1]
     runs = []
     for t in steps:

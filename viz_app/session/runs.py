@@ -164,14 +164,16 @@ def contributions(path: str, text: str, key: OptionsKey, translation: str | None
     """Cached ALTI+ contributions of the page's greedy translation (``translation`` None) or of a typed translation,
     teacher-forced, over the whole vocabulary (with the shortlist on, the page's own translation is scored)."""
     scored = _scored(path, text, key, translation)
-    return alti_contributions(load_bundle(path), text, translation=scored, options=_analysis_options(key))
+    return alti_contributions(
+        load_bundle(path), text, translation=scored, options=_analysis_options(key), truncate=True
+    )
 
 
 @cached("Weighing each value by its attention (value-weighted norms) …")
 def weighted_norms(path: str, text: str, key: OptionsKey, translation: str | None = None) -> ValueNorms:
     """Cached value-weighted norms (Kobayashi et al., 2020) of the translation ``contributions`` scores."""
     scored = _scored(path, text, key, translation)
-    return value_norms(load_bundle(path), text, translation=scored, options=_analysis_options(key))
+    return value_norms(load_bundle(path), text, translation=scored, options=_analysis_options(key), truncate=True)
 
 
 def _scored(path: str, text: str, key: OptionsKey, translation: str | None) -> str | None:

@@ -82,6 +82,11 @@ def test_a_given_translation_is_teacher_forced(bundle):
         contributions(bundle, TEXT, translation="   ")
     with pytest.raises(InputError, match="translation must be text"):
         contributions(bundle, TEXT, translation=3)  # type: ignore[arg-type]
+    long = " ".join([TEXT] * 40)  # beyond the model's source limit
+    with pytest.raises(InputError, match="tokens long; the limit is"):
+        contributions(bundle, long)
+    cut = contributions(bundle, long, truncate=True, translation="Le chat.")
+    assert len(cut.source_pieces) == bundle.max_source_tokens  # cut as translate cuts it, eos appended
 
 
 def test_causal_mask_off_greedy_sees_only_its_prefix_forced_sees_all(bundle):
