@@ -237,13 +237,18 @@ def test_state_is_one_file_and_an_inconsistent_one_is_refused(tmp_path):
         _tiny_trainer(tmp_path).load_state()
 
 
-def test_kill_9_mid_run_loses_little_and_the_log_lists_each_step_once(tmp_path):
-    """`train --task copy` killed hard part-way resumes from a time-interval save, not from step 0."""
+def test_kill_9_mid_run_loses_little_and_the_log_lists_each_step_once(tmp_path, capsys):
+    """`train --task copy` killed hard part-way resumes from a time-interval save, not from step 0. The run that is
+    killed is a process of its own; the resumed one runs in this one (a second interpreter cost ~7 s here: torch,
+    and torch._dynamo, which torch imports when the first optimizer is made)."""
     import signal
     import time
 
+    from core.cli import main
+
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    base = [sys.executable, "-m", "core", "train", "--task", "copy", "--run-dir", str(tmp_path), "--threads", "1"]
+    args = ["train", "--task", "copy", "--run-dir", str(tmp_path), "--threads", "1"]
+    base = [sys.executable, "-m", "core", *args]
     proc = subprocess.Popen([*base, "--max-steps", "100000", "--save-minutes", "0.005"], cwd=ROOT, env=env)
     state = tmp_path / "state.json"
     deadline = time.time() + 120
@@ -261,9 +266,11 @@ def test_kill_9_mid_run_loses_little_and_the_log_lists_each_step_once(tmp_path):
     saved = json.loads(state.read_text())["step"]
     assert saved >= 40
     target = saved + 40
-    done = subprocess.run([*base, "--max-steps", str(target)], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == target
+    capsys.readouterr()
+    code = main([*args, "--max-steps", str(target)])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    assert json.loads(out.strip().splitlines()[-1])["steps"] == target
     steps = [json.loads(line)["step"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] > saved  # every logged step once, in order
 
