@@ -252,3 +252,23 @@ def test_an_unknown_tensor_is_refused(v11_folder, tmp_path):
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(CheckpointError, match="does not have: \\['encoder.block.0.layer.0.SelfAttention.extra"):
         hf_families.convert(folder, tmp_path / "ckpt")
+
+
+def test_a_config_written_before_scale_decoder_outputs_reads_the_rescale_from_the_tying(case, tmp_path):
+    """Folders saved by transformers 4 (t5-small, flan-t5-*) have no scale_decoder_outputs: the rescale follows
+    tie_word_embeddings, as transformers 5.23 reads them; the logits agree either way."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    folder = _copy(case.folder, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    assert config.pop("scale_decoder_outputs", None) is not None or case.name == "mt5"
+    (folder / "config.json").write_text(json.dumps(config))
+    bundle = imported(tmp_path, folder)
+    assert bundle.config.scale_decoder_output == (case.name == "1.0")
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    src = torch.tensor([case.tok(PREFIX + TEXTS[0]).input_ids])
+    tgt = torch.tensor([[0, 5, 9, 14]])
+    with torch.inference_mode():
+        np.testing.assert_allclose(
+            bundle.model(src, tgt).numpy(), model(input_ids=src, decoder_input_ids=tgt).logits.numpy(), atol=1e-4
+        )
