@@ -14,6 +14,7 @@ Both frame a source the family's way (``frame_source``): BART ``<s> x </s>``; mB
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,23 +39,40 @@ M2M100_LANGUAGES = {
 M2M100_MADEUP_WORDS = 8  # transformers' num_madeup_words: rows after the language tokens
 
 
+@dataclass(frozen=True)
 class Framing:
     """The ids a family puts around a text: source = prefix + pieces + suffix; a reference translation =
     target_prefix + pieces (eos is appended by the caller)."""
 
-    def __init__(self, prefix: Sequence[int] = (), suffix: Sequence[int] = (), target_prefix: Sequence[int] = ()):
-        self.prefix, self.suffix, self.target_prefix = list(prefix), list(suffix), list(target_prefix)
+    prefix: tuple[int, ...] = ()
+    suffix: tuple[int, ...] = ()
+    target_prefix: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("prefix", "suffix", "target_prefix"):
+            ids = getattr(self, name)
+            if not isinstance(ids, (list, tuple)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in ids
+            ):
+                raise ValueError(f"source_{name} / target_prefix must be lists of token ids, got {ids!r}")
+            object.__setattr__(self, name, tuple(ids))  # JSON gives lists
+
+    def source(self, ids: list[int]) -> list[int]:
+        return [*self.prefix, *ids, *self.suffix]
+
+    def target(self, ids: list[int]) -> list[int]:
+        return [*self.target_prefix, *ids]
 
     def spec(self) -> dict[str, list[int]]:
-        return {"source_prefix": self.prefix, "source_suffix": self.suffix, "target_prefix": self.target_prefix}
+        return {
+            "source_prefix": list(self.prefix),
+            "source_suffix": list(self.suffix),
+            "target_prefix": list(self.target_prefix),
+        }
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> Framing:
-        lists = [spec.get(key, []) for key in ("source_prefix", "source_suffix", "target_prefix")]
-        for key, ids in zip(("source_prefix", "source_suffix", "target_prefix"), lists, strict=True):
-            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                raise ValueError(f"{key} must be a list of token ids, got {ids!r}")
-        return cls(*lists)
+        return cls(spec.get("source_prefix", ()), spec.get("source_suffix", ()), spec.get("target_prefix", ()))
 
 
 def byte_level_bpe(vocab: Path, merges: Path, specials: Sequence[str]) -> FastBackend:
@@ -112,10 +130,10 @@ class FastTokenizer(Tokenizer):
         return [list(e.ids) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
-        return self.framing.prefix + ids + self.framing.suffix
+        return self.framing.source(ids)
 
     def encode_target(self, text: str) -> list[int]:
-        return self.framing.target_prefix + self.encode(text)
+        return self.framing.target(self.encode(text))
 
     def decode(self, ids: Iterable[int]) -> str:
         return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=True)).strip()
@@ -175,10 +193,10 @@ class M2M100VocabTokenizer(Tokenizer):
         return [self.encode(text) for text in texts]
 
     def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
-        return self.framing.prefix + ids + self.framing.suffix
+        return self.framing.source(ids)
 
     def encode_target(self, text: str) -> list[int]:
-        return self.framing.target_prefix + self.encode(text)
+        return self.framing.target(self.encode(text))
 
     def decode(self, ids: Iterable[int]) -> str:
         pieces = [self.piece(i) for i in ids if int(i) not in self._special]

@@ -66,13 +66,13 @@ def framing(
         raise CheckpointError(f"{f.path(CONFIG)}: field decoder_start_token_id must be one token id, got {start!r}")
     if f.family == "bart":
         forced = forced_setting if isinstance(forced_setting, int) and not isinstance(forced_setting, bool) else None
-        return Framing([bos], [eos], [forced] if forced is not None else []), (src, tgt), start, forced
+        return Framing((bos,), (eos,), () if forced is None else (forced,)), (src, tgt), start, forced
     if f.family == "mbart" and start in names:  # mbart-large-cc25 / en-ro: the decoder starts from the language code
-        return Framing([], [eos, codes[src]]), (src, tgt), codes[tgt], None
+        return Framing((), (eos, codes[src])), (src, tgt), codes[tgt], None
     if f.family == "mbart" or (f.family == "nllb" and f.tokenizer_config.get("legacy_behaviour")):
-        source = Framing([], [eos, codes[src]], [codes[tgt]])
+        source = Framing((), (eos, codes[src]), (codes[tgt],))
     else:  # NLLB, M2M100: the language code first
-        source = Framing([codes[src]], [eos], [codes[tgt]])
+        source = Framing((codes[src],), (eos,), (codes[tgt],))
     return source, (src, tgt), start, codes[tgt]
 
 
