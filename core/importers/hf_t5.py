@@ -68,27 +68,26 @@ def task_prefix(
     f: HFT5Folder, languages: tuple[str | None, str | None], source_prefix: str | None
 ) -> tuple[str, str, tuple[str, str]]:
     """(the source prefix, where it came from, the languages): ``source_prefix`` when given; else the translation
-    task of config.json for ``languages`` (the first one when none are given); else no prefix."""
+    task of config.json that matches ``languages`` (either may be None: any), the first one when none are given;
+    else no prefix. InputError when languages are given that no task has, or that several tasks match."""
     src, tgt = languages
     tasks = translation_tasks(f)
-    if source_prefix is not None:
-        return source_prefix, "--source-prefix", (src or "src", tgt or "tgt")
-    if src or tgt:
-        name = f"translation_{src}_to_{tgt}"
-        if name in tasks:
-            return tasks[name], f"{CONFIG} task_specific_params.{name}", (str(src), str(tgt))
-        if tasks:
-            raise InputError(
-                f"{f.path(CONFIG)}: task_specific_params has no {name} (it has {', '.join(tasks)}); choose one "
-                "of those languages, or give the prefix with --source-prefix"
-            )
-        return "", "none: config.json names no translation task", (src or "src", tgt or "tgt")
-    if tasks:
-        name = next(iter(tasks))
-        match = _TASK.fullmatch(name)
-        assert match is not None
-        return tasks[name], f"{CONFIG} task_specific_params.{name}", (match[1], match[2])
-    return "", "none: config.json names no translation task", ("src", "tgt")
+    if source_prefix is not None or not tasks:
+        how = "--source-prefix" if source_prefix is not None else "none: config.json names no translation task"
+        return source_prefix or "", how, (src or "src", tgt or "tgt")
+    pairs = {name: _TASK.fullmatch(name) for name in tasks}
+    matching = [name for name, m in pairs.items() if m is not None and src in (None, m[1]) and tgt in (None, m[2])]
+    if (src or tgt) and len(matching) != 1:
+        wanted = f"translation_{src or '*'}_to_{tgt or '*'}"
+        found = f"no task matches {wanted}" if not matching else f"{len(matching)} tasks match {wanted}"
+        raise InputError(
+            f"{f.path(CONFIG)}: in task_specific_params {found} (it has {', '.join(tasks)}); give both languages "
+            "of one of them, or the prefix with --source-prefix"
+        )
+    name = matching[0]
+    match = pairs[name]
+    assert match is not None
+    return tasks[name], f"{CONFIG} task_specific_params.{name}", (match[1], match[2])
 
 
 def convert(

@@ -187,7 +187,14 @@ def test_the_languages_pick_the_task_prefix_or_it_is_given(case, tmp_path, capsy
     assert given.tokenizer.source_prefix == "Translate to German: " and given.languages == ("src", "tgt")
     args = ["--source-language", "en", "--target-language", "ja"]
     assert main(["import-hf", str(case.folder), "--out", str(tmp_path / "ja"), *args]) == 2
-    assert "task_specific_params has no translation_en_to_ja (it has translation_en_to_de" in capsys.readouterr().err
+    assert "no task matches translation_en_to_ja (it has translation_en_to_de" in capsys.readouterr().err
+    only_target = imported(tmp_path / "fr", case.folder, target_language="fr")  # one side is enough when one matches
+    assert only_target.tokenizer.source_prefix == "translate English to French: " and only_target.languages == (
+        "en",
+        "fr",
+    )
+    assert main(["import-hf", str(case.folder), "--out", str(tmp_path / "en"), "--source-language", "en"]) == 2
+    assert "2 tasks match translation_en_to_* (it has translation_en_to_de" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
