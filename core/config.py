@@ -30,10 +30,10 @@ class ModelConfig:
     The defaults are the paper's base architecture scaled down; the variant fields
     (``activation``, ``pe_layout``, ``scale_embedding``, ``decoder_self``, ``output_bias``, ``start``,
     ``suppress_ids``, and the BART / mBART / M2M100 block: ``position_offset``, ``separate_positions``, ``embed_norm``,
-    ``forced_bos_id``) let imported production models (Marian/Bergamot, Hugging Face Marian, BART, mBART, M2M100,
-    NLLB) run on the same code; the T5 block (``d_kv``, ``d_v``, ``attention_scale``, ``norm_kind``, ``gated_ffn``,
-    ``linear_bias``, ``relative_buckets``, ``relative_max_distance``, ``scale_decoder_output``, with
-    ``positional='relative'``) does the same for T5 / Flan-T5 / mT5.
+    ``forced_bos_id``, ``pad_position_zero``) let imported production models (Marian/Bergamot, Hugging Face Marian,
+    BART, mBART, M2M100, NLLB) run on the same code; the T5 block (``d_kv``, ``d_v``, ``attention_scale``,
+    ``norm_kind``, ``gated_ffn``, ``linear_bias``, ``relative_buckets``, ``relative_max_distance``,
+    ``scale_decoder_output``, with ``positional='relative'``) does the same for T5 / Flan-T5 / mT5.
     """
 
     src_vocab_size: int
@@ -69,6 +69,7 @@ class ModelConfig:
     separate_positions: bool = False  # learned positions: the source and the target have a table each (BART)
     embed_norm: bool = False  # a LayerNorm on each side's embeddings + positions (BART's layernorm_embedding)
     forced_bos_id: int | None = None  # the first output id, forced (mBART-50, M2M100, NLLB: the target language)
+    pad_position_zero: bool = False  # a <pad> token gets no position (M2M100's padding row of the table is zeros)
     # T5 / Flan-T5 / mT5 variants; the defaults keep every earlier checkpoint as it was.
     d_kv: int | None = None  # each head's query / key / value size; None = d_model // n_heads (T5 sets it)
     d_v: int | None = None  # each head's value size when it differs from d_kv (the paper's table 3, row B); None = same
@@ -109,7 +110,7 @@ class ModelConfig:
             f"suppress_ids must be a list of token ids, got {self.suppress_ids!r}",
         )
         object.__setattr__(self, "suppress_ids", tuple(sorted(set(self.suppress_ids))))  # JSON gives a list
-        for name in ("separate_positions", "embed_norm"):
+        for name in ("separate_positions", "embed_norm", "pad_position_zero"):
             need(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
         need(
             isinstance(self.position_offset, int)

@@ -124,8 +124,8 @@ class Transformer(nn.Module):
     def embed(self, tokens: Tensor, side: Side, call: Call = DEFAULT_CALL, offset: int = 0) -> Tensor:
         """tokens (B, T) at positions [offset, offset + T) -> (B, T, D): embedding * sqrt(D) (unscaled when the config
         says ``scale_embedding=False``) + positional encoding (zeros when ``call.options`` switch it off), then the
-        side's embedding LayerNorm when the config has one (``embed_norm``). The result is the site 'embed.src' /
-        'embed.tgt'."""
+        side's embedding LayerNorm when the config has one (``embed_norm``). With ``pad_position_zero`` a <pad> token
+        gets no position (the recorded rows stay the table's). The result is the site 'embed.src' / 'embed.tgt'."""
         table = self.src_embed if side == "src" else self.tgt_embed
         x = table(tokens)  # (B, T, D)
         if self.embed_scale != 1.0:
@@ -137,7 +137,10 @@ class Transformer(nn.Module):
             pe = self.side_positions(side)(T, offset)  # (T, D)
         else:
             pe = x.new_zeros(T, self.config.d_model)
-        x = x + pe
+        if self.config.pad_position_zero and call.options.pe_on(side):  # M2M100: <pad> has no position
+            x = x + pe * (tokens != self.config.pad_id)[..., None]  # (B, T, D)
+        else:
+            x = x + pe
         if self.config.embed_norm:
             x = (self.src_embed_norm if side == "src" else self.tgt_embed_norm)(x)
         if self.training:

@@ -5,8 +5,8 @@ The three families are core's ``Transformer`` with these variants (transformers 
 
     BART     learned positions from row 2, one table per side; layernorm_embedding; post-norm; final_logits_bias
     mBART    the same, pre-norm, with encoder.layer_norm / decoder.layer_norm after the last layer
-    M2M100   fairseq's sinusoids (sines then cosines, exp(-i ln 10000 / (d/2 - 1))) from row 2; pre-norm, final norms;
-             no embedding norm; NLLB's dense models are this architecture
+    M2M100   fairseq's sinusoids (sines then cosines, exp(-i ln 10000 / (d/2 - 1))) from row 2, none for <pad>;
+             pre-norm, final norms; no embedding norm; NLLB's dense models are this architecture
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ def config_from_bart(
             separate_positions=bart_like,
             embed_norm=bart_like,
             forced_bos_id=forced_bos_id,
+            pad_position_zero=not bart_like,  # M2M100's positions skip <pad> (its padding row is zeros)
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None

@@ -3,6 +3,8 @@ table (BART's learned tables, one per side; M2M100's fairseq sinusoids), the emb
 with final norms, the output bias and the forced first output id — the fast path equal to the textbook one, and
 every switch and intervention still doing what it says. (Parity with transformers: tests/core/importers.)"""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from conftest import tiny_config
 from core import FastWeights, InferenceOptions, ModelConfig, Patch, Recorder, ScaleHeads, Transformer
 from core.call import Call
 from core.decoding import beam_search, greedy
+from core.plan import DecoderState
 from core.positional import sinusoidal_table
 
 FORCED = 9  # the forced first output id of the families that have one (a target language code)
@@ -34,6 +37,7 @@ FAMILIES = {
         norm="pre",
         activation="relu",
         forced_bos_id=FORCED,
+        pad_position_zero=True,
     ),
 }
 
@@ -249,3 +253,32 @@ def test_patching_and_gradients_work_on_every_family(name):
         moved = model(clean_src, tgt, call=Call(recorder=Recorder(model, record=False, interventions=[step])))
     gain = float(moved[0, -1].max() - out[0, -1].max().detach())
     assert gain == pytest.approx(eps * float((grad**2).sum()), rel=0.1)
+
+
+@torch.no_grad()
+def test_m2m100_gives_a_pad_token_no_position_and_its_cached_steps_agree():
+    """M2M100's positions skip <pad> (transformers' cached generation gives a <pad> the zero padding row and every
+    other token its own index + 2): the pad's input is its embedding alone, the other positions are unchanged."""
+    model = family("m2m100")
+    cfg = model.config
+    src, keep = source(6, B=1)
+    tgt = torch.tensor([[cfg.bos_id, 9, cfg.pad_id, 11, 12]])
+    _, trace = traced(model, src, tgt)
+    embedded = (model.tgt_embed(tgt[0]) * model.embed_scale).numpy()  # (T, D)
+    table = sinusoidal_table(12, 16, "concatenated").numpy()
+    np.testing.assert_allclose(trace["embed.tgt"][2], embedded[2], atol=1e-6)  # the pad: no position
+    np.testing.assert_allclose(trace["embed.tgt"][3], embedded[3] + table[5], atol=1e-5)  # the next: its own
+    np.testing.assert_allclose(trace.positional_encoding("tgt"), table[2:7], atol=1e-6)  # the rows, as recorded
+    memory = model.encode(src, keep)
+    full = model.decode(tgt, memory, None)  # (1, T, V)
+    state = DecoderState.empty(cfg.n_decoder_layers)
+    fast = Call(fast=FastWeights(model))
+    for t in range(tgt.shape[1]):
+        step = model.decode(tgt[:, t : t + 1], memory, None, fast, state=state)
+        torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-4, rtol=1e-4)
+    other = Transformer(dataclasses.replace(cfg, pad_position_zero=False)).eval()  # the same weights, pads placed
+    other.load_state_dict(model.state_dict())
+    changed = (other.decode(tgt, memory, None) - full).abs().amax(-1)[0]  # (T,)
+    assert changed[:2].max() < 1e-6 and changed[2:].min() > 1e-4  # from the pad on (causal), nothing before it
+    pe_off = Call(options=InferenceOptions(positional_encoding=False))
+    torch.testing.assert_close(other.decode(tgt, memory, None, pe_off), model.decode(tgt, memory, None, pe_off))
