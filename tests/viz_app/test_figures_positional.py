@@ -59,6 +59,7 @@ def test_the_words_follow_the_config() -> None:
     t5 = tiny_config(positional="relative", relative_buckets=8, relative_max_distance=12)
     assert "no position vector" in describe.summary(t5) and "8 distance buckets" in describe.summary(t5)
     assert "relative position bias" in describe.switch_help(t5)
+    assert "self-attention bias" in describe.side_help(t5) and "input" in describe.side_help(tiny_config())
     bart = tiny_config(positional="learned", position_offset=2, separate_positions=True, embed_norm=True)
     said = describe.summary(bart)
     assert "learned" in said and "one for the target" in said and "row p + 2" in said and "LayerNorm" in said

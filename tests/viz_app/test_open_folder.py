@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from apptest_helpers import texts
+from hf_bart_folders import build_bart_folder, build_m2m100_folder, build_mbart_folder
 from hf_folders import build_t5_folder
 from marian_folders import marian_model, save_folder, write_tokenizer
 from streamlit.testing.v1 import AppTest
@@ -81,15 +82,24 @@ def test_a_folder_is_imported_selected_and_its_card_says_where_from(root: Path, 
     assert not at.exception
 
 
-def test_a_t5_folder_is_imported_and_named_as_t5(root: Path, tmp_path: Path) -> None:
-    folder = build_t5_folder(tmp_path / "flan-t5-tiny", "1.1")
+OTHER_FAMILIES = {  # name -> (how to build its folder, the family the card names)
+    "flan-t5-tiny": (lambda path: build_t5_folder(path, "1.1"), "T5 / T5 v1.1 / Flan-T5"),
+    "bart-tiny": (build_bart_folder, "BART"),
+    "mbart-tiny": (build_mbart_folder, "mBART / mBART-50"),
+    "nllb-tiny": (lambda path: build_m2m100_folder(path, nllb=True), "M2M100 / NLLB (dense)"),
+}
+
+
+@pytest.mark.parametrize("name", list(OTHER_FAMILIES))
+def test_each_family_is_imported_selected_and_named(root: Path, tmp_path: Path, name: str) -> None:
+    build, family = OTHER_FAMILIES[name]
+    folder = build(tmp_path / name)
     at = _import(AppTest.from_file(str(APP), default_timeout=180).run(), str(folder))
     assert not at.exception, [e.message for e in at.exception]
-    assert at.sidebar.selectbox(key="ckpt").value == "flan-t5-tiny"
+    assert at.sidebar.selectbox(key="ckpt").value == name
     captions = [c.value for c in at.sidebar.caption]
-    assert any(c.startswith("Imported from the Hugging Face folder `flan-t5-tiny` (family: T5") for c in captions), (
-        captions
-    )
+    said = f"Imported from the Hugging Face folder `{name}` (family: {family};"
+    assert any(c.startswith(said) for c in captions), captions
     assert not at.error, [e.value for e in at.error]
 
 

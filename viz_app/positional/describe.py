@@ -80,6 +80,13 @@ def buckets(bias: RelativeBias) -> str:
     )
 
 
+def side_help(cfg: core.ModelConfig) -> str:
+    """What "Positions removed on" chooses on this model."""
+    if cfg.positional == "relative":
+        return "The encoder's self-attention bias (the source words), the decoder's (the translation so far), or both."
+    return "The encoder's input (the source words), the decoder's input (the translation so far), or both."
+
+
 def short(cfg: core.ModelConfig) -> str:
     """A few words for the model card: 'sinusoids (concatenated), from row 2', 'relative bias, 32 buckets' …"""
     if cfg.positional == "relative":

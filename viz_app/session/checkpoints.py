@@ -89,6 +89,7 @@ def family(info: dict[str, Any]) -> str:
         return ""
     kind = str(imported.get("family") or str(imported.get("format", "")).removeprefix("huggingface-"))
     names = {key.replace("_", ""): name for key, (name, _) in OPENED.items()}  # 'm2m100' is model_type 'm2m_100'
+    names["nllb"] = names["m2m100"]  # the BART importer's name for an NLLB folder (model_type m2m_100)
     return names.get(kind.replace("_", ""), kind)
 
 

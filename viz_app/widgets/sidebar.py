@@ -178,7 +178,7 @@ def _switches(bundle: core.Bundle) -> None:
             key="pe_side",
             horizontal=True,
             format_func=params.PE_SIDES.get,
-            help="The encoder's input (the source words), the decoder's input (the translation so far), or both.",
+            help=describe.side_help(cfg),
         )
     ssru = cfg.decoder_self == "ssru"
     st.toggle(
