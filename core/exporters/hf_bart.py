@@ -62,6 +62,11 @@ def misfits(cfg: ModelConfig, tokenizer: Tokenizer) -> list[str]:
         )
     elif family != "m2m100" and not isinstance(tokenizer, FastTokenizer):
         problems.append(f"tokenizer: a {family} folder's tokenizer is a tokenizer.json")
+    if family is not None and cfg.pad_position_zero != (family in ("m2m100", "nllb")):
+        problems.append(
+            f"pad_position_zero {cfg.pad_position_zero!r}: transformers' {family} "
+            f"{'gives' if family in ('m2m100', 'nllb') else 'does not give'} <pad> a zero position"
+        )
     for name, value in {
         "share_embeddings": True,
         "decoder_self": "attention",

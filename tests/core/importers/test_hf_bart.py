@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import build_tiny_checkpoint
 from hf_bart_folders import ENGLISH, build_bart_folder, build_m2m100_folder, build_mbart_folder
 
 import core
@@ -213,4 +214,18 @@ def test_bad_folders_are_refused_by_file_and_field(tmp_path):
     (folder / "config.json").write_text(json.dumps({**config, "architectures": ["MBartForCausalLM"]}))
     with pytest.raises(CheckpointError, match="only MBartForConditionalGeneration"):
         hf_families.convert(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_hf_names_what_does_not_fit_the_family(tmp_path, capsys):
+    """A checkpoint of M2M100's positions whose tokenizer is a plain SentencePiece model and whose <pad> keeps its
+    position is not an M2M100 / NLLB folder: export-hf says both, and writes nothing."""
+    checkpoint = build_tiny_checkpoint(
+        tmp_path / "ckpt", pe_layout="concatenated", position_offset=2, norm="pre", pad_position_zero=False
+    )
+    assert main(["export-hf", str(checkpoint), str(tmp_path / "out")]) == 2
+    said = capsys.readouterr().err
+    assert "does not fit transformers' BART / mBART / M2M100" in said
+    assert "tokenizer: a nllb folder's tokenizer is a tokenizer.json" in said
+    assert "pad_position_zero False: transformers' nllb gives <pad> a zero position" in said
     assert not (tmp_path / "out").exists()
