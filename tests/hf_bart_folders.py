@@ -142,9 +142,10 @@ def m2m100_vocab(model: Path) -> dict[str, int]:
     return vocab
 
 
-def build_m2m100_folder(path: Path, *, nllb: bool = False, seed: int = 0) -> Path:
+def build_m2m100_folder(path: Path, *, nllb: bool = False, seed: int = 0, legacy: bool = False) -> Path:
     """An M2M100 folder (vocab.json + sentencepiece.bpe.model, M2M100Tokenizer, en -> de) or, with ``nllb``, an NLLB
-    one (NllbTokenizer's tokenizer.json, eng_Latn -> deu_Latn); random M2M100ForConditionalGeneration."""
+    one (NllbTokenizer's tokenizer.json, eng_Latn -> deu_Latn; ``legacy``: its legacy_behaviour, the language code
+    after </s>); random M2M100ForConditionalGeneration."""
     from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer, NllbTokenizer
     from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
 
@@ -155,7 +156,11 @@ def build_m2m100_folder(path: Path, *, nllb: bool = False, seed: int = 0) -> Pat
     if nllb:
         shutil.copyfile(model_file, work / "sentencepiece.bpe.model")
         tokenizer: Any = NllbTokenizer.from_pretrained(
-            work, src_lang="eng_Latn", tgt_lang="deu_Latn", extra_special_tokens=FAIRSEQ_LANGUAGE_CODES
+            work,
+            src_lang="eng_Latn",
+            tgt_lang="deu_Latn",
+            extra_special_tokens=FAIRSEQ_LANGUAGE_CODES,
+            legacy_behaviour=legacy,
         )
         tgt_id = tokenizer.convert_tokens_to_ids("deu_Latn")
     else:

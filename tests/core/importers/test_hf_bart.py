@@ -191,6 +191,17 @@ def test_an_mbart_folder_that_starts_the_decoder_from_the_language_code(tmp_path
         assert [int(i) for i in bundle.translate(text, max_len=MAX_NEW).trace["output.ids"]] == generate(case, text)
 
 
+def test_an_nllb_folder_with_legacy_behaviour_puts_the_language_code_after_eos(tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = build_m2m100_folder(tmp_path / "hf", nllb=True, legacy=True)
+    bundle = core.load(hf_families.convert(folder, tmp_path / "ckpt"), device="cpu")
+    tok = AutoTokenizer.from_pretrained(folder)
+    for text in TEXTS[:2]:
+        ids = bundle.encode_source(text)[0]
+        assert ids == tok(text).input_ids and bundle.tokenizer.pieces(ids[-2:]) == ["</s>", "eng_Latn"]
+
+
 def test_bad_folders_are_refused_by_file_and_field(tmp_path):
     folder = build_mbart_folder(tmp_path / "hf")
     (folder / "tokenizer.json").rename(tmp_path / "tokenizer.json")
