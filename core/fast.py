@@ -20,6 +20,7 @@ only: on CUDA every matrix takes ``F.linear`` (column-major copies, on the model
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -70,11 +71,12 @@ def _grid_scale(weight: Tensor) -> float | None:
     if weight.dtype != torch.float32 or weight.dim() != 2 or weight.numel() == 0 or not weight.is_cpu:
         return None
     w = weight.detach()
-    if not bool(torch.isfinite(w).all()):
+    low, high = (float(v) for v in torch.aminmax(w))  # one pass, nothing allocated: NaN or inf shows in one of them
+    if not (math.isfinite(low) and math.isfinite(high)):
         return None
-    if bool((w.half().float() == w).all()):
+    if bool((w[:1].half().float() == w[:1]).all()) and bool((w.half().float() == w).all()):  # one row first
         return 1.0
-    scale = float(torch.tensor(float(w.abs().max()) / INT8_MAX, dtype=torch.float32))  # a float32 number
+    scale = float(torch.tensor(max(-low, high) / INT8_MAX, dtype=torch.float32))  # a float32 number
     return scale or None
 
 
@@ -87,6 +89,10 @@ def _pack(weight: Tensor, scale: Scale | None) -> Tensor | None:
     q = weight.detach()
     if not (isinstance(scale, float) and scale == 1.0):
         rows = scale if isinstance(scale, float) else scale[:, None]  # (out, 1)
+        first_rows = rows if isinstance(rows, float) else rows[:1]
+        first = torch.round(q[:1] / first_rows)  # one row first: a float32 matrix of other values fails here, cheaply
+        if not (bool((first.half().float() == first).all()) and bool((first * first_rows == q[:1]).all())):
+            return None
         q = torch.round(q / rows)
         if not (bool((q.half().float() == q).all()) and bool((q * rows == weight.detach()).all())):
             return None  # not float16 numbers times the scale: the kernel would change the weights

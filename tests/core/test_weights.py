@@ -113,6 +113,7 @@ def test_float16_tensors_take_the_models_dtype(tmp_path):
     ("value", "message"),
     [
         (torch.tensor([1.0, float("nan")]), "tensor b holds NaN or infinite values"),
+        (torch.tensor([[1.0, 2.0], [float("-inf"), 0.0]]).half(), "tensor b holds NaN or infinite values"),
         (torch.tensor([1, 2]), "tensor b holds torch.int64 values; weights are floating point"),
     ],
 )
