@@ -170,3 +170,23 @@ def test_learn_follows_the_family_arithmetic(
     if t5 and kind == "encoder":
         assert r"\odot x W_{up}" in latex and r"\mathrm{GELU}_{\tanh}" in latex, latex  # the gated FFN, gelu_new
         assert "no bias terms" in said and "d_kv = 12" in said  # hf_folders' T5: d_model 32, 4 heads of 12
+
+
+def test_a_replayed_t5_trace_keeps_its_arithmetic(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the model (a saved trace replayed), Learn reads T5's unscaled scores and its bias from the trace,
+    and the Positional-encoding page shows the bias each head added."""
+    bundle = core.load(root / "t5", device="cpu")
+    out = bundle.record_more(bundle.translate("Is tea left?"))
+    saved = core.Translation(core.Trace.load(out.trace.save(tmp_path / "t5.npz")))
+    monkeypatch.setenv("LAB_CHECKPOINT_ROOT", str(tmp_path / "empty"))  # nothing to load
+    for page, check in (("learn", "learn"), ("positional", "positional")):
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.session_state["_replay"] = saved
+        at.query_params.update({"page": page, "kind": "encoder"})
+        ok(at.run(timeout=TIMEOUT))
+        if check == "learn":
+            latex = "\n".join(e.value for e in at.latex)
+            assert "B_{h}(j - i)" in latex and r"\sqrt" not in latex, latex  # read from the recorded numbers
+            assert at.success and "recomputed softmax equals" in at.success[0].value
+        else:
+            assert any(t.startswith("Bias the encoder added") for t in chart_titles(at)), chart_titles(at)
