@@ -56,6 +56,7 @@ $(VENV)/.bench-installed: $(STAMP)
 bench: $(VENV)/.bench-installed models browser
 	$(BIN)/python -m benchmarks.run
 	$(BIN)/python -m benchmarks.long_pages --rounds 3
+	$(BIN)/python -m benchmarks.nllb_size  # NLLB-600M's shape: import, one traced translation, first render
 
 train: $(STAMP)
 	$(BIN)/python -m core train --run-dir runs/ding-en-de --out checkpoints/ding-en-de \
