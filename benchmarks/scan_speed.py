@@ -7,12 +7,13 @@ On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portugu
 
 1. the per-pair cost: for each pair in turn (interleaved, so both see the same load), the wall time of
    ``Bundle.translate`` (greedy, every attention recorded, as the lab translates), of untraced greedy decoding
-   (``translate_many`` of the one sentence: the fast path) and of ``contributions`` on the given translation;
+   (``core.decoding.greedy`` with the bundle's fast weights, no recorder) and of ``contributions`` on the given
+   translation;
    medians, and the ratio of the medians;
 2. whole scans of the pairs (``core.analysis.scan.scan``, into a fresh file each): in this process with torch on 1
    and on 2 threads, and on a local Ray instance (2 CPUs) with 1 and with 2 workers (one torch thread each); wall
-   time from the call to the last line written, worker start and checkpoint load included, and whether each
-   output is byte-identical to the 1-thread local one.
+   time from the call to the last line written, worker start and checkpoint load included (and to the first line
+   written: the start-up), and whether each output is byte-identical to the 1-thread local one.
 
 Writes ``benchmarks/scan_speed.md``.
 """
@@ -36,7 +37,8 @@ from benchmarks.hallucination import teacher_table
 from core.analysis.contributions import contributions
 from core.analysis.scan import Runner, local_records, scan
 from core.analysis.scan_ray import ray_records
-from core.training.evaluate import translate_many
+from core.call import Call
+from core.decoding import greedy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +53,8 @@ def per_pair_costs(checkpoint: Path, pairs: list[tuple[str, str]]) -> dict[str, 
         start = time.perf_counter()
         bundle.translate(source)
         middle = time.perf_counter()
-        translate_many(bundle.model, bundle.tokenizer, [source])
+        src, keep = bundle.padded([bundle.encode_source(source)[0]])
+        greedy(bundle.model, src, keep, Call(fast=bundle.fast))
         end = time.perf_counter()
         contributions(bundle, source, translation=translation)
         times["translate"].append(middle - start)
@@ -60,10 +63,13 @@ def per_pair_costs(checkpoint: Path, pairs: list[tuple[str, str]]) -> dict[str, 
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def timed_scan(checkpoint: Path, pairs_file: Path, out: Path, runner: Runner) -> float:
+def timed_scan(checkpoint: Path, pairs_file: Path, out: Path, runner: Runner) -> tuple[float, float]:
+    """(seconds to the first line written: start-up and checkpoint load included, seconds to the last)."""
     start = time.perf_counter()
-    scan(checkpoint, pairs_file, out, runner=runner, progress=False)
-    return time.perf_counter() - start
+    first: list[float] = []
+    scan(checkpoint, pairs_file, out, runner=runner, progress=False,
+         on_record=lambda n: first.append(time.perf_counter() - start) if n == 1 else None)  # fmt: skip
+    return first[0], time.perf_counter() - start
 
 
 def main() -> None:
@@ -75,7 +81,7 @@ def main() -> None:
     import ray  # the optional extra (make test installs it); only this benchmark's Ray rows need it
 
     checkpoint = ROOT / "checkpoints" / args.checkpoint
-    rows = teacher_table(args.pairs, 0)
+    rows = teacher_table(max(args.pairs, 200), 0)[: args.pairs]  # the first rows: the same sentences at any n
     pairs = [(en, pt) for en, pt, _ in rows]
     load = os.getloadavg()[0]
     torch.set_num_threads(1)
@@ -83,7 +89,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="scan-speed-"))
     pairs_file = work / "pairs.tsv"
     pairs_file.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
-    runs: dict[str, float] = {}
+    runs: dict[str, tuple[float, float]] = {}
     torch.set_num_threads(1)
     runs["this process, 1 torch thread"] = timed_scan(checkpoint, pairs_file, work / "local1.jsonl", local_records)
     torch.set_num_threads(2)
@@ -117,12 +123,17 @@ def main() -> None:
         f"{costs['contributions']:.3f} s: contributions cost **{costs['contributions'] / costs['translate']:.1f}×** a "
         f"traced translation, **{costs['contributions'] / costs['greedy']:.1f}×** an untraced one.",
         "",
-        "| scan of the pairs | wall time | pairs / s | same bytes as the 1-thread scan here |",
-        "|---|---|---|---|",
+        "| scan of the pairs | wall time | of which to the first line | pairs / s | pairs / s after the first line "
+        "| same bytes as the 1-thread scan here |",
+        "|---|---|---|---|---|---|",
     ]
-    for name, seconds in runs.items():
+    for name, (first, seconds) in runs.items():
         same = (work / f"{files[name]}.jsonl").read_bytes() == reference
-        lines.append(f"| {name} | {seconds:.1f} s | {args.pairs / seconds:.2f} | {'yes' if same else 'no'} |")
+        steady = (args.pairs - 1) / (seconds - first)
+        lines.append(
+            f"| {name} | {seconds:.1f} s | {first:.1f} s | {args.pairs / seconds:.2f} | {steady:.2f} "
+            f"| {'yes' if same else 'no'} |"
+        )
     text = "\n".join(lines) + "\n"
     args.out.write_text(text, encoding="utf-8")
     print(text)
