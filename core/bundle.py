@@ -278,6 +278,13 @@ class Bundle:
     def languages(self) -> tuple[str, str]:
         return str(self.info.get("source_language", "src")), str(self.info.get("target_language", "tgt"))
 
+    @property
+    def position_limit(self) -> int:
+        """The most positions a source or an output may have: a learned table's rows (BART, mBART); else a bound
+        above the other limits (sinusoids have no end)."""
+        cfg = self.config
+        return cfg.max_positions if cfg.positional == "learned" else MAX_OUTPUT_TOKENS + self.max_source_tokens
+
     # ----------------------------------------------------------------- pieces
     def encode_source(self, text: str, *, truncate: bool = False) -> tuple[list[int], list[str]]:
         """Source ids (eos appended) and notices for the person. Raises InputError on unusable text."""
@@ -304,7 +311,8 @@ class Bundle:
             text = text[:MAX_CHARS]
         text = clean_text(text)
         ids = self.tokenizer.encode(text)
-        limit = self.max_source_tokens - 1
+        framing = len(self.tokenizer.frame_source([], self.config.eos_id))  # eos, and <s> or language codes
+        limit = min(self.max_source_tokens, self.position_limit) - framing
         if len(ids) > limit:
             if not truncate:
                 raise InputError(
@@ -341,7 +349,7 @@ class Bundle:
         whole("beam_size", beam_size, 1, MAX_BEAM)
         whole("top_k", top_k, 1, self.config.tgt_vocab_size)
         if max_len is not None:
-            whole("max_len", max_len, 1, MAX_OUTPUT_TOKENS)
+            whole("max_len", max_len, 1, min(MAX_OUTPUT_TOKENS, self.position_limit))
         options = InferenceOptions() if options is None else options
         if not isinstance(options, InferenceOptions):
             raise InputError(f"options must be core.InferenceOptions, got {type(options).__name__}")

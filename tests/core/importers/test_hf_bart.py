@@ -240,3 +240,20 @@ def test_export_hf_names_what_does_not_fit_the_family(tmp_path, capsys):
     assert "tokenizer: a nllb folder's tokenizer is a tokenizer.json" in said
     assert "pad_position_zero False: transformers' nllb gives <pad> a zero position" in said
     assert not (tmp_path / "out").exists()
+
+
+def test_learned_position_tables_bound_the_source_and_the_output(case):
+    """BART's and mBART's tables have 64 rows here: a longer source is refused (or cut with truncate=True), a larger
+    max_len is refused, and the default output length stops at 64; sinusoids (M2M100, NLLB) have no such bound."""
+    long = " ".join(ENGLISH[:8])
+    assert 64 < len(case.bundle.tokenizer.encode(long)) < 250  # beyond the table, within the bundle's own limit
+    framing = len(case.bundle.tokenizer.frame_source([], case.bundle.config.eos_id))
+    if case.bundle.config.positional != "learned":
+        assert len(case.bundle.translate(long, max_len=100).trace["output.ids"]) == 100
+        return
+    with pytest.raises(InputError, match=rf"tokens long; the limit is {64 - framing}"):
+        case.bundle.translate(long)
+    with pytest.raises(InputError, match="max_len must be a whole number from 1 to 64"):
+        case.bundle.translate(TEXTS[0], max_len=65)
+    out = case.bundle.translate(long, truncate=True)  # default max_len 2 * 64 + 10, capped by the table
+    assert len(out.trace["ids.src"]) == 64 and len(out.trace["output.ids"]) <= 64
