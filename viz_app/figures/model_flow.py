@@ -55,6 +55,7 @@ class _Builder:
     def __init__(self, shapes: Sequence[TensorShape], table: ParameterTable) -> None:
         self.shapes, self.table, self.nodes = list(shapes), table, list[FlowNode]()
         self.names = {b.name for b in table.blocks}
+        self.norm = "RMSNorm" if table.architecture.norm_kind == "rms" else "LayerNorm"  # the model's own (T5: RMS)
 
     def row(self, stage: str, name: str) -> TensorShape:
         """The ``stage`` row whose name starts with ``name``."""
@@ -98,8 +99,8 @@ SUBLAYERS = {  # attention kind -> (its shape rows' prefix, FILL kind, label, bl
 
 
 def _norm_before(b: _Builder, block: str, column: Column, row: TensorShape) -> None:
-    """Pre-norm: the LayerNorm a sub-layer reads through."""
-    b.add(block, column, "norm", "LayerNorm (before the sub-layer)", [row], blocks=[block])
+    """Pre-norm: the norm (LayerNorm or RMSNorm) a sub-layer reads through."""
+    b.add(block, column, "norm", f"{b.norm} (before the sub-layer)", [row], blocks=[block])
 
 
 def _norm_after(b: _Builder, block: str, column: Column, row: TensorShape, formula: str) -> None:
@@ -130,7 +131,7 @@ def _attention(b: _Builder, kind: str, layer: int, pre: bool, n_heads: int) -> N
         _norm_before(b, f"{block}_norm", column, norm)
     b.add(block, column, fill, label, rows, blocks=[block], site=site, page=page, detail=detail)
     if not pre:
-        _norm_after(b, f"{block}_norm", column, norm, "LayerNorm(x + sub-layer(x))")
+        _norm_after(b, f"{block}_norm", column, norm, f"{b.norm}(x + sub-layer(x))")
 
 
 def _ssru(b: _Builder, layer: int, pre: bool) -> None:
@@ -145,14 +146,15 @@ def _ssru(b: _Builder, layer: int, pre: bool) -> None:
         f"{stage}.ssru", "decoder", "ssru", label, [gate, cell], blocks=[f"{stage}.ssru"], site=gate.site, detail=detail
     )
     if not pre:
-        _norm_after(b, f"{stage}.self_attn_norm", "decoder", norm, "LayerNorm(x + SSRU(x))")
+        _norm_after(b, f"{stage}.self_attn_norm", "decoder", norm, f"{b.norm}(x + SSRU(x))")
 
 
 def _ffn(b: _Builder, stage: str, column: Column, pre: bool) -> None:
     """The feed-forward sub-layer and its norm; its last box is the layer's output."""
     hidden, out = b.row(stage, "feed-forward hidden"), b.row(stage, "feed-forward output")
     layer_out = b.row(stage, "layer output")
-    detail = f"{shape_text(out.shape)} → {shape_text(hidden.shape)} → {shape_text(out.shape)} (ReLU between)"
+    between = "gated: act(x·W1) ⊙ x·W_up" if b.table.architecture.gated_ffn else "the activation between"
+    detail = f"{shape_text(out.shape)} → {shape_text(hidden.shape)} → {shape_text(out.shape)} ({between})"
     block = f"{stage}.ffn"
     if pre:
         _norm_before(b, f"{block}_norm", column, out)
@@ -168,7 +170,7 @@ def _ffn(b: _Builder, stage: str, column: Column, pre: bool) -> None:
     if not pre:
         norm, label = f"{block}_norm", "add & norm → layer output"
         b.add(
-            norm, column, "norm", label, [layer_out], blocks=[norm], site=layer_out.site, detail="LayerNorm(x + FFN(x))"
+            norm, column, "norm", label, [layer_out], blocks=[norm], site=layer_out.site, detail=f"{b.norm}(x + FFN(x))"
         )
 
 
@@ -191,21 +193,42 @@ def _side(b: _Builder, side: str, column: Column, tokens: str) -> None:
     scaled = source_emb.name.removeprefix("token embeddings ").replace("·√d_model", " ×√d_model")
     detail = "one row of E per piece"
     b.add(block, column, "embedding", f"embedding {scaled}", [emb], blocks=[block], detail=detail)
-    learned = b.table.architecture.positional == "learned"
+    arch = b.table.architecture
+    learned, separate = arch.positional == "learned", arch.separate_positions
     pe = b.row(side, "positional encoding")
-    how = "learned table P, one for both sides" if learned else "sinusoidal: computed, no parameters"
+    if arch.positional == "relative":  # T5: nothing added here; each stack's bias table is counted on this box
+        how = "none added: a learned bias on each self-attention's scores (relative position bias)"
+        blocks = ["positions.encoder" if side == "source" else "positions.decoder"]
+    elif learned:
+        how = f"learned table P, {'one per side' if separate else 'one for both sides'}"
+        blocks = ["positions"] if side == "source" else ["positions.tgt"] if separate else []
+    else:
+        how, blocks = "sinusoidal: computed, no parameters", ["positions"] if side == "source" else []
+    if arch.position_offset and arch.positional != "relative":
+        how += f", read from row {arch.position_offset}"
     b.add(
         f"{side}.positions",
         column,
         "embedding",
-        "+ positional encoding",
+        "+ positional encoding" if arch.positional != "relative" else "positions: a bias in attention instead",
         [pe, total],
-        blocks=["positions"] if side == "source" else [],
+        blocks=blocks,
         site=total.site,
         page="positional",
         detail=how,
-        shared="the source side's table: counted there" if learned and side == "target" else "",
+        shared="the source side's table: counted there" if learned and not separate and side == "target" else "",
     )
+    if arch.embed_norm:  # BART's layernorm_embedding, one per side, on the sum before layer 1
+        norm = f"embed_norm.{'src' if side == 'source' else 'tgt'}"
+        b.add(
+            f"{side}.embed_norm",
+            column,
+            "norm",
+            f"{b.norm} of embedding + position",
+            [total],
+            blocks=[norm],
+            detail="layernorm_embedding, before layer 1",
+        )
 
 
 def flow_nodes(
@@ -243,7 +266,7 @@ def flow_nodes(
         _ffn(b, stage, "encoder", pre)
     memory = b.row("memory", "memory")
     if pre:
-        b.add("encoder_norm", "encoder", "norm", "final LayerNorm of the encoder", [memory], blocks=["encoder_norm"])
+        b.add("encoder_norm", "encoder", "norm", f"final {b.norm} of the encoder", [memory], blocks=["encoder_norm"])
     b.add(
         "memory",
         "encoder",
@@ -269,7 +292,7 @@ def flow_nodes(
     state = b.row("output", "decoder state")
     if pre:
         last = b.row(layer_name("decoder", arch.n_decoder_layers - 1), "layer output")
-        b.add("decoder_norm", "decoder", "norm", "final LayerNorm of the decoder", [last], blocks=["decoder_norm"])
+        b.add("decoder_norm", "decoder", "norm", f"final {b.norm} of the decoder", [last], blocks=["decoder_norm"])
     logits, probs = b.row("output", "logits"), b.row("output", "next-word")
     b.add(
         "output.projection",
