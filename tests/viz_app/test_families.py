@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from apptest_helpers import chart_titles, ok, texts
+from apptest_helpers import chart_titles, ok, specs, texts
 from hf_bart_folders import build_bart_folder, build_m2m100_folder
 from hf_folders import build_t5_folder
 from safetensors import safe_open
@@ -142,6 +142,9 @@ def test_every_page_runs(family: str, page: str, params: dict[str, str], monkeyp
                 break
         ok(at)
     assert at.get("plotly_chart") or at.dataframe or at.table, f"{page} drew nothing on {family}"
+    if page == "masks":  # the stages' first panel names the scores this model computes
+        stage = next(a["text"] for s in specs(at) for a in s["layout"].get("annotations", []) if a["text"][:3] == "1 ·")
+        assert ("not divided by √d_k" in stage) is (family == "t5"), stage
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
