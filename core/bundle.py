@@ -507,13 +507,14 @@ class Bundle:
         options: InferenceOptions | None = None,
         *,
         beam_size: int = 4,
-        alpha: float = 1.0,
+        alpha: float | None = None,
         max_len: int | None = None,
         truncate: bool = False,
     ) -> BeamTree:
         """Beam search on ``text`` with its whole history: every hypothesis per step with its score, the pruned
         next best, each live beam's cross-attention; its winner is ``translate(text, beam_size=...)``'s output.
-        The greedy translation's ids come along, to show where the two diverge."""
+        The greedy translation's ids come along, to show where the two diverge. alpha: the length penalty (None: the
+        model's own, ``ModelConfig.length_penalty``); how hypotheses finish is the model's (``ModelConfig.beam``)."""
         options = self.check_options(options, beam_size=beam_size, max_len=max_len)
         source = self._source(text, truncate)
         src, keep = self.padded([source.ids])
@@ -533,7 +534,7 @@ class Bundle:
             src_tokens=tuple(self.tokenizer.piece(i) for i in source.ids),
             vocab={i: self.tokenizer.piece(i) for i in sorted(used)},
             beam_size=beam_size,
-            alpha=alpha,
+            alpha=self.config.length_penalty if alpha is None else alpha,
             options=options,
             eos_id=self.config.eos_id,
             meta={

@@ -33,8 +33,9 @@ class Call:
     vocab: (S,) sorted ids, the only ones scored (a lexical shortlist, ``core.shortlist``); None = every id.
     max_len, top_k, prefix, beam_size, alpha, use_cache: decoding's settings (``core.decoding``): at most
         ``max_len`` output ids (None: ``default_max_len`` of the source), the ``top_k`` alternatives recorded per
-        step, output ids forced at the first steps, the beam's width and length penalty, the KV cache (None: on
-        with the causal mask; off, each step recomputes the prefix).
+        step, output ids forced at the first steps, the beam's width and length penalty (None: the model's own,
+        ``ModelConfig.length_penalty``), the KV cache (None: on with the causal mask; off, each step recomputes the
+        prefix).
     """
 
     options: InferenceOptions = field(default_factory=InferenceOptions)
@@ -45,7 +46,7 @@ class Call:
     top_k: int = 10
     prefix: tuple[int, ...] = ()
     beam_size: int = 1
-    alpha: float = 1.0
+    alpha: float | None = None
     use_cache: bool | None = None
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
@@ -80,6 +81,11 @@ class ModelConfig:
     relative_buckets: int = 32  # positional="relative": buckets of T5's relative position bias ...
     relative_max_distance: int = 128  # ... and the distance from which every relative position shares a bucket
     scale_decoder_output: bool = False  # decoder output * d_model**-0.5 before the output projection (T5 v1.0)
+    # How beam search finishes hypotheses (``core.beam_finish``); the defaults keep every earlier checkpoint as it was.
+    # lab: the beam shrinks as hypotheses end (Marian's C++ decoder); transformers: ``generate``'s (imported folders)
+    beam: Literal["lab", "transformers"] = "lab"
+    length_penalty: float = 1.0  # finished hypotheses rank by log-prob / length**length_penalty (a call may override)
+    early_stopping: bool | Literal["never"] = False  # beam="transformers": generate's early_stopping
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -163,6 +169,17 @@ class ModelConfig:
             self.relative_max_distance > self.relative_buckets // 2,
             f"relative_max_distance ({self.relative_max_distance}) must exceed half of relative_buckets "
             f"({self.relative_buckets})",
+        )
+        need(self.beam in ("lab", "transformers"), f"beam must be 'lab' or 'transformers', got {self.beam!r}")
+        need(
+            isinstance(self.length_penalty, (int, float))
+            and not isinstance(self.length_penalty, bool)
+            and math.isfinite(self.length_penalty),
+            f"length_penalty must be a finite number, got {self.length_penalty!r}",
+        )
+        need(
+            isinstance(self.early_stopping, bool) or self.early_stopping == "never",
+            f"early_stopping must be true, false or 'never', got {self.early_stopping!r}",
         )
         need(self.d_model % 2 == 0, f"d_model ({self.d_model}) must be even for sinusoidal positions")
         need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .beam_finish import finishing
 from .call import Call
 from .config import ModelConfig
 from .model import Transformer
@@ -240,11 +241,15 @@ def beam_search(
 ) -> list[int]:
     """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
 
-    At each step the ``call.beam_size`` best extensions of the live beams are kept; those ending in eos
-    are finished. Finished hypotheses are ranked by log-prob / length**``call.alpha``. With beam_size=1 this
-    is exactly greedy decoding. At most ``call.max_len`` steps (None: ``default_max_len`` of the source).
-    The ids ``forced_ids`` names are forced at the first steps, adding log-probability 0 (as transformers'
-    ``ForcedBOSTokenLogitsProcessor`` does); candidates of log-probability -inf are never kept.
+    One loop for every checkpoint; how hypotheses finish, when the search stops and which finished one wins is
+    the model's finishing policy (``ModelConfig.beam``, ``core.beam_finish``): "lab" keeps the ``call.beam_size``
+    best extensions, finishes those ending in eos and shrinks the beam by as many (Marian's C++ decoder);
+    "transformers" reproduces ``generate(num_beams=...)`` (``beam_size`` hypotheses always live, a pool of the best
+    finished ones, ``early_stopping``). Finished hypotheses rank by log-prob / length**``call.alpha`` (None: the
+    model's ``length_penalty``). With beam_size=1 the lab policy is exactly greedy decoding. At most
+    ``call.max_len`` steps (None: ``default_max_len`` of the source). The ids ``forced_ids`` names are forced at
+    the first steps, adding log-probability 0 (as transformers' ``ForcedBOSTokenLogitsProcessor`` does);
+    candidates of log-probability -inf are never kept.
 
     history: a list that receives one ``BeamStep`` per step (every hypothesis, its score, the pruned next best,
     each live beam's cross-attention); None (the default) records nothing and runs the fast path (the call's
@@ -255,7 +260,8 @@ def beam_search(
         raise ValueError("beam_search decodes one sentence at a time (src batch of 1)")
     cfg = model.config
     call = call.with_recorder(None).begin(model)  # the beams' own recorders come per step, below
-    beam_size, alpha, vocab = call.beam_size, call.alpha, call.vocab
+    vocab, max_len = call.vocab, call.max_len or default_max_len(src.shape[1])
+    finish = finishing(cfg, call.beam_size, call.alpha, max_len)
     memory = model.encode(src, src_keep, call)  # (1, Ts, D)
     cross_keep = _padded_or_none(src_keep)
     state = DecoderState.empty(cfg.n_decoder_layers) if call.cache else None
@@ -265,8 +271,7 @@ def beam_search(
         forced_columns, _ = columns_of(torch.tensor(list(forced), dtype=torch.long, device=src.device), vocab)
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
     scores = torch.zeros(1, device=src.device)  # (beams,)
-    finished: list[tuple[float, list[int]]] = []
-    for step in range(max_steps(cfg, call.max_len, src.shape[1])):
+    for step in range(max_len):
         n = tokens.shape[0]
         mem, keep = memory.expand(n, -1, -1), None if cross_keep is None else cross_keep.expand(n, -1)
         recorder = None if history is None else Recorder(model)  # this step's attention, per beam
@@ -282,31 +287,24 @@ def beam_search(
             )
         logp = token_logp + scores[:, None]  # (beams, V|S)
         V = logp.shape[-1]
-        top_scores, flat = logp.view(-1).topk(min(beam_size, logp.numel()))  # (k,)
+        top_scores, flat = logp.view(-1).topk(min(finish.width, logp.numel()))  # (c,) best first
         possible = torch.isfinite(top_scores)  # -inf: a banned id, or not the forced one
         top_scores, flat = top_scores[possible], flat[possible]
         origin, ids = flat // V, vocab_ids(flat % V, vocab)
+        ended, alive = finish.select((ids == cfg.eos_id).tolist(), last=step + 1 == max_len)
         if history is not None and recorder is not None:
-            history.append(_beam_step(step, tokens, scores, token_logp, logp, flat, recorder, cfg.eos_id, vocab))
-        alive: list[int] = []
-        for j in range(flat.shape[0]):
-            if int(ids[j]) == cfg.eos_id:
-                seq = tokens[origin[j], 1:].tolist() + [cfg.eos_id]
-                finished.append((float(top_scores[j]) / (len(seq) ** alpha), seq))
-            else:
-                alive.append(j)
-        if len(finished) >= beam_size or not alive:
+            kept = flat[sorted({*ended, *alive})]
+            history.append(_beam_step(step, tokens, scores, token_logp, logp, kept, recorder, cfg.eos_id, vocab))
+        for j in ended:
+            finish.add(top_scores[j], tokens[origin[j], 1:].tolist() + [int(ids[j])])
+        if finish.done(step, top_scores[alive]):
             break
         index = origin[alive]
         tokens = torch.cat([tokens[index], ids[alive][:, None]], dim=1)
         scores = top_scores[alive]
         if state is not None:
             state.reorder(index, same_source=True)  # the beams of one sentence
-    if not finished:  # max_len reached: rank the live beams
-        for j in range(tokens.shape[0]):
-            seq = tokens[j, 1:].tolist()
-            finished.append((float(scores[j]) / (max(len(seq), 1) ** alpha), seq))
-    return max(finished, key=lambda item: item[0])[1]
+    return finish.best(tokens[:, 1:], scores)
 
 
 def _beam_step(

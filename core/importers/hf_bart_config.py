@@ -18,7 +18,7 @@ import torch
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from .hf_bart_folder import HFBartFolder
-from .hf_config import layer_names
+from .hf_config import beam_settings, layer_names
 from .hf_folder import CONFIG, WEIGHTS
 
 # transformers 5.23's config defaults (what a field absent from config.json means); the families differ only here
@@ -169,6 +169,7 @@ def config_from_bart(
             embed_norm=bart_like,
             forced_bos_id=forced_bos_id,
             pad_position_zero=not bart_like,  # M2M100's positions skip <pad> (its padding row is zeros)
+            **beam_settings(f),
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None

@@ -5,6 +5,7 @@ reads the same names the other way)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -121,6 +122,23 @@ def special_pieces(f: HFMarianFolder) -> dict[str, str]:
         f"{key}_piece": _piece(f.tokenizer_config, f"{key}_token", default, where)
         for key, default in (("unk", "<unk>"), ("eos", "</s>"), ("pad", "<pad>"))
     }
+
+
+def beam_settings(f: HFFolder) -> dict[str, Any]:
+    """``ModelConfig``'s beam fields for an imported folder: beam search as ``generate`` runs it ("transformers",
+    ``core.beam_finish``), with ``length_penalty`` and ``early_stopping`` as generate reads them:
+    generation_config.json's when the folder has one, else config.json's, else ``GenerationConfig``'s defaults
+    (1.0, False)."""
+    source, where = (
+        (f.generation_config, f.path(GENERATION_CONFIG)) if f.generation_config else (f.config, f.path(CONFIG))
+    )
+    penalty = source.get("length_penalty", 1.0)
+    if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not math.isfinite(penalty):
+        raise CheckpointError(f"{where}: field length_penalty must be a number, got {penalty!r}")
+    stopping = source.get("early_stopping", False)
+    if not isinstance(stopping, bool) and stopping != "never":
+        raise CheckpointError(f'{where}: field early_stopping must be true, false or "never", got {stopping!r}')
+    return {"beam": "transformers", "length_penalty": float(penalty), "early_stopping": stopping}
 
 
 def suppressed_ids(f: HFFolder) -> tuple[int, ...]:
@@ -306,6 +324,7 @@ def config_from_hf(f: HFMarianFolder) -> ModelConfig:
             eos_id=eos,
             unk_id=f.vocab[unk_piece],
             suppress_ids=suppressed_ids(f),
+            **beam_settings(f),
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None

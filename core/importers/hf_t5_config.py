@@ -18,7 +18,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from .hf_config import suppressed_ids
+from .hf_config import beam_settings, suppressed_ids
 from .hf_t5_folder import CONFIG, WEIGHTS, HFT5Folder
 
 # transformers 5.23's T5Config defaults (MT5Config's differ in feed_forward_proj, vocab_size and tie_word_embeddings)
@@ -196,6 +196,7 @@ def config_from_t5(f: HFT5Folder, unk_id: int) -> ModelConfig:
             relative_buckets=field(f, "relative_attention_num_buckets", int),
             relative_max_distance=field(f, "relative_attention_max_distance", int),
             scale_decoder_output=rescale,
+            **beam_settings(f),
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None
