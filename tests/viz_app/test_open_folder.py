@@ -168,6 +168,19 @@ def test_progress_is_reported_in_order(root: Path, marian_folder: Path) -> None:
     assert done.name == "tiny" and (root / "tiny" / "config.json").is_file() and done.megabytes > 0
 
 
+def test_a_cache_snapshot_of_symlinks_to_blobs_is_read(root: Path, marian_folder: Path, tmp_path: Path) -> None:
+    """The Hugging Face cache keeps each file once under blobs/ and links it from snapshots/<hash>/."""
+    repo = tmp_path / "models--Org--linked"
+    snapshot, blobs = repo / "snapshots" / "feed", repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for i, file in enumerate(p for p in marian_folder.iterdir() if p.is_file()):
+        shutil.copyfile(file, blobs / f"blob{i}")
+        (snapshot / file.name).symlink_to(Path("../../blobs") / f"blob{i}")
+    done = importing.import_folder(str(snapshot), "", lambda f, t: None)
+    assert done.name == "linked" and not any(p.is_symlink() for p in (root / "linked").iterdir())
+
+
 def test_serving_a_network_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAB_SERVE_NETWORK", "1")
     assert "LAB_SERVE_NETWORK=1" in (importing.refused_here() or "")
