@@ -90,7 +90,8 @@ def bias_grid(
     )
     z = rounded(bias)
     m = symmetric_range(z)
-    if mask is not None and mask.shape == (n_q, n_k):
+    blocked = mask is not None and mask.shape == (n_q, n_k) and not mask.all()
+    if blocked and mask is not None:
         z = np.where(mask[None], z, np.nan)
     for h in range(n_heads):
         fig.add_trace(
@@ -108,7 +109,8 @@ def bias_grid(
             col=h % cols + 1,
         )
     base_layout(fig, title, height=rows * 300 + 90)
-    fig.update_layout(plot_bgcolor=MASKED_BG)  # the squares fill their plots: only blocked (NaN) cells show it
+    if blocked:  # grey shows through the blocked (NaN) cells
+        fig.update_layout(plot_bgcolor=MASKED_BG)
     for h in range(n_heads):  # tokens on the first column's rows and the bottom row's columns only
         row, col = h // cols + 1, h % cols + 1
         y_axis = token_axis(q_tokens, "query" if col == 1 and row == 1 else "", max_ticks=TICKS, note=False)
