@@ -7,7 +7,7 @@ import numpy as np
 from conftest import tiny_config
 
 from viz_app.figures.masking import score_label
-from viz_app.learn.arithmetic import Arithmetic, scale_of_recorded
+from viz_app.learn.arithmetic import Arithmetic, header_note, scale_of_recorded
 
 T5 = dict(d_kv=5, attention_scale=False, norm="pre", norm_kind="rms", positional="relative", linear_bias=False)
 
@@ -21,6 +21,7 @@ def test_formulas_follow_the_config() -> None:
     assert "RMSNorm" in t5.norm_formula() and "LayerNorm" in paper.norm_formula()
     assert r"\odot x W_{up}" in t5.ffn() and "b_1" not in t5.ffn() and r"\mathrm{ReLU}(x W_1 + b_1)" in paper.ffn()
     assert "PE_i" not in t5.embedding() and "PE_i" in paper.embedding()
+    assert header_note(paper) == "" and "No division by √d_k" in header_note(t5) and "B:" in header_note(t5)
     assert t5.residual() == "h + y" and paper.residual() == r"\mathrm{LayerNorm}(h + y)"
     bart = Arithmetic.of(tiny_config(embed_norm=True, scale_embedding=False))
     assert bart.embedding() == r"h_i = \mathrm{LayerNorm}\big(E[\text{token}_i] + PE_i\big)"

@@ -110,8 +110,9 @@ class Arithmetic:
 
 
 def header_note(a: Arithmetic) -> str:
-    """The sentence under the page's formula: what of it this model does differently from the paper."""
-    parts = ["M: the mask."]
+    """The sentence under the page's formula: what of it this model does differently from the paper ('' when
+    nothing)."""
+    parts = []
     if not a.scaled:
         parts.append("No division by √d_k: this model's scores are Q·Kᵀ itself.")
     if a.relative_bias:

@@ -26,7 +26,8 @@ st.caption(
 model = None if trace_replay.replay() is not None else selection.bundle()
 if model is not None:  # this model's own arithmetic (a replayed trace's is read from its numbers, step 4)
     st.latex(Arithmetic.of(model.config).attention())
-    st.caption(arithmetic.header_note(Arithmetic.of(model.config)))
+    if note := arithmetic.header_note(Arithmetic.of(model.config)):
+        st.caption(note)
 
 
 def _focus(run: core.Translation, cfg: core.ModelConfig | None) -> sections.Focus:
