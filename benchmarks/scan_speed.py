@@ -7,8 +7,8 @@ On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portugu
 
 1. the per-pair cost: for each pair in turn (interleaved, so both see the same load), the wall time of
    ``Bundle.translate`` (greedy, every attention recorded, as the lab translates), of untraced greedy decoding
-   (``core.decoding.greedy`` with the bundle's fast weights, no recorder) and of ``contributions`` on the given
-   translation;
+   (``core.decoding.greedy`` with the bundle's fast weights, no recorder), of ``contributions`` on the given
+   translation and of ``contributions`` of the model's own translation (no translation given);
    medians, and the ratio of the medians;
 2. whole scans of the pairs (``core.analysis.scan.scan``, into a fresh file each): in this process with torch on 1
    and on 2 threads, and on a local Ray instance (2 CPUs) with 1 and with 2 workers (one torch thread each); wall
@@ -48,18 +48,21 @@ def per_pair_costs(checkpoint: Path, pairs: list[tuple[str, str]]) -> dict[str, 
     bundle = core.load(checkpoint, device="cpu")
     bundle.translate(pairs[0][0])  # warm-up
     contributions(bundle, pairs[0][0], translation=pairs[0][1])
-    times: dict[str, list[float]] = {"translate": [], "greedy": [], "contributions": []}
+    times: dict[str, list[float]] = {"translate": [], "greedy": [], "contributions": [], "own": []}
     for source, translation in pairs:
-        start = time.perf_counter()
+        t0 = time.perf_counter()
         bundle.translate(source)
-        middle = time.perf_counter()
+        t1 = time.perf_counter()
         src, keep = bundle.padded([bundle.encode_source(source)[0]])
         greedy(bundle.model, src, keep, Call(fast=bundle.fast))
-        end = time.perf_counter()
+        t2 = time.perf_counter()
         contributions(bundle, source, translation=translation)
-        times["translate"].append(middle - start)
-        times["greedy"].append(end - middle)
-        times["contributions"].append(time.perf_counter() - end)
+        t3 = time.perf_counter()
+        contributions(bundle, source)  # the model's own translation: greedy decoding first
+        times["translate"].append(t1 - t0)
+        times["greedy"].append(t2 - t1)
+        times["contributions"].append(t3 - t2)
+        times["own"].append(time.perf_counter() - t3)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -120,8 +123,10 @@ def main() -> None:
         "",
         f"Per pair (median of {args.pairs}, 1 torch thread): `Bundle.translate` (traced) {costs['translate']:.3f} s, "
         f"untraced greedy {costs['greedy']:.3f} s, `contributions` on the given translation "
-        f"{costs['contributions']:.3f} s: contributions cost **{costs['contributions'] / costs['translate']:.1f}×** a "
-        f"traced translation, **{costs['contributions'] / costs['greedy']:.1f}×** an untraced one.",
+        f"{costs['contributions']:.3f} s: contributions cost **{costs['contributions'] / costs['translate']:.2f}×** a "
+        f"traced translation, **{costs['contributions'] / costs['greedy']:.2f}×** an untraced one; `contributions` "
+        f"of the model's own translation (greedy decoding included) {costs['own']:.3f} s, "
+        f"**{costs['own'] / costs['translate']:.2f}×** a traced translation.",
         "",
         "| scan of the pairs | wall time | of which to the first line | pairs / s | pairs / s after the first line "
         "| same bytes as the 1-thread scan here |",
