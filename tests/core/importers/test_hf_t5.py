@@ -5,9 +5,9 @@ fixture corpus): source ids equal the folder's own tokenizer's (task prefix incl
 (1e-4), for v1.0 (ReLU, tied head rescaled by d_model**-0.5), v1.1 (gated GELU, a head of its own) and mT5; every bad
 folder refused with a CheckpointError naming the file and field.
 
-Beam search: core's shrinks the beam when a hypothesis ends while transformers keeps ``num_beams`` running, so the
-beam test makes eos unreachable (its output row zero, while the other logits spread far above and below 0: eos is
-never among the 2 x 4 best candidates) and compares fixed-length searches with length penalty 1.
+Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``, ``core.beam_finish``);
+the beam test makes eos likely so that hypotheses end early and compares several length penalties and early_stopping
+values (``tests/hf_beam.py``).
 """
 
 from __future__ import annotations
@@ -19,17 +19,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import sentencepiece as spm
 import torch
+from hf_beam import BEAMS, compare_beams, make_eos_likely
+from hf_beam import MAX_NEW as BEAM_MAX_NEW
 from hf_folders import (
     ENGLISH,
-    EXTRA_IDS,
     PREFIX,
-    SPARE_ROWS,
     build_t5_folder,
     save_t5_folder,
-    t5_model,
-    train_t5_spm,
 )
 from safetensors.torch import load_file, save_file
 
@@ -136,31 +133,33 @@ def test_greedy_logits_and_every_head_match_transformers(case):
     assert stopped >= (1 if case.name != "1.0" else 0), stopped
 
 
-@pytest.fixture(scope="module", params=["1.0", "1.1"])
-def no_eos(request, tmp_path_factory):
-    """A folder whose eos is never among the best candidates (see the module docstring)."""
-    from transformers import AutoTokenizer
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_beam_search_matches_transformers_where_hypotheses_end_early(version, tmp_path):
+    """eos made likely (``hf_beam.make_eos_likely``): beam-4 ids equal ``generate(num_beams=4)``'s for length
+    penalties 1, 0.5, 2, 1.5 and early_stopping False, True, "never", with hypotheses ending before the search does."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    root = tmp_path_factory.mktemp(f"beam-{request.param}")
-    spiece = train_t5_spm(root / "spiece")
-    n_rows = spm.SentencePieceProcessor(model_file=str(spiece)).get_piece_size() + EXTRA_IDS + SPARE_ROWS
-    model = t5_model(n_rows, request.param, seed=5)
-    with torch.no_grad():
-        model.lm_head.weight[EOS] = 0.0  # tied (v1.0): the shared row, eos's input embedding too
-    folder = save_t5_folder(model, spiece, root / "hf")
-    return SimpleNamespace(model=model, tok=AutoTokenizer.from_pretrained(folder), bundle=imported(root, folder))
+    folder = build_t5_folder(tmp_path / "hf", version, seed=2)
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    texts = TEXTS + [ENGLISH[8], ENGLISH[10]]
+    make_eos_likely(model, [tok([PREFIX + t], return_tensors="pt") for t in texts], EOS, gap=2.0)
+    save_t5_folder(model, folder / "spiece.model", folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
 
+    def generate(text: str, length_penalty: float, early_stopping: bool | str) -> list[int]:
+        with torch.inference_mode():
+            out = model.generate(
+                **tok([PREFIX + text], return_tensors="pt"),
+                num_beams=BEAMS,
+                do_sample=False,
+                max_new_tokens=BEAM_MAX_NEW,
+                length_penalty=length_penalty,
+                early_stopping=early_stopping,
+            )
+        return out[0, 1:].tolist()
 
-def test_beam_search_matches_transformers_while_no_hypothesis_ends(no_eos):
-    differs = 0
-    for text in TEXTS:
-        theirs = hf_generate(no_eos.model, no_eos.tok, text, num_beams=4, max_new_tokens=10)
-        ours = [int(i) for i in no_eos.bundle.translate(text, beam_size=4, max_len=10).trace["output.ids"]]
-        greedy = [int(i) for i in no_eos.bundle.translate(text, max_len=10).trace["output.ids"]]
-        assert ours == theirs, text
-        assert EOS not in ours
-        differs += ours != greedy
-    assert differs >= 1  # the beam found something greedy did not: the comparison is about beam search
+    compare_beams(folder, lambda out: imported(out, folder), generate, texts, tmp_path)
 
 
 def test_the_card_and_config_say_which_family_its_size_and_where_it_came_from(case):
