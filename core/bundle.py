@@ -22,8 +22,8 @@ from .decoding import (
     BeamStep,
     beam_search,
     columns_of,
-    default_max_len,
     greedy,
+    max_steps,
     output_text,
     padded,
     suppress,
@@ -108,6 +108,12 @@ class Translation:
     def output_tokens(self) -> list[str]:
         """What the decoder predicted at each position (eos included)."""
         return self.trace.output_tokens
+
+    @property
+    def output_ids(self) -> tuple[int, ...]:
+        """The output ids the run produced (eos included if produced): what ``Bundle.teacher_forced(...,
+        target_ids=...)`` feeds to re-run this output exactly (its text need not re-tokenize to them)."""
+        return tuple(int(i) for i in self.trace["output.ids"]) if "output.ids" in self.trace else ()
 
     @functools.cached_property
     def steps(self) -> list[Step]:
@@ -294,7 +300,8 @@ class Bundle:
     def encode_target(self, text: str) -> list[int]:
         """A given translation's ids as a teacher-forced pass feeds them: cleaned, cut to ``max_source_tokens``
         pieces, eos appended (the decoder's inputs are the start token, then these but the last)."""
-        return self.tokenizer.encode_target(clean_text(text))[: self.max_source_tokens] + [self.config.eos_id]
+        limit = min(self.max_source_tokens, self.position_limit - 1)  # a learned table holds eos's position too
+        return self.tokenizer.encode_target(clean_text(text))[:limit] + [self.config.eos_id]
 
     def padded(self, rows: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
         """Id rows as ONE batch on this bundle's device: ids (B, T) padded on the right with ``pad_id``, and keep
@@ -467,7 +474,7 @@ class Bundle:
         greedy after them, recorded like any translation, ``meta['forced_prefix']`` = how many were forced."""
         options = self.check_options(options, beam_size=beam_size, max_len=max_len, top_k=top_k)
         source = self._source(text, truncate)
-        max_len = max_len or default_max_len(len(source.ids))
+        max_len = max_steps(self.config, max_len, len(source.ids))  # within a learned position table
         forced = self._check_prefix(prefix, beam_size, max_len)
         recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
         how = {"max_len": max_len, "top_k": top_k, "beam_size": beam_size, "prefix": tuple(forced)}
@@ -518,7 +525,7 @@ class Bundle:
         options = self.check_options(options, beam_size=beam_size, max_len=max_len)
         source = self._source(text, truncate)
         src, keep = self.padded([source.ids])
-        how = {"max_len": max_len or default_max_len(len(source.ids)), "beam_size": beam_size, "alpha": alpha}
+        how = {"max_len": max_steps(self.config, max_len, len(source.ids)), "beam_size": beam_size, "alpha": alpha}
         call = self._call(options, [source], None, **how)
         history: list[BeamStep] = []
         out_ids = beam_search(self.model, src, keep, call, history)
@@ -583,19 +590,45 @@ class Bundle:
     def teacher_forced(
         self,
         src_text: str,
-        tgt_text: str,
+        tgt_text: str | None = None,
         options: InferenceOptions | None = None,
         *,
+        target_ids: Sequence[int] | None = None,
         top_k: int = 10,
         truncate: bool = False,
         record_qkv: bool = True,
     ) -> Translation:
-        """Teacher-forced pass on a given translation ``tgt_text`` (eos appended)."""
+        """Teacher-forced pass on a given translation: ``tgt_text`` (tokenized, eos appended), or ``target_ids``,
+        output ids as given (a run's own, ``Translation.output_ids``: eos included if it produced one). Re-running
+        a model's own output goes by its ids: its text need not tokenize back to them (byte-level BPE output of an
+        untrained model may be invalid UTF-8, and comes back as other, more pieces)."""
         options = self.check_options(options, top_k=top_k)
+        out_ids = self._target(tgt_text, target_ids)
         source = self._source(src_text, truncate)
         recorder = Recorder(self.model, qkv=record_qkv)
         call = self._call(options, [source], recorder, top_k=top_k)
-        return self._run([source], call, self.encode_target(tgt_text), forced=True)[0]
+        return self._run([source], call, out_ids, forced=True)[0]
+
+    def _target(self, tgt_text: str | None, target_ids: Sequence[int] | None) -> list[int]:
+        """The output ids a teacher-forced pass feeds: exactly one of ``tgt_text`` / ``target_ids``, checked;
+        InputError naming what is wrong."""
+        if (tgt_text is None) == (target_ids is None):
+            raise InputError("teacher_forced needs a target: either tgt_text or target_ids (not both)")
+        if target_ids is None:
+            assert tgt_text is not None
+            return self.encode_target(tgt_text)
+        if isinstance(target_ids, (str, bytes)) or not isinstance(target_ids, Sequence):
+            raise InputError(f"target_ids must be a list of target token ids, got {type(target_ids).__name__}")
+        cfg, ids = self.config, list(target_ids)
+        if not ids:
+            raise InputError("target_ids is empty: give at least one output id (eos for an empty output)")
+        for i in ids:
+            if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or not 0 <= int(i) < cfg.tgt_vocab_size:
+                raise InputError(f"target ids must be whole numbers from 0 to {cfg.tgt_vocab_size - 1}, got {i!r}")
+        limit = min(MAX_OUTPUT_TOKENS, self.position_limit)
+        if len(ids) > limit:
+            raise InputError(f"target_ids has {len(ids)} ids; this model reads at most {limit} output positions")
+        return [int(i) for i in ids]
 
     @torch.inference_mode()
     def translate_batch(

@@ -246,10 +246,10 @@ def beam_search(
     best extensions, finishes those ending in eos and shrinks the beam by as many (Marian's C++ decoder);
     "transformers" reproduces ``generate(num_beams=...)`` (``beam_size`` hypotheses always live, a pool of the best
     finished ones, ``early_stopping``). Finished hypotheses rank by log-prob / length**``call.alpha`` (None: the
-    model's ``length_penalty``). With beam_size=1 the lab policy is exactly greedy decoding. At most
-    ``call.max_len`` steps (None: ``default_max_len`` of the source). The ids ``forced_ids`` names are forced at
-    the first steps, adding log-probability 0 (as transformers' ``ForcedBOSTokenLogitsProcessor`` does);
-    candidates of log-probability -inf are never kept.
+    model's ``length_penalty``). With beam_size=1 the lab policy is exactly greedy decoding. At most ``max_steps``
+    steps (``call.max_len``, None: ``default_max_len`` of the source; within a learned position table). The ids
+    ``forced_ids`` names are forced at the first steps, adding log-probability 0 (as transformers'
+    ``ForcedBOSTokenLogitsProcessor`` does); candidates of log-probability -inf are never kept.
 
     history: a list that receives one ``BeamStep`` per step (every hypothesis, its score, the pruned next best,
     each live beam's cross-attention); None (the default) records nothing and runs the fast path (the call's
@@ -260,7 +260,7 @@ def beam_search(
         raise ValueError("beam_search decodes one sentence at a time (src batch of 1)")
     cfg = model.config
     call = call.with_recorder(None).begin(model)  # the beams' own recorders come per step, below
-    vocab, max_len = call.vocab, call.max_len or default_max_len(src.shape[1])
+    vocab, max_len = call.vocab, max_steps(cfg, call.max_len, src.shape[1])  # within a learned table
     finish = finishing(cfg, call.beam_size, call.alpha, max_len)
     memory = model.encode(src, src_keep, call)  # (1, Ts, D)
     cross_keep = _padded_or_none(src_keep)

@@ -70,9 +70,18 @@ def recorded_more(path: str, text: str, key: OptionsKey, beam: int) -> core.Tran
 
 @cached("Re-running on the same output …")
 def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.Translation:
-    """Cached teacher-forced pass: same decoder inputs, other options (for like-for-like comparisons)."""
+    """Cached teacher-forced pass on a typed translation ``target`` (a run's own output goes by its ids: ``rerun``)."""
     return load_bundle(path).teacher_forced(
         text, target, options=options_from_key(key), truncate=True, record_qkv=False
+    )
+
+
+@cached("Re-running on the same output …")
+def rerun(path: str, text: str, out_ids: tuple[int, ...], key: OptionsKey) -> core.Translation:
+    """Cached teacher-forced pass on a run's own output ids (``Translation.output_ids``) with these switches: the
+    same decoder inputs as that run, whether or not its text tokenizes back to them."""
+    return load_bundle(path).teacher_forced(
+        text, target_ids=out_ids, options=options_from_key(key), truncate=True, record_qkv=False
     )
 
 

@@ -30,7 +30,7 @@ def _difference_runs(out: core.Translation) -> tuple[core.Translation, core.Tran
     path, text = checkpoints.ckpt_path(), selection.sentence()
     forced = errors.guarded(
         lambda: tuple(
-            runs.teacher_forced(path, text, trained.text, runs.options_key(o))
+            runs.rerun(path, text, trained.output_ids, runs.options_key(o))
             for o in (core.InferenceOptions(), out.options)
         )
     )

@@ -224,8 +224,8 @@ def _compare_tab(out: core.Translation) -> None:
         st.info("As trained the model produced no words, so there is no output to compare attention on.")
         return
     path, text = checkpoints.ckpt_path(), selection.sentence()
-    a = errors.guarded(lambda: runs.teacher_forced(path, text, base.text, runs.options_key(compared.as_trained)))
-    b = errors.guarded(lambda: runs.teacher_forced(path, text, base.text, runs.options_key(compared.switched)))
+    a = errors.guarded(lambda: runs.rerun(path, text, base.output_ids, runs.options_key(compared.as_trained)))
+    b = errors.guarded(lambda: runs.rerun(path, text, base.output_ids, runs.options_key(compared.switched)))
     if a is not None and b is not None:
         st.caption(
             "Both runs are fed the same decoder inputs (the as-trained translation), so every map has the "

@@ -63,7 +63,7 @@ def before_after(out: core.Translation) -> None:
         return
     path = checkpoints.ckpt_path()
     text = selection.sentence()
-    forced = errors.guarded(lambda: runs.teacher_forced(path, text, trained.text, runs.options_key(out.options)))
+    forced = errors.guarded(lambda: runs.rerun(path, text, trained.output_ids, runs.options_key(out.options)))
     if forced is None:
         return
     with st.expander("How likely is the as-trained translation with these switches? (token by token)"):
