@@ -31,6 +31,7 @@ from safetensors.torch import load_file
 from .config import ModelConfig
 from .errors import CheckpointError
 from .model import Transformer, make_positions
+from .progress import Progress
 
 
 def check_tensor(path: Path, name: str, tensor: torch.Tensor) -> None:
@@ -44,15 +45,18 @@ def check_tensor(path: Path, name: str, tensor: torch.Tensor) -> None:
         raise CheckpointError(f"{path}: tensor {name} holds NaN or infinite values; the weights are broken")
 
 
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+def read_safetensors(path: Path, progress: Progress | None = None) -> dict[str, torch.Tensor]:
     """The tensors of the safetensors file ``path``, each checked (``check_tensor``) with one tensor read at a time,
-    returned as fresh mappings of the file (nothing read until used). CheckpointError when the file cannot be read."""
+    returned as fresh mappings of the file (nothing read until used). CheckpointError when the file cannot be read.
+    progress: told after each tensor is checked (i / n of them)."""
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             names = list(handle.keys())
-        for name in names:  # a handle maps the whole file and keeps what was read: one handle per tensor
+        for i, name in enumerate(names, 1):  # a handle maps the whole file and keeps what was read: one per tensor
             with safe_open(str(path), framework="pt", device="cpu") as handle:
                 check_tensor(path, name, handle.get_tensor(name))
+            if progress is not None:
+                progress(i / len(names), f"Read and checked tensor {i} of {len(names)} ({name})")
         return load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot be read ({exc}); the file is truncated or corrupt") from None

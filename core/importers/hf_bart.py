@@ -23,6 +23,7 @@ from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
 from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer
 from ..model import Transformer
+from ..progress import ImportSteps, Progress
 from ..tokenizer import Tokenizer
 from ..weights import assign_weights, empty_model, parameter_shapes
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_names, config_from_bart, embeddings
@@ -179,9 +180,12 @@ def convert(
     dtype: torch.dtype = torch.float32,
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
+    progress: Progress | None = None,
 ) -> Path:
-    """Read ``folder``, convert it and write the checkpoint folder ``out``. Returns ``out``."""
-    f = read_bart_folder(folder)
+    """Read ``folder``, convert it and write the checkpoint folder ``out``. Returns ``out``. progress: told at each
+    step (``core.progress.ImportSteps``), ending at 1.0 when the checkpoint is written."""
+    steps = ImportSteps(progress)
+    f = read_bart_folder(folder, steps.reading)
     out = Path(out)
     with tempfile.TemporaryDirectory() as scratch:
         files = f.tokenizer_files(Path(scratch))
@@ -203,7 +207,7 @@ def convert(
             "family": f.family,
             "folder": str(f.folder.resolve()),
             "licence": f.licence,
-            "weights_sha256": sha256(f.path(WEIGHTS)),
+            "weights_sha256": sha256(f.path(WEIGHTS), steps.digest),
             "transformers_version": f.config.get("transformers_version"),
             "command": command,
         }
@@ -215,4 +219,5 @@ def convert(
             extra={"tokenizer": spec, "imported_from": origin},
         )
         card = card_text(name=out.name, f=f, model=model, tokenizer=tokenizer, languages=(src, tgt), command=command)
-        return save_with_files(model, files, out, card=card, meta=meta, dtype=dtype)
+        steps.writing(out)
+        return steps.done(save_with_files(model, files, out, card=card, meta=meta, dtype=dtype))

@@ -24,6 +24,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer, byte_level_bpe
+from ..progress import Progress
 from ..tokenizer import Tokenizer, read_vocab
 from .hf_folder import CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG, find_licence, read_json, read_weights
 
@@ -103,8 +104,9 @@ class HFBartFolder:
         return {t.content: int(i) for i, t in added.items() if pattern.fullmatch(t.content)}
 
 
-def read_bart_folder(folder: str | Path) -> HFBartFolder:
-    """Read and check a Hugging Face BART / mBART / M2M100 / NLLB folder (see the module docstring)."""
+def read_bart_folder(folder: str | Path, progress: Progress | None = None) -> HFBartFolder:
+    """Read and check a Hugging Face BART / mBART / M2M100 / NLLB folder (see the module docstring); progress: per
+    tensor read."""
     folder = Path(folder)
     config = read_json(folder / CONFIG, required=True)
     model_type = config.get("model_type")
@@ -141,4 +143,4 @@ def read_bart_folder(folder: str | Path) -> HFBartFolder:
                 f"{folder / name}: missing — a {f.family} folder's tokenizer is {' + '.join(needed)} (save it with "
                 "AutoTokenizer.from_pretrained(folder).save_pretrained(folder))"
             )
-    return HFBartFolder(**{**f.__dict__, "tensors": read_weights(folder)})
+    return HFBartFolder(**{**f.__dict__, "tensors": read_weights(folder, progress)})

@@ -12,6 +12,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
+from ..progress import Progress
 from ..weights import parameter_shapes
 from .hf_folder import CONFIG, WEIGHTS
 
@@ -67,24 +68,30 @@ def mapped_state(
     return state
 
 
-def sha256(path: Path) -> str:
-    """The SHA-256 of the file at ``path`` (hex), read in 1 MiB blocks."""
-    digest = hashlib.sha256()
+def sha256(path: Path, progress: Progress | None = None) -> str:
+    """The SHA-256 of the file at ``path`` (hex), read in 1 MiB blocks; progress: told every 64 MiB and at the end."""
+    digest, size, done = hashlib.sha256(), max(path.stat().st_size, 1), 0
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
+        for n, block in enumerate(iter(lambda: fh.read(1 << 20), b""), 1):
             digest.update(block)
+            done += len(block)
+            if progress is not None and n % 64 == 0 and done < size:
+                progress(done / size, f"Digest of {path.name}: {done >> 20:,} of {size >> 20:,} MiB")
+    if progress is not None:
+        progress(1.0, f"Digest of {path.name}: done")
     return digest.hexdigest()
 
 
-def provenance(f: HFWeights, fmt: str, command: str, **more: str) -> dict[str, Any]:
+def provenance(f: HFWeights, fmt: str, command: str, progress: Progress | None = None, **more: str) -> dict[str, Any]:
     """What a checkpoint records under ``imported_from``: the format, the folder, its licence, the weights' SHA-256,
-    the transformers version that wrote it, the command; ``more`` adds fields (e.g. the family)."""
+    the transformers version that wrote it, the command; ``more`` adds fields (e.g. the family). progress: the
+    digest's."""
     return {
         "format": fmt,
         **more,
         "folder": str(f.folder.resolve()),
         "licence": f.licence,
-        "weights_sha256": sha256(f.path(WEIGHTS)),
+        "weights_sha256": sha256(f.path(WEIGHTS), progress),
         "transformers_version": f.config.get("transformers_version"),
         "command": command,
     }

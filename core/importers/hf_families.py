@@ -12,10 +12,13 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, InputError
+from ..progress import Progress
 from . import hf_bart, hf_marian, hf_t5
 from .hf_folder import CONFIG, read_json
 
-Importer = Callable[..., Path]  # (folder, out, *, dtype, languages, command[, source_prefix]) -> the checkpoint
+Importer = Callable[
+    ..., Path
+]  # (folder, out, *, dtype, languages, command, progress[, source_prefix]) -> the checkpoint
 # model_type -> (what it is, its importer)
 OPENED: dict[str, tuple[str, Importer]] = {
     "marian": ("Marian (Opus-MT)", hf_marian.convert),
@@ -66,14 +69,16 @@ def convert(
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
     source_prefix: str | None = None,
+    progress: Progress | None = None,
 ) -> Path:
-    """Import ``folder`` with its family's importer (``family``) into the checkpoint folder ``out``."""
+    """Import ``folder`` with its family's importer (``family``) into the checkpoint folder ``out``. progress: told
+    ``(fraction, text)`` at each real step (each tensor read and checked, the weights' digest, writing), with
+    fractions that only grow, ending at 1.0 when the checkpoint is written."""
     kind = family(folder)
     convert_family = OPENED[kind][1]
+    how = {"dtype": dtype, "languages": languages, "command": command, "progress": progress}
     if kind in PREFIXED:
-        return convert_family(
-            folder, out, dtype=dtype, languages=languages, command=command, source_prefix=source_prefix
-        )
+        return convert_family(folder, out, source_prefix=source_prefix, **how)
     if source_prefix is not None:
         raise InputError(f"--source-prefix is for T5-family folders; {folder} is {OPENED[kind][0]}")
-    return convert_family(folder, out, dtype=dtype, languages=languages, command=command)
+    return convert_family(folder, out, **how)

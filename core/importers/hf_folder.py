@@ -24,6 +24,7 @@ import sentencepiece as spm
 import torch
 
 from ..errors import CheckpointError
+from ..progress import Progress
 from ..tokenizer import read_vocab
 from ..weights import read_safetensors
 
@@ -87,8 +88,9 @@ def read_json(path: Path, *, required: bool) -> dict[str, Any]:
     return data
 
 
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The tensors of ``model.safetensors`` as float32; CheckpointError for pickles, other formats, bad tensors."""
+def read_weights(folder: Path, progress: Progress | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of ``model.safetensors`` as float32; CheckpointError for pickles, other formats, bad tensors.
+    progress: told after each tensor is checked."""
     path = folder / WEIGHTS
     if not path.is_file():
         pickles = [name for name in PICKLES if (folder / name).exists()]
@@ -107,7 +109,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: missing — a Hugging Face folder has its weights in {WEIGHTS}")
     # each tensor checked one at a time, then the file mapped: a tensor is read when the conversion uses it (a
     # float16 file's are converted to float32 here)
-    return {name: tensor.float() for name, tensor in read_safetensors(path).items()}
+    return {name: tensor.float() for name, tensor in read_safetensors(path, progress).items()}
 
 
 def find_licence(folder: Path, config: dict[str, Any]) -> str:
@@ -135,8 +137,8 @@ def find_licence(folder: Path, config: dict[str, Any]) -> str:
     return "not stated in the folder"
 
 
-def read_folder(folder: str | Path) -> HFMarianFolder:
-    """Read and check a Hugging Face Marian folder (see the module docstring)."""
+def read_folder(folder: str | Path, progress: Progress | None = None) -> HFMarianFolder:
+    """Read and check a Hugging Face Marian folder (see the module docstring); progress: per tensor read."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: not a folder — pass the folder that holds {CONFIG} and {WEIGHTS}")
@@ -152,7 +154,7 @@ def read_folder(folder: str | Path) -> HFMarianFolder:
             f"{folder / CONFIG}: architectures {architectures!r} — only MarianMTModel (encoder-decoder translation) "
             "is supported"
         )
-    tensors = read_weights(folder)
+    tensors = read_weights(folder, progress)
     tokenizer_config = read_json(folder / TOKENIZER_CONFIG, required=False)
     for name in (SOURCE_SPM, TARGET_SPM, VOCAB):
         if not (folder / name).is_file():

@@ -21,6 +21,7 @@ import torch
 from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..model import Transformer
+from ..progress import ImportSteps, Progress
 from ..tokenizer import MarianVocabTokenizer
 from ..weights import assign_weights, empty_model
 from .hf_card import card_text
@@ -72,16 +73,19 @@ def convert(
     dtype: torch.dtype = torch.float32,
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
+    progress: Progress | None = None,
 ) -> Path:
-    """Read ``folder``, convert it and write the checkpoint folder ``out``. Returns ``out``."""
-    f = read_folder(folder)
+    """Read ``folder``, convert it and write the checkpoint folder ``out``. Returns ``out``. progress: told at each
+    step (``core.progress.ImportSteps``), ending at 1.0 when the checkpoint is written."""
+    steps = ImportSteps(progress)
+    f = read_folder(folder, steps.reading)
     model = build_model(f)
     cfg = model.config
     tokenizer = MarianVocabTokenizer(f.path(SOURCE_SPM), f.path(TARGET_SPM), f.vocab, **special_pieces(f))
     src = languages[0] or f.tokenizer_config.get("source_lang") or "src"
     tgt = languages[1] or f.tokenizer_config.get("target_lang") or "tgt"
     out = Path(out)
-    origin = provenance(f, FORMAT, command)
+    origin = provenance(f, FORMAT, command, steps.digest)
     card = card_text(
         name=out.name,
         f=f,
@@ -100,4 +104,5 @@ def convert(
         extra={"tokenizer": tokenizer.spec(source=SOURCE_SPM, target=TARGET_SPM, vocab=VOCAB), "imported_from": origin},
     )
     files = {SOURCE_SPM: f.path(SOURCE_SPM), TARGET_SPM: f.path(TARGET_SPM), VOCAB: f.path(VOCAB)}
-    return save_with_files(model, files, out, card=card, meta=meta, dtype=dtype)
+    steps.writing(out)
+    return steps.done(save_with_files(model, files, out, card=card, meta=meta, dtype=dtype))

@@ -22,6 +22,7 @@ from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
 from ..model import Transformer
+from ..progress import ImportSteps, Progress
 from ..weights import assign_weights, empty_model
 from .hf_common import mapped_state, provenance
 from .hf_t5_card import card_text
@@ -98,14 +99,17 @@ def convert(
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
     source_prefix: str | None = None,
+    progress: Progress | None = None,
 ) -> Path:
-    """Read ``folder``, convert it and write the checkpoint folder ``out``. Returns ``out``."""
-    f = read_t5_folder(folder)
+    """Read ``folder``, convert it and write the checkpoint folder ``out``. Returns ``out``. progress: told at each
+    step (``core.progress.ImportSteps``), ending at 1.0 when the checkpoint is written."""
+    steps = ImportSteps(progress)
+    f = read_t5_folder(folder, steps.reading)
     prefix, prefix_from, (src, tgt) = task_prefix(f, languages, source_prefix)
     model = build_model(f)
     tokenizer = f.tokenizer(prefix)
     out = Path(out)
-    origin = provenance(f, FORMAT, command, family=f.model_type)
+    origin = provenance(f, FORMAT, command, steps.digest, family=f.model_type)
     card = card_text(
         name=out.name,
         f=f,
@@ -123,4 +127,5 @@ def convert(
         dtype=str(dtype).replace("torch.", ""),
         extra={"tokenizer": tokenizer.spec(model=SPIECE), "imported_from": origin},
     )
-    return save_with_files(model, {SPIECE: f.path(SPIECE)}, out, card=card, meta=meta, dtype=dtype)
+    steps.writing(out)
+    return steps.done(save_with_files(model, {SPIECE: f.path(SPIECE)}, out, card=card, meta=meta, dtype=dtype))

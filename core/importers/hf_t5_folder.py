@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError
+from ..progress import Progress
 from ..t5_tokenizer import T5Tokenizer
 from .hf_folder import CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG, WEIGHTS, find_licence, read_json, read_weights
 
@@ -64,8 +65,8 @@ def extra_ids(folder: Path, tokenizer_config: dict[str, Any]) -> int:
     return value
 
 
-def read_t5_folder(folder: str | Path) -> HFT5Folder:
-    """Read and check a Hugging Face T5 / mT5 folder (see the module docstring)."""
+def read_t5_folder(folder: str | Path, progress: Progress | None = None) -> HFT5Folder:
+    """Read and check a Hugging Face T5 / mT5 folder (see the module docstring); progress: per tensor read."""
     folder = Path(folder)
     if not (folder / CONFIG).is_file():
         raise CheckpointError(f"{folder / CONFIG}: missing — a Hugging Face T5 folder has {CONFIG} and {WEIGHTS}")
@@ -79,7 +80,7 @@ def read_t5_folder(folder: str | Path) -> HFT5Folder:
             f"{folder / CONFIG}: architectures {architectures!r} — only {ARCHITECTURES[model_type]} (the "
             "encoder-decoder model with its language-model head) opens here"
         )
-    tensors = read_weights(folder)
+    tensors = read_weights(folder, progress)
     tokenizer_config = read_json(folder / TOKENIZER_CONFIG, required=False)
     if not (folder / SPIECE).is_file():
         has_json = (folder / "tokenizer.json").is_file()

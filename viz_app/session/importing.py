@@ -13,16 +13,15 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import core
 from core.checkpoint import folder_mb, load_checkpoint
 from core.importers.hf_families import OPENED, convert, family
+from core.progress import Progress, part
 from viz_app.session import checkpoints
 
-Progress = Callable[[float, str], None]
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 
 
@@ -104,7 +103,7 @@ def import_folder(text: str, name: str, progress: Progress) -> Imported:
     kind = family(folder)  # config.json's model_type: a family the lab does not open is refused here, by name
     progress(0.1, f"Reading and converting a {OPENED[kind][0]} folder (config, weights, tokenizer) …")
     command = f"python -m core import-hf {folder} --out {out} --dtype float32"
-    written = convert(folder, out, command=command)
+    written = convert(folder, out, command=command, progress=part(progress, 0.1, 0.8))  # per tensor, digest, write
     progress(0.8, "Checking that the new checkpoint loads …")
     try:
         load_checkpoint(written, "cpu")
