@@ -30,9 +30,18 @@ SETTINGS: tuple[tuple[float, bool | str], ...] = ((1.0, False), (1.0, True), (0.
 Generate = Callable[[str, float, "bool | str"], list[int]]  # (text, length_penalty, early_stopping) -> ids
 
 
-def make_eos_likely(model: Any, inputs: Sequence[dict[str, torch.Tensor]], eos: int, gap: float) -> None:
+def make_eos_likely(
+    model: Any, inputs: Sequence[dict[str, torch.Tensor]], eos: int, gap: float, *, rounds: int = 1
+) -> None:
     """Set the output row of ``eos`` in transformers' ``model`` (in place; save the folder after) so that its logit
-    is about ``gap`` below the mean best logit of greedy decoding ``inputs`` (the tokenizer's outputs)."""
+    is about ``gap`` below the mean best logit of greedy decoding ``inputs`` (the tokenizer's outputs). rounds: how
+    often to measure and set it (with a tied head the row is also eos's input embedding, and mBART's and M2M100's
+    decoders start from eos: the states move when it is set; 3 rounds settle them)."""
+    for _ in range(rounds):
+        _point_eos(model, inputs, eos, gap)
+
+
+def _point_eos(model: Any, inputs: Sequence[dict[str, torch.Tensor]], eos: int, gap: float) -> None:
     head = model.get_output_embeddings()
     states: list[torch.Tensor] = []
     best: list[torch.Tensor] = []

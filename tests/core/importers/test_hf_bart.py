@@ -3,19 +3,24 @@ transformers itself on folders built here (``tests/hf_bart_folders.py``): source
 greedy and beam-4 ids equal ``generate``'s (the target language forced first where the family does that); every
 layer's encoder, decoder and cross-attention equal ``output_attentions`` within 1e-4.
 
-Beam search: core's shrinks the beam when a hypothesis ends while transformers keeps ``num_beams`` running, so the
-beam test compares searches in which no hypothesis ends (asserted: eos is in neither output)."""
+Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``, ``core.beam_finish``);
+the beam test makes eos likely so that hypotheses end early and compares several length penalties and early_stopping
+values (``tests/hf_beam.py``)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from conftest import build_tiny_checkpoint
 from hf_bart_folders import ENGLISH, build_bart_folder, build_m2m100_folder, build_mbart_folder
+from hf_beam import BEAMS, MAX_NEW, compare_beams, make_eos_likely
 
 import core
 from core import CheckpointError, InputError
@@ -24,7 +29,6 @@ from core.importers import hf_families
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 
-MAX_NEW = 10
 TEXTS = [ENGLISH[1], ENGLISH[4], "The dog sleeps near the window, I think.", "Is there any tea left?"]
 BUILDERS = {
     "bart": build_bart_folder,
@@ -32,11 +36,13 @@ BUILDERS = {
     "m2m100": build_m2m100_folder,
     "nllb": lambda path: build_m2m100_folder(path, nllb=True),
 }
+EOS_GAP = {"bart": 2.0, "mbart": 0.0, "m2m100": 0.25, "nllb": 0.5}  # flatter outputs need eos nearer the best
 FORCED = {"bart": "<s>", "mbart": "de_DE", "m2m100": "__de__", "nllb": "deu_Latn"}  # each folder's first output
 
 
-def generate(case: SimpleNamespace, text: str, beams: int = 1) -> list[int]:
-    """transformers' output ids for ``text`` (the decoder's start token left out)."""
+def generate(case: SimpleNamespace, text: str, beams: int = 1, **settings: Any) -> list[int]:
+    """transformers' output ids for ``text`` (the decoder's start token left out); ``settings``: length_penalty and
+    early_stopping (else 1.0 and the folder's)."""
     with torch.inference_mode():
         out = case.model.generate(
             **case.tok([text], return_tensors="pt"),
@@ -44,7 +50,7 @@ def generate(case: SimpleNamespace, text: str, beams: int = 1) -> list[int]:
             do_sample=False,
             max_new_tokens=MAX_NEW,
             forced_eos_token_id=None,
-            length_penalty=1.0,
+            **{"length_penalty": 1.0, **settings},
         )
     return out[0, 1:].tolist()
 
@@ -115,17 +121,33 @@ def test_greedy_ids_and_every_heads_attention_match_transformers(case):
     assert len(outputs) == len(TEXTS)  # the outputs depend on the input
 
 
-def test_beam_search_matches_transformers_while_no_hypothesis_ends(case):
-    eos, compared, differs = case.bundle.config.eos_id, 0, 0
-    for text in TEXTS + ENGLISH[5:12]:
-        theirs = generate(case, text, beams=4)
-        ours = [int(i) for i in case.bundle.translate(text, beam_size=4, max_len=MAX_NEW).trace["output.ids"]]
-        if eos in theirs or eos in ours:
-            continue  # a hypothesis ended: the two searches differ from there on (see the module docstring)
-        assert ours == theirs, text
-        compared += 1
-        differs += ours != [int(i) for i in case.bundle.translate(text, max_len=MAX_NEW).trace["output.ids"]]
-    assert compared >= 3 and differs >= 1, (compared, differs)  # the beam found something greedy did not
+def test_beam_search_matches_transformers_where_hypotheses_end_early(case, tmp_path):
+    """eos made likely (``hf_beam.make_eos_likely``) in a copy of the folder: beam-4 ids equal
+    ``generate(num_beams=4)``'s for length penalties 1, 0.5, 2, 1.5 and early_stopping False, True, "never", with
+    hypotheses ending before the search does."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    folder = shutil.copytree(case.folder, tmp_path / "hf")
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    texts = TEXTS + ENGLISH[5:7]
+    make_eos_likely(
+        model,
+        [case.tok([t], return_tensors="pt") for t in texts],
+        case.bundle.config.eos_id,
+        gap=EOS_GAP[case.name],
+        rounds=3,
+    )
+    model.save_pretrained(folder, safe_serialization=True)
+    beams = SimpleNamespace(model=AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), tok=case.tok)
+
+    def theirs(text: str, length_penalty: float, early_stopping: bool | str) -> list[int]:
+        return generate(beams, text, BEAMS, length_penalty=length_penalty, early_stopping=early_stopping)
+
+    def imported(out: Path) -> core.Bundle:
+        assert main(["import-hf", str(folder), "--out", str(out)]) == 0
+        return core.load(out, device="cpu")
+
+    compare_beams(folder, imported, theirs, texts, tmp_path)
 
 
 def test_the_languages_are_chosen_at_import_and_a_code_the_tokenizer_lacks_is_refused(case):
