@@ -102,7 +102,9 @@ class Recorder:
         interventions: Iterable[Intervention] = (),
         keep_grad: Iterable[str] = (),
     ) -> None:
-        self.shape = ModelShape.of(model if isinstance(model, ModelConfig) else model.config)
+        config = model if isinstance(model, ModelConfig) else model.config
+        self.shape = ModelShape.of(config)
+        self._start_id = config.bos_id if config.start == "bos" else None  # the decoder's first input id, if a token
         self.record, self.record_qkv, self.record_activations = record, qkv, activations
         self.interventions = tuple(interventions)
         self.keep_grad = frozenset(keep_grad)
@@ -324,7 +326,8 @@ class Recorder:
         """Stitch, move to the CPU once, and return the immutable Trace.
 
         pieces: id -> token string (a tokenizer's); None = the ids as text. meta: JSON-able extras kept with the
-        trace (e.g. the source text and the translation)."""
+        trace (e.g. the source text and the translation); ``start_piece`` is added: the piece of the id the decoder
+        starts from (T5's and Marian's ``<pad>``, BART's ``</s>``), where the model starts from a token."""
         if not self.record:
             raise RuntimeError("this Recorder was made with record=False: nothing to freeze")
         if self.options is None:
@@ -377,7 +380,10 @@ class Recorder:
             if ids
             else {}
         )
-        return Trace(arrays=arrays, vocab=vocab, options=self.options, shape=self.shape, meta=dict(meta or {}))
+        meta = dict(meta or {})
+        if self._start_id is not None and "ids.tgt" in arrays:
+            meta.setdefault("start_piece", vocab.get(self._start_id, str(self._start_id)))
+        return Trace(arrays=arrays, vocab=vocab, options=self.options, shape=self.shape, meta=meta)
 
     def _add_mask_parts(self, arrays: dict[str, np.ndarray]) -> None:
         """The parts of each applied mask, from the keep flags and the options (what the Masks page shows)."""

@@ -34,7 +34,7 @@ from .sites import (
 )
 
 FORMAT = "attention-lab-trace/1"
-START_PIECE, PAD_PIECE = "<s>", "<pad>"
+START_PIECE, PAD_PIECE = "<s>", "<pad>"  # START_PIECE: the decoder's first input when it is no token (zeros)
 UNBATCHED = ("pe.", "analysis.")  # positional encodings, and analysis results added to a one-sentence trace
 
 
@@ -186,9 +186,16 @@ class Trace:
 
     @property
     def tgt_tokens(self) -> list[str]:
-        """Decoder inputs: the start token, then the output pieces before the last."""
+        """Decoder inputs: the start piece, then the output pieces before the last."""
         ids: np.ndarray | list[int] = self["ids.tgt"] if "ids.tgt" in self.arrays else []
-        return [START_PIECE if p == 0 else self.piece(i) for p, i in enumerate(ids)]
+        return [self.start_piece if p == 0 else self.piece(i) for p, i in enumerate(ids)]
+
+    @property
+    def start_piece(self) -> str:
+        """The piece the decoder starts from: the model's start id's (``meta['start_piece']``: T5's and Marian's
+        ``<pad>``, BART's ``</s>``, a language code); ``<s>`` where it starts from no token (Bergamot's zero vector)
+        or the trace predates the record."""
+        return str(self.meta.get("start_piece", START_PIECE))
 
     @property
     def output_tokens(self) -> list[str]:

@@ -309,7 +309,7 @@ def test_json_export_keeps_tokens_that_look_like_nan(bundle):
     data = json.loads(text)  # strict JSON: no bare NaN / Infinity anywhere
     assert data["arrays"]["decoder.0.self.scores"]["data"][0][0][0][1] is None
     back = Trace.load(text.encode("utf-8"))
-    assert back.src_tokens == trace.src_tokens and back.tgt_tokens == ["<s>", "NaN"]
+    assert back.src_tokens == trace.src_tokens and back.tgt_tokens == [f"p{bundle.config.bos_id}", "NaN"]
     assert np.isneginf(back.scores("decoder", 0)[0, 0, 1])
 
 

@@ -191,3 +191,12 @@ def test_a_replayed_t5_trace_keeps_its_arithmetic(root: Path, tmp_path: Path, mo
             assert at.success and "recomputed softmax equals" in at.success[0].value
         else:
             assert any(t.startswith("Bias the encoder added") for t in chart_titles(at)), chart_titles(at)
+
+
+@pytest.mark.parametrize(("family", "start"), [("t5", "<pad>"), ("bart", "</s>")])
+def test_the_decoders_first_input_is_the_piece_it_starts_from(
+    family: str, start: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said = texts(_page(family, "steps", monkeypatch))  # T5 starts from <pad>, BART from </s>: neither from <s>
+    assert f"the only piece written so far is `{start}`" in said, said
+    assert f"`{start}` starts the decoder" in texts(_page(family, "overview", monkeypatch))

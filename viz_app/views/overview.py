@@ -61,7 +61,10 @@ if out is not None:
     with c2:
         st.markdown("**Output pieces** (what the decoder predicted)")
         markup.token_pills(out.output_tokens)
-    st.caption("`␣` marks a piece that starts a new word; `</s>` ends the sentence; `<s>` starts the decoder.")
+    st.caption(
+        f"`␣` marks a piece that starts a new word; `</s>` ends the sentence; `{out.trace.start_piece}` starts the "
+        "decoder."
+    )
 
     trace = out.trace
     note = selection.options_note(out.options, out.beam_size)

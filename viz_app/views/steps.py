@@ -329,7 +329,8 @@ elif out is not None:
             export.chart(fig, f"decoder_rows_step{step + 1}", key="dec_rows")
             if step == 0:
                 st.caption(
-                    "At step 1 the only piece written so far is `<s>`, so every head gives it all of its weight "
+                    f"At step 1 the only piece written so far is `{shown.trace.start_piece}`, so every head gives it "
+                    "all of its weight "
                     "(a softmax over one key); from step 2 on the heads have a choice."
                 )
         else:
