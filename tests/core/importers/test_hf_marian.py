@@ -3,11 +3,11 @@ on folders built here (random MarianMTModel weights, SentencePiece models traine
 tokenizer ids and text, greedy and beam ids of ``generate``, logits (1e-4) and every head's attention in eager mode
 (1e-5), for several configurations; and every bad input refused with a CheckpointError naming the file and field.
 
-Beam search: core's shrinks the beam when a hypothesis ends (as Marian's C++ decoder does) while transformers keeps
-``num_beams`` running hypotheses drawn from 2 x num_beams candidates. The two searches are the same until a
-hypothesis ends, so the beam test makes eos unreachable (logit bias -1e4) and compares fixed-length searches with
-length penalty 1 (both divide the log-probability by the length). Banned ids (``<pad>``) are taken out after the
-softmax in both, so the other ids keep the model's probabilities and the beam scores agree.
+Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``, ``core.beam_finish``;
+a Bergamot / Marian C++ import keeps the lab's, which shrinks the beam as hypotheses end, as Marian's decoder does);
+the beam test makes eos likely so that hypotheses end early and compares several length penalties and early_stopping
+values (``tests/hf_beam.py``). Banned ids (``<pad>``) are taken out after the softmax in both, so the other ids keep
+the model's probabilities and the beam scores agree.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from hf_beam import BEAMS, compare_beams, make_eos_likely
+from hf_beam import MAX_NEW as BEAM_MAX_NEW
 from marian_folders import ENGLISH, generation, marian_model, save_folder, write_tokenizer
 from safetensors.torch import load_file, save_file
 
@@ -159,38 +161,32 @@ def test_greedy_logits_and_every_head_match_transformers(case):
     assert stopped >= 1 and banned >= 1, (stopped, banned)  # eos ended a search; the ban on <pad> changed one
 
 
-@pytest.fixture(scope="module")
-def no_eos(tmp_path_factory):
-    """The base-like case again with eos unreachable (see the module docstring)."""
+def test_beam_search_matches_transformers_where_hypotheses_end_early(tmp_path):
+    """The base-like case with eos made likely (``hf_beam.make_eos_likely``): beam-4 ids equal
+    ``generate(num_beams=4)``'s for length penalties 1, 0.5, 2, 1.5 and early_stopping False, True, "never", with
+    hypotheses ending before the search does."""
     from transformers import MarianTokenizer
 
-    root = tmp_path_factory.mktemp("beam")
     spm_sizes, settings = CASES["base-like-gelu-tied"]
-    vocab = write_tokenizer(root / "hf", spm_sizes)
+    vocab = write_tokenizer(tmp_path / "hf", spm_sizes)
+    tok = MarianTokenizer.from_pretrained(tmp_path / "hf")
     model = marian_model(vocab, seed=3, pad_bias=5.0, **settings)
-    with torch.no_grad():
-        model.final_logits_bias[0, 0] = -1e4
-    save_folder(model, root / "hf")
-    hf_marian.convert(root / "hf", root / "ckpt")
-    return SimpleNamespace(
-        model=model,
-        tok=MarianTokenizer.from_pretrained(root / "hf"),
-        vocab=vocab,
-        bundle=core.load(root / "ckpt", device="cpu"),
-    )
+    model.generation_config = generation(vocab, num_beams=BEAMS, max_new_tokens=BEAM_MAX_NEW)
+    texts = TEXTS + [ENGLISH[5], ENGLISH[6]]
+    make_eos_likely(model, [tok([t], return_tensors="pt") for t in texts], 0, gap=0.5, rounds=3)
+    folder = save_folder(model, tmp_path / "hf")
 
-
-def test_beam_search_matches_transformers_while_no_hypothesis_ends(no_eos):
-    differs = 0
-    for text in TEXTS:
-        no_eos.model.generation_config = generation(no_eos.vocab, num_beams=4, max_new_tokens=10)
+    def generate(text: str, length_penalty: float, early_stopping: bool | str) -> list[int]:
         with torch.inference_mode():
-            theirs = no_eos.model.generate(**no_eos.tok([text], return_tensors="pt"))[0, 1:].tolist()
-        ours = [int(i) for i in no_eos.bundle.translate(text, beam_size=4, max_len=10).trace["output.ids"]]
-        greedy = [int(i) for i in no_eos.bundle.translate(text, max_len=10).trace["output.ids"]]
-        assert ours == theirs, text
-        differs += ours != greedy
-    assert differs >= 1  # the beam found something greedy did not: the comparison is about beam search
+            out = model.generate(
+                **tok([text], return_tensors="pt"), length_penalty=length_penalty, early_stopping=early_stopping
+            )
+        return out[0, 1:].tolist()
+
+    def imported(out: Path) -> core.Bundle:
+        return core.load(hf_marian.convert(folder, out), device="cpu")
+
+    compare_beams(folder, imported, generate, texts, tmp_path)
 
 
 def test_the_checkpoint_records_its_source_and_licence(case):
