@@ -167,8 +167,9 @@ Keep the original folder's licence and credits with this checkpoint.
 ```
 
 `core/importers/hf_bart.py` read `{CONFIG}` and `{WEIGHTS}` (safetensors; a pickled file is never opened) and mapped
-every tensor by name. Not carried over: generation settings (beam size, length penalty, `no_repeat_ngram_size`,
-`forced_eos_token_id`) — choose greedy or beam search in the app or the command line. `config.json` records the
+every tensor by name. Not carried over: generation settings (beam size, `no_repeat_ngram_size`,
+`forced_eos_token_id`) — choose greedy or beam search in the app or the command line; beam search runs as
+transformers' does, with the folder's `length_penalty` and `early_stopping`. `config.json` records the
 source under `imported_from`.
 """
 

@@ -20,10 +20,8 @@ GENERATION_FIELDS = (
     "num_beams",
     "max_length",
     "max_new_tokens",
-    "length_penalty",
     "no_repeat_ngram_size",
-    "early_stopping",
-)
+)  # length_penalty and early_stopping are carried over (ModelConfig, core.beam_finish)
 
 
 def card_text(
@@ -89,7 +87,7 @@ computation as configuration:
 
 Not carried over: generation settings ({", ".join(ignored) or "none set"}) — choose greedy or beam search in the app
 or the command line; `forced_eos_token_id` (transformers puts eos at `max_length`; core stops at its length limit
-without one). Beam search here shrinks the beam as hypotheses finish (like Marian's own decoder), while transformers
-keeps `num_beams` running, so beam outputs can differ once a hypothesis ends early; greedy outputs are the same.
+without one). Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones; its
+`length_penalty` and `early_stopping` are read), so greedy and beam outputs are `generate`'s.
 `config.json` records the source under `imported_from`.
 """

@@ -100,7 +100,7 @@ opened) and `{SPIECE}`, and mapped every tensor by name onto the core Transforme
 * tokenizer: `{SPIECE}` copied as it is; source text = prefix + your text, then `</s>`.
 
 Not carried over: generation settings ({", ".join(ignored) or "none set"}) — choose greedy or beam search in the app
-or the command line. Beam search here shrinks the beam as hypotheses finish (like Marian's own decoder), while
-transformers keeps `num_beams` running, so beam outputs can differ once a hypothesis ends early; greedy outputs are
-the same. `config.json` records the source under `imported_from`.
+or the command line. Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones;
+its `length_penalty` and `early_stopping` are read), so greedy and beam outputs are `generate`'s. `config.json`
+records the source under `imported_from`.
 """
