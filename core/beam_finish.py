@@ -22,7 +22,7 @@ length_penalty > 0). The scores are float32 tensors divided as transformers divi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from torch import Tensor
 
@@ -117,3 +117,9 @@ def finishing(config: ModelConfig, beam_size: int, alpha: float | None, max_len:
     if config.beam == "transformers":
         return TransformersFinish(beam_size, penalty, config.early_stopping, max_len)
     return LabFinish(beam_size, penalty)
+
+
+def generation_settings(config: ModelConfig) -> dict[str, Any]:
+    """The beam settings as transformers' generation_config.json names them: what the exporters write, and what the
+    importers read back (``core.importers.hf_config.beam_settings``)."""
+    return {"length_penalty": config.length_penalty, "early_stopping": config.early_stopping}

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ..beam_finish import generation_settings
 from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
@@ -135,6 +136,7 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
         "pad_token_id": cfg.pad_id,
         "forced_eos_token_id": cfg.eos_id,
         "max_length": 200,
+        **generation_settings(cfg),
     }
     if cfg.forced_bos_id is not None:
         generation["forced_bos_token_id"] = cfg.forced_bos_id

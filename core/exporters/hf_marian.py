@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ..beam_finish import generation_settings
 from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
@@ -179,6 +180,7 @@ def generation_config(cfg: ModelConfig, vocab: Vocabulary) -> dict[str, Any]:
         "pad_token_id": vocab.pad_id,
         "forced_eos_token_id": cfg.eos_id,
         "max_length": 512,
+        **generation_settings(cfg),
     }
     if banned:
         config["bad_words_ids"] = [[i] for i in banned]

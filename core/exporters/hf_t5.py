@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ..beam_finish import generation_settings
 from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
@@ -125,6 +126,7 @@ def generation_config(cfg: ModelConfig) -> dict[str, Any]:
         "eos_token_id": cfg.eos_id,
         "pad_token_id": cfg.pad_id,
         "max_length": 512,
+        **generation_settings(cfg),
     }
     if cfg.suppress_ids:
         config["bad_words_ids"] = [[i] for i in cfg.suppress_ids]

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import build_tiny_checkpoint
+from hf_beam import set_beam_settings
 from hf_folders import ENGLISH, PREFIX, T5_V11, build_t5_folder
 from safetensors.torch import load_file
 
@@ -36,6 +37,7 @@ def round_trip(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"t5-export-{request.param}")
     version = "1.0" if request.param == "1.0" else "1.1"
     original = build_t5_folder(root / "hf", version, seed=4, model_type="mt5" if request.param == "mt5" else "t5")
+    set_beam_settings(original, 0.6, "never")  # carried through import, export and re-import (not the defaults)
     assert main(["import-hf", str(original), "--out", str(root / "ckpt")]) == 0
     report = export_hf(root / "ckpt", root / "exported")
     assert main(["import-hf", str(root / "exported"), "--out", str(root / "again")]) == 0
@@ -59,6 +61,7 @@ def test_the_export_is_checked_by_transformers_at_export(round_trip):
 
 def test_reimported_gives_the_same_tokens(round_trip):
     assert round_trip.again.config == round_trip.first.config
+    assert (round_trip.first.config.length_penalty, round_trip.first.config.early_stopping) == (0.6, "never")
     assert round_trip.again.tokenizer.source_prefix == PREFIX
     for text in TEXTS:
         assert round_trip.again.encode_source(text) == round_trip.first.encode_source(text)
