@@ -546,6 +546,7 @@ class Bundle:
             eos_id=self.config.eos_id,
             meta={
                 "model": self.name,
+                "beam": self.config.beam,  # how hypotheses finish (core.beam_finish), for the page's words
                 "source_text": source.text,
                 "text": self._text(out_ids),
                 "greedy_text": self._text(greedy_ids),

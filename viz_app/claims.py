@@ -223,3 +223,25 @@ def word_order(sentences: tuple[str, str], with_pe: OrderComparison, switched: O
         f"{said}; {label} they still differ by up to {switched.largest_difference:.3g}: the encoder still knows "
         "the order here (its positions are on), so the two sentences can get different translations."
     )
+
+
+def beam_rule(beam_size: int, policy: str, alpha: float) -> tuple[str, str]:
+    """What the beam tree's caption says the search keeps, and what ranks the finished translations, for the
+    finishing policy the model decoded with (``ModelConfig.beam``; ``core.beam_finish``) and its length penalty."""
+    if alpha == 0:
+        rank = "score"
+    elif alpha == 1:
+        rank = "score ÷ length"
+    else:
+        rank = f"score ÷ length^{alpha:g}"
+    if policy == "transformers":
+        keep = (
+            f"At every step the {beam_size} best extensions that do not end the sentence stay **kept** (blue), as "
+            f"transformers' generate does; one that ends it (◆ green) joins a pool of the {beam_size} best finished"
+        )
+    else:
+        keep = (
+            f"At every step the {beam_size} best extensions of the live hypotheses are **kept** (blue; ◆ green when "
+            f"it ends the sentence, and the beam narrows by one)"
+        )
+    return keep, rank

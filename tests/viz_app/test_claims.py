@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,22 @@ def test_switches_effect_reads_both_runs(tiny_checkpoint):
     said = claims.switches_effect(trained, off, "1 head ablated")
     assert "change the attention (a weight moves by up to" in said and "nothing" not in said
     assert "probabilities" in claims.switches_effect(trained, trained, "shortlist only", shortlist_only=True)
+
+
+@pytest.mark.parametrize(("alpha", "rank"), [(1.0, "score ÷ length"), (0.0, "score"), (0.6, "score ÷ length^0.6")])
+def test_the_beam_caption_names_the_models_own_ranking(alpha: float, rank: str) -> None:
+    for policy in ("lab", "transformers"):
+        assert claims.beam_rule(4, policy, alpha)[1] == rank
+
+
+def test_the_beam_caption_says_how_hypotheses_finish_for_each_policy() -> None:
+    lab, _ = claims.beam_rule(3, "lab", 1.0)
+    hf, _ = claims.beam_rule(3, "transformers", 1.0)
+    assert "3 best extensions" in lab and "narrows by one" in lab and "pool" not in lab
+    assert "do not end the sentence" in hf and "pool of the 3 best finished" in hf and "narrows" not in hf
+
+
+def test_a_beam_tree_records_the_policy_it_was_searched_with(tiny_checkpoint: Path) -> None:
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    tree = bundle.beam_tree("A small test.", beam_size=3, max_len=8)
+    assert tree.meta["beam"] == bundle.config.beam == "lab"

@@ -175,12 +175,12 @@ def _beam_tree_section(out: core.Translation) -> None:
     )
     if tree is None or not tree.steps:
         return
+    keep, rank = claims.beam_rule(tree.beam_size, str(tree.meta.get("beam", "lab")), tree.alpha)
     st.caption(
         f"Each column is a step, each dot a hypothesis (the translation so far), placed by its rank. Its "
         f"**score** is the sum of the log-probabilities of its pieces (0 = certain; more negative = less likely). "
-        f"At every step the {tree.beam_size} best extensions of the live hypotheses are **kept** (blue; ◆ green "
-        f"when it ends the sentence), the next best are **pruned** (grey). The **red line** is the winning "
-        f"translation, ranked by score ÷ length. Click a dot, or pick it below, to see its cross-attention."
+        f"{keep}; the next best are **pruned** (grey). The **red line** is the winning "
+        f"translation, ranked by {rank}. Click a dot, or pick it below, to see its cross-attention."
     )
     st.markdown(markup.md(decoding.beam_summary(tree)))
     if tree.divergence is not None:
