@@ -25,11 +25,11 @@ from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer
 from ..model import Transformer
 from ..progress import ImportSteps, Progress
 from ..tokenizer import Tokenizer
-from ..weights import assign_weights, empty_model, parameter_shapes
+from ..weights import assign_weights, empty_model
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_names, config_from_bart, embeddings
 from .hf_bart_folder import HFBartFolder, read_bart_folder
+from .hf_common import mapped_state, sha256
 from .hf_folder import CONFIG, WEIGHTS
-from .hf_marian import sha256
 from .staging import save_with_files
 
 FORMAT = "huggingface-bart-family"
@@ -79,34 +79,13 @@ def framing(
 
 def state_from_bart(f: HFBartFolder, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """Core parameter name -> tensor (aliases included); CheckpointError for missing, unknown or misshapen tensors."""
-    weights = f.path(WEIGHTS)
     shared, head = embeddings(f)
     state = {"src_embed.weight": shared, "tgt_embed.weight": shared, "output.weight": head}
     if cfg.output_bias:
         state["output.bias"] = f.tensors[BIAS].reshape(-1)
     used = {SHARED, ENC_EMB, DEC_EMB, HEAD, BIAS, *IGNORED}
-    names = bart_names(cfg)
-    for ours, theirs in names.items():
-        if theirs not in f.tensors:
-            raise CheckpointError(
-                f"{weights}: tensor {theirs} is missing ({CONFIG} says a {f.model_type} model of "
-                f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers)"
-            )
-        state[ours] = f.tensors[theirs]
-        used.add(theirs)
-    unknown = sorted(set(f.tensors) - used)
-    if unknown:
-        raise CheckpointError(
-            f"{weights}: tensors a {f.model_type} model of this {CONFIG} does not have: "
-            f"{unknown[:6]}{'...' if len(unknown) > 6 else ''}"
-        )
-    for name, shape in parameter_shapes(cfg).items():  # nothing allocated
-        if name in state and tuple(state[name].shape) != shape:
-            raise CheckpointError(
-                f"{weights}: tensor {names.get(name, name)} has shape {tuple(state[name].shape)}, "
-                f"{CONFIG} implies {shape}"
-            )
-    return state
+    what = f"{f.model_type} model of {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"
+    return mapped_state(f, cfg, bart_names(cfg), state, used, what)
 
 
 def card_text(

@@ -25,7 +25,7 @@ from ..progress import ImportSteps, Progress
 from ..tokenizer import MarianVocabTokenizer
 from ..weights import assign_weights, empty_model
 from .hf_card import card_text
-from .hf_common import mapped_state, provenance, sha256  # noqa: F401  (sha256: hf_bart reads it here)
+from .hf_common import mapped_state, provenance
 from .hf_config import (
     BIAS,
     DEC_EMB,
