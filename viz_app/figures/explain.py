@@ -51,6 +51,17 @@ def importance_heatmap(
     return fig
 
 
+def output_source_text(
+    output_tokens: Sequence[str], src_tokens: Sequence[str], z: np.ndarray, *, head: str = "", value: str = ""
+) -> list[list[str]]:
+    """The hover text of a (Tt, Ts) output-by-source map: ``head``, the output and source token, ``value`` and z."""
+    out_labels, src_labels = unique_labels(output_tokens), unique_labels(src_tokens)
+    return [
+        [f"{head}output {out_labels[t]}<br>source {src_labels[j]}<br>{value}{z[t, j]:.3f}" for j in range(z.shape[1])]
+        for t in range(z.shape[0])
+    ]
+
+
 def rollout_heatmap(
     per_output: np.ndarray, output_tokens: Sequence[str], src_tokens: Sequence[str], *, title: str
 ) -> go.Figure:
@@ -61,11 +72,7 @@ def rollout_heatmap(
     """
     z = np.round(per_output.astype(np.float64), DECIMALS)
     lo, hi = (float(z.min()), float(z.max())) if z.size else (0.0, 1.0)
-    out_labels, src_labels = unique_labels(output_tokens), unique_labels(src_tokens)
-    text = [
-        [f"output {out_labels[t]}<br>source {src_labels[j]}<br>share {z[t, j]:.3f}" for j in range(z.shape[1])]
-        for t in range(z.shape[0])
-    ]
+    text = output_source_text(output_tokens, src_tokens, z, value="share ")
     fig = go.Figure(
         go.Heatmap(
             z=z,

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from viz_app.figures.explain import output_source_text
 from viz_app.figures.style import DECIMALS, base_layout, token_axis, unique_labels
 
 SOURCE_COLOUR, LOW_COLOUR = "#2f6fab", "#e07b39"  # a word's source share; one below the threshold
@@ -55,13 +56,9 @@ def source_maps(
     panels share one colour scale: where each output word's source part comes from, by each measure."""
     names = list(maps)
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, shared_yaxes=True, horizontal_spacing=0.03)
-    out_labels, src_labels = unique_labels(output_tokens), unique_labels(src_tokens)
     for col, name in enumerate(names, start=1):
         z = row_shares(maps[name])
-        text = [
-            [f"{name}<br>output {out_labels[t]}<br>source {src_labels[j]}<br>{z[t, j]:.3f}" for j in range(z.shape[1])]
-            for t in range(z.shape[0])
-        ]
+        text = output_source_text(output_tokens, src_tokens, z, head=f"{name}<br>")
         fig.add_trace(
             go.Heatmap(
                 z=z,
