@@ -28,7 +28,7 @@ from ..tokenizer import Tokenizer
 from ..weights import assign_weights, empty_model
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_names, config_from_bart, embeddings
 from .hf_bart_folder import HFBartFolder, read_bart_folder
-from .hf_common import mapped_state, sha256
+from .hf_common import mapped_state, provenance
 from .hf_folder import CONFIG, WEIGHTS
 from .staging import save_with_files
 
@@ -182,15 +182,7 @@ def convert(
         else:
             assert isinstance(tokenizer, M2M100VocabTokenizer)
             spec = tokenizer.spec(model="sentencepiece.bpe.model", vocab="vocab.json")
-        origin = {
-            "format": FORMAT,
-            "family": f.family,
-            "folder": str(f.folder.resolve()),
-            "licence": f.licence,
-            "weights_sha256": sha256(f.path(WEIGHTS), steps.digest),
-            "transformers_version": f.config.get("transformers_version"),
-            "command": command,
-        }
+        origin = provenance(f, FORMAT, command, steps.digest, family=f.family)
         meta = CheckpointMeta(
             name=out.name,
             source_language=src,
