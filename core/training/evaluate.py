@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
 
 import sacrebleu
 import torch
+from torch import nn
 
 from ..call import Call
 from ..config import InferenceOptions
@@ -15,6 +17,24 @@ from ..errors import InputError
 from ..fast import FastWeights
 from ..model import DEFAULT_OPTIONS, Transformer
 from ..tokenizer import Tokenizer
+
+# model -> (its matrices' (id, data_ptr) when copied, the copies): packing a model's weights costs about a second
+# at d_model 512, paid once per model instead of once per call (training and distillation call again and again)
+_FAST: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[tuple[int, int], ...], FastWeights]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fast_weights(model: Transformer) -> FastWeights:
+    """``model``'s FastWeights, made again only when its matrices changed since the last call: written in place
+    (an optimizer step, ``load_state_dict``: ``FastWeights.is_current``), replaced, or moved (``.to``, ``.half``)."""
+    key = tuple((id(m.weight), m.weight.data_ptr()) for m in model.modules() if isinstance(m, nn.Linear))
+    cached = _FAST.get(model)
+    if cached is not None and cached[0] == key and cached[1].is_current():
+        return cached[1]
+    fast = FastWeights(model)  # packed copies of the weights as they are now; they hold the weights (ids stay theirs)
+    _FAST[model] = (key, fast)
+    return fast
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -47,7 +67,7 @@ def translate_many(
     """
     cfg = model.config
     device = next(model.parameters()).device
-    fast = FastWeights(model)  # packed copies of the weights as they are now, for this call's decoding
+    fast = fast_weights(model)  # packed copies of the weights as they are now (made once while they stay so)
     encoded = [
         tokenizer.frame_source(ids[:max_source_tokens], cfg.eos_id) for ids in tokenizer.encode_batch(list(sentences))
     ]

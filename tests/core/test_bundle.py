@@ -459,6 +459,28 @@ def test_translate_many_batches_by_token_budget_keeps_order_and_counts(tiny_chec
     assert len(translate_many(model, tok, lines[:2], beam_size=2, counts=beam)) == 2 and beam["output_tokens"] >= 2
 
 
+def test_translate_many_packs_the_weights_once_and_again_only_after_they_change(tiny_checkpoint):
+    from core.training.evaluate import fast_weights, translate_many
+
+    model, tok, _ = core.load_checkpoint(tiny_checkpoint)
+    lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()[:3]
+    first = fast_weights(model)
+    before = translate_many(model, tok, lines)
+    assert fast_weights(model) is first  # the same weights: the same copies, not packed again per call
+    with torch.no_grad():
+        model.output.weight.mul_(-1.0)  # written in place (as an optimizer step): new copies, new outputs
+    second = fast_weights(model)
+    assert second is not first and second.is_current()
+    assert translate_many(model, tok, lines) == translate_many(model, tok, lines, beam_size=1)
+    with torch.no_grad():
+        model.output.weight.mul_(-1.0)
+    assert translate_many(model, tok, lines) == before
+    model.output = torch.nn.Linear(model.config.d_model, model.config.tgt_vocab_size)  # a replaced matrix
+    assert fast_weights(model) is not fast_weights(core.load_checkpoint(tiny_checkpoint)[0])
+    third = fast_weights(model)
+    assert third is not second and id(model.output.weight) in {id(w) for w, _ in third._weights}
+
+
 def test_a_text_longer_than_the_model_learned_from_gets_a_notice(tiny_checkpoint: Path, tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoint, folder)
