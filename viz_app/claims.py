@@ -245,3 +245,19 @@ def beam_rule(beam_size: int, policy: str, alpha: float) -> tuple[str, str]:
             f"it ends the sentence, and the beam narrows by one)"
         )
     return keep, rank
+
+
+def bias_off(stack: str, bias: np.ndarray) -> str | None:
+    """The note under a stack's bias grid on the Positional-encoding page: the bias is switched off, said only when
+    the trace shows 0 added to every score (None when any head added something)."""
+    if np.any(bias):
+        return None
+    return f"The relative position bias is switched off for the {stack} in this run: 0 was added to every score."
+
+
+def pe_off(label: str, added: np.ndarray) -> str | None:
+    """The note under a side's PE grid: positional encoding is switched off, said only when the trace shows zeros
+    added to every token (None when any position vector was added)."""
+    if np.any(added):
+        return None
+    return f"Positional encoding is switched off for the {label} tokens in this run: zeros were added."

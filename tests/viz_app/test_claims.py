@@ -139,3 +139,16 @@ def test_a_beam_tree_records_the_policy_it_was_searched_with(tiny_checkpoint: Pa
     bundle = core.load(tiny_checkpoint, device="cpu")
     tree = bundle.beam_tree("A small test.", beam_size=3, max_len=8)
     assert tree.meta["beam"] == bundle.config.beam == "lab"
+
+
+def test_bias_off_and_pe_off_only_when_the_trace_added_nothing():
+    zeros, some = np.zeros((2, 3, 3)), np.zeros((2, 3, 3))
+    some[1, 0, 2] = -0.5
+    assert claims.bias_off("encoder", zeros) == (
+        "The relative position bias is switched off for the encoder in this run: 0 was added to every score."
+    )
+    assert claims.bias_off("encoder", some) is None
+    assert claims.pe_off("source", np.zeros((4, 8))) == (
+        "Positional encoding is switched off for the source tokens in this run: zeros were added."
+    )
+    assert claims.pe_off("source", np.eye(4, 8)) is None

@@ -8,6 +8,7 @@ import streamlit as st
 import core
 from core.anatomy.positions import relative_bias
 from core.sites import position_bias_site
+from viz_app import claims
 from viz_app.figures import relative_bias as figures
 from viz_app.figures import style
 from viz_app.positional import describe
@@ -86,11 +87,9 @@ def run_tab(out: core.Translation, note: str) -> None:
             f"relative_bias_run_{stack}",
             key=f"pe_bias_{side}",
         )
-        if not bias.any():  # read from the trace: what was added, not what the sidebar says
-            st.info(
-                f"The relative position bias is switched off for the {stack} in this run: 0 was added to every score.",
-                icon=":material/info:",
-            )
+        off = claims.bias_off(stack, bias)  # read from the trace: what was added, not what the sidebar says
+        if off:
+            st.info(off, icon=":material/info:")
     st.caption(
         "The same number is added to every layer's scores in a stack (the stack's table is shared), before the "
         "softmax. Cross-attention has no bias. Grey: keys the mask blocks (the decoder's later tokens), whose "

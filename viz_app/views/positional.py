@@ -98,11 +98,9 @@ def _run_tab(out: core.Translation, note: str) -> None:
             added, tokens=tokens, title=style.titled(f"PE values added to the {label} tokens", note)
         )
         export.chart(fig, f"pe_added_{side}", key=f"pe_added_{side}")
-        if not np.any(added):  # read from the trace: what was added, not what the sidebar says
-            st.info(
-                f"Positional encoding is switched off for the {label} tokens in this run: zeros were added.",
-                icon=":material/info:",
-            )
+        off = claims.pe_off(label, added)  # read from the trace: what was added, not what the sidebar says
+        if off:
+            st.info(off, icon=":material/info:")
 
 
 def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PEComparison) -> None:
