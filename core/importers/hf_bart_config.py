@@ -18,7 +18,8 @@ import torch
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from .hf_bart_folder import HFBartFolder
-from .hf_config import beam_settings, layer_names
+from .hf_config import beam_settings, layer_names, one_id
+from .hf_config import field as hf_field
 from .hf_folder import CONFIG, WEIGHTS
 
 # transformers 5.23's config defaults (what a field absent from config.json means); the families differ only here
@@ -74,22 +75,12 @@ def bart_names(cfg: ModelConfig) -> dict[str, str]:
 
 def field(f: HFBartFolder, name: str, kind: type) -> Any:
     """config.json's ``name`` (transformers' default for the family when absent), checked to be a ``kind``."""
-    value = f.config.get(name, DEFAULTS[f.model_type].get(name))
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise CheckpointError(
-            f"{f.path(CONFIG)}: field {name} must be {'true or false' if kind is bool else kind.__name__}, "
-            f"got {value!r}"
-        )
-    return value
+    return hf_field(f.config, name, kind, f.path(CONFIG), DEFAULTS[f.model_type])
 
 
 def token_id(f: HFBartFolder, name: str, value: Any) -> int:
     """One token id of a config field (transformers writes some as one-element lists)."""
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise CheckpointError(f"{f.path(CONFIG)}: field {name} must be one token id, got {value!r}")
-    return value
+    return one_id(value, name, f.path(CONFIG))
 
 
 def embeddings(f: HFBartFolder) -> tuple[torch.Tensor, torch.Tensor]:

@@ -88,9 +88,11 @@ def layer_names(cfg: ModelConfig) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- configuration
-def field(config: dict[str, Any], name: str, kind: type, where: Path) -> Any:
-    """config.json's ``name`` (transformers' default when absent), checked to be a ``kind``."""
-    value = config.get(name, MARIAN_DEFAULTS.get(name))
+def field(
+    config: dict[str, Any], name: str, kind: type, where: Path, defaults: dict[str, Any] = MARIAN_DEFAULTS
+) -> Any:
+    """config.json's ``name`` (``defaults``: transformers' when absent), checked to be a ``kind``."""
+    value = config.get(name, defaults.get(name))
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise CheckpointError(
             f"{where}: field {name} must be {'true or false' if kind is bool else kind.__name__}, got {value!r}"
@@ -98,7 +100,8 @@ def field(config: dict[str, Any], name: str, kind: type, where: Path) -> Any:
     return value
 
 
-def _one_id(value: Any, name: str, where: Path) -> int:
+def one_id(value: Any, name: str, where: Path) -> int:
+    """One token id of a config field (transformers writes some as one-element lists); CheckpointError otherwise."""
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -157,11 +160,11 @@ def suppressed_ids(f: HFFolder) -> tuple[int, ...]:
                 f"{where}: field bad_words_ids holds {entry!r}; only single-token entries are supported (core "
                 "suppresses ids, not sequences)"
             )
-        ids.append(_one_id(entry, "bad_words_ids", where))
+        ids.append(one_id(entry, "bad_words_ids", where))
     suppress = source.get("suppress_tokens") or []
     if not isinstance(suppress, list):
         raise CheckpointError(f"{where}: field suppress_tokens must be a list of ids, got {suppress!r}")
-    ids += [_one_id(i, "suppress_tokens", where) for i in suppress]
+    ids += [one_id(i, "suppress_tokens", where) for i in suppress]
     eos = source.get("eos_token_id", f.config.get("eos_token_id", MARIAN_DEFAULTS["eos_token_id"]))
     if eos in ids:
         raise CheckpointError(
@@ -275,9 +278,9 @@ def config_from_hf(f: HFMarianFolder) -> ModelConfig:
         raise CheckpointError(
             f"{weights}: tensor {BIAS} has shape {tuple(bias.shape)}, {CONFIG} implies (1, {target_vocab})"
         )
-    eos = _one_id(c.get("eos_token_id", MARIAN_DEFAULTS["eos_token_id"]), "eos_token_id", where)
-    pad = _one_id(c.get("pad_token_id", MARIAN_DEFAULTS["pad_token_id"]), "pad_token_id", where)
-    start = _one_id(
+    eos = one_id(c.get("eos_token_id", MARIAN_DEFAULTS["eos_token_id"]), "eos_token_id", where)
+    pad = one_id(c.get("pad_token_id", MARIAN_DEFAULTS["pad_token_id"]), "pad_token_id", where)
+    start = one_id(
         c.get("decoder_start_token_id", MARIAN_DEFAULTS["decoder_start_token_id"]), "decoder_start_token_id", where
     )
     pieces = special_pieces(f)

@@ -18,7 +18,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from .hf_config import beam_settings, suppressed_ids
+from .hf_config import beam_settings, one_id, suppressed_ids
 from .hf_t5_folder import CONFIG, WEIGHTS, HFT5Folder
 
 # transformers 5.23's T5Config defaults (MT5Config's differ in feed_forward_proj, vocab_size and tie_word_embeddings)
@@ -156,12 +156,7 @@ def config_from_t5(f: HFT5Folder, unk_id: int) -> ModelConfig:
             )
     ids = {}
     for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-        value = f.generation_config.get(name, f.config.get(name, defaults(f)[name]))
-        if isinstance(value, list) and len(value) == 1:
-            value = value[0]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise CheckpointError(f"{where}: field {name} must be one token id, got {value!r}")
-        ids[name] = value
+        ids[name] = one_id(f.generation_config.get(name, f.config.get(name, defaults(f)[name])), name, where)
     decoder_layers = f.config.get("num_decoder_layers")
     try:
         return ModelConfig(
