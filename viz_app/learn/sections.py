@@ -13,7 +13,7 @@ import streamlit as st
 import core
 from core.sites import attention_site
 from viz_app.figures import learn, masking, style
-from viz_app.learn import arithmetic
+from viz_app.learn import arithmetic, tables
 from viz_app.learn.arithmetic import Arithmetic
 from viz_app.learn.tables import DIGITS, check, frame, matrix_excerpt, vector_table
 from viz_app.learn.walkthrough import Softmax, Walkthrough, as_numpy, normalize
@@ -223,7 +223,7 @@ def head_output(focus: Focus, hand: Softmax, mask: np.ndarray, recorded: np.ndar
     diff = float(np.max(np.abs(hand.weights - recorded))) if hand.weights.size else 0.0
     scores = focus.run.trace.scores(focus.kind, focus.layer)[focus.head, focus.query]
     score_diff = float(np.max(np.abs(np.where(mask, hand.scaled - scores, 0.0)), initial=0.0))
-    if diff < 1e-4:
+    if diff < tables.TOLERANCE:  # the page's one 'equal' threshold, as every other check on it
         st.success(
             f"✓ The recomputed softmax equals the weights the model recorded (largest difference "
             f"{diff:.1e}; scores differ by at most {score_diff:.1e})."
