@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..beam_finish import generation_settings
-from ..checkpoint import CARD, CONFIG, load_checkpoint
+from ..checkpoint import CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..hf_tokenizers import FastTokenizer, M2M100VocabTokenizer
@@ -31,7 +31,7 @@ from ..importers.hf_bart_config import BIAS, HEAD, POSITION_OFFSET, SHARED, bart
 from ..importers.hf_bart_folder import ARCHITECTURES, SPM, TOKENIZER_JSON, VOCAB
 from ..model import Transformer
 from ..tokenizer import Tokenizer
-from .hf_marian import readme, shape_fields
+from .hf_marian import finish_folder, shape_fields
 
 TOKENIZER_CLASSES = {
     "bart": "BartTokenizer",
@@ -153,8 +153,5 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
         assert isinstance(tokenizer, FastTokenizer)
         shutil.copyfile(tokenizer.path, folder / TOKENIZER_JSON)
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, ensure_ascii=False, indent=2) + "\n")
-    card = (checkpoint / CARD).read_text(encoding="utf-8") if (checkpoint / CARD).is_file() else ""
-    (folder / "README.md").write_text(readme(info, card, [], languages, tag=family), encoding="utf-8")
-    for path in folder.iterdir():
-        path.chmod(0o644)  # safetensors writes 0600; an export is meant to be shared
+    finish_folder(checkpoint, folder, info, [], languages, tag=family)
     return model, tokenizer, info, []

@@ -224,6 +224,23 @@ Written by `python -m core export-hf` from a core checkpoint. Licence: {licence 
 {card}"""
 
 
+def finish_folder(
+    checkpoint: Path,
+    folder: Path,
+    info: dict[str, Any],
+    notes: list[str],
+    languages: tuple[str, str],
+    *,
+    tag: str = "marian",
+) -> None:
+    """The last step of every family's export: README.md (``readme``, with the checkpoint's card) and every file made
+    readable by all (safetensors writes 0600; an export is meant to be shared)."""
+    card = (checkpoint / CARD).read_text(encoding="utf-8") if (checkpoint / CARD).is_file() else ""
+    (folder / "README.md").write_text(readme(info, card, notes, languages, tag=tag), encoding="utf-8")
+    for path in folder.iterdir():
+        path.chmod(0o644)
+
+
 def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer, dict[str, Any], list[str]]:
     """Write the Hugging Face folder for ``checkpoint`` into ``folder`` (created). Returns (model, tokenizer, the
     checkpoint's config.json, notes on the export)."""
@@ -281,8 +298,5 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
         "sp_model_kwargs": {},
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, ensure_ascii=False, indent=2) + "\n")
-    card = (checkpoint / CARD).read_text(encoding="utf-8") if (checkpoint / CARD).is_file() else ""
-    (folder / "README.md").write_text(readme(info, card, notes, languages), encoding="utf-8")
-    for path in folder.iterdir():
-        path.chmod(0o644)  # safetensors writes 0600; an export is meant to be shared
+    finish_folder(checkpoint, folder, info, notes, languages)
     return model, tokenizer, info, notes

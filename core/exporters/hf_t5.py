@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..beam_finish import generation_settings
-from ..checkpoint import CARD, CONFIG, load_checkpoint
+from ..checkpoint import CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..importers.hf_t5_config import HEAD, SHARED, t5_names
@@ -31,7 +31,7 @@ from ..importers.hf_t5_folder import ARCHITECTURES, SPIECE
 from ..model import Transformer
 from ..t5_tokenizer import T5Tokenizer
 from ..tokenizer import Tokenizer
-from .hf_marian import readme
+from .hf_marian import finish_folder
 
 
 def misfits(cfg: ModelConfig, tokenizer: Tokenizer) -> list[str]:
@@ -164,9 +164,6 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
         "model_max_length": 512,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, ensure_ascii=False, indent=2) + "\n")
-    card = (checkpoint / CARD).read_text(encoding="utf-8") if (checkpoint / CARD).is_file() else ""
     languages = (str(info.get("source_language", "src")), str(info.get("target_language", "tgt")))
-    (folder / "README.md").write_text(readme(info, card, notes, languages, tag=model_type), encoding="utf-8")
-    for path in folder.iterdir():
-        path.chmod(0o644)  # safetensors writes 0600; an export is meant to be shared
+    finish_folder(checkpoint, folder, info, notes, languages, tag=model_type)
     return model, tokenizer, info, notes
