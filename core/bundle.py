@@ -288,8 +288,8 @@ class Bundle:
     def position_limit(self) -> int:
         """The most positions a source or an output may have: a learned table's rows (BART, mBART); else a bound
         above the other limits (sinusoids have no end)."""
-        cfg = self.config
-        return cfg.max_positions if cfg.positional == "learned" else MAX_OUTPUT_TOKENS + self.max_source_tokens
+        rows = self.config.position_rows
+        return MAX_OUTPUT_TOKENS + self.max_source_tokens if rows is None else rows
 
     # ----------------------------------------------------------------- pieces
     def encode_source(self, text: str, *, truncate: bool = False) -> tuple[list[int], list[str]]:

@@ -218,6 +218,12 @@ class ModelConfig:
         """Each head's value size: ``d_v``, else ``d_head``."""
         return self.d_v if self.d_v is not None else self.d_head
 
+    @property
+    def position_rows(self) -> int | None:
+        """How many positions a side can have: a learned table's rows (BART, mBART); None when positions have no end
+        (sinusoids, T5's relative bias)."""
+        return self.max_positions if self.positional == "learned" else None
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON has them (lists, not tuples), so a dict read back from a file compares equal."""
         data = asdict(self)

@@ -117,7 +117,7 @@ def max_steps(config: ModelConfig, max_len: int | None, src_len: int) -> int:
     """How many output ids a decoding call makes at most: ``max_len`` (None: ``default_max_len`` of the source),
     and no more than a learned position table has rows for (BART's, mBART's: the decoder reads position step)."""
     steps = max_len or default_max_len(src_len)
-    return min(steps, config.max_positions) if config.positional == "learned" else steps
+    return steps if config.position_rows is None else min(steps, config.position_rows)
 
 
 def suppress(scores: Tensor, config: ModelConfig, fill: float, vocab: Tensor | None = None) -> Tensor:
