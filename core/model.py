@@ -133,11 +133,9 @@ class Transformer(nn.Module):
         if side == "tgt" and offset == 0 and self.config.start == "zeros":
             x = torch.cat([torch.zeros_like(x[:, :1]), x[:, 1:]], dim=1)  # first input is a zero vector
         T = tokens.shape[1]
-        if call.options.pe_on(side):
-            pe = self.side_positions(side)(T, offset)  # (T, D)
-        else:
-            pe = x.new_zeros(T, self.config.d_model)
-        if self.config.pad_position_zero and call.options.pe_on(side):  # M2M100: <pad> has no position
+        pe_on = call.options.pe_on(side)
+        pe = self.side_positions(side)(T, offset) if pe_on else x.new_zeros(T, self.config.d_model)  # (T, D)
+        if self.config.pad_position_zero and pe_on:  # M2M100: <pad> has no position
             x = x + pe * (tokens != self.config.pad_id)[..., None]  # (B, T, D)
         else:
             x = x + pe
