@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
 from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer
@@ -28,7 +27,7 @@ from ..tokenizer import Tokenizer
 from ..weights import assign_weights, empty_model
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_names, config_from_bart, embeddings
 from .hf_bart_folder import HFBartFolder, read_bart_folder
-from .hf_common import mapped_state, provenance
+from .hf_common import imported_meta, mapped_state, provenance
 from .hf_folder import CONFIG, WEIGHTS
 from .staging import save_with_files
 
@@ -183,13 +182,7 @@ def convert(
             assert isinstance(tokenizer, M2M100VocabTokenizer)
             spec = tokenizer.spec(model="sentencepiece.bpe.model", vocab="vocab.json")
         origin = provenance(f, FORMAT, command, steps.digest, family=f.family)
-        meta = CheckpointMeta(
-            name=out.name,
-            source_language=src,
-            target_language=tgt,
-            dtype=str(dtype).replace("torch.", ""),
-            extra={"tokenizer": spec, "imported_from": origin},
-        )
+        meta = imported_meta(out, (src, tgt), dtype, spec, origin)
         card = card_text(name=out.name, f=f, model=model, tokenizer=tokenizer, languages=(src, tgt), command=command)
         steps.writing(out)
         return steps.done(save_with_files(model, files, out, card=card, meta=meta, dtype=dtype))

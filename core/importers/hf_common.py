@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..progress import Progress
@@ -95,3 +96,17 @@ def provenance(f: HFWeights, fmt: str, command: str, progress: Progress | None =
         "transformers_version": f.config.get("transformers_version"),
         "command": command,
     }
+
+
+def imported_meta(
+    out: Path, languages: tuple[str, str], dtype: torch.dtype, tokenizer: dict[str, Any], origin: dict[str, Any]
+) -> CheckpointMeta:
+    """The checkpoint's meta: named after ``out``, its languages and dtype, the tokenizer's spec and ``origin`` (the
+    ``provenance`` record) under ``imported_from``."""
+    return CheckpointMeta(
+        name=out.name,
+        source_language=languages[0],
+        target_language=languages[1],
+        dtype=str(dtype).replace("torch.", ""),
+        extra={"tokenizer": tokenizer, "imported_from": origin},
+    )

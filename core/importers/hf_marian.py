@@ -18,14 +18,13 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..model import Transformer
 from ..progress import ImportSteps, Progress
 from ..tokenizer import MarianVocabTokenizer
 from ..weights import assign_weights, empty_model
 from .hf_card import card_text
-from .hf_common import mapped_state, provenance
+from .hf_common import imported_meta, mapped_state, provenance
 from .hf_config import (
     BIAS,
     DEC_EMB,
@@ -96,12 +95,8 @@ def convert(
         dtype=dtype,
         command=command,
     )
-    meta = CheckpointMeta(
-        name=out.name,
-        source_language=str(src),
-        target_language=str(tgt),
-        dtype=str(dtype).replace("torch.", ""),
-        extra={"tokenizer": tokenizer.spec(source=SOURCE_SPM, target=TARGET_SPM, vocab=VOCAB), "imported_from": origin},
+    meta = imported_meta(
+        out, (str(src), str(tgt)), dtype, tokenizer.spec(source=SOURCE_SPM, target=TARGET_SPM, vocab=VOCAB), origin
     )
     files = {SOURCE_SPM: f.path(SOURCE_SPM), TARGET_SPM: f.path(TARGET_SPM), VOCAB: f.path(VOCAB)}
     steps.writing(out)

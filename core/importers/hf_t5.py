@@ -18,13 +18,12 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
 from ..model import Transformer
 from ..progress import ImportSteps, Progress
 from ..weights import assign_weights, empty_model
-from .hf_common import mapped_state, provenance
+from .hf_common import imported_meta, mapped_state, provenance
 from .hf_t5_card import card_text
 from .hf_t5_config import DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, config_from_t5, head, t5_names
 from .hf_t5_folder import CONFIG, SPIECE, WEIGHTS, HFT5Folder, read_t5_folder
@@ -120,12 +119,6 @@ def convert(
         dtype=dtype,
         command=command,
     )
-    meta = CheckpointMeta(
-        name=out.name,
-        source_language=src,
-        target_language=tgt,
-        dtype=str(dtype).replace("torch.", ""),
-        extra={"tokenizer": tokenizer.spec(model=SPIECE), "imported_from": origin},
-    )
+    meta = imported_meta(out, (src, tgt), dtype, tokenizer.spec(model=SPIECE), origin)
     steps.writing(out)
     return steps.done(save_with_files(model, {SPIECE: f.path(SPIECE)}, out, card=card, meta=meta, dtype=dtype))
