@@ -185,7 +185,8 @@ def options_grid(cfg: ModelConfig, *, per_layer: bool = True) -> dict[str, Infer
 def score_row(hyps: list[str], reference: list[str], seconds: float) -> dict:
     """chrF and BLEU of ``hyps`` against ``reference``, the share identical to it and the seconds they took."""
     identical = sum(h == r for h, r in zip(hyps, reference, strict=True)) / len(reference)
-    return {**score(hyps, reference), "identical": round(identical, 4), "seconds": round(seconds, 1)}
+    # to the millisecond: a fast run must not round to 0 s (the throughput divides by it)
+    return {**score(hyps, reference), "identical": round(identical, 4), "seconds": round(seconds, 3)}
 
 
 def switch_rows(
