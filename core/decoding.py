@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -294,7 +295,8 @@ def beam_search(
         ended, alive = finish.select((ids == cfg.eos_id).tolist(), last=step + 1 == max_len)
         if history is not None and recorder is not None:
             kept = flat[sorted({*ended, *alive})]
-            history.append(_beam_step(step, tokens, scores, token_logp, logp, kept, recorder, cfg.eos_id, vocab))
+            scored = _Scored(tokens, scores, token_logp, logp)
+            history.append(_beam_step(step, scored, kept, recorder, cfg.eos_id, vocab))
         for j in ended:
             finish.add(top_scores[j], tokens[origin[j], 1:].tolist() + [int(ids[j])])
         if finish.done(step, top_scores[alive]):
@@ -307,19 +309,23 @@ def beam_search(
     return finish.best(tokens[:, 1:], scores)
 
 
+class _Scored(NamedTuple):
+    """One beam-search step's hypotheses and what they scored: the n live hypotheses ``tokens`` (n, t) (start token
+    first), their cumulative log-probabilities ``scores`` (n,), each next id's log-probability ``token_logp``
+    (n, V|S) and the extended hypotheses' scores ``logp`` = scores + token_logp (n, V|S)."""
+
+    tokens: Tensor
+    scores: Tensor
+    token_logp: Tensor
+    logp: Tensor
+
+
 def _beam_step(
-    step: int,
-    tokens: Tensor,
-    scores: Tensor,
-    token_logp: Tensor,
-    logp: Tensor,
-    kept: Tensor,
-    recorder: Recorder,
-    eos_id: int,
-    vocab: Tensor | None = None,
+    step: int, scored: _Scored, kept: Tensor, recorder: Recorder, eos_id: int, vocab: Tensor | None
 ) -> BeamStep:
     """The record of one beam-search step: the kept candidates ``kept`` (flat indices into logp (n, V)), then the
     next best ones that were pruned (up to as many again), and each live beam's cross-attention rows."""
+    tokens, scores, token_logp, logp = scored
     n, V = logp.shape
     best = logp.view(-1).topk(min(2 * kept.shape[0], n * V)).indices  # (c,)
     seen = set(kept.tolist())
