@@ -23,7 +23,8 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,47 @@ ROWS_MAX = 32  # rows that take the kernel when torch runs on 1 or 2 threads
 ROWS_MAX_THREADED = 8  # ... and on more
 LARGE = 1 << 20  # weight elements from which the kernel wins at more rows (8000 x 256 here) ...
 LARGE_ROWS_MAX = 256  # ... up to this many: 32000 x 256 on 1 thread, 256 rows 63 vs 74 ms, 1008 rows 392 vs 299 ms
+# A packed matrix of this many elements or more is kept as two halves of its rows. With torch on 2 threads or more
+# the halves run at once, one on a second thread (the kernel itself keeps to one): a step of a large model streams
+# its big matrices (NLLB-600M's 256k-row output layer, its FFNs) on both cores, as F.linear does in float32.
+SPLIT = 1 << 22
+
+
+class Packed(NamedTuple):
+    """One packed part of a matrix: its rows ``start:stop``, packed (``_pack``), a zero bias of that many rows, and
+    the scale of those rows."""
+
+    matrix: Tensor
+    zeros: Tensor
+    scale: Scale
+    start: int
+    stop: int
+
+    def __call__(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """x (..., in) times these rows, plus ``bias`` (of these rows, or None): (..., stop - start)."""
+        if isinstance(self.scale, float) and self.scale == 1.0:
+            return torch.fbgemm_linear_fp16_weight(x, self.matrix, self.zeros if bias is None else bias)
+        return _scaled_kernel(x, self.matrix, bias, zeros=self.zeros, scale=self.scale)
+
+
+def _in_halves(
+    x: Tensor, _weight: Tensor, bias: Tensor | None, *, halves: tuple[Packed, Packed], pool: ThreadPoolExecutor
+) -> Tensor:
+    """x W^T + b for a matrix packed as two halves of its rows: the second on ``pool``'s thread while this thread
+    runs the first when torch has 2 threads or more, else one after the other. (..., out)."""
+    top, bottom = halves
+    b_top, b_bottom = (None, None) if bias is None else (bias[: top.stop], bias[top.stop :])
+    if torch.get_num_threads() < 2:
+        return torch.cat([top(x, b_top), bottom(x, b_bottom)], dim=-1)
+    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+    def second() -> Tensor:  # the caller's autograd modes (thread-local) on the pool's thread
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+            return bottom(x, b_bottom)
+
+    other = pool.submit(second)
+    first = top(x, b_top)
+    return torch.cat([first, other.result()], dim=-1)
 
 
 class FastModel(Protocol):
@@ -147,7 +189,8 @@ class FastWeights:
 
     def __init__(self, model: FastModel, *, kernel: bool = True) -> None:
         self.kernel = kernel and kernel_available()
-        self._packed: dict[int, tuple[Tensor, Tensor, Scale]] = {}  # id(weight) -> (packed, zero bias, scale)
+        self._packed: dict[int, tuple[Packed, ...]] = {}  # id(weight) -> the whole matrix packed, or its two halves
+        self._pool: ThreadPoolExecutor | None = None  # the second thread of matrices packed in halves, made at need
         self._column_major: dict[int, Tensor] = {}  # id(weight) -> the same values, strides (1, out)
         # (weight, its version when copied; None for copies made here and inference tensors, which cannot be
         # written in place): holding them keeps the ids above theirs
@@ -181,10 +224,18 @@ class FastWeights:
         if id(weight) in self._packed or id(weight) in self._column_major:
             return
         self._weights.append((weight, None if derived or weight.is_inference() else weight._version))
-        packed = _pack(weight, scale) if self.kernel else None
-        if packed is not None:
-            assert scale is not None
-            self._packed[id(weight)] = (packed, weight.new_zeros(weight.shape[0]), scale)
+        out = weight.shape[0] if weight.dim() == 2 else 0
+        cuts = [0, out // 2, out] if weight.numel() >= SPLIT else [0, out]
+        parts = []
+        for start, stop in zip(cuts, cuts[1:], strict=False):
+            rows = scale if isinstance(scale, float) or scale is None else scale[start:stop]
+            packed = _pack(weight[start:stop], rows) if self.kernel else None
+            if packed is None:
+                break
+            assert rows is not None
+            parts.append(Packed(packed, weight.new_zeros(stop - start), rows, start, stop))
+        if parts and len(parts) == len(cuts) - 1:
+            self._packed[id(weight)] = tuple(parts)
         elif per_step and weight.dim() == 2 and weight.is_contiguous():
             self._column_major[id(weight)] = weight.detach().t().contiguous().t()
 
@@ -204,10 +255,14 @@ class FastWeights:
         ``fn(x, w, b)`` equal to it. For a loop that calls the same matrices many times (``core.plan``)."""
         packed = self._packed.get(id(weight))
         if packed is not None and self._rows_ok(rows, weight):
-            matrix, zeros, scale = packed
-            if isinstance(scale, float) and scale == 1.0:
-                return torch.fbgemm_linear_fp16_weight, matrix, zeros if bias is None else bias
-            return functools.partial(_scaled_kernel, zeros=zeros, scale=scale), matrix, bias
+            if len(packed) == 2:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="fast-weights")
+                return functools.partial(_in_halves, halves=packed, pool=self._pool), packed[0].matrix, bias
+            whole = packed[0]
+            if isinstance(whole.scale, float) and whole.scale == 1.0:
+                return torch.fbgemm_linear_fp16_weight, whole.matrix, whole.zeros if bias is None else bias
+            return functools.partial(_scaled_kernel, zeros=whole.zeros, scale=whole.scale), whole.matrix, bias
         if torch.is_grad_enabled() and weight.requires_grad:
             return F.linear, weight, bias
         return F.linear, self._column_major.get(id(weight), weight), bias

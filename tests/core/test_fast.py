@@ -13,7 +13,7 @@ from conftest import tiny_config
 from core import FastWeights, InferenceOptions, Recorder, Transformer
 from core.call import Call
 from core.decoding import greedy
-from core.fast import LARGE, kernel_available
+from core.fast import LARGE, SPLIT, kernel_available
 
 needs_kernel = pytest.mark.skipif(not kernel_available(), reason="this torch build has no fbgemm fp16 kernel")
 OPTS = InferenceOptions()
@@ -407,3 +407,38 @@ def test_greedy_decoding_and_its_trace_are_the_same_on_int8_weights_with_and_wit
     src, keep = _src()
     with torch.no_grad():
         assert_kernel_matches_reference(model, fast, src, keep, OPTS, calls, probs_atol=1e-5)
+
+
+@needs_kernel
+@torch.no_grad()
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("grid", ["float16", "int8 times a scale"])
+def test_a_matrix_of_split_elements_runs_in_two_halves_and_equals_f_linear(calls, threads, grid):
+    """A matrix of SPLIT elements or more is packed as two halves of its rows (run at once on two threads when
+    torch has two): its product equals F.linear's, for one row (a decoding step) and several, with and without
+    a bias, on the float16 grid and on Marian's int8 grid (integers times one scale)."""
+    out, d_in = SPLIT // 64 + 3, 64  # an odd number of rows: halves of 32769 and 32770
+    g = torch.Generator().manual_seed(0)
+    if grid == "float16":
+        weight = (torch.randn(out, d_in, generator=g) * 0.05).half().float()
+    else:
+        weight = torch.randint(-127, 128, (out, d_in), generator=g).float() * 0.0123
+    layer = torch.nn.Linear(d_in, out)
+    layer.weight.copy_(weight)
+    model = Transformer(tiny_config()).eval()
+    model.output = layer  # FastWeights reads the output projection like any other matrix
+    fast = FastWeights(model)
+    fn, _, _ = fast.bind(layer.weight, layer.bias, 1)
+    assert not _is_kernel(fn)  # the halves, not one packed matrix
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in (1, 5):
+            x = torch.randn(rows, d_in, generator=g)
+            for bias in (None, layer.bias):
+                start = calls["n"]
+                got = fast.linear(x, layer.weight, bias)
+                assert calls["n"] - start == 2  # one kernel call per half
+                torch.testing.assert_close(got, F.linear(x, layer.weight, bias), rtol=1e-5, atol=1e-5)
+    finally:
+        torch.set_num_threads(before)
