@@ -43,7 +43,9 @@ if sys.argv[3]:  # a checkpoint: text -> text on the built-in sentences, traced 
             else:
                 greedy(bundle.model, src, keep, options=opts, max_len=n, fast=bundle.fast)
 
-    works = {"traced": lambda: [bundle.translate(t, record_qkv=False) for t in texts], "untraced": plain}
+    # q/k/v off: one Record per call; trees before it took keywords
+    no_qkv = {"record": core.Record(qkv=False)} if hasattr(core, "Record") else {"record_qkv": False}
+    works = {"traced": lambda: [bundle.translate(t, **no_qkv) for t in texts], "untraced": plain}
 else:
     model, src = C.our_model(), C.source(20, seed=3)
     works = {"traced": C.ours_greedy(model, src, True), "untraced": C.ours_greedy(model, src, False)}

@@ -106,7 +106,7 @@ def ours(bundle: core.Bundle, traced: bool, options: core.InferenceOptions = PLA
     """Text -> text. Traced: ``Bundle.translate`` (every head recorded, frozen into a Trace; no q/k/v).
     options: e.g. ``InferenceOptions(shortlist=True)``, the production engine's lexical shortlist."""
     if traced:
-        return lambda text: bundle.translate(text, options, record_qkv=False).text
+        return lambda text: bundle.translate(text, options, record=core.Record(qkv=False)).text
 
     @torch.inference_mode()
     def untraced(text: str) -> str:

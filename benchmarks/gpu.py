@@ -61,7 +61,7 @@ def contenders(bundle: core.Bundle, texts: list[str]) -> dict:
         return [output_text(tok, r.tokens[i, 1 : 1 + r.lengths[i]].tolist(), cfg.eos_id) for i in range(len(texts))]
 
     def traced_batch() -> list[str]:
-        return [one.text for one in bundle.translate_batch(texts, record_qkv=False)]  # as before: no q/k/v
+        return [one.text for one in bundle.translate_batch(texts, record=core.Record(qkv=False))]  # as before: no q/k/v
 
     def timed(fn):  # synchronise so a timing ends when the device is done
         def run():

@@ -72,7 +72,7 @@ def main() -> None:
             ("whole vocabulary", core.InferenceOptions()),
             ("teacher's shortlist", core.InferenceOptions(shortlist=True)),
         ]:
-            outs = [student.translate(x, options, record_qkv=False, truncate=True) for x in inputs]
+            outs = [student.translate(x, options, record=core.Record(qkv=False), truncate=True) for x in inputs]
             hyps = [o.text for o in outs]
             rows = [o.trace.meta.get("shortlist_rows") for o in outs]
             f = bucket_fidelity(BUCKETS[b], hyps, reference, known, "pt")  # as eval --by-length scores a bucket

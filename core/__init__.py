@@ -13,7 +13,7 @@ Per-call recording and interventions: ``core.Recorder(model, interventions=[core
 from .bundle import Bundle, Step, Translation, clean_text, load
 from .call import Call
 from .checkpoint import CheckpointMeta, default_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from .config import InferenceOptions, ModelConfig
+from .config import InferenceOptions, ModelConfig, Record
 from .errors import CheckpointError, InputError, LabError
 from .fast import FastWeights
 from .interventions import Intervention, Patch, ScaleHeads
@@ -38,6 +38,7 @@ __all__ = [
     "ModelConfig",
     "ModelShape",
     "Patch",
+    "Record",
     "Recorder",
     "ScaleHeads",
     "Step",

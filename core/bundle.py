@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .call import Call
 from .checkpoint import load_checkpoint
-from .config import InferenceOptions, ModelConfig
+from .config import InferenceOptions, ModelConfig, Record
 from .decoding import (
     BeamStep,
     beam_search,
@@ -141,7 +141,7 @@ class Translation:
 
     @property
     def forced_prefix(self) -> int:
-        """How many first output pieces were forced (``Bundle.translate(prefix=...)``); 0 for a free translation."""
+        """How many first output pieces were forced (``Bundle.translate_from``); 0 for a free translation."""
         return int(self.trace.meta.get("forced_prefix", 0))
 
     def to_dict(self) -> dict[str, Any]:
@@ -345,16 +345,23 @@ class Bundle:
         return Source(self.tokenizer.frame_source(ids, self.config.eos_id), tuple(notices), text)
 
     def check_options(
-        self, options: InferenceOptions | None, *, beam_size: int = 1, max_len: int | None = None, top_k: int = 10
+        self,
+        options: InferenceOptions | None,
+        *,
+        beam_size: int = 1,
+        max_len: int | None = None,
+        record: Record = Record(),
     ) -> InferenceOptions:
-        """The options for a call, checked against this model; InputError naming what is wrong."""
+        """The options for a call, checked against this model; InputError naming what is wrong (``record`` checks
+        its own fields: this checks that it is one)."""
 
         def whole(name: str, value: Any, low: int, high: int) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
 
         whole("beam_size", beam_size, 1, MAX_BEAM)
-        whole("top_k", top_k, 1, self.config.tgt_vocab_size)
+        if not isinstance(record, Record):
+            raise InputError(f"record must be core.Record, got {type(record).__name__}")
         if max_len is not None:
             whole("max_len", max_len, 1, min(MAX_OUTPUT_TOKENS, self.position_limit))
         options = InferenceOptions() if options is None else options
@@ -394,19 +401,20 @@ class Bundle:
         return Call(options, recorder, self.fast, vocab, **how)
 
     def _run(
-        self, sources: Sequence[Source], call: Call, given: Sequence[int] | None = None, **meta: Any
+        self, sources: Sequence[Source], call: Call, given: Sequence[Sequence[int]] | None = None, **meta: Any
     ) -> list[Translation]:
-        """The one run path behind ``translate``, ``teacher_forced``, ``record_more`` and ``translate_batch``: the
-        sources as one padded batch; the output ids ``given`` (one source), else beam search's (``call.beam_size``
-        > 1), recorded by one teacher-forced pass, else greedy decoding's, recorded as decoded; one Translation per
-        source, its item of the frozen trace, with its text (eos stripped), source text and notices, and ``meta``."""
+        """The one run path behind ``translate``, ``translate_from``, ``teacher_forced``, ``record_more`` and
+        ``translate_batch``: the sources as one padded batch; the output ids ``given`` (a row per source), else beam
+        search's (``call.beam_size`` > 1; each source searched alone, as ``translate`` searches it), recorded by
+        one teacher-forced pass, else greedy decoding's, recorded as decoded; one Translation per source, its item
+        of the frozen trace, with its text (eos stripped), source text and notices, and ``meta``."""
         assert call.recorder is not None
         src, keep = self.padded([source.ids for source in sources])  # (B, Ts) each
         if given is None and call.beam_size > 1:
-            given = beam_search(self.model, src, keep, call)
+            given = [beam_search(self.model, *self.padded([source.ids]), call) for source in sources]
         if given is not None:
-            rows = [list(given)]
-            self._forced(src, keep, rows[0], call)
+            rows = [list(ids) for ids in given]
+            self._forced(src, keep, rows, call)
         else:
             result = greedy(self.model, src, keep, call)
             rows = [result.tokens[b, 1 : 1 + n].tolist() for b, n in enumerate(result.lengths)]
@@ -431,19 +439,21 @@ class Bundle:
             for i, source in enumerate(sources)
         ]
 
-    def _forced(self, src: Tensor, keep: Tensor, out_ids: list[int], call: Call) -> None:
-        """A teacher-forced pass over the output ids ``out_ids`` of the one source ``src`` (1, Ts), recorded by
-        ``call``'s recorder, each position's output as a decoding step records it."""
+    def _forced(self, src: Tensor, keep: Tensor, rows: Sequence[Sequence[int]], call: Call) -> None:
+        """A teacher-forced pass over the output ids ``rows`` (one row per source of ``src`` (B, Ts)), recorded by
+        ``call``'s recorder, each position's output as a decoding step records it. A row shorter than the longest
+        goes on with eos, as a greedy batch's finished item does (an empty row is eos)."""
         cfg, recorder, vocab = self.config, call.recorder, call.vocab
         assert recorder is not None
-        dec_inputs = [cfg.bos_id] + out_ids[:-1] if out_ids else [cfg.bos_id]
-        tgt = torch.tensor([dec_inputs], dtype=torch.long, device=self.device)  # (1, Tt)
-        ids = torch.tensor([out_ids if out_ids else [cfg.eos_id]], device=self.device)  # (1, Tt)
-        logits = self.model(src, tgt, call, src_keep=keep)  # (1, Tt, V|S)
-        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (1, Tt, V|S)
-        top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (1, Tt, k)
+        width = max(1, *(len(row) for row in rows))
+        outputs = [[*row, *[cfg.eos_id] * (width - len(row))] for row in rows]
+        ids = torch.tensor(outputs, dtype=torch.long, device=self.device)  # (B, Tt)
+        tgt = torch.tensor([[cfg.bos_id, *row[:-1]] for row in outputs], dtype=torch.long, device=self.device)
+        logits = self.model(src, tgt, call, src_keep=keep)  # (B, Tt, V|S)
+        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (B, Tt, V|S)
+        top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (B, Tt, k)
         columns, listed = columns_of(ids, vocab)
-        chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (1, Tt); 0 outside the shortlist
+        chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (B, Tt); 0 outside the shortlist
         top_i = vocab_ids(top_i, vocab)
         for t in range(ids.shape[1]):
             recorder.output(ids[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
@@ -460,28 +470,51 @@ class Bundle:
         *,
         beam_size: int = 1,
         max_len: int | None = None,
-        top_k: int = 10,
         truncate: bool = False,
-        record_qkv: bool = True,
-        record_activations: bool = False,
+        record: Record = Record(),
+    ) -> Translation:
+        """Translate ``text`` and record every head (and what ``record`` asks for besides). Greedy with
+        beam_size=1, else beam search (the beam's best output is then traced teacher-forced, which gives the same
+        arrays)."""
+        options = self.check_options(options, beam_size=beam_size, max_len=max_len, record=record)
+        return self._decode(self._source(text, truncate), options, record, beam_size=beam_size, max_len=max_len)
+
+    @torch.inference_mode()
+    def translate_from(
+        self,
+        text: str,
+        prefix: Sequence[int],
+        options: InferenceOptions | None = None,
+        *,
+        max_len: int | None = None,
+        truncate: bool = False,
+        record: Record = Record(),
+    ) -> Translation:
+        """Translate ``text`` with the output ids ``prefix`` forced at the first steps ("what if the model had
+        picked ..."), greedy after them; recorded like any translation (a forced step records the forced id, its
+        probability and the model's own top-k), ``meta['forced_prefix']`` = how many were forced."""
+        options = self.check_options(options, max_len=max_len, record=record)
+        return self._decode(self._source(text, truncate), options, record, max_len=max_len, prefix=prefix)
+
+    def _decode(
+        self,
+        source: Source,
+        options: InferenceOptions,
+        record: Record,
+        *,
+        beam_size: int = 1,
+        max_len: int | None = None,
         prefix: Sequence[int] | None = None,
     ) -> Translation:
-        """Translate ``text`` and record every head. Greedy with beam_size=1, else beam search
-        (the beam's best output is then traced teacher-forced, which gives the same arrays).
-
-        record_activations: also record the residual stream and each head's output (``embed.*``, ``*.out``,
-        ``*.heads`` sites). prefix: output ids to force at the first steps ("what if the model had picked ...");
-        greedy after them, recorded like any translation, ``meta['forced_prefix']`` = how many were forced."""
-        options = self.check_options(options, beam_size=beam_size, max_len=max_len, top_k=top_k)
-        source = self._source(text, truncate)
+        """``translate`` and ``translate_from`` on one checked source: its output decoded and recorded."""
         max_len = max_steps(self.config, max_len, len(source.ids))  # within a learned position table
-        forced = self._check_prefix(prefix, beam_size, max_len)
-        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        how = {"max_len": max_len, "top_k": top_k, "beam_size": beam_size, "prefix": tuple(forced)}
+        forced = self._check_prefix(prefix, max_len)
+        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
+        how = {"max_len": max_len, "top_k": record.top_k, "beam_size": beam_size, "prefix": tuple(forced)}
         call = self._call(options, [source], recorder, **how)
         return self._run([source], call, None, **({"forced_prefix": len(forced)} if forced else {}))[0]
 
-    def _check_prefix(self, prefix: Sequence[int] | None, beam_size: int, max_len: int) -> list[int]:
+    def _check_prefix(self, prefix: Sequence[int] | None, max_len: int) -> list[int]:
         """``prefix`` as a list of target ids, checked; InputError naming what is wrong."""
         if prefix is None:
             return []
@@ -501,8 +534,6 @@ class Bundle:
                 f"this model's first output is always id {cfg.forced_bos_id} "
                 f"({self.tokenizer.piece(cfg.forced_bos_id)}, the target language): a prefix starts with it"
             )
-        if ids and beam_size > 1:
-            raise InputError("a forced prefix is continued greedily: use beam_size=1")
         if len(ids) > max_len:
             raise InputError(f"the prefix has {len(ids)} ids, more than max_len={max_len}")
         return [int(i) for i in ids]
@@ -554,38 +585,36 @@ class Bundle:
         )
 
     @torch.inference_mode()
-    def record_more(self, out: Translation, *, record_qkv: bool = True, record_activations: bool = True) -> Translation:
-        """``out`` (a translation by this bundle) recorded again with q/k/v and/or the activations, as ONE
-        teacher-forced pass on its own source and output ids: the arrays its decoding recorded (each position
-        computed as its step did; the beam's winner is traced this way already; the same top-k) plus these, at a
-        fraction of decoding's cost on long sentences. The decoder's raw (pre-mask) scores then also hold the
-        later keys decoding had not computed yet (-inf there). With the causal mask off each step saw only the
-        prefix so far, which one pass cannot reproduce: such a translation is decoded again instead."""
+    def record_more(self, out: Translation, *, record: Record = Record(activations=True)) -> Translation:
+        """``out`` (a translation by this bundle) recorded again with what ``record`` asks for (by default q/k/v
+        and the activations), as ONE teacher-forced pass on its own source and output ids: the arrays its decoding
+        recorded (each position computed as its step did; the beam's winner is traced this way already; ``out``'s
+        own top-k, whatever ``record.top_k`` says) plus these, at a fraction of decoding's cost on long sentences.
+        The decoder's raw (pre-mask) scores then also hold the later keys decoding had not computed yet (-inf
+        there). With the causal mask off each step saw only the prefix so far, which one pass cannot reproduce:
+        such a translation is decoded again instead."""
         if out.trace.meta.get("model") != self.name:
             raise InputError(
                 f"record_more: this translation was made by {out.trace.meta.get('model')!r}, not {self.name!r}"
             )
         src_ids = [int(i) for i in out.trace["ids.src"]]
         out_ids = [int(i) for i in out.trace["output.ids"]]
-        top_k = int(out.trace["output.top_ids"].shape[-1])
+        self.check_options(out.options, record=record)
+        record = replace(record, top_k=int(out.trace["output.top_ids"].shape[-1]))
         if not out.options.causal_mask:
-            prefix = out_ids[: out.forced_prefix] or None
-            return self.translate(
-                out.source_text,
+            return self._decode(
+                self._source(out.source_text, True),
                 out.options,
+                record,
                 beam_size=out.beam_size,
                 max_len=max(len(out_ids), 1),
-                top_k=top_k,
-                truncate=True,
-                record_qkv=record_qkv,
-                record_activations=record_activations,
-                prefix=prefix,
+                prefix=out_ids[: out.forced_prefix] or None,
             )
         source = Source(src_ids, out.notices, out.source_text)
-        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        call = self._call(out.options, [source], recorder, top_k=top_k, beam_size=out.beam_size)
+        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
+        call = self._call(out.options, [source], recorder, top_k=record.top_k, beam_size=out.beam_size)
         extra = {"forced_prefix": out.forced_prefix} if out.forced_prefix else {}
-        return self._run([source], call, out_ids, **extra)[0]
+        return self._run([source], call, [out_ids], **extra)[0]
 
     @torch.inference_mode()
     def teacher_forced(
@@ -595,20 +624,19 @@ class Bundle:
         options: InferenceOptions | None = None,
         *,
         target_ids: Sequence[int] | None = None,
-        top_k: int = 10,
         truncate: bool = False,
-        record_qkv: bool = True,
+        record: Record = Record(),
     ) -> Translation:
         """Teacher-forced pass on a given translation: ``tgt_text`` (tokenized, eos appended), or ``target_ids``,
         output ids as given (a run's own, ``Translation.output_ids``: eos included if it produced one). Re-running
         a model's own output goes by its ids: its text need not tokenize back to them (byte-level BPE output of an
         untrained model may be invalid UTF-8, and comes back as other, more pieces)."""
-        options = self.check_options(options, top_k=top_k)
+        options = self.check_options(options, record=record)
         out_ids = self._target(tgt_text, target_ids)
         source = self._source(src_text, truncate)
-        recorder = Recorder(self.model, qkv=record_qkv)
-        call = self._call(options, [source], recorder, top_k=top_k)
-        return self._run([source], call, out_ids, forced=True)[0]
+        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
+        call = self._call(options, [source], recorder, top_k=record.top_k)
+        return self._run([source], call, [out_ids], forced=True)[0]
 
     def _target(self, tgt_text: str | None, target_ids: Sequence[int] | None) -> list[int]:
         """The output ids a teacher-forced pass feeds: exactly one of ``tgt_text`` / ``target_ids``, checked;
@@ -637,24 +665,26 @@ class Bundle:
         texts: Sequence[str],
         options: InferenceOptions | None = None,
         *,
+        beam_size: int = 1,
         max_len: int | None = None,
-        top_k: int = 10,
         truncate: bool = False,
-        record_qkv: bool = True,
-        record_activations: bool = False,
+        record: Record = Record(),
     ) -> list[Translation]:
-        """Greedy-translate several texts as ONE padded batch (so padding masks are real): one ``Translation`` per
-        text, in order, as ``translate`` gives it (text, source text, notices of that text).
+        """Translate several texts as ONE padded batch (so padding masks are real): one ``Translation`` per text,
+        in order, as ``translate`` gives it (text, source text, notices of that text), with the same keywords.
+        Greedy with beam_size=1; else each text is beam-searched alone (its output is ``translate``'s) and the
+        outputs are traced by one teacher-forced pass over the batch.
 
         Each one's trace is the batch's trace viewed at its item (``trace.select(i)`` views item i, and
         ``trace.batch_size`` is the batch's): its token lists include ``<pad>`` where that item was padded, and
         the batch may run steps after its eos (until every item has produced one)."""
-        options = self.check_options(options, max_len=max_len, top_k=top_k)
+        options = self.check_options(options, beam_size=beam_size, max_len=max_len, record=record)
         if isinstance(texts, str) or not texts:
             raise InputError("translate_batch needs a list of at least one text")
         sources = [self._source(t, truncate) for t in texts]  # each cut and cleaned as translate cuts it
-        recorder = Recorder(self.model, qkv=record_qkv, activations=record_activations)
-        return self._run(sources, self._call(options, sources, recorder, max_len=max_len, top_k=top_k))
+        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
+        how = {"max_len": max_len, "top_k": record.top_k, "beam_size": beam_size}
+        return self._run(sources, self._call(options, sources, recorder, **how))
 
 
 class Source(NamedTuple):

@@ -1,4 +1,4 @@
-"""Frozen, self-validating configuration: the model's shape and the per-call inference options."""
+"""Frozen, self-validating configuration: the model's shape, the per-call inference options and what a call records."""
 
 from __future__ import annotations
 
@@ -335,6 +335,29 @@ class InferenceOptions:
         if self.shortlist:
             parts.append("shortlist only")
         return ", ".join(parts) if parts else "as trained"
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a call's trace keeps besides every head's attention weights (``Bundle.translate`` and the others take
+    one ``record``; hashable, so a cache can key on it).
+
+    top_k: the alternatives kept per output step (fewer when the model scores fewer ids).
+    qkv: every head's queries, keys and values.
+    activations: the residual stream and each head's output (the ``embed.*``, ``*.out`` and ``*.heads`` sites).
+    """
+
+    top_k: int = 10
+    qkv: bool = True
+    activations: bool = False
+
+    def __post_init__(self) -> None:
+        top_k = self.top_k
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            raise InputError(f"Record: top_k must be a whole number of at least 1, got {top_k!r}")
+        for name in ("qkv", "activations"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"Record: {name} must be true or false, got {getattr(self, name)!r}")
 
 
 def heads(kind: AttentionKind, layers: Iterable[int], head_ids: Iterable[int]) -> frozenset[Head]:

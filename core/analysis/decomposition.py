@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention
 from ..bundle import Bundle
 from ..call import Call
-from ..config import InferenceOptions
+from ..config import InferenceOptions, Record
 from ..decoding import suppress
 from ..errors import InputError
 from ..layers import SSRU
@@ -162,7 +162,7 @@ def scored_ids(
     options.whole_vocabulary("contributions")
     src_ids, _ = bundle.encode_source(text, truncate=truncate)
     if translation is None:
-        out = bundle.translate(text, options, record_qkv=False, truncate=truncate)
+        out = bundle.translate(text, options, truncate=truncate, record=Record(qkv=False))
         return src_ids, [int(i) for i in out.trace["output.ids"]], not options.causal_mask
     if not isinstance(translation, str):
         raise InputError(f"translation must be text (a str) or None, got {type(translation).__name__}")

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..call import Call
+from ..config import Record
 from ..recorder import Recorder
 from ..sites import attention_array
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
@@ -44,7 +45,9 @@ def cache_dir() -> Path:
 
 def set_statistics(bundle: Bundle, sentences: list[str]) -> HeadStatistics:
     """Statistics summed over the greedy translations of ``sentences`` (as trained)."""
-    return total(sentence_statistics(bundle.translate(s, truncate=True, record_qkv=False).trace) for s in sentences)
+    return total(
+        sentence_statistics(bundle.translate(s, truncate=True, record=Record(qkv=False)).trace) for s in sentences
+    )
 
 
 def _cache_file(bundle: Bundle, n: int) -> Path:

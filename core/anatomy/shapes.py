@@ -1,6 +1,6 @@
 """Every tensor of one translation, in the order data flows, with this sentence's real sizes.
 
-    out = bundle.translate(text, record_activations=True)
+    out = bundle.translate(text, record=core.Record(activations=True))
     for s in tensor_shapes(out, bundle.config):
         s.stage, s.name, s.dims, s.shape, s.site        # 'encoder.0', 'Q per head', ('h', 'Ts', 'd_k'), (8, 7, 32), ...
 

@@ -12,6 +12,7 @@ from ..analysis.alignment import AlignmentScores, links, read_gold, word_matrix,
 from ..analysis.heads import STATS, HeadStatistics, sentence_statistics
 from ..analysis.survey import alignment_scores, builtin_statistics, gold_pairs
 from ..bundle import Translation, load
+from ..config import Record
 from ..errors import InputError
 
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise InputError(f"--gold {args.gold}: a pair cannot be used: {exc}") from None
     if args.text:
-        out = bundle.translate(" ".join(args.text), truncate=True, record_qkv=False)
+        out = bundle.translate(" ".join(args.text), truncate=True, record=Record(qkv=False))
         for notice in out.notices:  # as translate says them
             print(f"note: {notice}", file=sys.stderr)
         stats = sentence_statistics(out.trace)

@@ -12,7 +12,7 @@ import torch
 
 from ..bundle import Bundle
 from ..checkpoint import place
-from ..config import ModelConfig
+from ..config import ModelConfig, Record
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
@@ -36,7 +36,7 @@ def core_greedy(
     model: Transformer, tokenizer: Tokenizer, info: dict[str, Any], text: str
 ) -> tuple[list[int], list[int]]:
     """(source ids with eos, greedy output ids with eos when produced) from core."""
-    out = Bundle(model, tokenizer, info).translate(text, max_len=MAX_TOKENS, record_qkv=False)
+    out = Bundle(model, tokenizer, info).translate(text, max_len=MAX_TOKENS, record=Record(qkv=False))
     return [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
 
 

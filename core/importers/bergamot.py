@@ -27,7 +27,7 @@ import torch
 from ..analysis.survey import measured_alignment_section
 from ..bundle import Bundle
 from ..checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
-from ..config import ModelConfig
+from ..config import ModelConfig, Record
 from ..errors import CheckpointError, LabError
 from ..model import Transformer
 from ..shortlist import FILE_NAME as SHORTLIST_FILE
@@ -383,7 +383,7 @@ def convert(
     info = {"name": name, "source_language": src, "target_language": tgt}
     bundle = Bundle(model, tokenizer, info, None, shortlist=shortlist)
     texts = SAMPLES.get(direction, []) if samples is None else samples
-    translated = [(text, bundle.translate(text, record_qkv=False).text) for text in texts]
+    translated = [(text, bundle.translate(text, record=Record(qkv=False)).text) for text in texts]
     command = command or f"python -m core import-bergamot --out-root {out_dir.parent}"
     card = _card(
         direction, model_dir, bin_path, spm_path, yml, model.config, model.n_parameters(), dtype, translated, command

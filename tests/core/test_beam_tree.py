@@ -1,5 +1,5 @@
 """Beam search's recorded history (``beam_search(history=...)``, ``Bundle.beam_tree``) and forced prefixes
-(``Bundle.translate(prefix=...)``): the tree's winner is beam search's output, every score is its parent's plus
+(``Bundle.translate_from``): the tree's winner is beam search's output, every score is its parent's plus
 the model's own log-probability, beam 1 is the greedy path, and a forced prefix continues as teacher forcing
 says it should."""
 
@@ -179,7 +179,7 @@ def test_a_forced_prefix_starts_the_output_and_greedy_continues_as_teacher_forci
     own = free.trace["output.ids"].tolist()
     alternative = int(free.trace["output.top_ids"][1][1])  # the runner-up at step 2
     prefix = own[:1] + [alternative]
-    out = bundle.translate(text, max_len=12, prefix=prefix)
+    out = bundle.translate_from(text, prefix, max_len=12)
     ids = out.trace["output.ids"].tolist()
     assert ids[:2] == prefix and out.forced_prefix == 2 and out.trace.meta["forced_prefix"] == 2
     assert free.forced_prefix == 0
@@ -199,7 +199,7 @@ def test_a_prefix_of_the_greedy_choices_reproduces_the_greedy_translation(bundle
     free = bundle.translate(text, max_len=12)
     own = free.trace["output.ids"].tolist()
     for n in (1, 3, len(own)):
-        out = bundle.translate(text, max_len=12, prefix=own[:n])
+        out = bundle.translate_from(text, own[:n], max_len=12)
         assert out.text == free.text and out.trace["output.ids"].tolist() == own
         for name in ("output.probs", "output.top_probs", "decoder.1.cross.weights"):
             np.testing.assert_array_equal(out.trace[name], free.trace[name])
@@ -218,16 +218,14 @@ def test_a_prefix_of_the_greedy_choices_reproduces_the_greedy_translation(bundle
 )
 def test_bad_prefixes_raise_input_errors(bundle, prefix, message):
     with pytest.raises(InputError, match=message):
-        bundle.translate("Hello.", max_len=8, prefix=prefix)
+        bundle.translate_from("Hello.", prefix, max_len=8)
 
 
-def test_prefix_eos_only_last_and_greedy_only(bundle):
+def test_prefix_eos_only_last(bundle):
     eos = bundle.config.eos_id
     with pytest.raises(InputError, match="eos"):
-        bundle.translate("Hello.", prefix=[eos, 5])
-    with pytest.raises(InputError, match="beam_size=1"):
-        bundle.translate("Hello.", prefix=[5], beam_size=2)
-    out = bundle.translate("Hello.", prefix=[5, eos])
+        bundle.translate_from("Hello.", [eos, 5])
+    out = bundle.translate_from("Hello.", [5, eos])
     assert out.trace["output.ids"].tolist() == [5, eos] and out.forced_prefix == 2
 
 

@@ -1,6 +1,7 @@
 """The public API on a real checkpoint folder: load, translate, trace, bad input, corrupt files, CLI."""
 
 import dataclasses
+import inspect
 import io
 import json
 import pickle
@@ -68,7 +69,7 @@ def test_teacher_forced_trace_of_the_output_equals_translation(bundle):
 
 def test_record_more_is_the_same_translation_with_activations(bundle):
     opts = InferenceOptions(ablate=frozenset({("cross", 1, 0)}))
-    out = bundle.translate("The cat sleeps on the warm chair.", opts, max_len=6, record_qkv=False)
+    out = bundle.translate("The cat sleeps on the warm chair.", opts, max_len=6, record=core.Record(qkv=False))
     more = bundle.record_more(out)
     assert (more.text, more.source_text, more.options, more.beam_size) == (
         out.text,
@@ -84,7 +85,9 @@ def test_record_more_is_the_same_translation_with_activations(bundle):
         np.testing.assert_allclose(b, a, atol=1e-5)
     assert "encoder.0.self.q" in more.trace and "decoder.1.out" in more.trace and "decoder.0.cross.heads" in more.trace
     # with the causal mask off each step saw only its prefix: decoded again, every array (step rows included) kept
-    free = bundle.translate("The cat sleeps.", InferenceOptions(causal_mask=False), max_len=5, top_k=4)
+    free = bundle.translate(
+        "The cat sleeps.", InferenceOptions(causal_mask=False), max_len=5, record=core.Record(top_k=4)
+    )
     again = bundle.record_more(free)
     assert again.text == free.text and again.trace["output.top_ids"].shape[-1] == 4
     for name in free.trace.keys():
@@ -334,14 +337,54 @@ def test_translate_batch_takes_translate_s_keywords_and_records_as_it_does(bundl
     """translate_batch returned (texts, Trace), took max_len positionally and did not record q/k/v by default."""
     with pytest.raises(TypeError):
         bundle.translate_batch(["Hello"], None, 3)  # max_len is keyword-only, as in translate
-    batch = bundle.translate_batch(["Hello", "Where is it?"], max_len=3, top_k=2)
-    alone = bundle.translate("Hello", max_len=3, top_k=2)
+    batch = bundle.translate_batch(["Hello", "Where is it?"], max_len=3, record=core.Record(top_k=2))
+    alone = bundle.translate("Hello", max_len=3, record=core.Record(top_k=2))
     assert all(isinstance(one, core.Translation) for one in batch)
-    assert "decoder.0.self.q" in batch[0].trace and "decoder.0.self.q" in alone.trace  # record_qkv=True by default
+    assert "decoder.0.self.q" in batch[0].trace and "decoder.0.self.q" in alone.trace  # q/k/v by default
     assert batch[0].trace["output.top_ids"].shape[-1] == alone.trace["output.top_ids"].shape[-1] == 2
     assert [s.token for s in batch[0].steps[: len(alone.steps)]] == [s.token for s in alone.steps]
-    bare = bundle.translate_batch(["Hello"], max_len=3, record_qkv=False, record_activations=True)
+    bare = bundle.translate_batch(["Hello"], max_len=3, record=core.Record(qkv=False, activations=True))
     assert "decoder.0.self.q" not in bare[0].trace and "embed.src" in bare[0].trace
+
+
+def test_translate_and_translate_batch_take_the_same_keywords_with_the_same_defaults(bundle):
+    def keywords(method):
+        parameters = inspect.signature(method).parameters.values()
+        return {p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY or p.name == "options"}
+
+    assert keywords(bundle.translate) == keywords(bundle.translate_batch)
+    assert set(keywords(bundle.translate)) == {"options", "beam_size", "max_len", "truncate", "record"}
+    assert keywords(bundle.translate)["record"] == core.Record(top_k=10, qkv=True, activations=False)
+
+
+def test_a_beam_batch_gives_each_text_translate_s_beam_output_traced_as_one_batch(bundle):
+    texts = ["Where is the railway station?", "Hello", "The cat sleeps on the warm chair."]
+    batch = bundle.translate_batch(texts, beam_size=3, max_len=8, record=core.Record(top_k=4))
+    for text, one in zip(texts, batch, strict=True):
+        alone = bundle.translate(text, beam_size=3, max_len=8, record=core.Record(top_k=4))
+        n, m = len(alone.output_ids), len(alone.src_tokens)
+        assert one.text == alone.text and one.beam_size == 3 and one.output_ids[:n] == alone.output_ids
+        assert set(one.output_ids[n:]) <= {bundle.config.eos_id}  # a shorter output goes on with eos
+        np.testing.assert_allclose(one.trace["output.top_probs"][:n], alone.trace["output.top_probs"], atol=1e-5)
+        for kind in ("cross", "decoder"):
+            rows = one.trace.attention(kind, 1)[:, :n, : (m if kind == "cross" else n)]
+            np.testing.assert_allclose(rows, alone.trace.attention(kind, 1), atol=1e-5)
+    assert batch[0].trace.batch_size == 3 and batch[1].src_tokens[-1] == "<pad>"  # one padded batch
+
+
+def test_translate_from_forces_the_prefix_then_decodes_greedily(bundle):
+    text = "Is there any tea left?"
+    free = bundle.translate(text, max_len=8)
+    runner_up = int(free.trace["output.top_ids"][0][1])  # the model's second choice at the first step
+    out = bundle.translate_from(text, [runner_up], max_len=8, record=core.Record(top_k=3, qkv=False))
+    assert out.output_ids[0] == runner_up and out.forced_prefix == out.trace.meta["forced_prefix"] == 1
+    assert out.steps[0].prob == pytest.approx(free.steps[0].top_k[1][1], abs=1e-6)  # its probability, as the model
+    assert out.trace["output.top_ids"].shape[-1] == 3 and "decoder.0.self.q" not in out.trace
+    after = bundle.translate_from(text, list(out.output_ids[:2]), max_len=8)
+    assert after.output_ids == out.output_ids and after.forced_prefix == 2  # greedy after the prefix
+    assert free.forced_prefix == 0 and "forced_prefix" not in free.trace.meta
+    with pytest.raises(InputError, match="more than max_len=2"):
+        bundle.translate_from(text, [runner_up] * 3, max_len=2)
 
 
 @pytest.mark.parametrize(

@@ -236,11 +236,11 @@ def test_a_bundle_on_cuda_returns_cpu_numpy_traces_equal_to_the_cpu_bundle_s(tin
         on_cuda = Bundle(model, cpu.tokenizer, cpu.info, tiny_checkpoint)
         assert on_cuda.device == CUDA
         calls = {
-            "greedy": lambda b: b.translate("the cat sat", max_len=5, record_activations=True).trace,
+            "greedy": lambda b: b.translate("the cat sat", max_len=5, record=core.Record(activations=True)).trace,
             "beam": lambda b: b.translate("the cat sat", beam_size=3, max_len=5).trace,
             "forced": lambda b: b.teacher_forced("the cat sat", "the cat").trace,
             "batch": lambda b: b.translate_batch(["the cat", "a dog sat on the mat"], max_len=5)[1].trace,
-            "prefix": lambda b: b.translate("the cat sat", max_len=5, prefix=[5]).trace,
+            "prefix": lambda b: b.translate_from("the cat sat", [5], max_len=5).trace,
         }
         traces = {name: call(on_cuda) for name, call in calls.items()}
         tree = on_cuda.beam_tree("the cat sat", beam_size=3, max_len=5)
@@ -283,7 +283,7 @@ def test_the_shortlist_on_cuda_stays_on_the_device_and_equals_the_cpu_run(tiny_c
             "beam": lambda b: b.translate("the cat sat", sl, beam_size=3, max_len=5).trace,
             "forced": lambda b: b.teacher_forced("the cat sat", "the cat", sl).trace,
             "batch": lambda b: b.translate_batch(["the cat", "a dog sat on the mat"], sl, max_len=5)[1].trace,
-            "prefix": lambda b: b.translate("the cat sat", sl, max_len=5, prefix=[outside]).trace,
+            "prefix": lambda b: b.translate_from("the cat sat", [outside], sl, max_len=5).trace,
         }
         traces = {name: call(on_cuda) for name, call in calls.items()}
     assert mode.violations == [], mode.violations[:5]

@@ -28,8 +28,6 @@ def bundle(tiny_checkpoint):
         (dict(beam_size=0), "beam_size"),
         (dict(beam_size=True), "beam_size"),
         (dict(beam_size=2.5), "beam_size"),
-        (dict(top_k=0), "top_k"),
-        (dict(top_k=-1), "top_k"),
         (dict(max_len=-1), "max_len"),
         (dict(max_len=0), "max_len"),
         (
@@ -45,12 +43,35 @@ def test_bad_options_are_named(bundle, kwargs, message):
         bundle.translate("Is there any tea left?", **kwargs)
 
 
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(top_k=0), "Record: top_k must be a whole number of at least 1, got 0"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_k=2.5), "top_k"),
+        (dict(top_k=True), "top_k"),
+        (dict(qkv="yes"), "Record: qkv must be true or false, got 'yes'"),
+        (dict(activations=1), "Record: activations must be true or false"),
+    ],
+)
+def test_a_bad_record_is_named(fields, message):
+    with pytest.raises(InputError, match=message):
+        core.Record(**fields)
+
+
+def test_a_record_must_be_a_record_and_its_top_k_stops_at_the_vocabulary(bundle):
+    with pytest.raises(InputError, match="record must be core.Record, got dict"):
+        bundle.translate("Is there any tea left?", record={"top_k": 3})
+    out = bundle.translate("Is there any tea left?", max_len=2, record=core.Record(top_k=10**6))
+    assert out.trace["output.top_ids"].shape[-1] == bundle.config.tgt_vocab_size  # every id, none invented
+
+
 def test_good_options_still_translate(bundle):
     out = bundle.translate(
         "Is there any tea left?",
         beam_size=2,
-        top_k=3,
         max_len=4,
+        record=core.Record(top_k=3),
         options=InferenceOptions(ablate=frozenset({("cross", 1, 1)})),
     )
     assert len(out.steps) <= 4 and all(len(s.top_k) == 3 for s in out.steps)

@@ -142,13 +142,13 @@ def test_the_shortlist_switch_of_a_bundle(listed, tiny_checkpoint):
     text = "the cat sat on the mat"
     src_ids, _ = listed.encode_source(text)
     rows = set(listed.shortlist.rows(src_ids))
-    out = listed.translate(text, SL, top_k=3)
+    out = listed.translate(text, SL, record=core.Record(top_k=3))
     assert out.options.shortlist and out.trace.meta["shortlist_rows"] == len(rows) < listed.config.tgt_vocab_size
     assert out.trace.meta["shortlist_of"] == listed.config.tgt_vocab_size
     assert set(out.trace["output.ids"].ravel().tolist()) <= rows
     assert set(out.trace["output.top_ids"].ravel().tolist()) <= rows
     assert InferenceOptions.from_dict(out.options.to_dict()) == SL and "shortlist only" in SL.describe()
-    full = listed.translate(text, top_k=3)
+    full = listed.translate(text, record=core.Record(top_k=3))
     assert "shortlist_rows" not in full.trace.meta and not full.options.shortlist
     # beam search, then its teacher-forced trace, score the same rows
     beam = listed.translate(text, SL, beam_size=3)
@@ -157,7 +157,7 @@ def test_the_shortlist_switch_of_a_bundle(listed, tiny_checkpoint):
     V = listed.config.tgt_vocab_size
     outside = next(i for i in range(4, V) if i not in rows)
     inside = next(i for i in sorted(rows) if i > 3 and i != listed.config.eos_id)
-    forced = listed.translate(text, SL, prefix=[outside, inside])
+    forced = listed.translate_from(text, [outside, inside], SL)
     assert forced.trace["output.ids"][:2].tolist() == [outside, inside]
     assert float(forced.trace["output.probs"][0]) == 0.0 and forced.trace.meta["shortlist_rows"] == len(rows)
     scored = torch.tensor(sorted(rows))

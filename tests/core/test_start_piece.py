@@ -28,9 +28,9 @@ def test_an_imported_model_starts_from_its_own_piece(kind: str, tmp_path: Path) 
     assert main(["import-hf", str(folder), "--out", str(tmp_path / "ckpt")]) == 0
     bundle = core.load(tmp_path / "ckpt", device="cpu")
     assert bundle.tokenizer.piece(bundle.config.bos_id) == STARTS[kind]
-    out = bundle.translate("The cat sleeps.", record_qkv=False, max_len=4)
+    out = bundle.translate("The cat sleeps.", record=core.Record(qkv=False), max_len=4)
     assert out.tgt_tokens[0] == STARTS[kind] and out.trace.start_piece == STARTS[kind]
-    forced = bundle.teacher_forced("The cat sleeps.", target_ids=out.output_ids, record_qkv=False)
+    forced = bundle.teacher_forced("The cat sleeps.", target_ids=out.output_ids, record=core.Record(qkv=False))
     assert forced.tgt_tokens == out.tgt_tokens
     back = Trace.load(out.trace.to_json().encode("utf-8"))
     assert back.tgt_tokens[0] == STARTS[kind]

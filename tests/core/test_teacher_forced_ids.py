@@ -26,7 +26,7 @@ def bart(tmp_path_factory: pytest.TempPathFactory) -> core.Bundle:
 
 
 def _texts_that_do_not_round_trip(bart: core.Bundle) -> list[core.Translation]:
-    outs = [bart.translate(text, record_qkv=False) for text in ENGLISH[:4]]
+    outs = [bart.translate(text, record=core.Record(qkv=False)) for text in ENGLISH[:4]]
     broken = [out for out in outs if bart.encode_target(out.text) != list(out.output_ids)]
     assert broken, "every output's text tokenized back to its ids: the test needs one that does not"
     return broken
@@ -35,7 +35,7 @@ def _texts_that_do_not_round_trip(bart: core.Bundle) -> list[core.Translation]:
 def test_forcing_a_translations_own_ids_reproduces_its_steps(bart: core.Bundle) -> None:
     assert bart.config.positional == "learned" and bart.config.max_positions == 64
     for out in _texts_that_do_not_round_trip(bart):
-        forced = bart.teacher_forced(out.source_text, target_ids=out.output_ids, record_qkv=False)
+        forced = bart.teacher_forced(out.source_text, target_ids=out.output_ids, record=core.Record(qkv=False))
         assert forced.output_ids == out.output_ids
         assert forced.tgt_tokens == out.tgt_tokens
         np.testing.assert_allclose(  # one pass vs step by step with a KV cache: float32 rounding only
@@ -43,14 +43,14 @@ def test_forcing_a_translations_own_ids_reproduces_its_steps(bart: core.Bundle) 
         )
         np.testing.assert_array_equal(forced.trace["output.top_ids"], out.trace["output.top_ids"])
         # its text is other pieces: forcing it scores a different output (within the table, no error)
-        by_text = bart.teacher_forced(out.source_text, out.text, record_qkv=False)
+        by_text = bart.teacher_forced(out.source_text, out.text, record=core.Record(qkv=False))
         assert by_text.output_ids != out.output_ids and len(by_text.output_ids) <= 64
 
 
 def test_switches_compare_on_the_same_ids(bart: core.Bundle) -> None:
     out = _texts_that_do_not_round_trip(bart)[0]
     off = core.InferenceOptions(positional_encoding=False)
-    switched = bart.teacher_forced(out.source_text, None, off, target_ids=out.output_ids, record_qkv=False)
+    switched = bart.teacher_forced(out.source_text, None, off, target_ids=out.output_ids, record=core.Record(qkv=False))
     assert switched.output_ids == out.output_ids and switched.options == off
     assert not np.allclose(switched.trace["output.probs"], out.trace["output.probs"])  # positions mattered
 
@@ -59,7 +59,7 @@ def test_decoding_stays_within_the_learned_table(bart: core.Bundle) -> None:
     src_len = len(bart.encode_source(LONG, truncate=True)[0])
     assert core.decoding.default_max_len(src_len) > 64  # without the cap the 65th step would need row 64
     for beam in (1, 2):
-        out = bart.translate(LONG, beam_size=beam, truncate=True, record_qkv=False)
+        out = bart.translate(LONG, beam_size=beam, truncate=True, record=core.Record(qkv=False))
         assert 0 < len(out.output_ids) <= 64
     tree = bart.beam_tree(LONG, beam_size=2, truncate=True)
     assert len(tree.steps) <= 64

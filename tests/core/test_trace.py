@@ -57,7 +57,7 @@ def test_every_site_is_recorded_under_one_vocabulary(bundle):
 
 def test_raw_scores_are_q_dot_k_and_the_mask_makes_the_scores(bundle):
     texts = ["Hello.", "The cat sleeps on the warm chair because it is tired."]
-    batch = bundle.translate_batch(texts, max_len=5, record_qkv=True)
+    batch = bundle.translate_batch(texts, max_len=5, record=core.Record(qkv=True))
     short = batch[0].trace
     assert not short["keep.src"].all()  # the short sentence was padded
     for kind in ("encoder", "cross", "decoder"):
@@ -174,7 +174,7 @@ def test_the_decoder_stream_is_recorded_once_when_each_step_recomputes_the_prefi
         "The cat sleeps on the warm chair.",
         options=core.InferenceOptions(causal_mask=False),
         max_len=6,
-        record_activations=True,
+        record=core.Record(activations=True),
     )
     n = len(out.tgt_tokens)
     assert out.trace["embed.tgt"].shape[-2] == n and out.trace["decoder.0.out"].shape[-2] == n
@@ -197,7 +197,7 @@ def _write_old(trace: Trace, path):
 
 @pytest.mark.parametrize("suffix", [".npz", ".json"])
 def test_a_trace_saved_with_the_old_site_names_opens_under_the_new_ones(bundle, tmp_path, suffix):
-    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6, record_activations=True)
+    out = bundle.translate("The cat sleeps on the warm chair.", max_len=6, record=core.Record(activations=True))
     new = out.trace
     old_keys = {_old_name(k) for k in new.keys()}
     assert "cross.0.weights" in old_keys and "cross.1.heads" in old_keys and "decoder.0.cross.q" not in old_keys

@@ -148,7 +148,7 @@ def changed_words(before: str, after: str) -> list[str]:
 
 
 def forced_maps(bundle: core.Bundle, text: str, target: str, options: core.InferenceOptions, kind: str) -> list:
-    out = bundle.teacher_forced(text, target, options, truncate=True, record_qkv=False)
+    out = bundle.teacher_forced(text, target, options, truncate=True, record=core.Record(qkv=False))
     return [out.trace.attention(kind, l) for l in range(out.trace.n_layers[kind])]
 
 
@@ -224,7 +224,10 @@ def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], brows
 
     # 4 · padding mask off on a batch of two: each translation shown is the batch's
     opts = core.InferenceOptions(padding_mask=False)
-    texts = [one.text for one in bundle.translate_batch([first, second], options=opts, truncate=True, record_qkv=False)]
+    texts = [
+        one.text
+        for one in bundle.translate_batch([first, second], options=opts, truncate=True, record=core.Record(qkv=False))
+    ]
     said = page.open("padding-off", "Translation 2:", page="masks", text=first, text2=second, padding="0")
     assert line_after(said, "Translation 1:") == (texts[0] or "∅")
     assert line_after(said, "Translation 2:") == (texts[1] or "∅")
@@ -236,7 +239,7 @@ def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], brows
         step = 1
         candidate = next(int(i) for i in trained.trace["output.top_ids"][step] if int(i) != own[step])
         prefix = [*own[:step], candidate]
-        alt = bundle.translate(first, prefix=prefix, truncate=True)
+        alt = bundle.translate_from(first, prefix, truncate=True)
         said = page.open(
             "what-if", "What if step 2 were", page="steps", text=first, step="2", whatif=".".join(map(str, prefix))
         )

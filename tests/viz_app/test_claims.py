@@ -108,10 +108,10 @@ def test_own_choice_reads_the_models_own_ids():
 def test_switches_effect_reads_both_runs(tiny_checkpoint):
     bundle = core.load(tiny_checkpoint, device="cpu")
     text = "the cat sat"
-    target = bundle.translate(text, record_qkv=False).text or "the"
+    target = bundle.translate(text, record=core.Record(qkv=False)).text or "the"
 
     def run(options: core.InferenceOptions) -> core.Translation:  # the same words by construction
-        return bundle.teacher_forced(text, target, options, record_qkv=False)
+        return bundle.teacher_forced(text, target, options, record=core.Record(qkv=False))
 
     trained = run(core.InferenceOptions())
     same = run(core.InferenceOptions(padding_mask=False))  # one sentence: nothing is padded

@@ -162,7 +162,7 @@ def test_a_what_if_branch_shows_the_alternatives_share(root: Path) -> None:
     free = bundle.translate(TEXT)
     own = [int(i) for i in free.trace["output.ids"]]
     other = next(int(i) for i in free.trace["output.top_ids"][1] if int(i) != own[1])
-    alt = bundle.translate(TEXT, prefix=[own[0], other])
+    alt = bundle.translate_from(TEXT, [own[0], other])
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params.update({"page": "steps", "text": TEXT, "step": "2", "whatif": f"{own[0]}.{other}"})
     ok(at.run(timeout=TIMEOUT))

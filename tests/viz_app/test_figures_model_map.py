@@ -16,7 +16,7 @@ from viz_app.figures import model_accounting, model_flow, model_map
 def run(request, tmp_path_factory):
     folder = build_tiny_checkpoint(tmp_path_factory.mktemp("map") / "tiny", **request.param)
     bundle = core.load(folder, device="cpu")
-    out = bundle.translate("the cat sat on the mat", record_activations=True, max_len=6)
+    out = bundle.translate("the cat sat on the mat", record=core.Record(activations=True), max_len=6)
     return bundle, out
 
 

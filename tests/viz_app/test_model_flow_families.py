@@ -38,7 +38,7 @@ FAMILIES = {
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_the_flow_names_the_family_and_counts_every_parameter(family: str, tmp_path) -> None:
     bundle = core.load(build_tiny_checkpoint(tmp_path / family, **FAMILIES[family]), device="cpu")
-    out = bundle.translate("the cat sat on the mat", record_activations=True, max_len=6)
+    out = bundle.translate("the cat sat on the mat", record=core.Record(activations=True), max_len=6)
     table = parameter_table(bundle.config)
     nodes = model_flow.flow_nodes(tensor_shapes(out, bundle.config), table)
     assert sum(n.parameters for n in nodes) == table.total == sum(p.numel() for p in bundle.model.parameters())

@@ -38,7 +38,7 @@ def test_the_map_shows_this_sentences_shapes_and_the_total(root: Path, name: str
     at.query_params.update({"page": "map", "text": SENTENCE})
     ok(at.run(timeout=TIMEOUT))
     bundle = core.load(root / name, device="cpu")
-    out = bundle.translate(SENTENCE, truncate=True, record_activations=True)
+    out = bundle.translate(SENTENCE, truncate=True, record=core.Record(activations=True))
     total = sum(p.numel() for p in bundle.model.parameters())
     shown = texts(at)
     assert f"{total:,}" in [m.value for m in at.metric]

@@ -150,7 +150,7 @@ def test_what_if_forces_a_candidate_and_walks_the_alternative(app_root: Path) ->
     ok(at)
     prefix = (own[0], candidates[1])
     assert at.session_state["whatif"] == prefix and at.query_params["whatif"] == f"{own[0]}.{candidates[1]}"
-    alt = bundle.translate(SENTENCE, prefix=list(prefix))
+    alt = bundle.translate_from(SENTENCE, list(prefix))
     marked = marked_words(free.text, alt.text)[1]  # the alternative, its changed words highlighted
     shown = texts(at)
     assert f"**The model's translation:** {md(free.text)}" in shown

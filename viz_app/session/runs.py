@@ -30,6 +30,7 @@ OptionsKey = tuple[Any, ...]  # ``options_key``: InferenceOptions' fields in ord
 
 
 OPTION_FIELDS = dataclasses.fields(core.InferenceOptions)
+NO_QKV = core.Record(qkv=False)  # what most cached runs record: q/k/v are most of a long trace's bytes
 
 
 def options_key(options: core.InferenceOptions) -> OptionsKey:
@@ -57,7 +58,7 @@ def translate(path: str, text: str, key: OptionsKey, beam: int, qkv: bool = Fals
     """Cached ``Bundle.translate`` (long inputs truncated with a notice). q/k/v are recorded only when asked
     (the Learn page): they are most of a long trace's bytes and no other page reads them."""
     return load_bundle(path).translate(
-        text, options=options_from_key(key), beam_size=beam, truncate=True, record_qkv=qkv
+        text, options=options_from_key(key), beam_size=beam, truncate=True, record=core.Record(qkv=qkv)
     )
 
 
@@ -71,9 +72,7 @@ def recorded_more(path: str, text: str, key: OptionsKey, beam: int) -> core.Tran
 @cached("Re-running on the same output …")
 def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.Translation:
     """Cached teacher-forced pass on a typed translation ``target`` (a run's own output goes by its ids: ``rerun``)."""
-    return load_bundle(path).teacher_forced(
-        text, target, options=options_from_key(key), truncate=True, record_qkv=False
-    )
+    return load_bundle(path).teacher_forced(text, target, options=options_from_key(key), truncate=True, record=NO_QKV)
 
 
 @cached("Re-running on the same output …")
@@ -81,7 +80,7 @@ def rerun(path: str, text: str, out_ids: tuple[int, ...], key: OptionsKey) -> co
     """Cached teacher-forced pass on a run's own output ids (``Translation.output_ids``) with these switches: the
     same decoder inputs as that run, whether or not its text tokenizes back to them."""
     return load_bundle(path).teacher_forced(
-        text, target_ids=out_ids, options=options_from_key(key), truncate=True, record_qkv=False
+        text, target_ids=out_ids, options=options_from_key(key), truncate=True, record=NO_QKV
     )
 
 
@@ -105,7 +104,7 @@ def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> list[
     Texts are cut to the characters the encoder reads (``truncate`` cuts them there too, and the page says so),
     since the batch's record of its texts refuses longer ones."""
     cut = [text[: core.bundle.MAX_CHARS] for text in texts]
-    return load_bundle(path).translate_batch(cut, options=options_from_key(key), truncate=True, record_qkv=False)
+    return load_bundle(path).translate_batch(cut, options=options_from_key(key), truncate=True, record=NO_QKV)
 
 
 # Beyond this many pieces (source + translation) head importance opens with the one-pass estimate and measures

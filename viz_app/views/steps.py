@@ -36,8 +36,8 @@ st.caption(
 @cached("Decoding on from the piece you picked …")
 def steps_what_if(path: str, text: str, key: runs.OptionsKey, prefix: tuple[int, ...]) -> core.Translation:
     """The translation forced to start with ``prefix`` and continued greedily (cached like any translation)."""
-    return server.load_bundle(path).translate(
-        text, options=runs.options_from_key(key), truncate=True, record_qkv=False, prefix=list(prefix)
+    return server.load_bundle(path).translate_from(
+        text, list(prefix), options=runs.options_from_key(key), truncate=True, record=runs.NO_QKV
     )
 
 

@@ -204,7 +204,7 @@ def test_gold_cross_attention_in_padded_batches_equals_one_pass_per_pair(
     if shape != "plain":
         assert len(out_pieces[-1]) == bundle.max_source_tokens + 1  # the long target cut, eos added
     for (source, target), m, s, o in zip(pairs, maps, src_pieces, out_pieces, strict=True):
-        one = bundle.teacher_forced(source, target, record_qkv=False)
+        one = bundle.teacher_forced(source, target, record=core.Record(qkv=False))
         assert s == one.src_tokens and o == one.output_tokens
         want = np.stack([one.trace.attention("cross", layer) for layer in range(2)])  # (L, H, Tq, Tk)
         assert m.shape == want.shape

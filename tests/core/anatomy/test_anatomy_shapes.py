@@ -29,7 +29,7 @@ def check(out, config) -> list:
 )
 def test_tiny_checkpoints(tmp_path, overrides):
     bundle = core.load(build_tiny_checkpoint(tmp_path / "tiny", **overrides), device="cpu")
-    out = bundle.translate("the cat sat on the mat", record_activations=True, max_len=6)
+    out = bundle.translate("the cat sat on the mat", record=core.Record(activations=True), max_len=6)
     rows = check(out, bundle.config)
     Ts, Tt = len(out.src_tokens), len(out.tgt_tokens)
     stages = [r.stage for r in rows]
@@ -48,7 +48,7 @@ def test_tiny_checkpoints(tmp_path, overrides):
 
 def test_a_real_sentence_on_distilled_en_pt():
     bundle = core.load(ROOT / "checkpoints" / "distilled-en-pt", device="cpu")
-    out = bundle.translate("Is there any tea left?", record_activations=True)
+    out = bundle.translate("Is there any tea left?", record=core.Record(activations=True))
     rows = check(out, bundle.config)
     Ts, Tt = len(out.src_tokens), len(out.tgt_tokens)
     by_site = {r.site: r for r in rows if r.site}

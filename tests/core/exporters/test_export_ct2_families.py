@@ -36,7 +36,7 @@ FOLDERS: dict[str, Callable[[Path], Path]] = {
 
 def ct2_tokens(folder: Path, translator, bundle: core.Bundle, text: str) -> tuple[list[str], list[str]]:
     """(the lab's greedy ids without eos as CTranslate2 names them, CTranslate2's tokens) for ``text``."""
-    out = bundle.translate(text, max_len=12, record_qkv=False)
+    out = bundle.translate(text, max_len=12, record=core.Record(qkv=False))
     ids = [int(i) for i in out.trace["output.ids"]]
     names = ct2_vocabulary(folder)  # by id; the lab names rows beyond the tokenizer '<row N>', CTranslate2 otherwise
     source = [names[i] for i in out.trace["ids.src"]]

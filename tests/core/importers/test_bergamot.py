@@ -542,7 +542,10 @@ def test_real_en_pt_with_its_shortlist_as_its_engine(real):
     assert b.shortlist is not None and (b.shortlist.frequent, b.shortlist.best) == (50, 50)
     sl = core.InferenceOptions(shortlist=True)
     for text in bergamot.SAMPLES["en-pt"]:
-        full, short = b.translate(text, record_qkv=False), b.translate(text, sl, record_qkv=False)
+        full, short = (
+            b.translate(text, record=core.Record(qkv=False)),
+            b.translate(text, sl, record=core.Record(qkv=False)),
+        )
         assert short.text == full.text
         rows = short.trace.meta["shortlist_rows"]
         assert 50 < rows < 2000 and rows % 8 == 0
