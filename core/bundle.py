@@ -20,6 +20,7 @@ from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig, Record
 from .decoding import (
     BeamStep,
+    apply_bans,
     beam_search,
     columns_of,
     greedy,
@@ -31,6 +32,7 @@ from .decoding import (
 )
 from .errors import CheckpointError, InputError
 from .fast import FastWeights
+from .generation_rules import rules_in_force
 from .model import Transformer
 from .recorder import Recorder
 from .shortlist import Shortlist, as_vocab, load_beside
@@ -391,6 +393,12 @@ class Bundle:
             return {}
         return {"shortlist_rows": int(vocab.shape[0]), "shortlist_of": self.config.tgt_vocab_size}
 
+    def _rules(self) -> dict[str, Any]:
+        """The trace's note of the generation rules the decoding ran with (``core.generation_rules``), when any is
+        on: ``meta['generation_rules']``, e.g. {'min_length': 56, 'eos_banned_steps': 55, ...}."""
+        rules = rules_in_force(self.config)
+        return {"generation_rules": rules} if rules else {}
+
     # ----------------------------------------------------------------- the run path
     def _call(
         self, options: InferenceOptions, sources: Sequence[Source], recorder: Recorder | None, **how: Any
@@ -421,7 +429,8 @@ class Bundle:
         texts = [self._text(ids) for ids in rows]
         batch = {"texts": [s.text for s in sources], "outputs": texts} if len(sources) > 1 else {}
         trace = call.recorder.freeze(
-            self.tokenizer.piece, meta={"model": self.name, **batch, **self._rows(call.vocab), **meta}
+            self.tokenizer.piece,
+            meta={"model": self.name, **batch, **self._rows(call.vocab), **self._rules(), **meta},
         )
         return [
             Translation(
@@ -441,8 +450,9 @@ class Bundle:
 
     def _forced(self, src: Tensor, keep: Tensor, rows: Sequence[Sequence[int]], call: Call) -> None:
         """A teacher-forced pass over the output ids ``rows`` (one row per source of ``src`` (B, Ts)), recorded by
-        ``call``'s recorder, each position's output as a decoding step records it. A row shorter than the longest
-        goes on with eos, as a greedy batch's finished item does (an empty row is eos)."""
+        ``call``'s recorder, each position's output as a decoding step records it (with the ids the model's
+        generation rules ban after that position's inputs, ``apply_bans``). A row shorter than the longest goes on
+        with eos, as a greedy batch's finished item does (an empty row is eos)."""
         cfg, recorder, vocab = self.config, call.recorder, call.vocab
         assert recorder is not None
         width = max(1, *(len(row) for row in rows))
@@ -451,6 +461,9 @@ class Bundle:
         tgt = torch.tensor([[cfg.bos_id, *row[:-1]] for row in outputs], dtype=torch.long, device=self.device)
         logits = self.model(src, tgt, call, src_keep=keep)  # (B, Tt, V|S)
         probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (B, Tt, V|S)
+        if cfg.min_length or cfg.no_repeat_ngram_size:  # each position's bans, as its decoding step had them
+            for t in range(ids.shape[1]):
+                probs[:, t] = apply_bans(probs[:, t], cfg, tgt[:, : t + 1], 0.0, vocab)
         top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (B, Tt, k)
         columns, listed = columns_of(ids, vocab)
         chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (B, Tt); 0 outside the shortlist
@@ -578,6 +591,7 @@ class Bundle:
             meta={
                 "model": self.name,
                 "beam": self.config.beam,  # how hypotheses finish (core.beam_finish), for the page's words
+                **self._rules(),
                 "source_text": source.text,
                 "text": self._text(out_ids),
                 "greedy_text": self._text(greedy_ids),

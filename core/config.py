@@ -34,7 +34,9 @@ class ModelConfig:
     ``forced_bos_id``, ``pad_position_zero``) let imported production models (Marian/Bergamot, Hugging Face Marian,
     BART, mBART, M2M100, NLLB) run on the same code; the T5 block (``d_kv``, ``d_v``, ``attention_scale``,
     ``norm_kind``, ``gated_ffn``, ``linear_bias``, ``relative_buckets``, ``relative_max_distance``,
-    ``scale_decoder_output``, with ``positional='relative'``) does the same for T5 / Flan-T5 / mT5.
+    ``scale_decoder_output``, with ``positional='relative'``) does the same for T5 / Flan-T5 / mT5; ``beam``,
+    ``length_penalty``, ``early_stopping`` and the generation rules (``min_length``, ``no_repeat_ngram_size``,
+    ``forced_eos_id``: ``core.generation_rules``) decode an imported folder as transformers' ``generate`` does.
     """
 
     src_vocab_size: int
@@ -86,6 +88,11 @@ class ModelConfig:
     beam: Literal["lab", "transformers"] = "lab"
     length_penalty: float = 1.0  # finished hypotheses rank by log-prob / length**length_penalty (a call may override)
     early_stopping: bool | Literal["never"] = False  # beam="transformers": generate's early_stopping
+    # Generation rules an imported folder sets (``core.generation_rules``); the defaults (off) keep every earlier
+    # checkpoint as it was.
+    min_length: int = 0  # eos banned while the decoder's input (start token included) is shorter than this
+    no_repeat_ngram_size: int = 0  # an id that would repeat an n-gram of this size in the decoder's input is banned
+    forced_eos_id: int | None = None  # forced at the last step a call allows (transformers' forced_eos_token_id)
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -180,6 +187,21 @@ class ModelConfig:
         need(
             isinstance(self.early_stopping, bool) or self.early_stopping == "never",
             f"early_stopping must be true, false or 'never', got {self.early_stopping!r}",
+        )
+        for name in ("min_length", "no_repeat_ngram_size"):
+            value = getattr(self, name)
+            need(
+                isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= LIMITS["max_positions"],
+                f"{name} must be a whole number from 0 (off) to {LIMITS['max_positions']:,}, got {value!r}",
+            )
+        need(
+            self.forced_eos_id is None
+            or (
+                isinstance(self.forced_eos_id, int)
+                and not isinstance(self.forced_eos_id, bool)
+                and 0 <= self.forced_eos_id < self.tgt_vocab_size
+            ),
+            f"forced_eos_id must be a target id or null, got {self.forced_eos_id!r}",
         )
         need(self.d_model % 2 == 0, f"d_model ({self.d_model}) must be even for sinusoidal positions")
         need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")

@@ -18,6 +18,7 @@ from torch import Tensor
 from .beam_finish import finishing
 from .call import Call
 from .config import ModelConfig
+from .generation_rules import banned, forced_id
 from .model import Transformer
 from .plan import DecoderState
 from .recorder import Recorder
@@ -144,6 +145,20 @@ def suppressed_columns(config: ModelConfig, vocab: Tensor | None, device: torch.
     return ids if vocab is None else torch.isin(vocab, ids).nonzero()[:, 0]
 
 
+def apply_bans(scores: Tensor, config: ModelConfig, tokens: Tensor, fill: float, vocab: Tensor | None) -> Tensor:
+    """``scores`` (N, V|S), probabilities or log-probabilities of the next id after the decoder inputs ``tokens``
+    (N, t), start token first, with the ids the model's generation rules ban there (``core.generation_rules.banned``:
+    eos before ``min_length``, a repeated n-gram's last id) set to ``fill`` (0 or -inf), after the softmax as
+    ``suppress`` does; ``scores`` itself when no rule is on. vocab: the ids of the last axis (S,) for a shortlist."""
+    if not (config.min_length or config.no_repeat_ngram_size):
+        return scores
+    rows, ids = banned(config, tokens)
+    columns, listed = columns_of(ids, vocab)
+    out = scores.clone()
+    out[rows[listed], columns[listed]] = fill
+    return out
+
+
 def vocab_ids(columns: Tensor, vocab: Tensor | None) -> Tensor:
     """Columns of the scores' last axis as vocabulary ids: themselves, or ``vocab[columns]`` for a shortlist."""
     return columns if vocab is None else vocab[columns]
@@ -169,7 +184,9 @@ def iter_greedy(
     settings: at most ``call.max_len`` steps (None: ``default_max_len`` of the source), ``call.top_k``
     alternatives per step, ``call.prefix`` output ids forced at the first steps (every item; greedy after them: a
     forced step records the forced id and its probability, and the model's own top-k; without a prefix the model's
-    ``forced_bos_id``, when it has one, is forced at the first step: ``forced_ids``), ``call.cache``.
+    ``forced_bos_id``, when it has one, is forced at the first step: ``forced_ids``; its ``forced_eos_id`` at the
+    last step: ``core.generation_rules``), ``call.cache``. The model's generation rules ban ids per step
+    (``apply_bans``): the recorded probabilities and top-k are what the model chose among.
     What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps.
     memory: the encoder's output for ``src`` (B, Ts, D) when the caller has it already (e.g. one source shared by
     many rows); None = encode here.
@@ -187,10 +204,9 @@ def iter_greedy(
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     state = DecoderState.empty(cfg.n_decoder_layers) if use_cache else None
     k = min(call.top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
-    if prefix:  # where the forced ids sit among the scores (once per call)
-        forced, listed = columns_of(torch.tensor(list(prefix), dtype=torch.long, device=src.device), vocab)
     blocked = suppressed_columns(cfg, vocab, src.device)
-    for step in range(max_steps(cfg, call.max_len, src.shape[1])):
+    n_steps = max_steps(cfg, call.max_len, src.shape[1])
+    for step in range(n_steps):
         if use_cache:
             logits = model.decode(tokens[:, -1:], memory, cross_keep, call, state=state)[:, -1]  # (B, V|S)
         else:
@@ -198,12 +214,15 @@ def iter_greedy(
                 recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
             logits = model.decode(tokens, memory, cross_keep, call)[:, -1]  # (B, V|S)
         probs = fill_columns(torch.softmax(logits.float(), dim=-1), blocked, 0.0)  # (B, V|S), as ``suppress``
+        probs = apply_bans(probs, cfg, tokens, 0.0, vocab)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         top_ids = vocab_ids(top_ids, vocab)
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
-        if step < len(prefix):  # a forced step
-            next_ids = torch.full_like(next_ids, prefix[step])
-            chosen = probs[:, forced[step]] * listed[step]  # 0 for an id outside the shortlist
+        forced = forced_id(cfg, prefix, step, n_steps)
+        if forced is not None:  # a forced step
+            next_ids = torch.full_like(next_ids, forced)
+            column, listed = columns_of(next_ids[:1], vocab)
+            chosen = probs[:, column[0]] * listed[0]  # 0 for an id outside the shortlist
         next_ids = next_ids.masked_fill(finished, cfg.eos_id)
         if recorder is not None:
             recorder.output(next_ids, chosen, top_ids, top_probs)
@@ -249,8 +268,10 @@ def beam_search(
     finished ones, ``early_stopping``). Finished hypotheses rank by log-prob / length**``call.alpha`` (None: the
     model's ``length_penalty``). With beam_size=1 the lab policy is exactly greedy decoding. At most ``max_steps``
     steps (``call.max_len``, None: ``default_max_len`` of the source; within a learned position table). The ids
-    ``forced_ids`` names are forced at the first steps, adding log-probability 0 (as transformers'
-    ``ForcedBOSTokenLogitsProcessor`` does); candidates of log-probability -inf are never kept.
+    ``forced_ids`` names are forced at the first steps and the model's ``forced_eos_id`` at the last, adding
+    log-probability 0 (as transformers' ``ForcedBOSTokenLogitsProcessor`` / ``ForcedEOSTokenLogitsProcessor`` do);
+    the model's generation rules ban ids per hypothesis (``apply_bans``, -inf); candidates of log-probability -inf
+    are never kept.
 
     history: a list that receives one ``BeamStep`` per step (every hypothesis, its score, the pruned next best,
     each live beam's cross-attention); None (the default) records nothing and runs the fast path (the call's
@@ -267,9 +288,7 @@ def beam_search(
     cross_keep = _padded_or_none(src_keep)
     state = DecoderState.empty(cfg.n_decoder_layers) if call.cache else None
     blocked = suppressed_columns(cfg, vocab, src.device)
-    forced = forced_ids(cfg, call.prefix)
-    if forced:  # where the forced ids sit among the scores (once per call)
-        forced_columns, _ = columns_of(torch.tensor(list(forced), dtype=torch.long, device=src.device), vocab)
+    first = forced_ids(cfg, call.prefix)
     tokens = torch.full((1, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (beams, t)
     scores = torch.zeros(1, device=src.device)  # (beams,)
     for step in range(max_len):
@@ -282,10 +301,11 @@ def beam_search(
         else:
             logits = model.decode(tokens, mem, keep, step_call)[:, -1]  # (beams, V|S)
         token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))  # (beams, V|S)
-        if step < len(forced):  # only the forced id, at log-probability 0
-            token_logp = torch.full_like(token_logp, float("-inf")).index_fill_(
-                -1, forced_columns[step : step + 1], 0.0
-            )
+        token_logp = apply_bans(token_logp, cfg, tokens, float("-inf"), vocab)
+        forced = forced_id(cfg, first, step, max_len)
+        if forced is not None:  # only the forced id, at log-probability 0
+            column, _ = columns_of(torch.tensor([forced], device=src.device), vocab)
+            token_logp = torch.full_like(token_logp, float("-inf")).index_fill_(-1, column, 0.0)
         logp = token_logp + scores[:, None]  # (beams, V|S)
         V = logp.shape[-1]
         top_scores, flat = logp.view(-1).topk(min(finish.width, logp.numel()))  # (c,) best first

@@ -26,6 +26,7 @@ from ..beam_finish import generation_settings
 from ..checkpoint import CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
+from ..generation_rules import hf_settings
 from ..hf_tokenizers import FastTokenizer, M2M100VocabTokenizer
 from ..importers.hf_bart_config import BIAS, HEAD, POSITION_OFFSET, SHARED, bart_names
 from ..importers.hf_bart_folder import ARCHITECTURES, SPM, TOKENIZER_JSON, VOCAB
@@ -134,12 +135,14 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
         "decoder_start_token_id": cfg.bos_id,
         "eos_token_id": cfg.eos_id,
         "pad_token_id": cfg.pad_id,
-        "forced_eos_token_id": cfg.eos_id,
         "max_length": 200,
         **generation_settings(cfg),
+        **hf_settings(cfg),
     }
     if cfg.forced_bos_id is not None:
         generation["forced_bos_token_id"] = cfg.forced_bos_id
+    if cfg.suppress_ids:
+        generation["bad_words_ids"] = [[i] for i in cfg.suppress_ids]
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     languages = (str(info.get("source_language", "src")), str(info.get("target_language", "tgt")))
     tokenizer_config: dict[str, Any] = {"tokenizer_class": TOKENIZER_CLASSES[family]}

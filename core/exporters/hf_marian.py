@@ -28,6 +28,7 @@ from ..beam_finish import generation_settings
 from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
+from ..generation_rules import hf_settings
 from ..importers.hf_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, POSITIONS, SHARED, layer_names
 from ..model import Transformer
 from ..positional import sinusoidal_table
@@ -165,7 +166,7 @@ def hf_config(cfg: ModelConfig, vocab: Vocabulary, origin: dict[str, Any]) -> di
         "tie_word_embeddings": cfg.tie_output,
         "pad_token_id": vocab.pad_id,
         "eos_token_id": cfg.eos_id,
-        "forced_eos_token_id": cfg.eos_id,
+        "forced_eos_token_id": cfg.forced_eos_id,
         "decoder_start_token_id": vocab.decoder_start_id,
         "bos_token_id": None,
         "exported_from": origin,
@@ -178,9 +179,9 @@ def generation_config(cfg: ModelConfig, vocab: Vocabulary) -> dict[str, Any]:
         "decoder_start_token_id": vocab.decoder_start_id,
         "eos_token_id": cfg.eos_id,
         "pad_token_id": vocab.pad_id,
-        "forced_eos_token_id": cfg.eos_id,
         "max_length": 512,
         **generation_settings(cfg),
+        **hf_settings(cfg),
     }
     if banned:
         config["bad_words_ids"] = [[i] for i in banned]

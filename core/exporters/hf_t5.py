@@ -26,6 +26,7 @@ from ..beam_finish import generation_settings
 from ..checkpoint import CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
+from ..generation_rules import hf_settings
 from ..importers.hf_t5_config import HEAD, SHARED, t5_names
 from ..importers.hf_t5_folder import ARCHITECTURES, SPIECE
 from ..model import Transformer
@@ -127,6 +128,7 @@ def generation_config(cfg: ModelConfig) -> dict[str, Any]:
         "pad_token_id": cfg.pad_id,
         "max_length": 512,
         **generation_settings(cfg),
+        **hf_settings(cfg),
     }
     if cfg.suppress_ids:
         config["bad_words_ids"] = [[i] for i in cfg.suppress_ids]

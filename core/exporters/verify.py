@@ -5,6 +5,7 @@ here, only when a check runs, and a missing one is reported instead of raised.""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 from ..bundle import Bundle
 from ..checkpoint import place
 from ..config import ModelConfig, Record
+from ..decoding import max_steps
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
@@ -56,7 +58,6 @@ def verify_hf(
     prefix = tokenizer.source_prefix if isinstance(tokenizer, T5Tokenizer) else ""
     hf_src = AutoTokenizer.from_pretrained(folder)([prefix + text]).input_ids[0]
     src = torch.tensor([src_ids])
-    hf.generation_config.forced_eos_token_id = None  # transformers would end at its length limit with eos; core not
     with torch.inference_mode():
         generated = hf.generate(
             input_ids=src,
@@ -101,13 +102,11 @@ def verify_ct2(
     translator = ctranslate2.Translator(str(folder), device="cpu")
     names = ct2_vocabulary(folder)
     prefix = ct2_target_prefix(folder, model.config, names)
+    options, compared = ct2_decoding(model.config, out_ids, max_steps(model.config, MAX_TOKENS, len(src_ids)))
     result = translator.translate_batch(
-        [[names[i] for i in src_ids]],
-        target_prefix=[prefix] if prefix else None,
-        beam_size=1,
-        max_decoding_length=len(out_ids),
+        [[names[i] for i in src_ids]], target_prefix=[prefix] if prefix else None, beam_size=1, **options
     )
-    ours = [names[i] for i in out_ids if i != model.config.eos_id]
+    ours = [names[i] for i in compared if i != model.config.eos_id]
     return {
         "verified": True,
         "library": "ctranslate2",
@@ -115,6 +114,21 @@ def verify_ct2(
         "same_greedy_ids": result[0].hypotheses[0] == ours,
         "tokens": len(out_ids),
     }
+
+
+def ct2_decoding(cfg: ModelConfig, out_ids: Sequence[int], max_len: int) -> tuple[dict[str, Any], list[int]]:
+    """How CTranslate2 decodes what core's greedy ``out_ids`` (a call of ``max_len`` steps) decoded: its
+    ``translate_batch`` options for the model's generation rules (``core.generation_rules``: ``min_length`` counts
+    the start token, CTranslate2's ``min_decoding_length`` does not; the same ``no_repeat_ngram_size``) and length,
+    and core's ids to compare with its output. CTranslate2 has no forced eos: where core forced one at its last
+    step, CTranslate2 stops a step earlier and the ids before the eos are compared."""
+    forced_end = int(cfg.forced_eos_id is not None and len(out_ids) == max_len)
+    options = {
+        "max_decoding_length": len(out_ids) - forced_end,
+        "min_decoding_length": max(0, cfg.min_length - 1),
+        "no_repeat_ngram_size": cfg.no_repeat_ngram_size,
+    }
+    return options, list(out_ids[: len(out_ids) - forced_end])
 
 
 def ct2_vocabulary(folder: Path) -> list[str]:

@@ -27,6 +27,7 @@ from ..tokenizer import Tokenizer
 from ..weights import assign_weights, empty_model
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_names, config_from_bart, embeddings
 from .hf_bart_folder import HFBartFolder, read_bart_folder
+from .hf_card import generation_text
 from .hf_common import imported_meta, mapped_state, provenance
 from .hf_folder import CONFIG, WEIGHTS
 from .staging import save_with_files
@@ -145,10 +146,9 @@ Keep the original folder's licence and credits with this checkpoint.
 ```
 
 `core/importers/hf_bart.py` read `{CONFIG}` and `{WEIGHTS}` (safetensors; a pickled file is never opened) and mapped
-every tensor by name. Not carried over: generation settings (beam size, `no_repeat_ngram_size`,
-`forced_eos_token_id`) — choose greedy or beam search in the app or the command line; beam search runs as
-transformers' does, with the folder's `length_penalty` and `early_stopping`. `config.json` records the
-source under `imported_from`.
+every tensor by name. {generation_text(f, cfg, tokenizer.piece)}
+Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones), so greedy and beam
+outputs are `generate`'s. `config.json` records the source under `imported_from`.
 """
 
 

@@ -18,7 +18,7 @@ import torch
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from .hf_bart_folder import HFBartFolder
-from .hf_config import beam_settings, layer_names, one_id
+from .hf_config import beam_settings, generation_rules, layer_names, one_id, suppressed_ids
 from .hf_config import field as hf_field
 from .hf_folder import CONFIG, WEIGHTS
 
@@ -160,7 +160,9 @@ def config_from_bart(
             embed_norm=bart_like,
             forced_bos_id=forced_bos_id,
             pad_position_zero=not bart_like,  # M2M100's positions skip <pad> (its padding row is zeros)
+            suppress_ids=suppressed_ids(f),
             **beam_settings(f),
+            **generation_rules(f),
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None

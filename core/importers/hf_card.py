@@ -3,25 +3,68 @@ and what the conversion did and did not carry over."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from ..config import ModelConfig
 from ..tokenizer import MarianVocabTokenizer
-from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS, HFMarianFolder
+from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS, HFFolder, HFMarianFolder
 
-# generation settings transformers' generate reads that core's decoding does not (it has its own options)
 POSITION_WORDS = {  # the two layouts the importer accepts (``position_layout``)
     "concatenated_hf": "transformers' `MarianSinusoidalPositionalEmbedding`, the paper's frequencies; position "
     "tables in the file, if any, were checked equal to it",
     "concatenated": "Marian C++'s frequencies, as Bergamot models and this lab's `export-hf` of them store; the "
     "file's position tables were checked equal to them",
 }
-GENERATION_FIELDS = (
-    "num_beams",
-    "max_length",
-    "max_new_tokens",
-    "no_repeat_ngram_size",
-)  # length_penalty and early_stopping are carried over (ModelConfig, core.beam_finish)
+# generation settings transformers' generate reads that a call here chooses for itself (greedy or beam, its length)
+CALL_FIELDS = ("num_beams", "max_length", "max_new_tokens")
+# ... and rules core does not reproduce, with the value that switches each off (a folder's "off" is not listed)
+UNAPPLIED_FIELDS: dict[str, Any] = {
+    "repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_new_tokens": 0,
+    "exponential_decay_length_penalty": None,
+    "sequence_bias": None,
+    "do_sample": False,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+}
+
+
+def generation_text(f: HFFolder, cfg: ModelConfig, piece: Callable[[int], str]) -> str:
+    """The card's paragraph on the folder's generation settings (generation_config.json's, else config.json's, as
+    generate reads them): the rules core applies as generate does (``core.generation_rules``, ``core.beam_finish``,
+    the banned and forced ids), those it does not, and those each call chooses."""
+    settings, name = (f.generation_config, GENERATION_CONFIG) if f.generation_config else (f.config, CONFIG)
+    applied = [f"`length_penalty={cfg.length_penalty:g}` and `early_stopping={cfg.early_stopping!r}` (beam search)"]
+    if cfg.forced_bos_id is not None:
+        applied.append(f"the first output forced to {cfg.forced_bos_id} (`{piece(cfg.forced_bos_id)}`)")
+    if cfg.min_length > 1:
+        applied.append(f"`min_length={cfg.min_length}` (eos banned at the first {cfg.min_length - 1} output steps)")
+    if cfg.no_repeat_ngram_size:
+        applied.append(f"`no_repeat_ngram_size={cfg.no_repeat_ngram_size}` (no n-gram of that size twice)")
+    if cfg.forced_eos_id is not None:
+        applied.append(
+            f"`forced_eos_token_id={cfg.forced_eos_id}` (`{piece(cfg.forced_eos_id)}` forced at the last step a call "
+            "allows)"
+        )
+    if cfg.suppress_ids:
+        applied.append("never chosen: " + ", ".join(f"{i} (`{piece(i)}`)" for i in cfg.suppress_ids))
+    unapplied = [
+        f"`{key}={settings[key]!r}`"
+        for key, off in UNAPPLIED_FIELDS.items()
+        if settings.get(key, off) not in (None, off)
+    ]
+    if settings.get("forced_bos_token_id") is not None and cfg.forced_bos_id is None:
+        unapplied.append(f"`forced_bos_token_id={settings['forced_bos_token_id']!r}`")
+    chosen = [f"`{key}={settings[key]!r}`" for key in CALL_FIELDS if settings.get(key) is not None]
+    return (
+        f"Generation settings (`{name}`), applied as transformers' `generate` applies them: {'; '.join(applied)}. "
+        f"Not applied: {', '.join(unapplied) or 'none set'}. Chosen per call instead: {', '.join(chosen) or 'none set'}"
+        " — greedy or beam search and the output length, in the app or the command line."
+    )
 
 
 def card_text(
@@ -35,8 +78,6 @@ def card_text(
     dtype: torch.dtype,
     command: str,
 ) -> str:
-    generation = f.generation_config or f.config
-    ignored = [f"`{key}={generation[key]!r}`" for key in GENERATION_FIELDS if generation.get(key) is not None]
     banned_in = GENERATION_CONFIG if f.generation_config else CONFIG
     suppressed = ", ".join(f"{i} (`{tokenizer.piece(i)}`)" for i in cfg.suppress_ids) or "none"
     embeddings = (
@@ -85,9 +126,7 @@ computation as configuration:
   reference translations through `target.spm`, and both sides' pieces through the one `vocab.json` map, as
   transformers' `MarianTokenizer` does (a leading language code like `>>fra<<` is one token).
 
-Not carried over: generation settings ({", ".join(ignored) or "none set"}) — choose greedy or beam search in the app
-or the command line; `forced_eos_token_id` (transformers puts eos at `max_length`; core stops at its length limit
-without one). Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones; its
-`length_penalty` and `early_stopping` are read), so greedy and beam outputs are `generate`'s.
-`config.json` records the source under `imported_from`.
+{generation_text(f, cfg, tokenizer.piece)}
+Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones), so greedy and beam
+outputs are `generate`'s. `config.json` records the source under `imported_from`.
 """

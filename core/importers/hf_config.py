@@ -144,6 +144,27 @@ def beam_settings(f: HFFolder) -> dict[str, Any]:
     return {"beam": "transformers", "length_penalty": float(penalty), "early_stopping": stopping}
 
 
+def generation_rules(f: HFFolder) -> dict[str, Any]:
+    """``ModelConfig``'s generation rules for an imported folder (``core.generation_rules``): ``min_length``,
+    ``no_repeat_ngram_size`` and ``forced_eos_token_id`` as generate reads them: generation_config.json's when the
+    folder has one, else config.json's; absent or null = off (``GenerationConfig``'s defaults)."""
+    source, where = (
+        (f.generation_config, f.path(GENERATION_CONFIG)) if f.generation_config else (f.config, f.path(CONFIG))
+    )
+    rules: dict[str, Any] = {}
+    for name in ("min_length", "no_repeat_ngram_size"):
+        value = source.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CheckpointError(f"{where}: field {name} must be a whole number of at least 0, got {value!r}")
+        rules[name] = value
+    forced = source.get("forced_eos_token_id")
+    if forced is not None:
+        rules["forced_eos_id"] = one_id(forced, "forced_eos_token_id", where)
+    return rules
+
+
 def suppressed_ids(f: HFFolder) -> tuple[int, ...]:
     """The ids transformers' generate never picks for this folder: generation_config.json's ``bad_words_ids``
     (one-token entries) and ``suppress_tokens``; config.json's when the folder has no generation_config.json."""
@@ -328,6 +349,7 @@ def config_from_hf(f: HFMarianFolder) -> ModelConfig:
             unk_id=f.vocab[unk_piece],
             suppress_ids=suppressed_ids(f),
             **beam_settings(f),
+            **generation_rules(f),
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None

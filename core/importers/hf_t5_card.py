@@ -8,7 +8,7 @@ import torch
 
 from ..model import Transformer
 from ..t5_tokenizer import T5Tokenizer
-from .hf_card import GENERATION_FIELDS
+from .hf_card import generation_text
 from .hf_t5_folder import CONFIG, SPIECE, WEIGHTS, HFT5Folder
 
 
@@ -35,8 +35,6 @@ def card_text(
     command: str,
 ) -> str:
     cfg = model.config
-    generation = f.generation_config or f.config
-    ignored = [f"`{key}={generation[key]!r}`" for key in GENERATION_FIELDS if generation.get(key) is not None]
     tasks = f.config.get("task_specific_params") or {}
     other_tasks = ", ".join(f"`{t}`" for t in tasks) or "none"
     suppressed = ", ".join(f"{i} (`{tokenizer.piece(i)}`)" for i in cfg.suppress_ids) or "none"
@@ -99,8 +97,7 @@ opened) and `{SPIECE}`, and mapped every tensor by name onto the core Transforme
   (`{tokenizer.piece(cfg.eos_id)}`), pad {cfg.pad_id}, unk {cfg.unk_id}; ids decoding never chooses: {suppressed};
 * tokenizer: `{SPIECE}` copied as it is; source text = prefix + your text, then `</s>`.
 
-Not carried over: generation settings ({", ".join(ignored) or "none set"}) — choose greedy or beam search in the app
-or the command line. Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones;
-its `length_penalty` and `early_stopping` are read), so greedy and beam outputs are `generate`'s. `config.json`
-records the source under `imported_from`.
+{generation_text(f, cfg, tokenizer.piece)}
+Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones), so greedy and beam
+outputs are `generate`'s. `config.json` records the source under `imported_from`.
 """

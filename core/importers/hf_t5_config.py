@@ -18,7 +18,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from .hf_config import beam_settings, one_id, suppressed_ids
+from .hf_config import beam_settings, generation_rules, one_id, suppressed_ids
 from .hf_t5_folder import CONFIG, WEIGHTS, HFT5Folder
 
 # transformers 5.23's T5Config defaults (MT5Config's differ in feed_forward_proj, vocab_size and tie_word_embeddings)
@@ -192,6 +192,7 @@ def config_from_t5(f: HFT5Folder, unk_id: int) -> ModelConfig:
             relative_max_distance=field(f, "relative_attention_max_distance", int),
             scale_decoder_output=rescale,
             **beam_settings(f),
+            **generation_rules(f),
         )
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None

@@ -12,6 +12,7 @@ import core
 from core import CheckpointError
 from core.cli import main
 from core.exporters.ct2 import export_ct2
+from core.exporters.verify import ct2_decoding
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[ct2]'")
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
@@ -21,11 +22,13 @@ TEXTS = ENGLISH[:4] + ["The dog sleeps near the window."]
 
 
 def assert_same_greedy(folder, bundle) -> None:
+    """CTranslate2's greedy pieces equal core's, decoded with the options ``ct2_decoding`` gives (the model's
+    generation rules; where core forced eos at its length limit, the pieces before it)."""
     translator = ctranslate2.Translator(str(folder), device="cpu")
     for text in TEXTS:
         out = bundle.translate(text, max_len=16)
-        ours = [int(i) for i in out.trace["output.ids"]]
-        result = translator.translate_batch([out.src_tokens], beam_size=1, max_decoding_length=len(ours))
+        options, ours = ct2_decoding(bundle.config, [int(i) for i in out.trace["output.ids"]], 16)
+        result = translator.translate_batch([out.src_tokens], beam_size=1, **options)
         assert result[0].hypotheses[0] == bundle.tokenizer.pieces([i for i in ours if i != bundle.config.eos_id]), text
 
 
@@ -38,12 +41,15 @@ def test_ctranslate2_gives_core_greedy_tokens(tmp_path, capsys):
 
 
 def test_an_imported_opus_mt_style_folder_serves_with_ctranslate2(tmp_path):
+    """An Opus-MT-style folder (eos forced at the length limit, ``forced_eos_token_id``) imported and exported: the
+    check at export and CTranslate2's greedy pieces agree with core's (the random model repeats to the limit)."""
     vocab = write_tokenizer(tmp_path / "hf")
     model = marian_model(vocab, seed=5)
     with torch.no_grad():  # Opus-MT's <pad> (the decoder's start) is a zero row, which CTranslate2 relies on
         model.get_input_embeddings().weight[vocab["<pad>"]] = 0.0
     save_folder(model, tmp_path / "hf")
     assert main(["import-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ckpt")]) == 0
+    assert core.load(tmp_path / "ckpt", device="cpu").config.forced_eos_id == 0
     report = export_ct2(tmp_path / "ckpt", tmp_path / "ct2")
     assert report["same_greedy_ids"]
     assert_same_greedy(tmp_path / "ct2", core.load(tmp_path / "ckpt", device="cpu"))
