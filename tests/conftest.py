@@ -1,19 +1,26 @@
 """Shared fixtures: a tiny random model config and a tiny checkpoint folder built on the fly; one torch thread
-for the whole run; at the end, the tests skipped because data that ``make test`` fetches is missing."""
+for the whole run; ONE app server and ONE Chromium for every browser test; at the end, the tests skipped because
+data that ``make test`` fetches is missing."""
 
 from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import core
+from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 from core import CheckpointMeta, ModelConfig, Tokenizer, Transformer, save_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts"  # screenshots and server logs (gitignored)
+BROWSER_GROUP = "browser"  # the xdist group of every browser test: one worker, one server, one Chromium
 pytest_plugins = ["pytester"]  # tests/test_skip_summary.py runs pytest on a file of its own
 
 # a skip for data that `make test` fetches (`make downloads`, `make models`, `make browser`, the word lists) and a
@@ -25,6 +32,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # one intra-op thread, as the app runs (viz_app/app.py): the models here are tiny, and two threads on a shared
     # 2-core machine spin against each other (tests/core/test_beam_tree.py: 132 s with two, 17 s with one)
     torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks (make test: --dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test file is one xdist group (its tests share a worker and its module fixtures, as --dist loadfile
+    would), except the browser tests: they are ONE group, put first, so one worker starts the app server and
+    Chromium once (``lab_server``, ``chromium``) while the other runs the rest."""
+    for item in items:
+        browser = item.get_closest_marker("browser") is not None
+        item.add_marker(pytest.mark.xdist_group(BROWSER_GROUP if browser else item.nodeid.split("::", 1)[0]))
+    items.sort(key=lambda item: item.get_closest_marker("browser") is None)  # stable: files keep their order
 
 
 @pytest.hookimpl(trylast=True)
@@ -111,3 +129,42 @@ def build_tiny_checkpoint(directory: Path, seed: int = 0, **overrides) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """ONE app server for every browser test, started from the repository root as `make run` starts it, on a
+    checkpoint root holding the tiny checkpoint (the default) and, linked, the default real one (open it with
+    ``?ckpt=NAME``); one torch thread, as the tests compare with ``core`` run here on one thread."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")
+    root = tmp_path_factory.mktemp("served_checkpoints")
+    build_tiny_checkpoint(root / "tiny", seed=3)
+    real = core.default_checkpoint(REPO / "checkpoints")
+    if real is not None:
+        (root / real).symlink_to(REPO / "checkpoints" / real, target_is_directory=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        log, env = ARTIFACTS / "server.log", {"LAB_TORCH_THREADS": "1"}
+        with streamlit_server(root, "tiny", log, extra_env=env, flags=()) as url:  # no flags, as `make run`
+            yield url, root
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[object]:
+    """ONE Chromium for every browser test (each opens its own tabs: a fresh app session per tab). The name
+    evil.example resolves to this machine, as a DNS-rebinding page's would (tests/viz_app/test_guard.py)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")
+    from playwright.sync_api import sync_playwright  # only the browser tests need Playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.example 127.0.0.1"]
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,22 +1,20 @@
-"""End-to-end in a real browser: `streamlit run viz_app/app.py` + Debian's Chromium driven by Playwright.
+"""End-to-end in a real browser: the app served as `make run` serves it + Debian's Chromium driven by Playwright
+(the browser tests' one server and one Chromium: ``lab_server``, ``chromium`` in tests/conftest.py).
 
-Runs against a tiny random checkpoint, and also against the real checkpoints under checkpoints/
-when there are any. Screenshots go to test-artifacts/ (gitignored).
+Runs against a tiny random checkpoint, and also against the real checkpoint a user meets first when there is one.
+Screenshots go to test-artifacts/ (gitignored).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import build_tiny_checkpoint
 
 import core
-from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
 pytestmark = pytest.mark.browser
 
@@ -25,50 +23,25 @@ ARTIFACTS = REPO / "test-artifacts"
 SENTENCE = "The cat sleeps on the warm chair."
 
 
-@pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("browser_checkpoints")
-    build_tiny_checkpoint(root / "tiny", seed=3)
-    return root
-
-
-def _server(root: Path, checkpoint: str) -> Iterator[str]:
-    try:
-        with streamlit_server(
-            root, checkpoint, ARTIFACTS / f"server-{checkpoint}.log", extra_env={"LAB_TORCH_THREADS": "1"}
-        ) as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-
-
 def _figure_titles(page) -> list[str]:
     return page.eval_on_selector_all(".js-plotly-plot .gtitle", "els => els.map(e => e.textContent)")
 
 
-def _real_checkpoint() -> str | None:
-    """The checkpoint a user meets first (checkpoints/DEFAULT)."""
-    return core.default_checkpoint(REPO / "checkpoints")
-
-
 @pytest.fixture(params=["tiny", "real"])
-def served(request: pytest.FixtureRequest, tiny_root: Path) -> Iterator[tuple[str, Path, str]]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser test")
-    ARTIFACTS.mkdir(exist_ok=True)
+def served(request: pytest.FixtureRequest, lab_server: tuple[str, Path]) -> tuple[str, Path, str]:
+    """The shared server (tests/conftest.py) and the checkpoint this case opens: the tiny one (the server's
+    default), or the one a user meets first (checkpoints/DEFAULT, opened with ?ckpt=)."""
+    url, root = lab_server
     if request.param == "tiny":
-        root, name = tiny_root, "tiny"
-    else:
-        name = _real_checkpoint()
-        if name is None:
-            pytest.skip("no real checkpoint under checkpoints/ yet (make run / make train)")
-        root = REPO / "checkpoints"
-    yield from ((url, root, name) for url in _server(root, name))
+        return url, root, "tiny"
+    name = core.default_checkpoint(REPO / "checkpoints")
+    if name is None or not (root / name).exists():
+        pytest.skip("no real checkpoint under checkpoints/ yet (make run / make train)")
+    return url, root, name
 
 
-def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, str]) -> None:
+def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, str], chromium: object) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import sync_playwright
 
     url, root, name = served
     torch.set_num_threads(1)  # the app's setting on this machine: identical arithmetic, identical greedy choices
@@ -76,130 +49,128 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
     sentence = SENTENCE if bundle.languages[0] == "en" else "O gato dorme na cadeira quente."
     expected = bundle.translate(sentence).text
     expected_no_pe = bundle.translate(sentence, options=core.InferenceOptions(positional_encoding=False)).text
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 2200})
-            requested: list[str] = []
-            page.on("request", lambda request: requested.append(request.url))
-            page.goto(url, timeout=120_000)
-            page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=120_000)
-            box = page.locator(".st-key-text input")
-            box.fill(sentence)
-            start = time.time()
-            box.press("Enter")
-            page.wait_for_function(
-                """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
-                arg=[expected or "∅ (the model produced no words)"],
-                timeout=60_000,
-            )
-            page.wait_for_function(
-                """() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
-                           return plots.length >= 2 && plots.every(p => p.querySelector('.heatmaplayer image'))
-                                  && document.querySelector('[data-testid="stApp"]')
-                                             .getAttribute('data-test-script-state') === 'notRunning'; }""",
-                timeout=60_000,
-            )
-            elapsed = time.time() - start
-            print(f"\n[{name}] Enter -> translation and heatmaps drawn in {elapsed:.2f} s")
-            page.wait_for_timeout(500)
-            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-overview.png"))
-            assert any("as trained" in t for t in _figure_titles(page)), _figure_titles(page)
+    page = chromium.new_page(viewport={"width": 1400, "height": 2200})  # type: ignore[attr-defined]
+    try:
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.goto(url if name == "tiny" else f"{url}/?ckpt={name}", timeout=120_000)
+        page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=120_000)
+        box = page.locator(".st-key-text input")
+        box.fill(sentence)
+        start = time.time()
+        box.press("Enter")
+        page.wait_for_function(
+            """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
+            arg=[expected or "∅ (the model produced no words)"],
+            timeout=60_000,
+        )
+        page.wait_for_function(
+            """() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
+                       return plots.length >= 2 && plots.every(p => p.querySelector('.heatmaplayer image'))
+                              && document.querySelector('[data-testid="stApp"]')
+                                         .getAttribute('data-test-script-state') === 'notRunning'; }""",
+            timeout=60_000,
+        )
+        elapsed = time.time() - start
+        print(f"\n[{name}] Enter -> translation and heatmaps drawn in {elapsed:.2f} s")
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-overview.png"))
+        assert any("as trained" in t for t in _figure_titles(page)), _figure_titles(page)
 
-            page.locator(".st-key-pe label").click()
-            page.wait_for_function(
-                """() => document.querySelector('section[data-testid="stSidebar"]').innerText.includes('PE off')""",
-                timeout=60_000,
-            )
-            page.wait_for_function(
-                """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
-                         .some(t => t.textContent.includes('PE off'))""",
-                timeout=60_000,
-            )
-            if expected_no_pe != expected:
-                page.wait_for_function(
-                    """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
-                    arg=[expected_no_pe or "∅ (the model produced no words)"],
-                    timeout=60_000,
-                )
-            assert "pe=0" in page.url
-            page.wait_for_timeout(500)
-            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-pe-off.png"))
-
-            idle = """() => document.querySelector('[data-testid="stApp"]')
-                                .getAttribute('data-test-script-state') === 'notRunning'"""
-            for attempt in range(3):  # the export is made on click; a click during a rerun can be dropped
-                page.wait_for_function(idle, timeout=60_000)
-                try:
-                    with page.expect_download(timeout=30_000) as download:
-                        page.locator(".st-key-dl_json button").click()
-                    break
-                except PlaywrightTimeout:
-                    if attempt == 2:
-                        raise
-            exported = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
-            assert exported["options"]["positional_encoding"] is False
-            assert "decoder.0.cross.weights" in exported["arrays"] and exported["meta"]["text"] == expected_no_pe
-            assert exported["meta"]["source_text"] == sentence  # the file says what was translated, and by which model
-            assert download.value.suggested_filename.startswith(f"{bundle.name}_")
-
-            # the exported file opens again in the sidebar and replays the run without the model
-            saved = ARTIFACTS / f"browser-{name}-trace.json"
-            Path(download.value.path()).replace(saved)
-            page.wait_for_function(idle, timeout=60_000)
-            page.get_by_text("Open a saved trace").click()
-            page.locator('section[data-testid="stSidebar"] input[type="file"]').set_input_files(str(saved))
-            page.wait_for_function(
-                """() => document.querySelector('section[data-testid="stSidebar"]').innerText
-                             .includes('Replaying a saved trace')""",
-                timeout=60_000,
-            )
+        page.locator(".st-key-pe label").click()
+        page.wait_for_function(
+            """() => document.querySelector('section[data-testid="stSidebar"]').innerText.includes('PE off')""",
+            timeout=60_000,
+        )
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                     .some(t => t.textContent.includes('PE off'))""",
+            timeout=60_000,
+        )
+        if expected_no_pe != expected:
             page.wait_for_function(
                 """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
                 arg=[expected_no_pe or "∅ (the model produced no words)"],
                 timeout=60_000,
             )
-            page.wait_for_function(idle, timeout=60_000)
-            page.wait_for_timeout(500)
-            assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
-            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-replay.png"))
-            page.locator(".st-key-close_trace button").click()
-            page.wait_for_function(
-                """() => !document.querySelector('section[data-testid="stSidebar"]').innerText
-                              .includes('Replaying a saved trace')""",
-                timeout=60_000,
-            )
+        assert "pe=0" in page.url
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-pe-off.png"))
 
-            page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
-            page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60_000)
-            page.wait_for_timeout(500)
-            assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
-            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-head.png"))
+        idle = """() => document.querySelector('[data-testid="stApp"]')
+                            .getAttribute('data-test-script-state') === 'notRunning'"""
+        for attempt in range(3):  # the export is made on click; a click during a rerun can be dropped
+            page.wait_for_function(idle, timeout=60_000)
+            try:
+                with page.expect_download(timeout=30_000) as download:
+                    page.locator(".st-key-dl_json button").click()
+                break
+            except PlaywrightTimeout:
+                if attempt == 2:
+                    raise
+        exported = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+        assert exported["options"]["positional_encoding"] is False
+        assert "decoder.0.cross.weights" in exported["arrays"] and exported["meta"]["text"] == expected_no_pe
+        assert exported["meta"]["source_text"] == sentence  # the file says what was translated, and by which model
+        assert download.value.suggested_filename.startswith(f"{bundle.name}_")
 
-            page.goto(f"{url}/explain?{page.url.split('?', 1)[1]}", timeout=60_000)  # Why this word?
-            page.wait_for_function(
-                """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
-                         .filter(t => t.textContent.includes('PE off')).length >= 2""",
-                timeout=120_000,
-            )
-            page.wait_for_function(idle, timeout=60_000)
-            page.wait_for_timeout(500)
-            assert any(t.startswith("Cross-attention") for t in _figure_titles(page)), _figure_titles(page)
-            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-explain.png"))
-            page.goto(f"{url}/heads?{page.url.split('?', 1)[1]}", timeout=60_000)  # What does each head do?
-            page.wait_for_function(
-                """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
-                         .some(t => t.textContent.startsWith('Encoder self-attention: entropy'))""",
-                timeout=120_000,
-            )
-            page.wait_for_function(idle, timeout=60_000)
-            page.get_by_text("Which cross-attention heads align words?").wait_for(timeout=60_000)
-            page.wait_for_timeout(500)
-            titles = _figure_titles(page)  # PE is off here: the default model's translation may be empty (no links)
-            assert any(t.startswith("Cross-attention") or t.startswith("Links read from") for t in titles), titles
-            page.screenshot(path=str(ARTIFACTS / f"browser-{name}-heads.png"), full_page=True)
-            # the page loads nothing from outside the machine: every request went to the app's own origin
-            outside = [u for u in requested if not u.startswith(url) and not u.startswith(("data:", "blob:"))]
-            assert requested and not outside, outside[:5]
-        finally:
-            browser.close()
+        # the exported file opens again in the sidebar and replays the run without the model
+        saved = ARTIFACTS / f"browser-{name}-trace.json"
+        Path(download.value.path()).replace(saved)
+        page.wait_for_function(idle, timeout=60_000)
+        page.get_by_text("Open a saved trace").click()
+        page.locator('section[data-testid="stSidebar"] input[type="file"]').set_input_files(str(saved))
+        page.wait_for_function(
+            """() => document.querySelector('section[data-testid="stSidebar"]').innerText
+                         .includes('Replaying a saved trace')""",
+            timeout=60_000,
+        )
+        page.wait_for_function(
+            """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
+            arg=[expected_no_pe or "∅ (the model produced no words)"],
+            timeout=60_000,
+        )
+        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_timeout(500)
+        assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
+        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-replay.png"))
+        page.locator(".st-key-close_trace button").click()
+        page.wait_for_function(
+            """() => !document.querySelector('section[data-testid="stSidebar"]').innerText
+                          .includes('Replaying a saved trace')""",
+            timeout=60_000,
+        )
+
+        page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
+        page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60_000)
+        page.wait_for_timeout(500)
+        assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
+        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-head.png"))
+
+        page.goto(f"{url}/explain?{page.url.split('?', 1)[1]}", timeout=60_000)  # Why this word?
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                     .filter(t => t.textContent.includes('PE off')).length >= 2""",
+            timeout=120_000,
+        )
+        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_timeout(500)
+        assert any(t.startswith("Cross-attention") for t in _figure_titles(page)), _figure_titles(page)
+        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-explain.png"))
+        page.goto(f"{url}/heads?{page.url.split('?', 1)[1]}", timeout=60_000)  # What does each head do?
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                     .some(t => t.textContent.startsWith('Encoder self-attention: entropy'))""",
+            timeout=120_000,
+        )
+        page.wait_for_function(idle, timeout=60_000)
+        page.get_by_text("Which cross-attention heads align words?").wait_for(timeout=60_000)
+        page.wait_for_timeout(500)
+        titles = _figure_titles(page)  # PE is off here: the default model's translation may be empty (no links)
+        assert any(t.startswith("Cross-attention") or t.startswith("Links read from") for t in titles), titles
+        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-heads.png"), full_page=True)
+        # the page loads nothing from outside the machine: every request went to the app's own origin
+        outside = [u for u in requested if not u.startswith(url) and not u.startswith(("data:", "blob:"))]
+        assert requested and not outside, outside[:5]
+    finally:
+        page.close()

@@ -1,7 +1,8 @@
 """What the page says agrees with the numbers: a real Chromium over pages × switches, each claim checked against
 the core results for the same settings (issue: "every sentence the lab says is true").
 
-One server per checkpoint and one browser for every case. Each case opens a link (a fresh session, as a copied
+The browser tests' one server (tiny and the default real checkpoint) and one Chromium (``lab_server``,
+``chromium`` in tests/conftest.py). Each case opens a link (a fresh session, as a copied
 link would), reads the page's words and the figures' data from the DOM, and compares them with ``core`` run here
 with the same switches, on one thread like the server (identical arithmetic, identical greedy choices).
 """
@@ -10,16 +11,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 import torch
-from conftest import build_tiny_checkpoint
 
 import core
-from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 from viz_app import claims
 
 pytestmark = pytest.mark.browser
@@ -48,38 +46,6 @@ MAX_ABS = """(prefix) => {
   }
   return null;
 }"""
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """ONE server for every case: a root holding the tiny checkpoint and (linked) the default real one."""
-    root = tmp_path_factory.mktemp("claims_checkpoints")
-    build_tiny_checkpoint(root / "tiny", seed=3)
-    real = core.default_checkpoint(REPO / "checkpoints")
-    if real is not None:
-        (root / real).symlink_to(REPO / "checkpoints" / real, target_is_directory=True)
-    ARTIFACTS.mkdir(exist_ok=True)
-    try:
-        with streamlit_server(
-            root, "tiny", ARTIFACTS / "server-claims.log", extra_env={"LAB_TORCH_THREADS": "1"}
-        ) as url:
-            yield url, root
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser test")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def checkpoint(which: str, root: Path) -> str:
@@ -153,13 +119,13 @@ def forced_maps(bundle: core.Bundle, text: str, target: str, options: core.Infer
 
 
 @pytest.mark.parametrize("which", ["tiny", "real"])
-def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], browser: object, which: str) -> None:
-    url, root = served
+def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], chromium: object, which: str) -> None:
+    url, root = lab_server
     name = checkpoint(which, root)
     torch.set_num_threads(1)  # the server's setting: identical arithmetic, identical greedy choices
     bundle = core.load(root / name, device="cpu")
     first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
-    page = Page(browser, url, name)
+    page = Page(chromium, url, name)
 
     def translate(text: str = first, **switches: object) -> core.Translation:
         beam = int(switches.pop("beam_size", 1))  # type: ignore[call-overload]
@@ -258,11 +224,11 @@ def test_what_the_pages_say_agrees_with_the_runs(served: tuple[str, Path], brows
     page.tab.close()
 
 
-def test_a_page_path_opened_directly_makes_no_failed_request(served: tuple[str, Path], browser: object) -> None:
+def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[str, Path], chromium: object) -> None:
     """/masks typed, reloaded or bookmarked: the page opens with the link's values, and the frontend's probe of
     ``/masks/_stcore/health`` (upstream streamlit#7074) no longer happens (viz_app/asgi.py answers the path)."""
-    url, _ = served
-    tab = browser.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
+    url, _ = lab_server
+    tab = chromium.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
     failed: list[str] = []
     errors: list[str] = []
     tab.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
@@ -283,10 +249,10 @@ def test_a_page_path_opened_directly_makes_no_failed_request(served: tuple[str, 
     assert not [e for e in errors if "404" in e or "Failed to load" in e], errors
 
 
-def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(served: tuple[str, Path], browser: object) -> None:
+def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(lab_server: tuple[str, Path], chromium: object) -> None:
     """A click on a pruned hypothesis of the beam tree (step 4, rank 3) opens its attention and moves the pickers
-    (on the shared server: it started a server and a browser of its own, ~30 s here)."""
-    url, _ = served
+    (on the browser tests' shared server and Chromium)."""
+    url, _ = lab_server
     idle = """() => document.querySelector('[data-testid="stApp"]')
                         ?.getAttribute('data-test-script-state') === 'notRunning'"""
     position = """([step, rank]) => {
@@ -296,7 +262,7 @@ def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(served: tuple[str, P
         const fl = gd._fullLayout, r = gd.getBoundingClientRect();
         return [r.left + fl.xaxis._offset + fl.xaxis.l2p(step), r.top + fl.yaxis._offset + fl.yaxis.l2p(rank)];
     }"""
-    page = browser.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
+    page = chromium.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
     try:
         page.goto(f"{url}/steps?beam=2&ckpt=tiny", timeout=120_000)
         page.wait_for_function(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import build_tiny_checkpoint
 
-from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+from benchmarks.serve import streamlit_server
 from viz_app import guard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,41 +53,40 @@ def _listening_addresses(port: int) -> set[str]:
 
 
 @pytest.mark.browser
-def test_safe_from_any_folder_and_refused_when_made_unsafe_or_reached_under_another_name(tmp_path: Path) -> None:
-    """Real servers: started from viz_app/ and from a folder with no config (both safe: loopback only, the app
-    works), reached under a foreign name as a DNS-rebinding page would (refused), and started with flags that
-    make it listen everywhere with statistics on (refused)."""
-    from playwright.sync_api import sync_playwright
-
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser)")
+def test_safe_from_any_folder_and_refused_when_made_unsafe_or_reached_under_another_name(
+    tmp_path: Path, lab_server: tuple[str, Path], chromium: object
+) -> None:
+    """Real servers: the browser tests' one server, started from the repository root as `make run` starts it, and
+    one started from a folder with no config (both safe: loopback only, the app works); the first reached under a
+    foreign name as a DNS-rebinding page would (refused: the shared Chromium resolves evil.example to this
+    machine); one started with flags that make it listen everywhere with statistics on (refused)."""
     root = tmp_path / "ckpts"
     build_tiny_checkpoint(root / "tiny", seed=1)
     loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc writes them
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.example 127.0.0.1"],
-        )
-        try:
-            for n, cwd in enumerate([REPO / "viz_app", tmp_path]):
-                with streamlit_server(root, "tiny", ARTIFACTS / f"server-guard-{n}.log", cwd=cwd, flags=()) as url:
-                    addresses = _listening_addresses(int(url.rsplit(":", 1)[1]))
-                    assert addresses and addresses <= loopback, (cwd, addresses)
-                    page = browser.new_page()
-                    page.goto(url)
-                    page.get_by_text("Source pieces").first.wait_for(timeout=60_000)  # the app runs
-                    assert page.get_by_text("Collecting usage statistics").count() == 0
-                    if n == 0:
-                        rebound = browser.new_page()
-                        rebound.goto(url.replace("localhost", "evil.example"))
-                        rebound.get_by_text("Host header is not local").wait_for(timeout=60_000)
-                        assert rebound.get_by_text("Source pieces").count() == 0  # nothing ran, no widget
-            unsafe = ("--server.address", "0.0.0.0", "--browser.gatherUsageStats", "true")
-            with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-2.log", cwd=tmp_path, flags=unsafe) as url:
-                page = browser.new_page()
-                page.goto(url)
-                page.get_by_text("without the lab's safe settings").wait_for(timeout=60_000)
-                assert page.get_by_text("'0.0.0.0'").count() == 1 and page.get_by_text("Source pieces").count() == 0
-        finally:
-            browser.close()
+    browser = chromium
+
+    def safe(url: str) -> None:
+        addresses = _listening_addresses(int(url.rsplit(":", 1)[1]))
+        assert addresses and addresses <= loopback, (url, addresses)
+        page = browser.new_page()  # type: ignore[attr-defined]
+        page.goto(url)
+        page.get_by_text("Source pieces").first.wait_for(timeout=60_000)  # the app runs
+        assert page.get_by_text("Collecting usage statistics").count() == 0
+        page.close()
+
+    shared_url = lab_server[0]
+    safe(shared_url)
+    rebound = browser.new_page()  # type: ignore[attr-defined]
+    rebound.goto(shared_url.replace("localhost", "evil.example"))
+    rebound.get_by_text("Host header is not local").wait_for(timeout=60_000)
+    assert rebound.get_by_text("Source pieces").count() == 0  # nothing ran, no widget
+    rebound.close()
+    with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-0.log", cwd=tmp_path, flags=()) as url:
+        safe(url)
+    unsafe = ("--server.address", "0.0.0.0", "--browser.gatherUsageStats", "true")
+    with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-1.log", cwd=tmp_path, flags=unsafe) as url:
+        page = browser.new_page()  # type: ignore[attr-defined]
+        page.goto(url)
+        page.get_by_text("without the lab's safe settings").wait_for(timeout=60_000)
+        assert page.get_by_text("'0.0.0.0'").count() == 1 and page.get_by_text("Source pieces").count() == 0
+        page.close()
