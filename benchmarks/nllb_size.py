@@ -138,6 +138,40 @@ def lab_float16_run(checkpoint: Path) -> Callable[[], list[int]]:
     return run
 
 
+def floor_run(checkpoint: Path, half: bool) -> Callable[[], None]:
+    """What any engine must do per traced translation at the least: ``STEPS`` times, one row through every matrix a
+    decoding step reads (each decoder layer's self-attention, cross-attention query and output, FFN; the output
+    layer; the cross-attention keys and values are made once per sentence, so left out) and nothing else: the
+    memory-streaming floor, in float32 (``F.linear`` on torch's threads), or with float16 weights through the fast
+    path's kernel (``core.fast``, as the lab runs a float16 checkpoint)."""
+    import torch.nn.functional as F
+
+    from core.checkpoint import load_checkpoint
+    from core.fast import FastWeights
+
+    model = load_checkpoint(checkpoint, "cpu")[0]
+    skip = ("cross_attn.k_proj", "cross_attn.v_proj")
+    mats = [
+        m.weight
+        for layer in model.decoder_layers
+        for name, m in layer.named_modules()
+        if isinstance(m, torch.nn.Linear) and name not in skip
+    ] + [model.output.weight]
+    if half:
+        with torch.no_grad():
+            for w in mats:
+                w.copy_(w.half().float())
+    linear = FastWeights(model).linear if half else F.linear
+
+    def run() -> None:
+        with torch.inference_mode():
+            for _ in range(STEPS):
+                for w in mats:
+                    linear(torch.ones(1, w.shape[1]), w)
+
+    return run
+
+
 def measure_translation(folder: Path, checkpoint: Path, rounds: int) -> dict[str, Any]:
     """Seconds per traced translation: the lab (float32, and float16-rounded weights) and transformers' generate."""
     torch.set_num_threads(THREADS)  # this benchmark's process only
@@ -150,9 +184,14 @@ def measure_translation(folder: Path, checkpoint: Path, rounds: int) -> dict[str
         raise SystemExit(f"nllb_size: {len(lab_ids)} and {len(hf_ids)} tokens, not {STEPS} each")
     times = interleaved({"lab": lab, "transformers": hf}, rounds)
     del lab  # one float32 model at a time beside transformers'
+    floor = floor_run(checkpoint, half=False)
+    times["floor, float32"] = interleaved({"floor": floor}, rounds)["floor"]
+    del floor
     half = lab_float16_run(checkpoint)
     half_ids = half()
     times["lab, float16 weights"] = interleaved({"half": half, "transformers": hf}, rounds)["half"]
+    del half
+    times["floor, float16 weights"] = interleaved({"floor": floor_run(checkpoint, half=True)}, rounds)["floor"]
     return {
         "times": times,
         "load_seconds": load_seconds,
@@ -218,6 +257,9 @@ def report(imported: dict[str, float], translation: dict[str, Any] | None, first
             f"{median(t['lab, float16 weights'])}; transformers ÷ it {hf / half:.2f}× |",
             f"| same tokens as transformers (float32 / float16 weights) | {translation['same_tokens']} / "
             f"{translation['same_tokens_float16']} |",
+            "| the floor: the same steps' matrices streamed once each and nothing else (float32 / float16 weights) | "
+            f"{median(t['floor, float32'])} / {median(t['floor, float16 weights'])}; transformers ÷ the float32 "
+            f"floor {hf / statistics.median(t['floor, float32']):.2f}× |",
         ]
     if first is not None:
         shown = first if isinstance(first, str) else f"{first:.1f} s"
