@@ -399,6 +399,11 @@ class Bundle:
         rules = rules_in_force(self.config)
         return {"generation_rules": rules} if rules else {}
 
+    def _limit(self, call: Call) -> dict[str, Any]:
+        """The trace's note of the output steps the call allowed (``meta['max_len']``), when it decoded: the step
+        a forced eos falls on (``core.generation_rules.forced_id``)."""
+        return {} if call.max_len is None else {"max_len": call.max_len}
+
     # ----------------------------------------------------------------- the run path
     def _call(
         self, options: InferenceOptions, sources: Sequence[Source], recorder: Recorder | None, **how: Any
@@ -430,7 +435,7 @@ class Bundle:
         batch = {"texts": [s.text for s in sources], "outputs": texts} if len(sources) > 1 else {}
         trace = call.recorder.freeze(
             self.tokenizer.piece,
-            meta={"model": self.name, **batch, **self._rows(call.vocab), **self._rules(), **meta},
+            meta={"model": self.name, **batch, **self._rows(call.vocab), **self._rules(), **self._limit(call), **meta},
         )
         return [
             Translation(
@@ -592,6 +597,7 @@ class Bundle:
                 "model": self.name,
                 "beam": self.config.beam,  # how hypotheses finish (core.beam_finish), for the page's words
                 **self._rules(),
+                **self._limit(call),
                 "source_text": source.text,
                 "text": self._text(out_ids),
                 "greedy_text": self._text(greedy_ids),
@@ -628,6 +634,8 @@ class Bundle:
         recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
         call = self._call(out.options, [source], recorder, top_k=record.top_k, beam_size=out.beam_size)
         extra = {"forced_prefix": out.forced_prefix} if out.forced_prefix else {}
+        if "max_len" in out.trace.meta:  # the decoding's limit, not this pass's
+            extra["max_len"] = out.trace.meta["max_len"]
         return self._run([source], call, [out_ids], **extra)[0]
 
     @torch.inference_mode()

@@ -55,6 +55,14 @@ def _repeated_ngrams(tokens: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return rows, windows[rows, at, -1]
 
 
+def repeating_ids(tokens: Sequence[int], n: int) -> list[int]:
+    """The ids one hypothesis may not choose next under ``no_repeat_ngram_size`` = ``n`` (the rule ``banned``
+    applies), after its decoder inputs ``tokens`` (start token first), each once, in the order their n-grams
+    first occur: what a page says a step banned, read from a trace's ids."""
+    _, ids = _repeated_ngrams(torch.tensor([list(tokens)], dtype=torch.long), n)
+    return list(dict.fromkeys(int(i) for i in ids))
+
+
 def forced_id(config: ModelConfig, forced: Sequence[int], step: int, max_len: int) -> int | None:
     """The id output step ``step`` (0-based) is forced to, or None: ``forced_eos_id`` at the last of ``max_len``
     steps, else ``forced[step]`` (the call's forced first ids)."""

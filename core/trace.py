@@ -415,7 +415,16 @@ _SHAPES = {
     "output.top_probs": "BT*",
 }
 _ATTENTION_ARRAYS = ("weights", "scores", "scores_raw")
-_META_TYPES = {"model": str, "source_text": str, "text": str, "beam_size": int, "forced_prefix": int, "notices": list}
+_META_TYPES = {
+    "model": str,
+    "source_text": str,
+    "text": str,
+    "beam_size": int,
+    "forced_prefix": int,
+    "notices": list,
+    "max_len": int,
+    "generation_rules": dict,
+}
 
 
 def _check_shape(shape: ModelShape) -> None:

@@ -11,7 +11,7 @@ import streamlit as st
 
 import core
 from core.bundle import BeamTree
-from viz_app import claims
+from viz_app import claims, claims_rules
 from viz_app.cache import cached
 from viz_app.explain import sources as explain_sources
 from viz_app.figures import decoding, style
@@ -182,6 +182,10 @@ def _beam_tree_section(out: core.Translation) -> None:
         f"{keep}; the next best are **pruned** (grey). The **red line** is the winning "
         f"translation, ranked by {rank}. Click a dot, or pick it below, to see its cross-attention."
     )
+    rules = claims_rules.rules_of(tree.meta)
+    said = claims_rules.rules_in_force(rules, claims_rules.step_limit(tree.meta))
+    if said:
+        st.caption(said + " They act on every hypothesis.")
     st.markdown(markup.md(decoding.beam_summary(tree)))
     if tree.divergence is not None:
         st.caption(f"Greedy translation: {markup.md(str(tree.meta.get('greedy_text', ''))) or '∅'}")
@@ -217,6 +221,9 @@ def _beam_tree_section(out: core.Translation) -> None:
         f"Hypothesis “{markup.md(words)}”: score {float(step.scores[parent]):.3f} so far "
         f"+ log p {float(step.candidate_logp[j]):.3f} for “{piece}” = **{float(step.candidate_scores[j]):.3f}**"
     )
+    chosen = int(step.candidate_ids[j])
+    for said in claims_rules.tree_notes(rules, t, claims_rules.step_limit(tree.meta), chosen):
+        st.info(said, icon=":material/rule:")
     before = decoding.hypothesis_text(tree, step.tokens[parent]) if t else "the start"
     rows = [step.cross_attention[parent, layer] for layer in range(step.cross_attention.shape[1])]
     fig = decoding.step_attention(
@@ -259,6 +266,7 @@ elif out is not None:
     shown = alt if alt is not None else out
     if alt is not None and branch is not None:
         _what_if_header(out, alt, branch)
+        header.rules_note(alt)
     else:
         header.translation_header(out)
         if out.beam_size > 1:
@@ -303,6 +311,8 @@ elif out is not None:
         )
     else:
         st.markdown(f"→ next piece: **`{style.token_text(s.token)}`** with probability **{s.prob:.1%}**")
+    for said in claims_rules.step_notes(shown.trace, step, lambda i: style.token_text(shown.trace.piece(i))):
+        st.info(said, icon=":material/rule:")  # what a generation rule of the model's folder did at this step
     explain_sources.step_share(shown, step, forced=alt is not None)
     _what_if_picker(shown, own, step, branch)
 

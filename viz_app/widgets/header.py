@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 
 import core
-from viz_app import claims
+from viz_app import claims, claims_rules
 from viz_app.figures import overview
 from viz_app.figures.style import token_text
 from viz_app.session import checkpoints, errors, runs, selection, trace_replay
@@ -23,9 +23,19 @@ def translation_header(out: core.Translation) -> None:
     note = selection.options_note(out.options, out.beam_size)
     st.markdown(f"#### {md(out.text) or EMPTY}")
     st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
+    rules_note(out)
     teacher.beside(out)  # a distilled model: its teacher's translation, the differing words marked
     if out.options != core.InferenceOptions() and trace_replay.replay() is None:
         before_after(out)
+
+
+def rules_note(out: core.Translation) -> None:
+    """Which generation rules of the model's folder shaped this output, read from its trace (nothing for a model
+    without any: every checkpoint trained here)."""
+    meta = out.trace.meta
+    said = claims_rules.rules_in_force(claims_rules.rules_of(meta), claims_rules.step_limit(meta))
+    if said:
+        st.caption(said)
 
 
 def before_after(out: core.Translation) -> None:
