@@ -27,7 +27,7 @@ from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.evaluate import translate_many
 from ..training.train import plot_curves
-from .card import EVERYDAY, columns_table, md_table, switches_table, teacher_and_licence, write_card_file
+from .card import EVERYDAY, Card, columns_table, compose, md_table, section, switches_table, write_card_file
 from .data import read_lines
 from .fidelity import (
     BUCKETS,
@@ -170,7 +170,7 @@ def publish(recipe: LongRecipe, teacher: Transformer, tok: Tokenizer, student: T
         corpus_words=len(corpus_known),
         invented=invented,
     )
-    write_card_file(out, _card(recipe, summary, sources, measured, out))
+    write_card_file(out, compose(build_card(recipe, summary, sources, measured, out)))
     print(f"published {out} ({folder_mb(out):.1f} MB)", flush=True)
     return out
 
@@ -205,63 +205,61 @@ def invented_card_section(recipe: LongRecipe, table: InventedTable, out: Path, p
     )
 
 
-def _card(recipe: LongRecipe, summary: dict, sources: dict, m: Measured, out: Path) -> str:
+def build_card(recipe: LongRecipe, summary: dict, sources: dict, m: Measured, out: Path) -> Card:
+    """The published student's card: ``summary`` (the run's summary.json), ``sources`` (the data folder's
+    sources.json), what publish measured, the output folder."""
     src = LANGUAGES.get(recipe.source_language, recipe.source_language)
     tgt = LANGUAGES.get(recipe.target_language, recipe.target_language)
-    origin = sources.get("origin", sources)
     second = "sources_from" in sources  # the sources are another run's teacher outputs
+    test_inputs = "translations of the Ding **test** sentences" if second else "Ding **test** sentences"
+    n_per = "/".join(map(str, sorted({r.n for r in m.rows})))
+    invented = [section(invented_card_section(recipe, m.invented, out, n_per, second))] if m.invented else []
+    alignment = [section(m.alignment)] if m.alignment.strip() else []
+    device = str(summary.get("device", "cpu"))
+    return Card(
+        title=f"{out.name}: Bergamot {src} → {tgt} with decoder self-attention, distilled for every input length",
+        summary=f"A full encoder–decoder Transformer in the lab's own format: the imported Bergamot model "
+        f"`{recipe.teacher}` with each decoder layer's SSRU replaced by {m.n_heads}-head masked self-attention, "
+        f"learned from the teacher by `python -m core distill-long`. {m.size_mb:.1f} MB on disk (float16; limit "
+        "40 MB).",
+        made=_made(recipe, summary, second),
+        data=_data(sources, src, tgt, second),
+        results=(
+            ("Fidelity to the teacher by source length", _fidelity(recipe, m, out, test_inputs, tgt)),
+            *invented,
+            ("Held-out sentences one by one, and the switches", _held_out(recipe, m, test_inputs)),
+            *alignment,
+        ),
+        side_by_side=columns_table(
+            {
+                src: m.side["input"],
+                "teacher (Bergamot, SSRU)": m.side["teacher"],
+                "student (self-attention)": m.side["student"],
+            }
+        ),
+        languages=(src, tgt),
+        teacher=Path(recipe.teacher),
+        commands=tuple(_reproduce(recipe, summary, sources.get("sources_from"))),
+        reproduce_note="`--stages train` resumes from the run folder's `state.safetensors` (saved every minute); the "
+        f"teacher stage appends its translations chunk by chunk. This checkpoint's teacher and train stages ran on "
+        f"{device}, its publish stage (every figure above) on a 2-core CPU"
+        + (
+            "; on the CPU the first recipe's teacher took 63 min for 317,160 mostly short lines on one thread, so "
+            "expect hours here (`scripts/gpu_session.sh` is the GPU session's script)."
+            if device != "cpu"
+            else "."
+        ),
+    )
+
+
+def _made(recipe: LongRecipe, summary: dict, second: bool) -> str:
     cfg = summary.get("train_config", {})
     kd = summary.get("kd_weight", recipe.kd_weight)
     scale = summary.get("reused_lr_scale", recipe.reused_lr_scale)
     scope = summary.get("scope", recipe.scope)
     device = str(summary.get("device", "cpu"))
-    n_test = len(read_lines(Path(recipe.data_dir) / "test.src"))
     n_dev = len(read_lines(Path(recipe.data_dir) / "dev.src"))
-    test_inputs = "translations of the Ding **test** sentences" if second else "Ding **test** sentences"
-    verdict = goal_verdict(m.rows)
-    said = {True: "**met**", False: "**not met**", None: "not measured (a bucket is empty)"}
-    goals = (
-        f"chrF ≥ 95 per bucket up to 60 pieces and ≥ 90 above: {said[verdict['chrf']]}; no outputs cut short: "
-        f"{said[verdict['not_cut']]}; ≤ 1 non-word per 100 inputs: {said[verdict['words']]}"
-    )
-    words_from = (
-        f"nor in Debian's {tgt} word lists" if m.has_word_list else f"(there is no word list for {tgt}: only those)"
-    )
-    if m.corpus_words:
-        words_from += (
-            f" nor among the {m.corpus_words:,} words of the teacher's translations of the distillation corpus"
-        )
-    if recipe.target_language in CLITICS:  # a known verb with object pronouns after it is a word
-        words_from += " (a known verb followed by object pronouns, as in “diga-me”, counts as known)"
-    on_gpu = device != "cpu"
-    as_trained, ablated = m.switches["as trained"], m.switches["all decoder self-attention heads ablated"]
-    drop = as_trained["chrf"] - ablated["chrf"]
-    dropped = sources.get("train_dropped_as_held_out")
-    if not second:
-        held_note = (
-            "Held out: Ding dev (best-step choice) and test sentences (every figure below), none in any training "
-        )
-        held_note += (
-            f"input (casefolded, trailing .?! ignored). The {tgt} side of every pair is the teacher's greedy output."
-        )
-    else:
-        held_note = (
-            f"The {src} sources are the first run's teacher outputs (`--sources-from {sources['sources_from']}`), the "
-            f"{tgt} side this teacher's greedy output, so no human {src} either. The English held-out sentences are in "
-            "no training input; "
-            + (
-                f"training sources equal to a dev or test source were dropped ({dropped:,})."
-                if dropped is not None
-                else "whether a training source's translation equals a held-out one's was not checked for this run."
-            )
-        )
-    n_per = sorted({r.n for r in m.rows})
-    parts = [
-        f"# {out.name}: Bergamot {src} → {tgt} with decoder self-attention, distilled for every input length\n",
-        f"A full encoder–decoder Transformer in the lab's own format: the imported Bergamot model `{recipe.teacher}` "
-        f"with each decoder layer's SSRU replaced by {m.n_heads}-head masked self-attention, learned from the teacher "
-        f"by `python -m core distill-long`. {m.size_mb:.1f} MB on disk (float16; limit 40 MB).\n",
-        "## How it was made\n",
+    lines = [
         "* **Student**: `core.distill.student.build_student` — every tensor is the teacher's except the decoder "
         f"self-attention (new, its output projection starting at 0). `--scope {scope}`: "
         + SCOPES.get(scope, scope).format(scale=f"{scale:g}")
@@ -280,7 +278,7 @@ def _card(recipe: LongRecipe, summary: dict, sources: dict, m: Measured, out: Pa
         "every target position (word-level distillation: the teacher's whole next-piece distribution, from one "
         "teacher-forced pass over its own output).",
         f"* **Training**: {summary.get('steps', 0):,} steps, {summary.get('minutes')} min on {device}"
-        + (" (bfloat16 autocast for the student; the teacher in float32 with TF32 matmuls)" if on_gpu else "")
+        + (" (bfloat16 autocast for the student; the teacher in float32 with TF32 matmuls)" if device != "cpu" else "")
         + f", {summary.get('tokens_seen', 0):,} target pieces ({summary.get('target_tokens_per_s', 0):,.0f} per "
         f"second), ≤ {cfg.get('max_tokens')} padded tokens per batch, the paper's schedule (warm-up "
         f"{cfg.get('warmup')}, factor {cfg.get('lr_factor')})"
@@ -293,89 +291,105 @@ def _card(recipe: LongRecipe, summary: dict, sources: dict, m: Measured, out: Pa
         f"(every length bucket, made from Ding **dev** sentences{' and translated' if second else ''}): "
         f"{summary.get('best_dev_chrf')}.",
         "",
-        "![training curves](curves.png)\n",
-        "## Data\n",
-        md_table(
-            ["source text (English)", "inputs", "licence"],
+        "![training curves](curves.png)",
+    ]
+    return "\n".join(lines)
+
+
+def _data(sources: dict, src: str, tgt: str, second: bool) -> str:
+    origin = sources.get("origin", sources)
+    table = md_table(
+        ["source text (English)", "inputs", "licence"],
+        [
             [
-                [
-                    "Ding dictionary (Debian `trans-de-en`), training split, English sentences",
-                    f"{origin.get('ding_sentences', 0):,}",
-                    "GPL-2.0-or-later",
-                ],
-                [
-                    "fortune cookies (Debian `fortunes-min`, `fortunes`), single-paragraph sentences",
-                    f"{origin.get('fortunes', 0):,}",
-                    "BSD (fortune-mod)",
-                ],
-                ["Ding training phrases (short)", f"{origin.get('ding_phrases', 0):,}", "GPL-2.0-or-later"],
-                [
-                    "runs of consecutive sentences of the two above, joined into 16–120-piece inputs, "
-                    "evenly over the buckets 16–30, 31–60, 61–120",
-                    f"{origin.get('joined_runs', 0):,}",
-                    "as their sentences",
-                ],
+                "Ding dictionary (Debian `trans-de-en`), training split, English sentences",
+                f"{origin.get('ding_sentences', 0):,}",
+                "GPL-2.0-or-later",
             ],
-        ),
-        "",
-        held_note,
-        "",
-        "## Fidelity to the teacher by source length\n",
-        f"{'/'.join(map(str, n_per))} held-out inputs per bucket from the {test_inputs} (single sentences for the "
-        "short buckets, consecutive ones joined for the long ones); greedy; non-words are output words found neither "
-        f"in the teacher's translations of these inputs {words_from}. Goals of the long-sentence issue: {goals}.\n",
+            [
+                "fortune cookies (Debian `fortunes-min`, `fortunes`), single-paragraph sentences",
+                f"{origin.get('fortunes', 0):,}",
+                "BSD (fortune-mod)",
+            ],
+            ["Ding training phrases (short)", f"{origin.get('ding_phrases', 0):,}", "GPL-2.0-or-later"],
+            [
+                "runs of consecutive sentences of the two above, joined into 16–120-piece inputs, "
+                "evenly over the buckets 16–30, 31–60, 61–120",
+                f"{origin.get('joined_runs', 0):,}",
+                "as their sentences",
+            ],
+        ],
+    )
+    if not second:
+        held_note = (
+            "Held out: Ding dev (best-step choice) and test sentences (every figure below), none in any training "
+            f"input (casefolded, trailing .?! ignored). The {tgt} side of every pair is the teacher's greedy output."
+        )
+    else:
+        dropped = sources.get("train_dropped_as_held_out")
+        held_note = (
+            f"The {src} sources are the first run's teacher outputs (`--sources-from {sources['sources_from']}`), the "
+            f"{tgt} side this teacher's greedy output, so no human {src} either. The English held-out sentences are in "
+            "no training input; "
+            + (
+                f"training sources equal to a dev or test source were dropped ({dropped:,})."
+                if dropped is not None
+                else "whether a training source's translation equals a held-out one's was not checked for this run."
+            )
+        )
+    return f"{table}\n\n{held_note}"
+
+
+def _fidelity(recipe: LongRecipe, m: Measured, out: Path, test_inputs: str, tgt: str) -> str:
+    verdict = goal_verdict(m.rows)
+    said = {True: "**met**", False: "**not met**", None: "not measured (a bucket is empty)"}
+    goals = (
+        f"chrF ≥ 95 per bucket up to 60 pieces and ≥ 90 above: {said[verdict['chrf']]}; no outputs cut short: "
+        f"{said[verdict['not_cut']]}; ≤ 1 non-word per 100 inputs: {said[verdict['words']]}"
+    )
+    words_from = (
+        f"nor in Debian's {tgt} word lists" if m.has_word_list else f"(there is no word list for {tgt}: only those)"
+    )
+    if m.corpus_words:
+        words_from += (
+            f" nor among the {m.corpus_words:,} words of the teacher's translations of the distillation corpus"
+        )
+    if recipe.target_language in CLITICS:  # a known verb with object pronouns after it is a word
+        words_from += " (a known verb followed by object pronouns, as in “diga-me”, counts as known)"
+    n_per = "/".join(map(str, sorted({r.n for r in m.rows})))
+    table = (
         _fidelity_table(m.rows)
         if not m.compare_rows
         else _fidelity_table(m.rows, "this student")
         + "\n"
-        + "\n".join(f"| previous student | {r.row()[2:]}" for r in m.compare_rows),
-        (
-            f"\n*Previous student*: `{recipe.compare_student}`, measured now on the same inputs (its own card says how "
-            "it was made)."
-            if m.compare_rows
-            else ""
-        ),
-        "",
-        f"Reproduce: `python -m core eval --by-length --teacher {recipe.teacher} --checkpoint {out} "
+        + "\n".join(f"| previous student | {r.row()[2:]}" for r in m.compare_rows)
+        + f"\n\n*Previous student*: `{recipe.compare_student}`, measured now on the same inputs (its own card says "
+        "how it was made)."
+    )
+    command = (
+        f"python -m core eval --by-length --teacher {recipe.teacher} --checkpoint {out} "
         f"--sources {Path(recipe.data_dir) / 'test.src'}"
-        + (f" --per-bucket {recipe.per_bucket}`" if recipe.per_bucket != 100 else "`"),
-        "",
-        *([invented_card_section(recipe, m.invented, out, "/".join(map(str, n_per)), second)] if m.invented else []),
-        "## Held-out sentences one by one, and the switches\n",
-        f"The {n_test:,} {test_inputs.replace('**', '')}, greedy, against the teacher's greedy output.\n",
-        switches_table(m.switches, seconds="seconds (CPU)"),
-        "",
-        f"Ablating every decoder self-attention head takes chrF from {as_trained['chrf']} to {ablated['chrf']}"
-        + (": the student uses its self-attention. " if drop >= 10 else ": the student barely relies on it. ")
-        + "With the causal mask off the earlier positions see later ones (core recomputes the prefix at each step).\n",
-        "## Side by side\n",
-        columns_table(
-            {
-                src: m.side["input"],
-                "teacher (Bergamot, SSRU)": m.side["teacher"],
-                "student (self-attention)": m.side["student"],
-            }
-        ),
-        m.alignment,
-        "",
-        teacher_and_licence(src, tgt, Path(recipe.teacher)),
-        "## Reproduce\n",
-        "```",
-        *_reproduce(recipe, summary, sources.get("sources_from")),
-        "```",
-        "",
-        "`--stages train` resumes from the run folder's `state.safetensors` (saved every minute); the teacher stage "
-        f"appends its translations chunk by chunk. This checkpoint's teacher and train stages ran on {device}, its "
-        "publish stage (every figure above) on a 2-core CPU"
-        + (
-            "; on the CPU the first recipe's teacher took 63 min for 317,160 mostly short lines on one thread, so "
-            "expect hours here (`scripts/gpu_session.sh` is the GPU session's script)."
-            if on_gpu
-            else "."
-        ),
-        "",
-    ]
-    return "\n".join(parts)
+        + (f" --per-bucket {recipe.per_bucket}" if recipe.per_bucket != 100 else "")
+    )
+    return (
+        f"{n_per} held-out inputs per bucket from the {test_inputs} (single sentences for the short buckets, "
+        "consecutive ones joined for the long ones); greedy; non-words are output words found neither in the "
+        f"teacher's translations of these inputs {words_from}. Goals of the long-sentence issue: {goals}.\n\n"
+        f"{table}\n\nReproduce: `{command}`"
+    )
+
+
+def _held_out(recipe: LongRecipe, m: Measured, test_inputs: str) -> str:
+    n_test = len(read_lines(Path(recipe.data_dir) / "test.src"))
+    as_trained, ablated = m.switches["as trained"], m.switches["all decoder self-attention heads ablated"]
+    uses = as_trained["chrf"] - ablated["chrf"] >= 10
+    return (
+        f"The {n_test:,} {test_inputs.replace('**', '')}, greedy, against the teacher's greedy output.\n\n"
+        + switches_table(m.switches, seconds="seconds (CPU)")
+        + f"\n\nAblating every decoder self-attention head takes chrF from {as_trained['chrf']} to {ablated['chrf']}"
+        + (": the student uses its self-attention. " if uses else ": the student barely relies on it. ")
+        + "With the causal mask off the earlier positions see later ones (core recomputes the prefix at each step)."
+    )
 
 
 def _reproduce(recipe: LongRecipe, summary: dict, sources_from: str | None) -> list[str]:

@@ -32,8 +32,9 @@ from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
 from ..training.train import Trainer, best_eval_step, fit, plot_curves, read_log, seed_everything
-from .card import side_by_side, write_card, write_card_file
+from .card import compose, write_card_file
 from .data import make_data, read_lines
+from .sentence_card import build_card, side_by_side
 from .settings import SentenceRecipe
 
 DEFAULT_OPTIONS = InferenceOptions()
@@ -442,15 +443,6 @@ def distill(recipe: SentenceRecipe) -> None:
         if (run_dir / "curves.png").is_file():
             shutil.copyfile(run_dir / "curves.png", out / "curves.png")
         size = folder_mb(out)
-        card = write_card(
-            recipe=recipe,
-            data_dir=data_dir,
-            run_dir=run_dir,
-            summary=summary,
-            evaluation=evaluation,
-            sbs=sbs,
-            size_mb=size,
-            notes=notes,
-        )
-        write_card_file(out, card)
+        card = build_card(recipe, summary=summary, evaluation=evaluation, sbs=sbs, size_mb=size, notes=notes)
+        write_card_file(out, compose(card))
         print(f"published {out} ({size:.1f} MB)", flush=True)
