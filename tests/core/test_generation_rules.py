@@ -68,11 +68,20 @@ def build_marian(root: Path) -> SimpleNamespace:
     return SimpleNamespace(folder=folder, tok=MarianTokenizer.from_pretrained(folder), model=model)
 
 
-@pytest.fixture(scope="module", params=["bart", "marian"])
-def family(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(request.param)
-    built = {"bart": build_bart, "marian": build_marian}[request.param](root)
-    return SimpleNamespace(name=request.param, root=root, **vars(built))
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, SimpleNamespace]:
+    """Each family's folder, built on first use and kept for the module (the tests' family parameters interleave:
+    a parametrized module fixture was built again at each switch, 8 builds instead of 2)."""
+    return {}
+
+
+@pytest.fixture(params=["bart", "marian"])
+def family(request, folders, tmp_path_factory):
+    if request.param not in folders:
+        root = tmp_path_factory.mktemp(request.param)
+        built = {"bart": build_bart, "marian": build_marian}[request.param](root)
+        folders[request.param] = SimpleNamespace(name=request.param, root=root, **vars(built))
+    return folders[request.param]
 
 
 def with_rules(case: SimpleNamespace, settings: dict[str, Any], name: str) -> core.Bundle:
