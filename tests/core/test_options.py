@@ -12,6 +12,7 @@ import pytest
 
 import core
 from core import InferenceOptions, InputError
+from core.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,6 +87,8 @@ def test_an_ssru_model_has_no_decoder_heads_to_switch_off(tmp_path):
 
 
 def cli(*args, env=None):
+    """``python -m core ...`` in a process of its own: for what only a real process shows (its exit status, a
+    terminal's encoding); the rest of the command line runs in-process (``main``), as tests/core/test_cli.py does."""
     return subprocess.run(
         [sys.executable, "-m", "core", *args],
         cwd=REPO,
@@ -105,9 +108,16 @@ def cli(*args, env=None):
         (["--device", "cuda:0"] if not __import__("torch").cuda.is_available() else ["--device", "tpu"], "device"),
     ],
 )
-def test_cli_names_bad_options_without_a_traceback(tiny_checkpoint, extra, message):
-    result = cli("translate", "--checkpoint", str(tiny_checkpoint), *extra, "Hello")
-    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+def test_cli_names_bad_options_without_a_traceback(tiny_checkpoint, capsys, extra, message):
+    code = main(["translate", "--checkpoint", str(tiny_checkpoint), *extra, "Hello"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_the_cli_process_exits_2_on_a_bad_option_without_a_traceback(tiny_checkpoint):
+    result = cli("translate", "--checkpoint", str(tiny_checkpoint), "--beam", "9000", "Hello")
+    assert result.returncode == 2 and "beam_size must be a whole number" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_cli_json_survives_an_ascii_terminal(tiny_checkpoint):
