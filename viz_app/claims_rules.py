@@ -104,7 +104,8 @@ def eos_banned(rules: Rules, step: int) -> str | None:
         return None
     return (
         f"The end of sentence was not allowed at this step (min_length {rules.min_length}: allowed from step "
-        f"{rules.eos_banned_steps + 1} on); its probability here is set to 0."
+        f"{rules.eos_banned_steps + 1} on); its probability here is set to 0, the other pieces keep the model's own "
+        "(so the candidates add up to less than 100%)."
     )
 
 

@@ -99,7 +99,7 @@ def test_the_rules_sentence_lists_the_rules_that_held_and_nothing_without_rules(
 def test_eos_banned_is_said_at_the_steps_min_length_bans_it():
     assert eos_banned(ALL, 0) == (
         "The end of sentence was not allowed at this step (min_length 6: allowed from step 6 on); its probability "
-        "here is set to 0."
+        "here is set to 0, the other pieces keep the model's own (so the candidates add up to less than 100%)."
     )
     assert eos_banned(ALL, 4) is not None
     assert eos_banned(ALL, 5) is None and eos_banned(Rules(), 0) is None
