@@ -123,8 +123,8 @@ def test_greedy_ids_and_every_heads_attention_match_transformers(case):
 
 def test_beam_search_matches_transformers_where_hypotheses_end_early(case, tmp_path):
     """eos made likely (``hf_beam.make_eos_likely``) in a copy of the folder: beam-4 ids equal
-    ``generate(num_beams=4)``'s for length penalties 1, 0.5, 2, 1.5 and early_stopping False, True, "never", with
-    hypotheses ending before the search does."""
+    ``generate(num_beams=4)``'s under early_stopping False, True and "never" (length penalties 1, 2, 0.5:
+    ``hf_beam.SETTINGS``), with hypotheses ending before the search does."""
     from transformers import AutoModelForSeq2SeqLM
 
     folder = shutil.copytree(case.folder, tmp_path / "hf")

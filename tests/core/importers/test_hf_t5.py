@@ -135,8 +135,9 @@ def test_greedy_logits_and_every_head_match_transformers(case):
 
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
 def test_beam_search_matches_transformers_where_hypotheses_end_early(version, tmp_path):
-    """eos made likely (``hf_beam.make_eos_likely``): beam-4 ids equal ``generate(num_beams=4)``'s for length
-    penalties 1, 0.5, 2, 1.5 and early_stopping False, True, "never", with hypotheses ending before the search does."""
+    """eos made likely (``hf_beam.make_eos_likely``): beam-4 ids equal ``generate(num_beams=4)``'s under
+    early_stopping False, True and "never" (length penalties 1, 2, 0.5: ``hf_beam.SETTINGS``), with hypotheses ending
+    before the search does."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     folder = build_t5_folder(tmp_path / "hf", version, seed=2)
