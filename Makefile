@@ -31,7 +31,7 @@ run: models
 
 ## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), lint, run every test
 test: $(STAMP) lint browser downloads
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup  # both cores; each file's tests share a worker (and its fixtures), the browser tests one server and one Chromium (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile  # both cores; a file's tests share one worker (and its fixtures); the browser files one worker, one server, one Chromium (tests/conftest.py)
 
 ## ruff (lint + format) on the repository and mypy on core/ (config in pyproject.toml); the first step of make test
 lint: $(STAMP)

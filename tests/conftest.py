@@ -10,10 +10,12 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from xdist.scheduler import LoadFileScheduling
 
 import core
 from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
@@ -22,7 +24,8 @@ from core import CheckpointMeta, ModelConfig, Tokenizer, Transformer, save_check
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"  # screenshots and server logs (gitignored)
-BROWSER_GROUP = "browser"  # the xdist group of every browser test: one worker, one server, one Chromium
+BROWSER_GROUP = "browser"  # the xdist scope of every browser test: one worker, one server, one Chromium
+BROWSER_FILES = "test_browser"  # every browser test lives in a file named so (marked browser too)
 pytest_plugins = ["pytester"]  # tests/test_skip_summary.py runs pytest on a file of its own
 
 # a skip for data that `make test` fetches (`make downloads`, `make models`, `make browser`, the word lists) and a
@@ -36,14 +39,27 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks (make test: --dist loadgroup)
+class _BrowserFilesTogether(LoadFileScheduling):
+    """make test's --dist loadfile, with every browser file (tests/viz_app/test_browser*.py) in ONE scope: one worker
+    runs them all, so the app server and Chromium (``lab_server``, ``chromium``) start once, while the other worker
+    runs the remaining files. (pytest-xdist's loadgroup does not group on pytest 9: it renames ``item._nodeid``,
+    which pytest 9 no longer reads.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        scope = super()._split_scope(nodeid)
+        return BROWSER_GROUP if Path(scope).name.startswith(BROWSER_FILES) else scope
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
+    return _BrowserFilesTogether(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test file is one xdist group (its tests share a worker and its module fixtures, as --dist loadfile
-    would), except the browser tests: they are ONE group, put first, so one worker starts the app server and
-    Chromium once (``lab_server``, ``chromium``) while the other runs the rest."""
-    for item in items:
-        browser = item.get_closest_marker("browser") is not None
-        item.add_marker(pytest.mark.xdist_group(BROWSER_GROUP if browser else item.nodeid.split("::", 1)[0]))
+    """The browser tests first: the longest group starts at once, and the other worker takes the files meanwhile.
+    A browser test outside a test_browser* file would start a second server on the other worker: refused."""
+    stray = [i.nodeid for i in items if i.get_closest_marker("browser") and not i.path.name.startswith(BROWSER_FILES)]
+    if stray:
+        raise pytest.UsageError(f"browser tests belong in tests/viz_app/{BROWSER_FILES}*.py files: {stray}")
     items.sort(key=lambda item: item.get_closest_marker("browser") is None)  # stable: files keep their order
 
 
