@@ -51,7 +51,10 @@ class _BrowserFilesTogether(LoadFileScheduling):
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
-    return _BrowserFilesTogether(config, log) if config.getvalue("dist") == "loadfile" else None
+    if config.getvalue("dist") != "loadfile":
+        return None
+    config.option.loadscopereorder = False  # the collection's order (browser first), not the most tests first
+    return _BrowserFilesTogether(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
