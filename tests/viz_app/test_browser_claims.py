@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 import pytest
 import torch
+from conftest import POLL
 
 import core
 from viz_app import claims
@@ -71,8 +72,9 @@ class Page:
             "([m]) => document.querySelector('[data-testid=\"stMain\"]')?.innerText.includes(m)",
             arg=[marker],
             timeout=120_000,
+            polling=POLL,
         )
-        self.tab.wait_for_function(IDLE, timeout=120_000)
+        self.tab.wait_for_function(IDLE, timeout=120_000, polling=POLL)
         self.tab.wait_for_timeout(400)
         self.tab.screenshot(path=str(ARTIFACTS / f"claims-{self.name}-{shot}.png"), timeout=120_000)
         print(f"[{self.name}] {shot}: {time.time() - start:.1f} s")
@@ -240,8 +242,9 @@ def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[s
             " && document.querySelector('h1')?.innerText.includes(t)",
             arg=[title],
             timeout=120_000,
+            polling=POLL,
         )
-        tab.wait_for_function(IDLE, timeout=120_000)
+        tab.wait_for_function(IDLE, timeout=120_000, polling=POLL)
         assert f"page={path.strip('/')}" in tab.url, tab.url  # the lab's own link to this view
         assert "text=A+small+test." in tab.url or "text=A%20small%20test." in tab.url, tab.url
     tab.close()
@@ -269,15 +272,17 @@ def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(lab_server: tuple[st
             """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                      .some(t => t.textContent.startsWith('Beam search tree'))""",
             timeout=120_000,
+            polling=POLL,
         )
-        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
         page.mouse.click(*page.evaluate(position, [4, 3]))  # step 4, rank 3: a pruned hypothesis
         page.wait_for_function(  # the figure below the pickers now shows that hypothesis's attention
             """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                      .some(t => t.textContent.startsWith('Cross-attention at step 4, scoring'))""",
             timeout=60_000,
+            polling=POLL,
         )
-        page.wait_for_function(idle, timeout=60_000)
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
         picked = page.locator(".st-key-tree_node input").first  # the hypothesis picker followed
         assert picked.input_value().startswith("rank 3 ·"), picked.input_value()
         assert page.locator(".st-key-tree_step input").first.input_value() == "Step 4"
