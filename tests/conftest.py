@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import os
 import re
 import sys
 from collections.abc import Iterator
@@ -57,30 +56,19 @@ class _BrowserFilesTogether(LoadFileScheduling):
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
     if config.getvalue("dist") != "loadfile":
         return None
-    config.option.loadscopereorder = False  # the collection's order (browser first), not the most tests first
+    config.option.loadscopereorder = False  # the collection's order (browser last), not the most tests first
     return _BrowserFilesTogether(config, log)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under xdist, a worker lowers its own priority (nice 10) before its first test that is not a browser test.
-    The browser tests run first, on one worker, with their app server and Chromium at normal priority, so their
-    pages render as fast as on an idle machine while the other worker's tests take the CPU left over (run as
-    equals, the two cores made the browser tests wait and make test take 8.4 min instead of 6.6)."""
-    if item.get_closest_marker("browser") is None and os.environ.get("PYTEST_XDIST_WORKER") and not _niced:
-        os.nice(10)
-        _niced.append(True)
-
-
-_niced: list[bool] = []  # this process lowered its priority already (os.nice adds on each call)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The browser tests first: the longest group starts at once, and the other worker takes the files meanwhile.
+    """The browser tests last, alone on one worker while the other finishes its files: run beside other tests on 2
+    cores their server and Chromium slowed to a crawl (a fresh-clone run: 6.6 min of tests with them last, 7.4-8.4
+    min with them first, even with the other worker at nice 10).
     A browser test outside a test_browser* file would start a second server on the other worker: refused."""
     stray = [i.nodeid for i in items if i.get_closest_marker("browser") and not i.path.name.startswith(BROWSER_FILES)]
     if stray:
         raise pytest.UsageError(f"browser tests belong in tests/viz_app/{BROWSER_FILES}*.py files: {stray}")
-    items.sort(key=lambda item: item.get_closest_marker("browser") is None)  # stable: files keep their order
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)  # stable: files keep their order
 
 
 @pytest.hookimpl(trylast=True)

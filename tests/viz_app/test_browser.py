@@ -1,7 +1,7 @@
 """End-to-end in a real browser: the app served as `make run` serves it + Debian's Chromium driven by Playwright
 (the browser tests' one server and one Chromium: ``lab_server``, ``chromium`` in tests/conftest.py).
 
-Runs against a tiny random checkpoint, and also against the real checkpoint a user meets first when there is one.
+Runs against the real checkpoint a user meets first (a tiny random one where there is none).
 Screenshots go to test-artifacts/ (gitignored).
 """
 
@@ -28,16 +28,15 @@ def _figure_titles(page) -> list[str]:
     return page.eval_on_selector_all(".js-plotly-plot .gtitle", "els => els.map(e => e.textContent)")
 
 
-@pytest.fixture(params=["tiny", "real"])
-def served(request: pytest.FixtureRequest, lab_server: tuple[str, Path]) -> tuple[str, Path, str]:
-    """The shared server (tests/conftest.py) and the checkpoint this case opens: the tiny one (the server's
-    default), or the one a user meets first (checkpoints/DEFAULT, opened with ?ckpt=)."""
+@pytest.fixture
+def served(lab_server: tuple[str, Path]) -> tuple[str, Path, str]:
+    """The shared server (tests/conftest.py) and the checkpoint a user meets first (checkpoints/DEFAULT, opened with
+    ?ckpt=); the tiny one (the server's default) where there is none. One checkpoint: the flow is the same code for
+    any (the tiny model's pages are the AppTests' and test_browser_claims.py's)."""
     url, root = lab_server
-    if request.param == "tiny":
-        return url, root, "tiny"
     name = core.default_checkpoint(REPO / "checkpoints")
     if name is None or not (root / name).exists():
-        pytest.skip("no real checkpoint under checkpoints/ yet (make run / make train)")
+        return url, root, "tiny"
     return url, root, name
 
 

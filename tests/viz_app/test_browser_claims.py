@@ -81,7 +81,18 @@ class Page:
         return self.tab.inner_text('[data-testid="stMain"]')
 
     def max_abs(self, title_prefix: str) -> float | None:
-        return self.tab.evaluate(MAX_ABS, title_prefix)
+        """The largest |z| of the figure titled so, once Plotly has drawn it (a page's script can be idle a moment
+        before its figures are); None when no such figure appears within 30 s."""
+        try:
+            found = self.tab.wait_for_function(
+                f"(prefix) => {{ const m = ({MAX_ABS})(prefix); return m === null ? null : {{m}}; }}",
+                arg=title_prefix,
+                timeout=30_000,
+                polling=POLL,
+            )
+        except Exception:  # Playwright's TimeoutError: no such figure
+            return None
+        return found.json_value()["m"]
 
     def marked(self, *labels: str) -> list[str]:
         """The words the page highlights as changed (red and green backgrounds) in the texts headed ``labels``."""
