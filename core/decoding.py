@@ -153,6 +153,8 @@ def apply_bans(scores: Tensor, config: ModelConfig, tokens: Tensor, fill: float,
     if not (config.min_length or config.no_repeat_ngram_size):
         return scores
     rows, ids = banned(config, tokens)
+    if rows.numel() == 0:  # the rules are on but ban nothing at this step: no copy of the scores
+        return scores
     columns, listed = columns_of(ids, vocab)
     out = scores.clone()
     out[rows[listed], columns[listed]] = fill
