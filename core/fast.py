@@ -61,11 +61,17 @@ class Packed(NamedTuple):
     start: int
     stop: int
 
-    def __call__(self, x: Tensor, bias: Tensor | None) -> Tensor:
-        """x (..., in) times these rows, plus ``bias`` (of these rows, or None): (..., stop - start)."""
+    def bound(self, bias: Tensor | None) -> Linear:
+        """``(fn, w, b)`` with ``fn(x, w, b)`` = x (..., in) times these rows, plus ``bias`` (of these rows, or None):
+        the kernel itself when the scale is 1, else the kernel times the scale."""
         if isinstance(self.scale, float) and self.scale == 1.0:
-            return torch.fbgemm_linear_fp16_weight(x, self.matrix, self.zeros if bias is None else bias)
-        return _scaled_kernel(x, self.matrix, bias, zeros=self.zeros, scale=self.scale)
+            return torch.fbgemm_linear_fp16_weight, self.matrix, self.zeros if bias is None else bias
+        return functools.partial(_scaled_kernel, zeros=self.zeros, scale=self.scale), self.matrix, bias
+
+    def __call__(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """x (..., in) times these rows, plus ``bias``: (..., stop - start)."""
+        fn, w, b = self.bound(bias)
+        return fn(x, w, b)
 
 
 def _in_halves(
@@ -259,10 +265,7 @@ class FastWeights:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(1, thread_name_prefix="fast-weights")
                 return functools.partial(_in_halves, halves=packed, pool=self._pool), packed[0].matrix, bias
-            whole = packed[0]
-            if isinstance(whole.scale, float) and whole.scale == 1.0:
-                return torch.fbgemm_linear_fp16_weight, whole.matrix, whole.zeros if bias is None else bias
-            return functools.partial(_scaled_kernel, zeros=whole.zeros, scale=whole.scale), whole.matrix, bias
+            return packed[0].bound(bias)
         if torch.is_grad_enabled() and weight.requires_grad:
             return F.linear, weight, bias
         return F.linear, self._column_major.get(id(weight), weight), bias
