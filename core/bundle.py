@@ -405,13 +405,15 @@ class Bundle:
         return {} if call.max_len is None else {"max_len": call.max_len}
 
     # ----------------------------------------------------------------- the run path
-    def _call(
-        self, options: InferenceOptions, sources: Sequence[Source], recorder: Recorder | None, **how: Any
-    ) -> Call:
-        """The per-call context of a call on ``sources``, built once: options, recorder, fast weights, the
-        shortlist's rows for every source id (one shortlist per batch, as Marian's), decoding settings ``how``."""
+    def _call(self, options: InferenceOptions, sources: Sequence[Source], record: Record | None, **how: Any) -> Call:
+        """The per-call context of a call on ``sources``, built once: options, a recorder for what ``record`` asks
+        (None: nothing recorded) and its top-k, fast weights, the shortlist's rows for every source id (one
+        shortlist per batch, as Marian's), decoding settings ``how``."""
         vocab = self.shortlist_vocab(options, [i for source in sources for i in source.ids])
-        return Call(options, recorder, self.fast, vocab, **how)
+        if record is None:
+            return Call(options, None, self.fast, vocab, **how)
+        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
+        return Call(options, recorder, self.fast, vocab, top_k=record.top_k, **how)
 
     def _run(
         self, sources: Sequence[Source], call: Call, given: Sequence[Sequence[int]] | None = None, **meta: Any
@@ -527,9 +529,8 @@ class Bundle:
         """``translate`` and ``translate_from`` on one checked source: its output decoded and recorded."""
         max_len = max_steps(self.config, max_len, len(source.ids))  # within a learned position table
         forced = self._check_prefix(prefix, max_len)
-        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
-        how = {"max_len": max_len, "top_k": record.top_k, "beam_size": beam_size, "prefix": tuple(forced)}
-        call = self._call(options, [source], recorder, **how)
+        how = {"max_len": max_len, "beam_size": beam_size, "prefix": tuple(forced)}
+        call = self._call(options, [source], record, **how)
         return self._run([source], call, None, **({"forced_prefix": len(forced)} if forced else {}))[0]
 
     def _check_prefix(self, prefix: Sequence[int] | None, max_len: int) -> list[int]:
@@ -631,8 +632,7 @@ class Bundle:
                 prefix=out_ids[: out.forced_prefix] or None,
             )
         source = Source(src_ids, out.notices, out.source_text)
-        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
-        call = self._call(out.options, [source], recorder, top_k=record.top_k, beam_size=out.beam_size)
+        call = self._call(out.options, [source], record, beam_size=out.beam_size)
         extra = {"forced_prefix": out.forced_prefix} if out.forced_prefix else {}
         if "max_len" in out.trace.meta:  # the decoding's limit, not this pass's
             extra["max_len"] = out.trace.meta["max_len"]
@@ -656,8 +656,7 @@ class Bundle:
         options = self.check_options(options, record=record)
         out_ids = self._target(tgt_text, target_ids)
         source = self._source(src_text, truncate)
-        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
-        call = self._call(options, [source], recorder, top_k=record.top_k)
+        call = self._call(options, [source], record)
         return self._run([source], call, [out_ids], forced=True)[0]
 
     def _target(self, tgt_text: str | None, target_ids: Sequence[int] | None) -> list[int]:
@@ -704,9 +703,8 @@ class Bundle:
         if isinstance(texts, str) or not texts:
             raise InputError("translate_batch needs a list of at least one text")
         sources = [self._source(t, truncate) for t in texts]  # each cut and cleaned as translate cuts it
-        recorder = Recorder(self.model, qkv=record.qkv, activations=record.activations)
-        how = {"max_len": max_len, "top_k": record.top_k, "beam_size": beam_size}
-        return self._run(sources, self._call(options, sources, recorder, **how))
+        how = {"max_len": max_len, "beam_size": beam_size}
+        return self._run(sources, self._call(options, sources, record, **how))
 
 
 class Source(NamedTuple):
