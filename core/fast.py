@@ -196,7 +196,6 @@ class FastWeights:
     def __init__(self, model: FastModel, *, kernel: bool = True) -> None:
         self.kernel = kernel and kernel_available()
         self._packed: dict[int, tuple[Packed, ...]] = {}  # id(weight) -> the whole matrix packed, or its two halves
-        self._pool: ThreadPoolExecutor | None = None  # the second thread of matrices packed in halves, made at need
         self._column_major: dict[int, Tensor] = {}  # id(weight) -> the same values, strides (1, out)
         # (weight, its version when copied; None for copies made here and inference tensors, which cannot be
         # written in place): holding them keeps the ids above theirs
@@ -218,6 +217,10 @@ class FastWeights:
                 weight, bias, scale = fuse(parts)
                 target[i] = (weight, bias)
                 self._add(weight, True, derived=True, scale=scale)
+        # the second thread of the matrices packed in halves: made here, not at the first call (a FastWeights is
+        # shared by the app's sessions, whose threads would race to make it)
+        halves = any(len(parts) == 2 for parts in self._packed.values())
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fast-weights") if halves else None
         if self._packed:  # the deprecation note comes once per process, at the first call: take it here
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="fbgemm_.* is deprecated", category=UserWarning)
@@ -262,8 +265,7 @@ class FastWeights:
         packed = self._packed.get(id(weight))
         if packed is not None and self._rows_ok(rows, weight):
             if len(packed) == 2:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="fast-weights")
+                assert self._pool is not None  # made with the halves
                 return functools.partial(_in_halves, halves=packed, pool=self._pool), packed[0].matrix, bias
             return packed[0].bound(bias)
         if torch.is_grad_enabled() and weight.requires_grad:
