@@ -95,6 +95,11 @@ def rules_in_force(rules: Rules, max_len: int | None) -> str | None:
     )
 
 
+def rules_in_force_of(meta: Mapping[str, Any]) -> str | None:
+    """``rules_in_force`` for a trace's (or beam tree's) meta: its rules and its step limit."""
+    return rules_in_force(rules_of(meta), step_limit(meta))
+
+
 # ---- what a rule did at one step ----
 
 

@@ -183,7 +183,7 @@ def _beam_tree_section(out: core.Translation) -> None:
         f"translation, ranked by {rank}. Click a dot, or pick it below, to see its cross-attention."
     )
     rules = claims_rules.rules_of(tree.meta)
-    said = claims_rules.rules_in_force(rules, claims_rules.step_limit(tree.meta))
+    said = claims_rules.rules_in_force_of(tree.meta)
     if said:
         st.caption(said + " They act on every hypothesis.")
     st.markdown(markup.md(decoding.beam_summary(tree)))

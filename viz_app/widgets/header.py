@@ -32,8 +32,7 @@ def translation_header(out: core.Translation) -> None:
 def rules_note(out: core.Translation) -> None:
     """Which generation rules of the model's folder shaped this output, read from its trace (nothing for a model
     without any: every checkpoint trained here)."""
-    meta = out.trace.meta
-    said = claims_rules.rules_in_force(claims_rules.rules_of(meta), claims_rules.step_limit(meta))
+    said = claims_rules.rules_in_force_of(out.trace.meta)
     if said:
         st.caption(said)
 
