@@ -124,8 +124,7 @@ def _data(recipe: SentenceRecipe, summary: dict, data_dir: Path) -> str:
             f"{len(read_lines(data_dir / 'extra.pt')):,}",
         ),
         (
-            "**held out**: Ding dev + test English sentences (500 + 1,000), in no training line (casefolded, "
-            "trailing .?! ignored)",
+            "**held out**: Ding dev + test English sentences, in no training line (casefolded, trailing .?! ignored)",
             "GPL-2.0-or-later",
             f"{sources['heldout']:,}",
             f"{sources['heldout']:,}",
