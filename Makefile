@@ -9,11 +9,11 @@ PORT ?= 8501
 # (compared with pip freeze) in a fraction of the time. uv does not read pip's configuration: a wheel folder pip is
 # told about (PIP_FIND_LINKS or pip.conf's find-links, e.g. a CPU-only torch) is passed on.
 UV_VERSION := 0.13.9
-# what a clone may reuse from an earlier one on this machine (mypy's cache, the Ding package): outside the clone
-# Python may write bytecode here, whatever the caller's PYTHONDONTWRITEBYTECODE: uv installs without it, and with it
-# unset every process of a test run (two workers, app servers, CLI runs, Ray's and DDP's workers) would compile torch,
+# Python may write bytecode here, whatever the caller's PYTHONDONTWRITEBYTECODE: uv installs none, and with it set
+# every process of a test run (two workers, app servers, CLI runs, Ray's and DDP's workers) would compile torch,
 # transformers and Streamlit from source again (torch: 7 s instead of 3 s). Written once, into .venv and __pycache__/.
 unexport PYTHONDONTWRITEBYTECODE
+# what a clone may reuse from an earlier one on this machine (mypy's cache, the Ding package): outside the clone
 USER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/attention-lab
 FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null))
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
