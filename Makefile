@@ -19,7 +19,7 @@ FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
 	-c constraints.txt
 
-.PHONY: run test lint install browser downloads models bench train eval import-bergamot publish clean
+.PHONY: run test lint install browser downloads models screenshots bench train eval import-bergamot publish clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,7 +35,7 @@ run: models
 
 ## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), lint, run every test
 test: $(STAMP) lint browser downloads
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile  # both cores; a file's tests share one worker (and its fixtures); the browser files one worker, one server, one Chromium (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile  # both cores; a file's tests share one worker (and its fixtures); the browser files last, split over both (one server and Chromium each; tests/conftest.py)
 
 ## ruff (lint + format) on the repository and mypy on core/ (config in pyproject.toml); the first step of make test
 lint: $(STAMP)
@@ -60,6 +60,10 @@ models: $(STAMP)
 
 browser:
 	@bash scripts/setup_browser.sh
+
+## make screenshots: the browser tests again, leaving a screenshot of each page they check in test-artifacts/
+screenshots: $(STAMP) models browser
+	LAB_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/viz_app/test_browser.py tests/viz_app/test_browser_claims.py
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(UV_INSTALL) -e '.[test,bench]'

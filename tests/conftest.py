@@ -1,11 +1,13 @@
 """Shared fixtures: a tiny random model config and a tiny checkpoint folder built on the fly; one torch thread
-for the whole run; ONE app server and ONE Chromium for every browser test; at the end, the tests skipped because
-data that ``make test`` fetches is missing."""
+for the whole run; one app server and one Chromium per worker that runs browser tests; at the end, the tests
+skipped because data that ``make test`` fetches is missing."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -15,7 +17,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from xdist.scheduler import LoadFileScheduling
 
 import core
 from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
@@ -24,12 +25,15 @@ from core import CheckpointMeta, ModelConfig, Tokenizer, Transformer, save_check
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"  # screenshots and server logs (gitignored)
-BROWSER_GROUP = "browser"  # the xdist scope of every browser test: one worker, one server, one Chromium
 # ms between a browser test's checks of a page (wait_for_function): Playwright's default checks at every animation
 # frame, which keeps Chromium's renderer busy and, on 2 cores, slows the server and the other worker it waits for
 POLL = 200
-BROWSER_FILES = "test_browser"  # every browser test lives in a file named so (marked browser too)
-pytest_plugins = ["pytester"]  # tests/test_skip_summary.py runs pytest on a file of its own
+# screenshots of each step into test-artifacts/ only when asked (`make screenshots`): at 0.5-2 s each in software
+# rendering they were a fifth of the browser tests' time; a failing browser test's tab is captured anyway (``new_tab``)
+SCREENSHOTS = os.environ.get("LAB_SCREENSHOTS") == "1"
+# pytester: tests/test_skip_summary.py and tests/test_xdist_browser_split.py run pytest on files of their own;
+# browser_last: make test's scheduling, the browser files last and split over the two workers
+pytest_plugins = ["pytester", "browser_last"]
 
 # a skip for data that `make test` fetches (`make downloads`, `make models`, `make browser`, the word lists) and a
 # failed download leaves missing: said at the end of the run, not only as one line among the skips
@@ -42,33 +46,28 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
-class _BrowserFilesTogether(LoadFileScheduling):
-    """make test's --dist loadfile, with every browser file (tests/viz_app/test_browser*.py) in ONE scope: one worker
-    runs them all, so the app server and Chromium (``lab_server``, ``chromium``) start once, while the other worker
-    runs the remaining files. (pytest-xdist's loadgroup does not group on pytest 9: it renames ``item._nodeid``,
-    which pytest 9 no longer reads.)"""
-
-    def _split_scope(self, nodeid: str) -> str:
-        scope = super()._split_scope(nodeid)
-        return BROWSER_GROUP if Path(scope).name.startswith(BROWSER_FILES) else scope
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
-    if config.getvalue("dist") != "loadfile":
-        return None
-    config.option.loadscopereorder = False  # the collection's order (browser last), not the most tests first
-    return _BrowserFilesTogether(config, log)
+@contextlib.contextmanager
+def new_tab(browser: Any, name: str, **options: Any) -> Iterator[Any]:
+    """A new Chromium tab (``browser.new_page(**options)``), closed at the end; if the block fails, a full-page
+    screenshot of the tab is left in test-artifacts/failed-NAME.png first."""
+    page = browser.new_page(**options)
+    try:
+        yield page
+    except BaseException:
+        with contextlib.suppress(Exception):  # the failure itself is what the run reports
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"failed-{name}.png"), full_page=True, timeout=30_000)
+        raise
+    finally:
+        page.close()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The browser tests last, alone on one worker while the other finishes its files: run beside other tests on 2
-    cores their server and Chromium slowed to a crawl (a fresh-clone run: 6.6 min of tests with them last, 7.4-8.4
-    min with them first, even with the other worker at nice 10).
-    A browser test outside a test_browser* file would start a second server on the other worker: refused."""
-    stray = [i.nodeid for i in items if i.get_closest_marker("browser") and not i.path.name.startswith(BROWSER_FILES)]
-    if stray:
-        raise pytest.UsageError(f"browser tests belong in tests/viz_app/{BROWSER_FILES}*.py files: {stray}")
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)  # stable: files keep their order
+def snapshot(page: Any, name: str, full_page: bool = False) -> None:
+    """A screenshot of the tab as it is now, test-artifacts/NAME.png, when asked for (LAB_SCREENSHOTS=1, `make
+    screenshots`), half a second after the page settled so that Plotly has drawn."""
+    if SCREENSHOTS:
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page, timeout=120_000)
 
 
 @pytest.hookimpl(trylast=True)
@@ -176,7 +175,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """ONE app server for every browser test, started from the repository root as `make run` starts it, on a
+    """The worker's one app server for its browser tests, started from the repository root as `make run` starts it, on a
     checkpoint root holding the tiny checkpoint (the default) and, linked, the default real one (open it with
     ``?ckpt=NAME``); one torch thread, as the tests compare with ``core`` run here on one thread."""
     if not CHROMIUM.exists():
@@ -197,7 +196,7 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[object]:
-    """ONE Chromium for every browser test (each opens its own tabs: a fresh app session per tab). The name
+    """The worker's one Chromium for its browser tests (each opens its own tabs: a fresh app session per tab). The name
     evil.example resolves to this machine, as a DNS-rebinding page's would (tests/viz_app/test_guard.py)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")

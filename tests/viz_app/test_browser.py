@@ -1,5 +1,5 @@
 """End-to-end in a real browser: the app served as `make run` serves it + Debian's Chromium driven by Playwright
-(the browser tests' one server and one Chromium: ``lab_server``, ``chromium`` in tests/conftest.py).
+(the worker's app server and Chromium: ``lab_server``, ``chromium`` in tests/conftest.py).
 
 Runs against the real checkpoint a user meets first (a tiny random one where there is none).
 Screenshots go to test-artifacts/ (gitignored).
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import POLL
+from conftest import POLL, new_tab, snapshot
 
 import core
 
@@ -26,6 +26,21 @@ SENTENCE = "The cat sleeps on the warm chair."
 
 def _figure_titles(page) -> list[str]:
     return page.eval_on_selector_all(".js-plotly-plot .gtitle", "els => els.map(e => e.textContent)")
+
+
+def _until_a_title(page, test: str) -> None:
+    """Wait (at most 20 s) until some figure's title passes ``test``, a JS function of the title text (Plotly draws
+    titles a moment after the script is idle); the timeout names the titles there were."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            f"() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].some(t => ({test})(t.textContent))",
+            timeout=20_000,
+            polling=POLL,
+        )
+    except PlaywrightTimeout:
+        raise AssertionError(f"no figure title passes {test}: {_figure_titles(page)}") from None
 
 
 @pytest.fixture
@@ -49,8 +64,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
     sentence = SENTENCE if bundle.languages[0] == "en" else "O gato dorme na cadeira quente."
     expected = bundle.translate(sentence).text
     expected_no_pe = bundle.translate(sentence, options=core.InferenceOptions(positional_encoding=False)).text
-    page = chromium.new_page(viewport={"width": 1400, "height": 2200})  # type: ignore[attr-defined]
-    try:
+    with new_tab(chromium, f"browser-{name}", viewport={"width": 1400, "height": 2200}) as page:
         requested: list[str] = []
         page.on("request", lambda request: requested.append(request.url))
         page.goto(url if name == "tiny" else f"{url}/?ckpt={name}", timeout=120_000)
@@ -75,9 +89,8 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
         )
         elapsed = time.time() - start
         print(f"\n[{name}] Enter -> translation and heatmaps drawn in {elapsed:.2f} s")
-        page.wait_for_timeout(500)
-        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-overview.png"))
-        assert any("as trained" in t for t in _figure_titles(page)), _figure_titles(page)
+        snapshot(page, f"browser-{name}-overview")
+        _until_a_title(page, "t => t.includes('as trained')")
 
         page.locator(".st-key-pe label").click()
         page.wait_for_function(
@@ -99,8 +112,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
                 polling=POLL,
             )
         assert "pe=0" in page.url
-        page.wait_for_timeout(500)
-        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-pe-off.png"))
+        snapshot(page, f"browser-{name}-pe-off")
 
         idle = """() => document.querySelector('[data-testid="stApp"]')
                             .getAttribute('data-test-script-state') === 'notRunning'"""
@@ -138,9 +150,8 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             polling=POLL,
         )
         page.wait_for_function(idle, timeout=60_000, polling=POLL)
-        page.wait_for_timeout(500)
-        assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
-        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-replay.png"))
+        _until_a_title(page, "t => t.includes('PE off')")
+        snapshot(page, f"browser-{name}-replay")
         page.locator(".st-key-close_trace button").click()
         page.wait_for_function(
             """() => !document.querySelector('section[data-testid="stSidebar"]').innerText
@@ -151,9 +162,8 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
 
         page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
         page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60_000)
-        page.wait_for_timeout(500)
-        assert any("PE off" in t for t in _figure_titles(page)), _figure_titles(page)
-        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-head.png"))
+        _until_a_title(page, "t => t.includes('PE off')")
+        snapshot(page, f"browser-{name}-head")
 
         page.goto(f"{url}/explain?{page.url.split('?', 1)[1]}", timeout=60_000)  # Why this word?
         page.wait_for_function(
@@ -163,9 +173,8 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             polling=POLL,
         )
         page.wait_for_function(idle, timeout=60_000, polling=POLL)
-        page.wait_for_timeout(500)
-        assert any(t.startswith("Cross-attention") for t in _figure_titles(page)), _figure_titles(page)
-        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-explain.png"))
+        _until_a_title(page, "t => t.startsWith('Cross-attention')")
+        snapshot(page, f"browser-{name}-explain")
         page.goto(f"{url}/heads?{page.url.split('?', 1)[1]}", timeout=60_000)  # What does each head do?
         page.wait_for_function(
             """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
@@ -175,12 +184,9 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
         )
         page.wait_for_function(idle, timeout=60_000, polling=POLL)
         page.get_by_text("Which cross-attention heads align words?").wait_for(timeout=60_000)
-        page.wait_for_timeout(500)
-        titles = _figure_titles(page)  # PE is off here: the default model's translation may be empty (no links)
-        assert any(t.startswith("Cross-attention") or t.startswith("Links read from") for t in titles), titles
-        page.screenshot(path=str(ARTIFACTS / f"browser-{name}-heads.png"), full_page=True)
+        # PE is off here: the default model's translation may be empty (no links)
+        _until_a_title(page, "t => t.startsWith('Cross-attention') || t.startsWith('Links read from')")
+        snapshot(page, f"browser-{name}-heads", full_page=True)
         # the page loads nothing from outside the machine: every request went to the app's own origin
         outside = [u for u in requested if not u.startswith(url) and not u.startswith(("data:", "blob:"))]
         assert requested and not outside, outside[:5]
-    finally:
-        page.close()

@@ -1,7 +1,7 @@
 """What the page says agrees with the numbers: a real Chromium over pages × switches, each claim checked against
 the core results for the same settings (issue: "every sentence the lab says is true").
 
-The browser tests' one server (tiny and the default real checkpoint) and one Chromium (``lab_server``,
+The worker's app server (tiny and the default real checkpoint) and Chromium (``lab_server``,
 ``chromium`` in tests/conftest.py). Each case opens a link (a fresh session, as a copied
 link would), reads the page's words and the figures' data from the DOM, and compares them with ``core`` run here
 with the same switches, on one thread like the server (identical arithmetic, identical greedy choices).
@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import pytest
 import torch
-from conftest import POLL
+from conftest import POLL, new_tab, snapshot
 
 import core
 from viz_app import claims
@@ -24,7 +24,6 @@ from viz_app import claims
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts"
 SENTENCES = {
     "en": ("The old lighthouse keeper wrote letters to his daughter every winter.", "The cat sleeps."),
     "pt": ("O velho faroleiro escrevia cartas à filha todos os invernos.", "O gato dorme."),
@@ -61,9 +60,8 @@ def checkpoint(which: str, root: Path) -> str:
 class Page:
     """One browser tab on the served app: open a link, wait until the page has run, read what it says."""
 
-    def __init__(self, browser: object, url: str, ckpt: str) -> None:
-        self.tab = browser.new_page(viewport={"width": 1400, "height": 2000})  # type: ignore[attr-defined]
-        self.url, self.name = url, ckpt
+    def __init__(self, tab: object, url: str, ckpt: str) -> None:
+        self.tab, self.url, self.name = tab, url, ckpt
 
     def open(self, shot: str, marker: str, path: str = "", **params: str) -> str:
         start = time.time()
@@ -75,8 +73,7 @@ class Page:
             polling=POLL,
         )
         self.tab.wait_for_function(IDLE, timeout=120_000, polling=POLL)
-        self.tab.wait_for_timeout(400)
-        self.tab.screenshot(path=str(ARTIFACTS / f"claims-{self.name}-{shot}.png"), timeout=120_000)
+        snapshot(self.tab, f"claims-{self.name}-{shot}")
         print(f"[{self.name}] {shot}: {time.time() - start:.1f} s")
         return self.tab.inner_text('[data-testid="stMain"]')
 
@@ -138,127 +135,134 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
     torch.set_num_threads(1)  # the server's setting: identical arithmetic, identical greedy choices
     bundle = core.load(root / name, device="cpu")
     first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
-    page = Page(chromium, url, name)
+    with new_tab(chromium, f"claims-{name}", viewport={"width": 1400, "height": 2000}) as opened:
+        page = Page(opened, url, name)
 
-    def translate(text: str = first, **switches: object) -> core.Translation:
-        beam = int(switches.pop("beam_size", 1))  # type: ignore[call-overload]
-        return bundle.translate(text, core.InferenceOptions(**switches), beam_size=beam, truncate=True)
+        def translate(text: str = first, **switches: object) -> core.Translation:
+            beam = int(switches.pop("beam_size", 1))  # type: ignore[call-overload]
+            return bundle.translate(text, core.InferenceOptions(**switches), beam_size=beam, truncate=True)
 
-    trained = translate()
+        trained = translate()
 
-    # 0 · /overview typed as a path opens the overview (Streamlit said "Page not found" first)
-    said = page.open("overview-path", "Translation ·", path="overview", text=first)
-    assert "Page not found" not in page.tab.inner_text("body") and "page=overview" in page.tab.url
-    assert f"\n{trained.text or EMPTY}\n" in f"\n{said}\n"
+        # 0 · /overview typed as a path opens the overview (Streamlit said "Page not found" first)
+        said = page.open("overview-path", "Translation ·", path="overview", text=first)
+        assert "Page not found" not in page.tab.inner_text("body") and "page=overview" in page.tab.url
+        assert f"\n{trained.text or EMPTY}\n" in f"\n{said}\n"
 
-    # 1 · positional encoding, one side at a time: the "as trained" text is the as-trained run, the switched text
-    # the switched one, and the encoder's difference grid is non-zero exactly when encoder PE is off
-    for side, switch in (("encoder", {"encoder_pe": False}), ("decoder", {"decoder_pe": False})):
-        said = page.open(
-            f"pe-{side}", "As trained (with PE):", page="positional", text=first, pe="0", pe_side=side, compare="1"
-        )
-        label = f"Without PE on the {side}:"
-        assert line_after(said, "As trained (with PE):") == (trained.text or "∅")
-        assert line_after(said, label) == (translate(**switch).text or "∅")
-        if trained.text:
-            core_delta = claims.largest_change(
-                forced_maps(bundle, first, trained.text, core.InferenceOptions(), "encoder"),
-                forced_maps(bundle, first, trained.text, core.InferenceOptions(**switch), "encoder"),
+        # 1 · positional encoding, one side at a time: the "as trained" text is the as-trained run, the switched text
+        # the switched one, and the encoder's difference grid is non-zero exactly when encoder PE is off
+        for side, switch in (("encoder", {"encoder_pe": False}), ("decoder", {"decoder_pe": False})):
+            said = page.open(
+                f"pe-{side}", "As trained (with PE):", page="positional", text=first, pe="0", pe_side=side, compare="1"
             )
-            shown = page.max_abs(f"Difference (without PE on the {side} − as trained)")
-            assert shown is not None
-            assert (shown > 1e-6) == (core_delta > 1e-6), (side, shown, core_delta)
-            assert ("No change: every attention weight here is the same" in said) == (core_delta < claims.SAME_WEIGHT)
-        if bundle.languages[0] == "en" and side == "encoder":  # the word-order pairs, computed live
-            assert "the same set of vectors for both sentences" in said
+            label = f"Without PE on the {side}:"
+            assert line_after(said, "As trained (with PE):") == (trained.text or "∅")
+            assert line_after(said, label) == (translate(**switch).text or "∅")
+            if trained.text:
+                core_delta = claims.largest_change(
+                    forced_maps(bundle, first, trained.text, core.InferenceOptions(), "encoder"),
+                    forced_maps(bundle, first, trained.text, core.InferenceOptions(**switch), "encoder"),
+                )
+                shown = page.max_abs(f"Difference (without PE on the {side} − as trained)")
+                assert shown is not None
+                assert (shown > 1e-6) == (core_delta > 1e-6), (side, shown, core_delta)
+                assert ("No change: every attention weight here is the same" in said) == (
+                    core_delta < claims.SAME_WEIGHT
+                )
+            if bundle.languages[0] == "en" and side == "encoder":  # the word-order pairs, computed live
+                assert "the same set of vectors for both sentences" in said
 
-    # 2 · causal mask off: the output shown is the switched run, the changed words marked are the ones that
-    # differ, and the caption says "changes" exactly when it did
-    off = translate(causal_mask=False)
-    said = page.open(
-        "causal-off", "Translation ·", text=first, causal="0", overview_tab="Decoder masked self-attention"
-    )
-    assert f"\n{off.text or EMPTY}\n" in f"\n{said}\n"
-    if off.text != trained.text:
-        assert line_after(said, "As trained:") == (trained.text or EMPTY)
-        assert line_after(said, "With causal mask off:") == (off.text or EMPTY)
-        assert page.marked("As trained:", "With causal mask off:") == changed_words(trained.text, off.text)
-    else:
-        assert "As trained the translation is the same" in said
-    changed = claims.first_changed_word(trained.text, off.text) is not None
-    assert ("The output still changes" in said) == changed
-    assert ("Here the output is the same as with the mask" in said) == (not changed)
-
-    # 3 · one head switched off, and beam 4: the header is that run's translation
-    ablated = translate(ablate=frozenset({("encoder", 0, 0)}))
-    said = page.open("head-off", "Translation ·", text=first, ablate="encoder.1.1")
-    assert f"\n{ablated.text or EMPTY}\n" in f"\n{said}\n"
-    if ablated.text == trained.text:
-        assert "As trained the translation is the same" in said
-    else:
-        assert line_after(said, "As trained:") == trained.text
-    beam = translate(beam_size=4)
-    said = page.open("beam-4", "Translation ·", text=first, beam="4")
-    assert f"\n{beam.text or EMPTY}\n" in f"\n{said}\n" and "beam 4" in said
-
-    # 4 · padding mask off on a batch of two: each translation shown is the batch's
-    opts = core.InferenceOptions(padding_mask=False)
-    texts = [
-        one.text
-        for one in bundle.translate_batch([first, second], options=opts, truncate=True, record=core.Record(qkv=False))
-    ]
-    said = page.open("padding-off", "Translation 2:", page="masks", text=first, text2=second, padding="0")
-    assert line_after(said, "Translation 1:") == (texts[0] or "∅")
-    assert line_after(said, "Translation 2:") == (texts[1] or "∅")
-
-    # 5 · a forced word: the alternative is the model's continuation after it, and "its own choice" is the
-    # model's own piece at that step (it named the forced one)
-    own = [int(i) for i in trained.trace["output.ids"]]
-    if len(own) >= 3:
-        step = 1
-        candidate = next(int(i) for i in trained.trace["output.top_ids"][step] if int(i) != own[step])
-        prefix = [*own[:step], candidate]
-        alt = bundle.translate_from(first, prefix, truncate=True)
+        # 2 · causal mask off: the output shown is the switched run, the changed words marked are the ones that
+        # differ, and the caption says "changes" exactly when it did
+        off = translate(causal_mask=False)
         said = page.open(
-            "what-if", "What if step 2 were", page="steps", text=first, step="2", whatif=".".join(map(str, prefix))
+            "causal-off", "Translation ·", text=first, causal="0", overview_tab="Decoder masked self-attention"
         )
-        assert re.search(r"What if step 2 were “[^”]*”: (.*)", said).group(1).strip() == (alt.text or "∅")
-        own_piece = trained.trace.piece(own[step])
-        assert f"At step 2 the model's own choice was “{own_piece.replace('▁', '␣')}”" in said
-        placeholders = " | ".join(
-            page.tab.eval_on_selector_all('[data-testid="stMain"] input', "els => els.map(e => e.placeholder)")
-        )  # the picker's placeholder names the model's own piece at this step
-        assert f"its own choice: “{own_piece.replace('▁', '␣')}”" in placeholders
-        assert f"its own choice: “{alt.trace.piece(candidate).replace('▁', '␣')}”" not in placeholders
-    # 6 · the Model map: the total it states is the model's own count of its tensors
-    said = page.open("model-map", "The blocks add up to", page="map", text=first)
-    numel = sum(p.numel() for p in bundle.model.parameters())
-    assert f"The blocks add up to {numel:,} parameters, the same as the model's own count" in said
-    page.tab.close()
+        assert f"\n{off.text or EMPTY}\n" in f"\n{said}\n"
+        if off.text != trained.text:
+            assert line_after(said, "As trained:") == (trained.text or EMPTY)
+            assert line_after(said, "With causal mask off:") == (off.text or EMPTY)
+            assert page.marked("As trained:", "With causal mask off:") == changed_words(trained.text, off.text)
+        else:
+            assert "As trained the translation is the same" in said
+        changed = claims.first_changed_word(trained.text, off.text) is not None
+        assert ("The output still changes" in said) == changed
+        assert ("Here the output is the same as with the mask" in said) == (not changed)
+
+        # 3 · one head switched off, and beam 4: the header is that run's translation
+        ablated = translate(ablate=frozenset({("encoder", 0, 0)}))
+        said = page.open("head-off", "Translation ·", text=first, ablate="encoder.1.1")
+        assert f"\n{ablated.text or EMPTY}\n" in f"\n{said}\n"
+        if ablated.text == trained.text:
+            assert "As trained the translation is the same" in said
+        else:
+            assert line_after(said, "As trained:") == trained.text
+        beam = translate(beam_size=4)
+        said = page.open("beam-4", "Translation ·", text=first, beam="4")
+        assert f"\n{beam.text or EMPTY}\n" in f"\n{said}\n" and "beam 4" in said
+
+        # 4 · padding mask off on a batch of two: each translation shown is the batch's
+        opts = core.InferenceOptions(padding_mask=False)
+        texts = [
+            one.text
+            for one in bundle.translate_batch(
+                [first, second], options=opts, truncate=True, record=core.Record(qkv=False)
+            )
+        ]
+        said = page.open("padding-off", "Translation 2:", page="masks", text=first, text2=second, padding="0")
+        assert line_after(said, "Translation 1:") == (texts[0] or "∅")
+        assert line_after(said, "Translation 2:") == (texts[1] or "∅")
+
+        # 5 · a forced word: the alternative is the model's continuation after it, and "its own choice" is the
+        # model's own piece at that step (it named the forced one)
+        own = [int(i) for i in trained.trace["output.ids"]]
+        if len(own) >= 3:
+            step = 1
+            candidate = next(int(i) for i in trained.trace["output.top_ids"][step] if int(i) != own[step])
+            prefix = [*own[:step], candidate]
+            alt = bundle.translate_from(first, prefix, truncate=True)
+            said = page.open(
+                "what-if", "What if step 2 were", page="steps", text=first, step="2", whatif=".".join(map(str, prefix))
+            )
+            assert re.search(r"What if step 2 were “[^”]*”: (.*)", said).group(1).strip() == (alt.text or "∅")
+            own_piece = trained.trace.piece(own[step])
+            assert f"At step 2 the model's own choice was “{own_piece.replace('▁', '␣')}”" in said
+            # the picker's placeholder names the model's own piece at this step (drawn a moment after the text)
+            placeholders = page.tab.wait_for_function(
+                """() => [...document.querySelectorAll('[data-testid="stMain"] input')]
+                         .map(e => e.placeholder).filter(p => p.includes('its own choice')).join(' | ')""",
+                timeout=20_000,
+                polling=POLL,
+            ).json_value()
+            assert f"its own choice: “{own_piece.replace('▁', '␣')}”" in placeholders
+            assert f"its own choice: “{alt.trace.piece(candidate).replace('▁', '␣')}”" not in placeholders
+        # 6 · the Model map: the total it states is the model's own count of its tensors
+        said = page.open("model-map", "The blocks add up to", page="map", text=first)
+        numel = sum(p.numel() for p in bundle.model.parameters())
+        assert f"The blocks add up to {numel:,} parameters, the same as the model's own count" in said
 
 
 def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[str, Path], chromium: object) -> None:
     """/masks typed, reloaded or bookmarked: the page opens with the link's values, and the frontend's probe of
     ``/masks/_stcore/health`` (upstream streamlit#7074) no longer happens (viz_app/asgi.py answers the path)."""
     url, _ = lab_server
-    tab = chromium.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
     failed: list[str] = []
     errors: list[str] = []
-    tab.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    for path, title in (("masks", "Masks"), ("steps/", "Step-by-step decoding")):
-        tab.goto(f"{url}/{path}?{urlencode({'ckpt': 'tiny', 'text': 'A small test.'})}", timeout=120_000)
-        tab.wait_for_function(
-            "([t]) => (document.querySelector('[data-testid=\"stMain\"]')?.innerText || '').includes('Translation')"
-            " && document.querySelector('h1')?.innerText.includes(t)",
-            arg=[title],
-            timeout=120_000,
-            polling=POLL,
-        )
-        tab.wait_for_function(IDLE, timeout=120_000, polling=POLL)
-        assert f"page={path.strip('/')}" in tab.url, tab.url  # the lab's own link to this view
-        assert "text=A+small+test." in tab.url or "text=A%20small%20test." in tab.url, tab.url
-    tab.close()
+    with new_tab(chromium, "page-path", viewport={"width": 1400, "height": 1600}) as tab:
+        tab.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        for path, title in (("masks", "Masks"), ("steps/", "Step-by-step decoding")):
+            tab.goto(f"{url}/{path}?{urlencode({'ckpt': 'tiny', 'text': 'A small test.'})}", timeout=120_000)
+            tab.wait_for_function(
+                "([t]) => (document.querySelector('[data-testid=\"stMain\"]')?.innerText || '').includes('Translation')"
+                " && document.querySelector('h1')?.innerText.includes(t)",
+                arg=[title],
+                timeout=120_000,
+                polling=POLL,
+            )
+            tab.wait_for_function(IDLE, timeout=120_000, polling=POLL)
+            assert f"page={path.strip('/')}" in tab.url, tab.url  # the lab's own link to this view
+            assert "text=A+small+test." in tab.url or "text=A%20small%20test." in tab.url, tab.url
     assert not failed, failed
     assert not [e for e in errors if "404" in e or "Failed to load" in e], errors
 
@@ -276,8 +280,7 @@ def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(lab_server: tuple[st
         const fl = gd._fullLayout, r = gd.getBoundingClientRect();
         return [r.left + fl.xaxis._offset + fl.xaxis.l2p(step), r.top + fl.yaxis._offset + fl.yaxis.l2p(rank)];
     }"""
-    page = chromium.new_page(viewport={"width": 1400, "height": 1600})  # type: ignore[attr-defined]
-    try:
+    with new_tab(chromium, "beam-tree", viewport={"width": 1400, "height": 1600}) as page:
         page.goto(f"{url}/steps?beam=2&ckpt=tiny", timeout=120_000)
         page.wait_for_function(
             """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
@@ -297,6 +300,4 @@ def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(lab_server: tuple[st
         picked = page.locator(".st-key-tree_node input").first  # the hypothesis picker followed
         assert picked.input_value().startswith("rank 3 ·"), picked.input_value()
         assert page.locator(".st-key-tree_step input").first.input_value() == "Step 4"
-        page.screenshot(path=str(ARTIFACTS / "browser-tiny-beam-tree.png"))
-    finally:
-        page.close()
+        snapshot(page, "browser-tiny-beam-tree")

@@ -28,7 +28,7 @@ def _listening_addresses(port: int) -> set[str]:
 def test_safe_from_any_folder_and_refused_when_made_unsafe_or_reached_under_another_name(
     tmp_path: Path, lab_server: tuple[str, Path], chromium: object
 ) -> None:
-    """Real servers: the browser tests' one server, started from the repository root as `make run` starts it, and
+    """Real servers: the worker's browser-test server, started from the repository root as `make run` starts it, and
     one started from a folder with no config (both safe: loopback only, the app works); the first reached under a
     foreign name as a DNS-rebinding page would (refused: the shared Chromium resolves evil.example to this
     machine); one started with flags that make it listen everywhere with statistics on (refused)."""
