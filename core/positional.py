@@ -14,7 +14,9 @@ from torch import Tensor, nn
 
 
 def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
-    """(n_positions, d_model) float32 table.
+    """(n_positions, d_model) float32 table, computed on the CPU in float64 whatever the default device (on the meta
+    device, where ``core.weights`` builds models to be loaded, torch's ``arange`` would import ``torch._dynamo``:
+    seconds of every process that loads a checkpoint).
 
     ``interleaved`` (the paper): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).
     ``concatenated`` (tensor2tensor / Marian C++): the d/2 sines then the d/2 cosines, with
@@ -22,9 +24,9 @@ def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved"
     ``concatenated_hf`` (Hugging Face's MarianMTModel, ``MarianSinusoidalPositionalEmbedding``): the d/2 sines then
     the d/2 cosines at the paper's frequencies 1 / 10000^(2i/d) — not quite Marian C++'s.
     """
-    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    pos = torch.arange(n_positions, dtype=torch.float64, device="cpu")[:, None]  # (P, 1)
     half = d_model // 2
-    i = torch.arange(half, dtype=torch.float64)[None, :]  # (1, d/2)
+    i = torch.arange(half, dtype=torch.float64, device="cpu")[None, :]  # (1, d/2)
     if layout == "interleaved":
         angle = pos / torch.pow(10000.0, 2 * i / d_model)  # (P, d/2)
         table = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(
@@ -50,7 +52,8 @@ class SinusoidalPositions(nn.Module):
     def __init__(self, d_model: int, layout: str, n_cached: int = 512, row_offset: int = 0) -> None:
         super().__init__()
         self.d_model, self.layout, self.row_offset = d_model, layout, row_offset
-        self.register_buffer("table", sinusoidal_table(n_cached, d_model, layout), persistent=False)
+        table = sinusoidal_table(n_cached, d_model, layout).to(torch.get_default_device())  # e.g. a meta model's
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Rows for positions offset .. offset+length-1: (T, D)."""

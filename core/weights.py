@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
+from torch.overrides import TorchFunctionMode
 
 from .config import ModelConfig
 from .errors import CheckpointError
@@ -62,12 +63,31 @@ def read_safetensors(path: Path, progress: Progress | None = None) -> dict[str, 
         raise CheckpointError(f"{path}: cannot be read ({exc}); the file is truncated or corrupt") from None
 
 
+class _NoNormalOnMeta(TorchFunctionMode):
+    """Skips ``normal_`` (``nn.init.normal_`` and the tensor method) on a meta tensor, where it fills nothing: the
+    first one run there imports ``torch._dynamo`` (torch's meta ``normal_`` is a Python reference wrapped to disable
+    Dynamo), 2.4 s of every process that loads a checkpoint (``nn.Embedding`` initialises its weight so). Function
+    modes are per thread: nothing changes for another thread building a real model meanwhile."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.nn.init.normal_, torch.Tensor.normal_):
+            tensor = args[0] if args else kwargs.get("tensor")  # nn.init passes it by name
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
+def _on_meta(cfg: ModelConfig) -> Transformer:
+    with torch.device("meta"), _NoNormalOnMeta():
+        return Transformer(cfg)
+
+
 def empty_model(cfg: ModelConfig) -> Transformer:
     """``Transformer(cfg)`` with its parameters on the meta device (no memory), to be given by ``assign_weights``;
     its positional modules are built for real (their sinusoid tables are non-persistent buffers made from the config,
     never read from a file)."""
-    with torch.device("meta"):
-        model = Transformer(cfg)
+    model = _on_meta(cfg)
     model.positions = make_positions(cfg)
     if model.tgt_positions is not None:
         model.tgt_positions = make_positions(cfg)
@@ -76,8 +96,7 @@ def empty_model(cfg: ModelConfig) -> Transformer:
 
 def parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor in the state dict of ``Transformer(cfg)``, aliases included; nothing allocated."""
-    with torch.device("meta"):
-        model = Transformer(cfg)
+    model = _on_meta(cfg)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 

@@ -164,12 +164,12 @@ PEAK = textwrap.dedent(
         return int(status["VmHWM"].split()[0]) * 1024
     before = hwm()
     model, _, _ = load_checkpoint(sys.argv[1], "cpu")
-    print(json.dumps({"before": before, "after": hwm()}))
+    print(json.dumps({"before": before, "after": hwm(), "dynamo": "torch._dynamo" in sys.modules}))
     """
 )
 
 
-def test_loading_a_checkpoint_peaks_at_about_one_copy(tmp_path):
+def test_loading_a_checkpoint_peaks_at_about_one_copy_and_imports_no_dynamo(tmp_path):
     small = build_tiny_checkpoint(tmp_path / "small")
     torch.manual_seed(0)  # about 160 MB of float32 weights (fixed costs of tens of MB stay small beside them)
     model = Transformer(tiny_config(src_vocab_size=16000, tgt_vocab_size=16000, d_model=1024))
@@ -184,3 +184,6 @@ def test_loading_a_checkpoint_peaks_at_about_one_copy(tmp_path):
     # nothing but the check's one tensor at a time (the parameters are the file's pages, read when used); building
     # a model and copying the file into it held both: 2.8x these weights, measured before core.weights
     assert peak["after"] - peak["before"] < 1.0 * weights, (peak, weights)
+    # and quickly: the model built on the meta device ran no meta normal_ or arange, which import torch._dynamo
+    # (2.4 s of every process that loaded a checkpoint)
+    assert not peak["dynamo"]
