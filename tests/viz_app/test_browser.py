@@ -190,3 +190,39 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
         # the page loads nothing from outside the machine: every request went to the app's own origin
         outside = [u for u in requested if not u.startswith(url) and not u.startswith(("data:", "blob:"))]
         assert requested and not outside, outside[:5]
+
+
+def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(lab_server: tuple[str, Path], chromium: object) -> None:
+    """A click on a pruned hypothesis of the beam tree (step 4, rank 3) opens its attention and moves the pickers
+    (on the worker's server and Chromium)."""
+    url, _ = lab_server
+    idle = """() => document.querySelector('[data-testid="stApp"]')
+                        ?.getAttribute('data-test-script-state') === 'notRunning'"""
+    position = """([step, rank]) => {
+        const gd = [...document.querySelectorAll('.js-plotly-plot')]
+            .find(p => (p.layout?.title?.text || '').includes('Beam search tree'));
+        gd.scrollIntoView();
+        const fl = gd._fullLayout, r = gd.getBoundingClientRect();
+        return [r.left + fl.xaxis._offset + fl.xaxis.l2p(step), r.top + fl.yaxis._offset + fl.yaxis.l2p(rank)];
+    }"""
+    with new_tab(chromium, "beam-tree", viewport={"width": 1400, "height": 1600}) as page:
+        page.goto(f"{url}/steps?beam=2&ckpt=tiny", timeout=120_000)
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                     .some(t => t.textContent.startsWith('Beam search tree'))""",
+            timeout=120_000,
+            polling=POLL,
+        )
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
+        page.mouse.click(*page.evaluate(position, [4, 3]))  # step 4, rank 3: a pruned hypothesis
+        page.wait_for_function(  # the figure below the pickers now shows that hypothesis's attention
+            """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+                     .some(t => t.textContent.startsWith('Cross-attention at step 4, scoring'))""",
+            timeout=60_000,
+            polling=POLL,
+        )
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)
+        picked = page.locator(".st-key-tree_node input").first  # the hypothesis picker followed
+        assert picked.input_value().startswith("rank 3 ·"), picked.input_value()
+        assert page.locator(".st-key-tree_step input").first.input_value() == "Step 4"
+        snapshot(page, "browser-tiny-beam-tree")
