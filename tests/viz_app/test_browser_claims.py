@@ -135,7 +135,7 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
     torch.set_num_threads(1)  # the server's setting: identical arithmetic, identical greedy choices
     bundle = core.load(root / name, device="cpu")
     first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
-    with new_tab(chromium, f"claims-{name}", viewport={"width": 1400, "height": 2000}) as opened:
+    with new_tab(chromium, f"claims-{name}", viewport={"width": 1280, "height": 800}) as opened:
         page = Page(opened, url, name)
 
         def translate(text: str = first, **switches: object) -> core.Translation:
