@@ -19,7 +19,7 @@ FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
 	-c constraints.txt
 
-.PHONY: run test lint install browser downloads models bytecode screenshots bench train eval import-bergamot publish clean
+.PHONY: run test lint install browser downloads models screenshots bench train eval import-bergamot publish clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,14 +34,8 @@ run: models
 	$(BIN)/streamlit run viz_app/asgi.py --server.port $(PORT)
 
 ## make test: set up (venv, pinned deps, downloads, Chromium for the browser test), lint, run every test
-test: $(STAMP)
-	$(MAKE) --no-print-directory -j2 lint browser downloads bytecode  # side by side: mostly downloads and one core each
+test: $(STAMP) lint browser downloads
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15  # both cores; a file's tests share one worker (and its fixtures); the browser files last, split over both (one server and Chromium each; tests/conftest.py)
-
-# the bytecode of what the tests import (collecting them imports it), written once beside the downloads: else both
-# workers of a fresh clone compile transformers, Streamlit, ... at the same moment (~15 s of the run)
-bytecode: $(STAMP)
-	-$(BIN)/python -m pytest --collect-only -q -p no:cacheprovider > /dev/null
 
 ## ruff (lint + format) on the repository and mypy on core/ (config in pyproject.toml); the first step of make test
 lint: $(STAMP)
