@@ -9,6 +9,7 @@ text (these sentences quote pieces and words only through ``quote``).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,24 @@ def first_changed_word(before: str, after: str) -> int | None:
         if x != y:
             return i
     return min(len(a), len(b))  # one is the other plus more words
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, list[str], list[str]]]:
+    """The two texts' words as difflib's opcodes: (op, before's words, after's words), op "equal" where they agree."""
+    a, b = before.split(), after.split()
+    return [
+        (op, a[i1:i2], b[j1:j2])
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+    ]
+
+
+def what_if_marks(own: str, alternative: str) -> str:
+    """The sentence under a what-if alternative on the words its highlights mark: which of its words differ from the
+    model's own translation (highlighted in green), or that none do."""
+    new = [w for op, _, words in word_diff(own, alternative) if op != "equal" for w in words]
+    if not new:
+        return "it has the same words as the model's translation"
+    return f"the words that differ from the model's translation are highlighted in green: {', '.join(map(quote, new))}"
 
 
 def output_change(before: str, after: str) -> str:

@@ -225,6 +225,13 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
                 "what-if", "What if step 2 were", page="steps", text=first, step="2", whatif=".".join(map(str, prefix))
             )
             assert re.search(r"What if step 2 were “[^”]*”: (.*)", said).group(1).strip() == (alt.text or "∅")
+            # the caption names the words the alternative's highlights mark, or says there are none
+            marks = page.marked("What if step 2 were")
+            named = re.search(r"highlighted in green: (.*?)\. The steps", said)
+            if marks:
+                assert named and re.findall(r"“([^”]*)”", named.group(1)) == marks, (marks, said)
+            else:
+                assert named is None and "it has the same words as the model's translation" in said
             own_piece = trained.trace.piece(own[step])
             assert f"At step 2 the model's own choice was “{own_piece.replace('▁', '␣')}”" in said
             # the picker's placeholder names the model's own piece at this step (drawn a moment after the text)

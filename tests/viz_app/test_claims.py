@@ -11,6 +11,15 @@ import core
 from viz_app import claims
 
 
+def test_what_if_marks_names_the_words_the_alternative_highlights_or_says_there_are_none():
+    said = claims.what_if_marks("O velho guardeião do farol", "O antigo guardei do farol escreveu")
+    assert said == (
+        "the words that differ from the model's translation are highlighted in green: “antigo”, “guardei”, “escreveu”"
+    )
+    assert claims.what_if_marks("O velho farol", "O  velho farol") == "it has the same words as the model's translation"
+    assert "“\\*a\\*”" in claims.what_if_marks("O b", "O *a*")  # model text made literal, as the page shows it
+
+
 def test_first_changed_word_and_output_change():
     assert claims.first_changed_word("O velho guarda", "O velho guarda") is None
     assert claims.output_change("O velho guarda", "O velho guarda") == "the same words"

@@ -102,8 +102,8 @@ def _what_if_header(out: core.Translation, alt: core.Translation, branch: int) -
         f"At step {branch + 1} the model's own choice was “{style.token_text(own.token)}” "
         f"({style.share(own.prob)}); “{style.token_text(forced.token)}” had "
         f"{style.share(forced.prob)}. That piece is forced, then the model "
-        "continues greedily (its best piece at each step); changed words in **bold**. The steps below walk "
-        "through this alternative."
+        f"continues greedily (its best piece at each step); {claims.what_if_marks(out.text, alt.text)}. The steps "
+        "below walk through this alternative."
     )
     st.button("← Back to the model's own choice", on_click=_back, key="whatif_back", icon=":material/undo:")
 

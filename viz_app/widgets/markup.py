@@ -4,7 +4,6 @@ pieces as inline code.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 
 import streamlit as st
@@ -20,11 +19,10 @@ EMPTY = "∅ (the model produced no words)"
 
 def marked_words(before: str, after: str) -> tuple[str, str]:
     """Both texts as Markdown with the words that differ between them highlighted (user text escaped)."""
-    a, b = before.split(), after.split()
     out_a: list[str] = []
     out_b: list[str] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        for words, side, colour in ((a[i1:i2], out_a, "red"), (b[j1:j2], out_b, "green")):
+    for op, words_a, words_b in claims.word_diff(before, after):
+        for words, side, colour in ((words_a, out_a, "red"), (words_b, out_b, "green")):
             side.extend(md(w) if op == "equal" else f":{colour}-background[{md(w)}]" for w in words)
     return " ".join(out_a) or EMPTY, " ".join(out_b) or EMPTY
 
