@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import pytest
 import torch
-from conftest import POLL, new_tab, snapshot
+from conftest import POLL, SCREENSHOTS, new_tab, snapshot
 
 import core
 from viz_app import claims
@@ -29,6 +29,9 @@ SENTENCES = {
     "pt": ("O velho faroleiro escrevia cartas à filha todos os invernos.", "O gato dorme."),
 }
 EMPTY = "∅ (the model produced no words)"
+# the sweep reads text and figure data, not pixels: a small tab, less to lay out and paint; a tall one when its
+# screenshots are asked for (Streamlit scrolls inside the page, so a "full page" screenshot is the tab's height)
+VIEWPORT = {"width": 1280, "height": 2000 if SCREENSHOTS else 800}
 IDLE = (
     """() => document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state') === 'notRunning'"""
 )
@@ -135,7 +138,7 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
     torch.set_num_threads(1)  # the server's setting: identical arithmetic, identical greedy choices
     bundle = core.load(root / name, device="cpu")
     first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
-    with new_tab(chromium, f"claims-{name}", viewport={"width": 1280, "height": 800}) as opened:
+    with new_tab(chromium, f"claims-{name}", viewport=VIEWPORT) as opened:
         page = Page(opened, url, name)
 
         def translate(text: str = first, **switches: object) -> core.Translation:
