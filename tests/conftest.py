@@ -12,15 +12,18 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-import torch
 
-import core
 from benchmarks.serve import CHROMIUM, CHROMIUM_ARGS, streamlit_server
-from core import CheckpointMeta, ModelConfig, Tokenizer, Transformer, save_checkpoint
+
+if TYPE_CHECKING:
+    from core import ModelConfig, Transformer
+
+# torch and core are imported where used below, not here: under `pytest -n 2` this module is also loaded by the
+# controller, which runs no test, and importing them there held back the workers' start by about 3 s
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
@@ -43,15 +46,22 @@ REAL_DATA_SKIP = re.compile(r"Ding|Bergamot|checkpoint|word lists|chromium|not d
 def pytest_configure(config: pytest.Config) -> None:
     # one intra-op thread, as the app runs (viz_app/app.py): the models here are tiny, and two threads on a shared
     # 2-core machine spin against each other (tests/core/test_beam_tree.py: 132 s with two, 17 s with one)
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller: it runs no test
+    import torch
+
     torch.set_num_threads(1)
 
 
 @contextlib.contextmanager
-def new_tab(browser: Any, name: str, **options: Any) -> Iterator[Any]:
-    """A new Chromium tab (``browser.new_page(**options)``), closed at the end; if the block fails, a full-page
-    screenshot of the tab is left in test-artifacts/failed-NAME.png first."""
-    page = browser.new_page(**options)
+def new_tab(chromium: Any, name: str, viewport: dict[str, int] | None = None) -> Iterator[Any]:
+    """A new tab of the worker's Chromium (the ``chromium`` fixture), ``viewport`` in pixels (else Playwright's
+    1280x720), closed at the end; if the block fails, a full-page screenshot of the tab is left in
+    test-artifacts/failed-NAME.png first."""
+    page = chromium.new_page()
     try:
+        if viewport:
+            page.set_viewport_size(viewport)
         yield page
     except BaseException:
         with contextlib.suppress(Exception):  # the failure itself is what the run reports
@@ -101,6 +111,8 @@ def plotly_array(value) -> np.ndarray:
 
 
 def tiny_config(**overrides) -> ModelConfig:
+    from core import ModelConfig
+
     base = dict(
         src_vocab_size=64,
         tgt_vocab_size=64,
@@ -122,6 +134,10 @@ def cfg() -> ModelConfig:
 
 @pytest.fixture
 def model(cfg: ModelConfig) -> Transformer:
+    import torch
+
+    from core import Transformer
+
     torch.manual_seed(0)
     return Transformer(cfg).eval()
 
@@ -130,6 +146,10 @@ def model(cfg: ModelConfig) -> Transformer:
 def peaked(request):
     """A random model (a self-attention, then an SSRU decoder) with large output weights: well-separated greedy
     choices."""
+    import torch
+
+    from core import Transformer
+
     torch.manual_seed(11)
     m = Transformer(tiny_config(decoder_self=request.param, tie_output=False)).eval()
     with torch.no_grad():
@@ -139,6 +159,10 @@ def peaked(request):
 
 def build_tiny_checkpoint(directory: Path, seed: int = 0, **overrides) -> Path:
     """A real (random-weight) checkpoint folder with a SentencePiece model trained on the fixture corpus."""
+    import torch
+
+    from core import CheckpointMeta, Tokenizer, Transformer, save_checkpoint
+
     lines = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
     spm_path = Tokenizer.train(
         lines * 4, directory.parent / f"{directory.name}-spm", vocab_size=120, seed_sentencepiece_size=10000
@@ -182,6 +206,8 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")
     root = tmp_path_factory.mktemp("served_checkpoints")
     build_tiny_checkpoint(root / "tiny", seed=3)
+    import core
+
     real = core.default_checkpoint(REPO / "checkpoints")
     if real is not None:
         (root / real).symlink_to(REPO / "checkpoints" / real, target_is_directory=True)
@@ -195,18 +221,23 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 
 @pytest.fixture(scope="session")
-def chromium() -> Iterator[object]:
-    """The worker's one Chromium for its browser tests (each opens its own tabs: a fresh app session per tab). The name
-    evil.example resolves to this machine, as a DNS-rebinding page's would (tests/viz_app/test_guard.py)."""
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The worker's one Chromium for its browser tests, with one profile, as a user's own browser has: each test opens
+    its own tabs (``new_tab``; a fresh app session per tab), and the frontend's scripts, fetched and compiled for the
+    first tab, come from the profile's cache for the next (a new tab cost about 6 CPU-s of Chromium without it, 4
+    with it). The name evil.example resolves to this machine, as a DNS-rebinding page's would
+    (tests/viz_app/test_browser_guard.py)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")
     from playwright.sync_api import sync_playwright  # only the browser tests need Playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.example 127.0.0.1"]
+        profile = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=str(CHROMIUM),
+            args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.example 127.0.0.1"],
         )
         try:
-            yield browser
+            yield profile
         finally:
-            browser.close()
+            profile.close()

@@ -258,7 +258,7 @@ def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[s
     url, _ = lab_server
     failed: list[str] = []
     errors: list[str] = []
-    with new_tab(chromium, "page-path", viewport={"width": 1400, "height": 1600}) as tab:
+    with new_tab(chromium, "page-path") as tab:
         tab.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
         tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         for path, title in (("masks", "Masks"), ("steps/", "Step-by-step decoding")):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ARTIFACTS, build_tiny_checkpoint
+from conftest import ARTIFACTS, build_tiny_checkpoint, new_tab
 
 from benchmarks.serve import streamlit_server
 
@@ -35,30 +35,26 @@ def test_safe_from_any_folder_and_refused_when_made_unsafe_or_reached_under_anot
     root = tmp_path / "ckpts"
     build_tiny_checkpoint(root / "tiny", seed=1)
     loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc writes them
-    browser = chromium
 
-    def safe(url: str) -> None:
+    def safe(url: str, name: str) -> None:
         addresses = _listening_addresses(int(url.rsplit(":", 1)[1]))
         assert addresses and addresses <= loopback, (url, addresses)
-        page = browser.new_page()  # type: ignore[attr-defined]
-        page.goto(url)
-        page.get_by_text("Source pieces").first.wait_for(timeout=60_000)  # the app runs
-        assert page.get_by_text("Collecting usage statistics").count() == 0
-        page.close()
+        with new_tab(chromium, name) as page:
+            page.goto(url)
+            page.get_by_text("Source pieces").first.wait_for(timeout=60_000)  # the app runs
+            assert page.get_by_text("Collecting usage statistics").count() == 0
 
     shared_url = lab_server[0]
-    safe(shared_url)
-    rebound = browser.new_page()  # type: ignore[attr-defined]
-    rebound.goto(shared_url.replace("localhost", "evil.example"))
-    rebound.get_by_text("Host header is not local").wait_for(timeout=60_000)
-    assert rebound.get_by_text("Source pieces").count() == 0  # nothing ran, no widget
-    rebound.close()
+    safe(shared_url, "guard-shared")
+    with new_tab(chromium, "guard-rebound") as rebound:
+        rebound.goto(shared_url.replace("localhost", "evil.example"))
+        rebound.get_by_text("Host header is not local").wait_for(timeout=60_000)
+        assert rebound.get_by_text("Source pieces").count() == 0  # nothing ran, no widget
     with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-0.log", cwd=tmp_path, flags=()) as url:
-        safe(url)
+        safe(url, "guard-any-folder")
     unsafe = ("--server.address", "0.0.0.0", "--browser.gatherUsageStats", "true")
     with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-1.log", cwd=tmp_path, flags=unsafe) as url:
-        page = browser.new_page()  # type: ignore[attr-defined]
-        page.goto(url)
-        page.get_by_text("without the lab's safe settings").wait_for(timeout=60_000)
-        assert page.get_by_text("'0.0.0.0'").count() == 1 and page.get_by_text("Source pieces").count() == 0
-        page.close()
+        with new_tab(chromium, "guard-unsafe") as page:
+            page.goto(url)
+            page.get_by_text("without the lab's safe settings").wait_for(timeout=60_000)
+            assert page.get_by_text("'0.0.0.0'").count() == 1 and page.get_by_text("Source pieces").count() == 0
