@@ -46,11 +46,26 @@ REAL_DATA_SKIP = re.compile(r"Ding|Bergamot|checkpoint|word lists|chromium|not d
 def pytest_configure(config: pytest.Config) -> None:
     # one intra-op thread, as the app runs (viz_app/app.py): the models here are tiny, and two threads on a shared
     # 2-core machine spin against each other (tests/core/test_beam_tree.py: 132 s with two, 17 s with one)
+    # the app's own setting where its script runs here (AppTest), whatever the cores: viz_app/session/server.py
+    os.environ.setdefault("LAB_TORCH_THREADS", "1")
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # the xdist controller: it runs no test
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_unchanged() -> Iterator[None]:
+    """A test that leaves torch on another thread count fails: every later test of its worker would run on it (after
+    a CTranslate2 translator set the process's OpenMP threads to the 2 cores, a worker's tests took up to 5 times as
+    long, spinning against the other worker)."""
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        pytest.fail(f"the test left torch on {threads} threads instead of 1: put the caller's count back")
 
 
 @contextlib.contextmanager

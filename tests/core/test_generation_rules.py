@@ -27,7 +27,7 @@ from core import InputError, ModelConfig
 from core.cli import main
 from core.decoding import forced_ids
 from core.exporters.ct2 import export_ct2
-from core.exporters.verify import ct2_decoding, ct2_target_prefix, ct2_vocabulary
+from core.exporters.verify import ct2_decoding, ct2_target_prefix, ct2_translate, ct2_vocabulary
 from core.generation_rules import banned, forced_id, rules_in_force
 from core.importers import hf_families
 
@@ -189,17 +189,16 @@ def test_ctranslate2_decodes_the_rules_it_has_as_core_does(family):
     """export-ct2 of the BART checkpoint with all three rules: CTranslate2's greedy pieces equal core's when given
     ``ct2_decoding``'s options (min_decoding_length, no_repeat_ngram_size; no forced eos there: compared before it),
     on texts whose eos was banned, and the check at export passes."""
-    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[ct2]'")
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[ct2]'")
     bundle = with_rules(family, rules("bart", "all"), "all-ct2")
     assert export_ct2(bundle.path, family.root / "ct2")["same_greedy_ids"]
-    translator = ctranslate2.Translator(str(family.root / "ct2"), device="cpu")
     names, cfg = ct2_vocabulary(family.root / "ct2"), bundle.config
     for text in TEXTS:
         out = bundle.translate(text, max_len=MAX_NEW)
         options, ours = ct2_decoding(cfg, [int(i) for i in out.trace["output.ids"]], MAX_NEW)
         prefix = ct2_target_prefix(family.root / "ct2", cfg, names)
         src = [names[int(i)] for i in out.trace["ids.src"]]
-        theirs = translator.translate_batch([src], target_prefix=[prefix], beam_size=1, **options)[0].hypotheses[0]
+        (theirs,) = ct2_translate(family.root / "ct2", [src], [prefix], **options)
         assert theirs == [names[i] for i in ours if i != cfg.eos_id], text
 
 

@@ -12,7 +12,7 @@ import core
 from core import CheckpointError
 from core.cli import main
 from core.exporters.ct2 import export_ct2
-from core.exporters.verify import ct2_decoding
+from core.exporters.verify import ct2_decoding, ct2_translate
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[ct2]'")
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
@@ -24,12 +24,11 @@ TEXTS = ENGLISH[:4] + ["The dog sleeps near the window."]
 def assert_same_greedy(folder, bundle) -> None:
     """CTranslate2's greedy pieces equal core's, decoded with the options ``ct2_decoding`` gives (the model's
     generation rules; where core forced eos at its length limit, the pieces before it)."""
-    translator = ctranslate2.Translator(str(folder), device="cpu")
     for text in TEXTS:
         out = bundle.translate(text, max_len=16)
         options, ours = ct2_decoding(bundle.config, [int(i) for i in out.trace["output.ids"]], 16)
-        result = translator.translate_batch([out.src_tokens], beam_size=1, **options)
-        assert result[0].hypotheses[0] == bundle.tokenizer.pieces([i for i in ours if i != bundle.config.eos_id]), text
+        (theirs,) = ct2_translate(folder, [out.src_tokens], **options)
+        assert theirs == bundle.tokenizer.pieces([i for i in ours if i != bundle.config.eos_id]), text
 
 
 def test_ctranslate2_gives_core_greedy_tokens(tmp_path, capsys):
@@ -67,4 +66,9 @@ def test_an_int8_model_is_written_and_loads(tmp_path):
     checkpoint = marian_like_checkpoint(tmp_path / "ckpt")
     report = export_ct2(checkpoint, tmp_path / "ct2", quantization="int8")
     assert report["verified"] and report["library"] == "ctranslate2"
-    assert ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu").translate_batch([["▁The", "</s>"]])
+    torch.set_num_threads(3)  # a count of the caller's own (the run's is 1; CTranslate2's default is the cores)
+    try:
+        assert ct2_translate(tmp_path / "ct2", [["▁The", "</s>"]])
+        assert torch.get_num_threads() == 3  # CTranslate2 sets the process's OpenMP threads: put back
+    finally:
+        torch.set_num_threads(1)

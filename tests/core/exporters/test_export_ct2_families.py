@@ -18,7 +18,7 @@ import core
 from core import CheckpointError
 from core.cli import main
 from core.exporters.ct2 import export_ct2
-from core.exporters.verify import ct2_target_prefix, ct2_vocabulary
+from core.exporters.verify import ct2_target_prefix, ct2_translate, ct2_vocabulary
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[ct2]'")
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
@@ -34,7 +34,7 @@ FOLDERS: dict[str, Callable[[Path], Path]] = {
 }
 
 
-def ct2_tokens(folder: Path, translator, bundle: core.Bundle, text: str) -> tuple[list[str], list[str]]:
+def ct2_tokens(folder: Path, bundle: core.Bundle, text: str) -> tuple[list[str], list[str]]:
     """(the lab's greedy ids without eos as CTranslate2 names them, CTranslate2's tokens) for ``text``."""
     out = bundle.translate(text, max_len=12, record=core.Record(qkv=False))
     ids = [int(i) for i in out.trace["output.ids"]]
@@ -42,10 +42,8 @@ def ct2_tokens(folder: Path, translator, bundle: core.Bundle, text: str) -> tupl
     source = [names[i] for i in out.trace["ids.src"]]
     assert source == out.src_tokens  # the two vocabularies agree on every piece used
     prefix = ct2_target_prefix(folder, bundle.config, names)
-    result = translator.translate_batch(
-        [source], target_prefix=[prefix] if prefix else None, beam_size=1, max_decoding_length=len(ids)
-    )
-    return [names[i] for i in ids if i != bundle.config.eos_id], result[0].hypotheses[0]
+    (theirs,) = ct2_translate(folder, [source], [prefix] if prefix else None, max_decoding_length=len(ids))
+    return [names[i] for i in ids if i != bundle.config.eos_id], theirs
 
 
 @pytest.mark.parametrize("family", FOLDERS)
@@ -56,10 +54,9 @@ def test_ctranslate2_gives_the_labs_greedy_tokens(tmp_path, capsys, family):
     assert "greedy output the same" in capsys.readouterr().err
     assert "model.bin" in {p.name for p in (tmp_path / "ct2").iterdir()}
     bundle = core.load(tmp_path / "ckpt", device="cpu")
-    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
     lengths = set()
     for text in TEXTS:
-        ours, theirs = ct2_tokens(tmp_path / "ct2", translator, bundle, text)
+        ours, theirs = ct2_tokens(tmp_path / "ct2", bundle, text)
         assert theirs == ours, text
         lengths.add(len(ours))
     assert max(lengths) >= 3  # the model said something: tokens were compared, not two empty lists
