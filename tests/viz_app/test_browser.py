@@ -113,7 +113,9 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
                 timeout=60_000,
                 polling=POLL,
             )
-        assert "pe=0" in page.url
+        page.wait_for_function(  # the link follows (the app writes it at the end of its run)
+            "() => new URLSearchParams(location.search).get('pe') === '0'", timeout=30_000, polling=POLL
+        )
         snapshot(page, f"browser-{name}-pe-off")
 
         idle = """() => document.querySelector('[data-testid="stApp"]')
@@ -161,6 +163,7 @@ def test_type_translate_and_toggle_positional_encoding(served: tuple[str, Path, 
             timeout=60_000,
             polling=POLL,
         )
+        page.wait_for_function(idle, timeout=60_000, polling=POLL)  # the run over, its link written
 
         page.goto(f"{url}/head?{page.url.split('?', 1)[1]}", timeout=60_000)  # a copied link restores the view
         page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60_000)
