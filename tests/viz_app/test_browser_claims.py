@@ -51,6 +51,11 @@ MAX_ABS = """(prefix) => {
 }"""
 
 
+# claims whose page code does not depend on the model: the tiny model's sweep leaves them to the real one's (each
+# page costs the run about 5 s of its browser phase), unless there is no real checkpoint
+REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map"})
+
+
 def checkpoint(which: str, root: Path) -> str:
     if which == "tiny":
         return "tiny"
@@ -138,6 +143,8 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
     torch.set_num_threads(1)  # the server's setting: identical arithmetic, identical greedy choices
     bundle = core.load(root / name, device="cpu")
     first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
+    real = core.default_checkpoint(REPO / "checkpoints")
+    skip = REAL_ONLY if which == "tiny" and real is not None and (root / real).exists() else frozenset()
     with new_tab(chromium, f"claims-{name}", viewport=VIEWPORT) as opened:
         page = Page(opened, url, name)
 
@@ -200,21 +207,23 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
             assert "As trained the translation is the same" in said
         else:
             assert line_after(said, "As trained:") == trained.text
-        beam = translate(beam_size=4)
-        said = page.open("beam-4", "Translation ·", text=first, beam="4")
-        assert f"\n{beam.text or EMPTY}\n" in f"\n{said}\n" and "beam 4" in said
+        if "beam-4" not in skip:
+            beam = translate(beam_size=4)
+            said = page.open("beam-4", "Translation ·", text=first, beam="4")
+            assert f"\n{beam.text or EMPTY}\n" in f"\n{said}\n" and "beam 4" in said
 
         # 4 · padding mask off on a batch of two: each translation shown is the batch's
-        opts = core.InferenceOptions(padding_mask=False)
-        texts = [
-            one.text
-            for one in bundle.translate_batch(
-                [first, second], options=opts, truncate=True, record=core.Record(qkv=False)
-            )
-        ]
-        said = page.open("padding-off", "Translation 2:", page="masks", text=first, text2=second, padding="0")
-        assert line_after(said, "Translation 1:") == (texts[0] or "∅")
-        assert line_after(said, "Translation 2:") == (texts[1] or "∅")
+        if "padding-off" not in skip:
+            opts = core.InferenceOptions(padding_mask=False)
+            texts = [
+                one.text
+                for one in bundle.translate_batch(
+                    [first, second], options=opts, truncate=True, record=core.Record(qkv=False)
+                )
+            ]
+            said = page.open("padding-off", "Translation 2:", page="masks", text=first, text2=second, padding="0")
+            assert line_after(said, "Translation 1:") == (texts[0] or "∅")
+            assert line_after(said, "Translation 2:") == (texts[1] or "∅")
 
         # 5 · a forced word: the alternative is the model's continuation after it, and "its own choice" is the
         # model's own piece at that step (it named the forced one)
@@ -247,9 +256,10 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
             assert f"its own choice: “{own_piece.replace('▁', '␣')}”" in placeholders
             assert f"its own choice: “{alt.trace.piece(candidate).replace('▁', '␣')}”" not in placeholders
         # 6 · the Model map: the total it states is the model's own count of its tensors
-        said = page.open("model-map", "The blocks add up to", page="map", text=first)
-        numel = sum(p.numel() for p in bundle.model.parameters())
-        assert f"The blocks add up to {numel:,} parameters, the same as the model's own count" in said
+        if "model-map" not in skip:
+            said = page.open("model-map", "The blocks add up to", page="map", text=first)
+            numel = sum(p.numel() for p in bundle.model.parameters())
+            assert f"The blocks add up to {numel:,} parameters, the same as the model's own count" in said
 
 
 def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[str, Path], chromium: object) -> None:

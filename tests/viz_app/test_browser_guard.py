@@ -29,29 +29,30 @@ def test_safe_from_any_folder_and_refused_when_made_unsafe_or_reached_under_anot
     tmp_path: Path, lab_server: tuple[str, Path], chromium: object
 ) -> None:
     """Real servers: the worker's browser-test server, started from the repository root as `make run` starts it, and
-    one started from a folder with no config (both safe: loopback only, the app works); the first reached under a
-    foreign name as a DNS-rebinding page would (refused: the shared Chromium resolves evil.example to this
-    machine); one started with flags that make it listen everywhere with statistics on (refused)."""
+    one started from a folder with no config (both listen on loopback only; the second's page runs with no
+    usage-statistics notice, the first's pages are test_browser.py's); the first reached under a foreign name as a
+    DNS-rebinding page would (refused: the shared Chromium resolves evil.example to this machine); one started with
+    flags that make it listen everywhere with statistics on (refused)."""
     root = tmp_path / "ckpts"
     build_tiny_checkpoint(root / "tiny", seed=1)
     loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc writes them
 
-    def safe(url: str, name: str) -> None:
+    def listens_on_loopback_only(url: str) -> None:
         addresses = _listening_addresses(int(url.rsplit(":", 1)[1]))
         assert addresses and addresses <= loopback, (url, addresses)
-        with new_tab(chromium, name) as page:
-            page.goto(url)
-            page.get_by_text("Source pieces").first.wait_for(timeout=60_000)  # the app runs
-            assert page.get_by_text("Collecting usage statistics").count() == 0
 
-    shared_url = lab_server[0]
-    safe(shared_url, "guard-shared")
+    shared_url = lab_server[0]  # its pages run, with no usage-statistics notice: test_browser.py's first test
+    listens_on_loopback_only(shared_url)
     with new_tab(chromium, "guard-rebound") as rebound:
         rebound.goto(shared_url.replace("localhost", "evil.example"))
         rebound.get_by_text("Host header is not local").wait_for(timeout=60_000)
         assert rebound.get_by_text("Source pieces").count() == 0  # nothing ran, no widget
     with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-0.log", cwd=tmp_path, flags=()) as url:
-        safe(url, "guard-any-folder")
+        listens_on_loopback_only(url)
+        with new_tab(chromium, "guard-any-folder") as page:
+            page.goto(url)
+            page.get_by_text("Source pieces").first.wait_for(timeout=60_000)  # the app runs
+            assert page.get_by_text("Collecting usage statistics").count() == 0
     unsafe = ("--server.address", "0.0.0.0", "--browser.gatherUsageStats", "true")
     with streamlit_server(root, "tiny", ARTIFACTS / "server-guard-1.log", cwd=tmp_path, flags=unsafe) as url:
         with new_tab(chromium, "guard-unsafe") as page:
