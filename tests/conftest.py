@@ -46,8 +46,9 @@ REAL_DATA_SKIP = re.compile(r"Ding|Bergamot|checkpoint|word lists|chromium|not d
 def pytest_configure(config: pytest.Config) -> None:
     # one intra-op thread, as the app runs (viz_app/app.py): the models here are tiny, and two threads on a shared
     # 2-core machine spin against each other (tests/core/test_beam_tree.py: 132 s with two, 17 s with one)
-    # the app's own setting where its script runs here (AppTest), whatever the cores: viz_app/session/server.py
-    os.environ.setdefault("LAB_TORCH_THREADS", "1")
+    # the app's own setting where its script runs here (AppTest), whatever the cores or the caller's setting
+    # (viz_app/session/server.py): one thread, as every test
+    os.environ["LAB_TORCH_THREADS"] = "1"
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # the xdist controller: it runs no test
     import torch
@@ -238,9 +239,10 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 @pytest.fixture(scope="session")
 def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The worker's one Chromium for its browser tests, with one profile, as a user's own browser has: each test opens
-    its own tabs (``new_tab``; a fresh app session per tab), and the frontend's scripts, fetched and compiled for the
-    first tab, come from the profile's cache for the next (a new tab cost about 6 CPU-s of Chromium without it, 4
-    with it). The name evil.example resolves to this machine, as a DNS-rebinding page's would
+    its own tabs (``new_tab``; a fresh app session per tab: a session's state lives in its link and on the server,
+    not in the cookies and storage the tabs share), and the frontend's scripts, fetched and compiled for the first
+    tab, come from the profile's cache for the next (a new tab cost about 6 CPU-s of Chromium without it, 4 with
+    it). The name evil.example resolves to this machine, as a DNS-rebinding page's would
     (tests/viz_app/test_browser_guard.py)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")

