@@ -229,7 +229,8 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         (root / real).symlink_to(REPO / "checkpoints" / real, target_is_directory=True)
     ARTIFACTS.mkdir(exist_ok=True)
     try:
-        log, env = ARTIFACTS / "server.log", {"LAB_TORCH_THREADS": "1"}
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one log per worker's server, not one overwritten
+        log, env = ARTIFACTS / f"server-{worker}.log", {"LAB_TORCH_THREADS": "1"}
         with streamlit_server(root, "tiny", log, extra_env=env, flags=()) as url:  # no flags, as `make run`
             yield url, root
     except RuntimeError as exc:
