@@ -45,9 +45,8 @@ REAL_DATA_SKIP = re.compile(r"Ding|Bergamot|checkpoint|word lists|chromium|not d
 
 def pytest_configure(config: pytest.Config) -> None:
     # one intra-op thread, as the app runs (viz_app/app.py): the models here are tiny, and two threads on a shared
-    # 2-core machine spin against each other (tests/core/test_beam_tree.py: 132 s with two, 17 s with one)
-    # the app's own setting where its script runs here (AppTest), whatever the cores or the caller's setting
-    # (viz_app/session/server.py): one thread, as every test
+    # 2-core machine spin against each other (tests/core/test_beam_tree.py: 132 s with two, 17 s with one). The app's
+    # script, run here by AppTest, sets its own count from LAB_TORCH_THREADS (viz_app/session/server.py): 1 too.
     os.environ["LAB_TORCH_THREADS"] = "1"
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # the xdist controller: it runs no test
@@ -59,8 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def _torch_threads_unchanged() -> Iterator[None]:
     """A test that leaves torch on another thread count fails: every later test of its worker would run on it (after
-    a CTranslate2 translator set the process's OpenMP threads to the 2 cores, a worker's tests took up to 5 times as
-    long, spinning against the other worker)."""
+    a CTranslate2 translator set the process's OpenMP threads to the 2 cores, tests/core/test_plan.py took 61 s in a
+    fresh-clone run against 5 s alone, spinning against the other worker)."""
     yield
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() != 1:
@@ -242,8 +241,8 @@ def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The worker's one Chromium for its browser tests, with one profile, as a user's own browser has: each test opens
     its own tabs (``new_tab``; a fresh app session per tab: a session's state lives in its link and on the server,
     not in the cookies and storage the tabs share), and the frontend's scripts, fetched and compiled for the first
-    tab, come from the profile's cache for the next (a new tab cost about 6 CPU-s of Chromium without it, 4 with
-    it). The name evil.example resolves to this machine, as a DNS-rebinding page's would
+    tab, come from the profile's cache for the next (in a probe, a page opened in a new tab cost the machine about
+    6 CPU-s without it, 4 with it). The name evil.example resolves to this machine, as a DNS-rebinding page's would
     (tests/viz_app/test_browser_guard.py)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser tests")

@@ -56,11 +56,17 @@ MAX_ABS = """(prefix) => {
 REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map"})
 
 
+def real_checkpoint(root: Path) -> str | None:
+    """The default real checkpoint's name where the server has it under ``root``, else None."""
+    real = core.default_checkpoint(REPO / "checkpoints")
+    return real if real is not None and (root / real).exists() else None
+
+
 def checkpoint(which: str, root: Path) -> str:
     if which == "tiny":
         return "tiny"
-    real = core.default_checkpoint(REPO / "checkpoints")
-    if real is None or not (root / real).exists():
+    real = real_checkpoint(root)
+    if real is None:
         pytest.skip("no real checkpoint under checkpoints/ yet (make run)")
     return real
 
@@ -143,8 +149,7 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
     torch.set_num_threads(1)  # the server's setting: identical arithmetic, identical greedy choices
     bundle = core.load(root / name, device="cpu")
     first, second = SENTENCES.get(bundle.languages[0], SENTENCES["en"])
-    real = core.default_checkpoint(REPO / "checkpoints")
-    skip = REAL_ONLY if which == "tiny" and real is not None and (root / real).exists() else frozenset()
+    skip = REAL_ONLY if which == "tiny" and real_checkpoint(root) is not None else frozenset()
     with new_tab(chromium, f"claims-{name}", viewport=VIEWPORT) as opened:
         page = Page(opened, url, name)
 
