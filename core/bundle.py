@@ -330,6 +330,12 @@ class Bundle:
                 )
             notices.append(f"Truncated: the text was {len(ids)} tokens long; only the first {limit} were translated.")
             ids = ids[:limit]
+        rowless = [i for i in ids if i >= self.config.src_vocab_size]
+        if rowless:  # an added token of the tokenizer (typed in the text) that the weights have no row for
+            raise InputError(
+                f"The text contains {self.tokenizer.piece(rowless[0])!r}, a token of this tokenizer (id {rowless[0]}) "
+                f"that the model has no embedding for (it has {self.config.src_vocab_size:,} rows); remove it."
+            )
         unknown = sum(1 for i in ids if self.tokenizer.is_unknown(i))
         if unknown:
             notices.append(

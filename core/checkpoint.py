@@ -27,7 +27,7 @@ from .errors import CheckpointError, InputError
 from .hf_tokenizers import FAMILY_TOKENIZERS, open_family_tokenizer
 from .model import Transformer
 from .t5_tokenizer import T5_SENTENCEPIECE, T5Tokenizer
-from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, read_vocab
+from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, first_id_beyond, read_vocab
 from .weights import assign_weights, empty_model, read_safetensors
 
 WEIGHTS, CONFIG, TOKENIZER, CARD = "model.safetensors", "config.json", "tokenizer.model", "card.md"
@@ -266,10 +266,11 @@ def load_checkpoint(
     # the file that sets the ids: the SentencePiece model, or a Marian vocabulary's piece -> id map
     tok_path = directory / data["tokenizer"]["vocab"] if isinstance(tokenizer, MarianVocabTokenizer) else tokenizer.path
     vocab = min(config.src_vocab_size, config.tgt_vocab_size)
-    if tokenizer.vocab_size > vocab:
+    beyond = first_id_beyond(tokenizer, vocab)
+    if beyond is not None:
         raise CheckpointError(
-            f"{tok_path}: has {tokenizer.vocab_size} pieces but {CONFIG} says the model has "
-            f"{vocab}; the tokenizer does not belong to these weights"
+            f"{tok_path}: can give id {beyond} ({tokenizer.piece(beyond)!r}) but {CONFIG} says the model has "
+            f"{vocab} embedding rows; the tokenizer does not belong to these weights"
         )
     for name, value in tokenizer.special_ids().items():
         if value >= 0 and name in ("eos_id", "unk_id") and value != getattr(config, name):

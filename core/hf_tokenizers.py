@@ -63,6 +63,10 @@ class Framing:
     def target(self, ids: list[int]) -> list[int]:
         return [*self.target_prefix, *ids]
 
+    def ids(self) -> set[int]:
+        """Every id the framing puts around a text."""
+        return {*self.prefix, *self.suffix, *self.target_prefix}
+
     def spec(self) -> dict[str, list[int]]:
         return {
             "source_prefix": list(self.prefix),
@@ -90,10 +94,22 @@ def byte_level_bpe(vocab: Path, merges: Path, specials: Sequence[str]) -> FastBa
 
 class FastTokenizer(Tokenizer):
     """A ``tokenizers`` tokenizer (a ``tokenizer.json``) with the family's framing. ``decode`` drops special
-    tokens (language codes included), as transformers' ``decode(ids, skip_special_tokens=True)``."""
+    tokens (language codes included), as transformers' ``decode(ids, skip_special_tokens=True)``. source_prefix:
+    text put before every source text (a T5 task prefix, e.g. "translate English to German: "), encoded with it as
+    transformers' callers do; reference translations get none."""
 
-    def __init__(self, backend: FastBackend, path: Path, framing: Framing, specials: Mapping[str, str]) -> None:
-        self.backend, self.path, self.framing = backend, Path(path), framing
+    def __init__(
+        self,
+        backend: FastBackend,
+        path: Path,
+        framing: Framing,
+        specials: Mapping[str, str],
+        *,
+        source_prefix: str = "",
+    ) -> None:
+        if not isinstance(source_prefix, str):
+            raise ValueError(f"text_prefix must be text, got {source_prefix!r}")
+        self.backend, self.path, self.framing, self.source_prefix = backend, Path(path), framing, source_prefix
         self.pieces_of = dict(specials)  # 'pad' / 'bos' / 'eos' / 'unk' -> piece
         ids = {name: backend.token_to_id(piece) for name, piece in self.pieces_of.items()}
         missing = [self.pieces_of[name] for name, i in ids.items() if i is None and name in ("eos", "unk")]
@@ -104,16 +120,26 @@ class FastTokenizer(Tokenizer):
         self._special = {int(i) for i, token in backend.get_added_tokens_decoder().items() if token.special}
 
     @classmethod
-    def from_file(cls, path: Path, framing: Framing, specials: Mapping[str, str]) -> FastTokenizer:
+    def from_file(
+        cls, path: Path, framing: Framing, specials: Mapping[str, str], *, source_prefix: str = ""
+    ) -> FastTokenizer:
         try:
             backend = FastBackend.from_file(str(path))
         except Exception as exc:  # tokenizers raises its own Exception types with Rust text
             raise CheckpointError(f"{path}: not a readable tokenizer.json ({exc})") from None
-        return cls(backend, path, framing, specials)
+        return cls(backend, path, framing, specials, source_prefix=source_prefix)
 
     @property
     def vocab_size(self) -> int:
         return int(self.backend.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def text_rows(self) -> int:
+        """The model's own pieces (added tokens such as language codes or <mask> are counted by ``ids_in_use``)."""
+        return int(self.backend.get_vocab_size(with_added_tokens=False))
+
+    def ids_in_use(self) -> set[int]:
+        return super().ids_in_use() | self.framing.ids()
 
     def special_ids(self) -> dict[str, int]:
         return {f"{name}_id": self.ids.get(name, -1) for name in ("pad", "bos", "eos", "unk")}
@@ -123,17 +149,22 @@ class FastTokenizer(Tokenizer):
         found = self.backend.token_to_id(piece)
         return None if found is None else int(found)
 
-    def encode(self, text: str) -> list[int]:
+    def _ids(self, text: str) -> list[int]:
         return list(self.backend.encode(text, add_special_tokens=False).ids)
 
+    def encode(self, text: str) -> list[int]:
+        """A source text's ids, the task prefix (if any) first; no framing (``frame_source`` adds it)."""
+        return self._ids(self.source_prefix + text)
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [list(e.ids) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+        prefixed = [self.source_prefix + text for text in texts]
+        return [list(e.ids) for e in self.backend.encode_batch(prefixed, add_special_tokens=False)]
 
     def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
         return self.framing.source(ids)
 
     def encode_target(self, text: str) -> list[int]:
-        return self.framing.target(self.encode(text))
+        return self.framing.target(self._ids(text))
 
     def decode(self, ids: Iterable[int]) -> str:
         return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=True)).strip()
@@ -153,7 +184,14 @@ class FastTokenizer(Tokenizer):
 
     def spec(self, *, file: str) -> dict[str, Any]:
         """What a checkpoint's config.json says about this tokenizer, given its file name in the folder."""
-        return {"type": HF_TOKENIZER_JSON, "file": file, "specials": dict(self.pieces_of), **self.framing.spec()}
+        prefix = {"text_prefix": self.source_prefix} if self.source_prefix else {}
+        return {
+            "type": HF_TOKENIZER_JSON,
+            "file": file,
+            "specials": dict(self.pieces_of),
+            **self.framing.spec(),
+            **prefix,
+        }
 
 
 class M2M100VocabTokenizer(Tokenizer):
@@ -177,6 +215,14 @@ class M2M100VocabTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return len(self.vocab) + len(self.language_ids) + M2M100_MADEUP_WORDS
+
+    @property
+    def text_rows(self) -> int:
+        """vocab.json's ids (the language tokens in use are counted by ``ids_in_use``; the made-up rows never)."""
+        return max(self.vocab.values()) + 1
+
+    def ids_in_use(self) -> set[int]:
+        return super().ids_in_use() | self.framing.ids()
 
     def special_ids(self) -> dict[str, int]:
         v = self.vocab
@@ -232,7 +278,7 @@ def open_family_tokenizer(spec: Mapping[str, Any], file: Any) -> Tokenizer:
         specials = spec.get("specials")
         if not isinstance(specials, dict) or not all(isinstance(v, str) for v in specials.values()):
             raise ValueError(f"specials must map 'eos', 'unk', ... to pieces, got {specials!r}")
-        return FastTokenizer.from_file(file("file"), framing, specials)
+        return FastTokenizer.from_file(file("file"), framing, specials, source_prefix=spec.get("text_prefix", ""))
     vocab = read_vocab(file("vocab"))
     return M2M100VocabTokenizer(file("model"), vocab, str(spec.get("languages")), framing)
 

@@ -27,6 +27,8 @@ def _processor(path: Path) -> spm.SentencePieceProcessor:
 class Tokenizer:
     """Text <-> SentencePiece ids and pieces."""
 
+    source_prefix = ""  # text put before every source text (a T5 task prefix); none here
+
     def __init__(self, model_path: str | Path) -> None:
         self.path = Path(model_path)
         self.sp = _processor(self.path)
@@ -34,6 +36,18 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
+
+    @property
+    def text_rows(self) -> int:
+        """One more than the largest id a text can be read as (besides ``ids_in_use``): the embedding rows a model
+        needs for this tokenizer. Ids a tokenizer has but no text produces (unused language codes, padding rows)
+        need none, as in transformers."""
+        return self.vocab_size
+
+    def ids_in_use(self) -> set[int]:
+        """The special ids (and, for a family's tokenizer, the language codes of its framing) a run feeds or
+        forces."""
+        return {i for i in self.special_ids().values() if i >= 0}
 
     def special_ids(self) -> dict[str, int]:
         """pad/bos/eos/unk ids as the model file defines them (-1 when absent)."""
@@ -110,6 +124,15 @@ class Tokenizer:
                 f"too few pieces for this text: its characters and the 4 special pieces need at least {few[2]}"
             ) from None
         return prefix.with_suffix(".model")
+
+
+def first_id_beyond(tokenizer: Tokenizer, rows: int) -> int | None:
+    """The smallest id ``tokenizer`` can give a text, or uses in its framing, that a model of ``rows`` embedding rows
+    has no row for; None when every one fits."""
+    if tokenizer.text_rows > rows:
+        return rows
+    beyond = sorted(i for i in tokenizer.ids_in_use() if i >= rows)
+    return beyond[0] if beyond else None
 
 
 def read_vocab(path: str | Path) -> dict[str, int]:

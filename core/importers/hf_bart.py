@@ -13,6 +13,7 @@ have is refused with the list of those it has.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -29,52 +30,91 @@ from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_
 from .hf_bart_folder import HFBartFolder, read_bart_folder
 from .hf_card import generation_text
 from .hf_common import imported_meta, mapped_state, provenance
-from .hf_folder import CONFIG, WEIGHTS
+from .hf_folder import CONFIG, TOKENIZER_CONFIG, WEIGHTS
 from .staging import save_with_files
 
 FORMAT = "huggingface-bart-family"
 FAMILY_NAMES = {"bart": "BART", "mbart": "mBART", "m2m100": "M2M100", "nllb": "NLLB (dense, M2M100 architecture)"}
 
 
-def pick_language(f: HFBartFolder, codes: dict[str, int], asked: str | None, default: str | None, flag: str) -> str:
-    """The language code ``asked`` (a flag), else ``default`` (the folder's); InputError naming the codes there are."""
-    chosen = asked or default
+def pick_language(
+    f: HFBartFolder, codes: dict[str, int], asked: str | None, default: tuple[str | None, str], flag: str
+) -> tuple[str, str]:
+    """(the language code, where it came from): ``asked`` (a flag), else ``default`` (the folder's, and the field
+    that says it); InputError naming the codes there are."""
+    chosen, source = (asked, flag) if asked else default
     if not codes:
-        return chosen or ("src" if flag == "--source-language" else "tgt")
+        return (chosen, source) if chosen else ("src" if flag == "--source-language" else "tgt", "none: no codes")
     if chosen is None:
         raise InputError(f"{f.folder}: name the language with {flag}; this tokenizer has: {', '.join(codes)}")
     if chosen not in codes:
-        raise InputError(
-            f"{flag} {chosen!r}: not a language code of this {f.family} tokenizer; it has: {', '.join(codes)}"
-        )
-    return chosen
+        has = f"not a language code of this {f.family} tokenizer; it has: {', '.join(codes)}"
+        if source == flag:
+            raise InputError(f"{flag} {chosen!r}: {has}")
+        raise InputError(f"{f.folder}: {source} says {chosen!r}, {has} (name one with {flag})")
+    return chosen, source
+
+
+def target_default(f: HFBartFolder, names: dict[int, str]) -> tuple[str | None, str]:
+    """The folder's target language as ``generate`` takes it, and the field that says it: the forced first token
+    (``forced_bos_token_id``), else the decoder's start token when it is a language code (mBART-cc25 / en-ro),
+    else tokenizer_config.json's ``tgt_lang``."""
+    for name in ("forced_bos_token_id", "decoder_start_token_id"):
+        value, where = f.setting_from(name)
+        if value in names:
+            return names[value], f"{where} {name}"
+    return f.tokenizer_config.get("tgt_lang"), f"{TOKENIZER_CONFIG} tgt_lang"
+
+
+def code_first(f: HFBartFolder, tokenizer: Tokenizer) -> bool:
+    """Whether the source language's code comes before the text (``en_XX x </s>``) rather than after its eos
+    (``x </s> en_XX``), as the folder's tokenizer class frames it: mBART-50 and NLLB (unless its
+    ``legacy_behaviour``) before, mBART-cc25 after; a folder that names no class, as its tokenizer.json's template."""
+    cls = str(f.tokenizer_config.get("tokenizer_class") or "")
+    if cls.startswith("MBart50"):
+        return True
+    if cls.startswith("Nllb"):
+        return not f.tokenizer_config.get("legacy_behaviour")
+    if cls.startswith("MBart") or not isinstance(tokenizer, FastTokenizer):
+        return f.family != "mbart"
+    template = template_order(tokenizer)
+    return f.family != "mbart" if template is None else template
+
+
+def template_order(tokenizer: FastTokenizer) -> bool | None:
+    """Whether tokenizer.json's single-sequence template puts a special token before the text; None without one."""
+    post = json.loads(tokenizer.backend.to_str()).get("post_processor") or {}
+    single = post.get("single") if isinstance(post, dict) else None
+    if not isinstance(single, list) or not single:
+        return None
+    return isinstance(single[0], dict) and "SpecialToken" in single[0]
 
 
 def framing(
     f: HFBartFolder, tokenizer: Tokenizer, languages: tuple[str | None, str | None]
-) -> tuple[Framing, tuple[str, str], int, int | None]:
-    """(the source / target framing, the language pair, the decoder's start id, the forced first id)."""
+) -> tuple[Framing, tuple[str, str], int, int | None, tuple[str, str]]:
+    """(the source / target framing, the language pair, the decoder's start id, the forced first id, where each
+    language came from)."""
     codes = f.languages(tokenizer)
     names = {i: code for code, i in codes.items()}
-    forced_setting = f.setting("forced_bos_token_id")
-    src = pick_language(f, codes, languages[0], f.tokenizer_config.get("src_lang"), "--source-language")
-    default_tgt = names.get(forced_setting) if forced_setting is not None else f.tokenizer_config.get("tgt_lang")
-    tgt = pick_language(f, codes, languages[1], default_tgt, "--target-language")
+    src_default = (f.tokenizer_config.get("src_lang"), f"{TOKENIZER_CONFIG} src_lang")
+    src, src_from = pick_language(f, codes, languages[0], src_default, "--source-language")
+    tgt, tgt_from = pick_language(f, codes, languages[1], target_default(f, names), "--target-language")
     ids = tokenizer.special_ids()
     bos, eos = ids["bos_id"], ids["eos_id"]
     start = f.setting("decoder_start_token_id", f.config.get("bos_token_id", bos) if f.model_type == "mbart" else eos)
     if not isinstance(start, int) or isinstance(start, bool):
         raise CheckpointError(f"{f.path(CONFIG)}: field decoder_start_token_id must be one token id, got {start!r}")
+    where = (src_from, tgt_from)
+    forced_setting = f.setting("forced_bos_token_id")
     if f.family == "bart":
         forced = forced_setting if isinstance(forced_setting, int) and not isinstance(forced_setting, bool) else None
-        return Framing((bos,), (eos,), () if forced is None else (forced,)), (src, tgt), start, forced
+        return Framing((bos,), (eos,), () if forced is None else (forced,)), (src, tgt), start, forced, where
+    first = code_first(f, tokenizer)
+    prefix, suffix = ((codes[src],), (eos,)) if first else ((), (eos, codes[src]))
     if f.family == "mbart" and start in names:  # mbart-large-cc25 / en-ro: the decoder starts from the language code
-        return Framing((), (eos, codes[src])), (src, tgt), codes[tgt], None
-    if f.family == "mbart" or (f.family == "nllb" and f.tokenizer_config.get("legacy_behaviour")):
-        source = Framing((), (eos, codes[src]), (codes[tgt],))
-    else:  # NLLB, M2M100: the language code first
-        source = Framing((codes[src],), (eos,), (codes[tgt],))
-    return source, (src, tgt), start, codes[tgt]
+        return Framing(prefix, suffix), (src, tgt), codes[tgt], None, where
+    return Framing(prefix, suffix, (codes[tgt],)), (src, tgt), start, codes[tgt], where
 
 
 def state_from_bart(f: HFBartFolder, cfg: ModelConfig) -> dict[str, torch.Tensor]:
@@ -95,6 +135,7 @@ def card_text(
     model: Transformer,
     tokenizer: FastTokenizer | M2M100VocabTokenizer,
     languages: tuple[str, str],
+    chosen_from: tuple[str, str],
     command: str,
 ) -> str:
     """The checkpoint's card.md: which family, its size, where it came from and what the conversion did."""
@@ -132,7 +173,8 @@ Keep the original folder's licence and credits with this checkpoint.
 
 ## Model
 
-* family: {family} (`model_type` {f.model_type!r}); {languages[0]} → {languages[1]}.
+* family: {family} (`model_type` {f.model_type!r}); {languages[0]} → {languages[1]} (the source language from
+  {chosen_from[0]}, the target language from {chosen_from[1]}).
 * size: {size}, {cfg.n_heads} heads,
   FFN {cfg.d_ff} ({cfg.activation}), vocabulary {cfg.src_vocab_size:,}.
 * {norms}; positions: {positions}; embeddings {"scaled by sqrt(d_model)" if cfg.scale_embedding else "not scaled"};
@@ -169,11 +211,9 @@ def convert(
     with tempfile.TemporaryDirectory() as scratch:
         files = f.tokenizer_files(Path(scratch))
         plain = f.tokenizer(files)
-        frame, (src, tgt), start, forced = framing(f, plain, languages)
+        frame, (src, tgt), start, forced, chosen_from = framing(f, plain, languages)
         tokenizer = f.tokenizer(files, frame)
-        cfg = config_from_bart(
-            f, unk_id=tokenizer.special_ids()["unk_id"], start_id=start, forced_bos_id=forced, rows=tokenizer.vocab_size
-        )
+        cfg = config_from_bart(f, tokenizer=tokenizer, start_id=start, forced_bos_id=forced)
         model = assign_weights(empty_model(cfg), state_from_bart(f, cfg), f.path(WEIGHTS)).eval()  # no copy
         names = {name: name for name in files}
         if isinstance(tokenizer, FastTokenizer):
@@ -181,8 +221,24 @@ def convert(
         else:
             assert isinstance(tokenizer, M2M100VocabTokenizer)
             spec = tokenizer.spec(model="sentencepiece.bpe.model", vocab="vocab.json")
-        origin = provenance(f, FORMAT, command, steps.digest, family=f.family)
+        origin = provenance(
+            f,
+            FORMAT,
+            command,
+            steps.digest,
+            family=f.family,
+            source_language_from=chosen_from[0],
+            target_language_from=chosen_from[1],
+        )
         meta = imported_meta(out, (src, tgt), dtype, spec, origin)
-        card = card_text(name=out.name, f=f, model=model, tokenizer=tokenizer, languages=(src, tgt), command=command)
+        card = card_text(
+            name=out.name,
+            f=f,
+            model=model,
+            tokenizer=tokenizer,
+            languages=(src, tgt),
+            chosen_from=chosen_from,
+            command=command,
+        )
         steps.writing(out)
         return steps.done(save_with_files(model, files, out, card=card, meta=meta, dtype=dtype))

@@ -17,6 +17,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
+from ..tokenizer import Tokenizer, first_id_beyond
 from .hf_bart_folder import HFBartFolder
 from .hf_config import beam_settings, generation_rules, layer_names, one_id, suppressed_ids
 from .hf_config import field as hf_field
@@ -98,12 +99,12 @@ def embeddings(f: HFBartFolder) -> tuple[torch.Tensor, torch.Tensor]:
     return shared, f.tensors[HEAD]
 
 
-def config_from_bart(
-    f: HFBartFolder, *, unk_id: int, start_id: int, forced_bos_id: int | None, rows: int
-) -> ModelConfig:
+def config_from_bart(f: HFBartFolder, *, tokenizer: Tokenizer, start_id: int, forced_bos_id: int | None) -> ModelConfig:
     """The core ModelConfig of the folder; CheckpointError naming the file and field for what core cannot run.
     unk_id: the tokenizer's; start_id / forced_bos_id: the decoder's first input and forced first output (chosen
-    with the target language, ``hf_bart``); rows: the tokenizer's ids, which the embedding must cover."""
+    with the target language, ``hf_bart``); tokenizer: the folder's, framed, whose ids the embedding must cover
+    (those text can give and those in use: ids no text produces may lie beyond it, as transformers allows)."""
+    unk_id = tokenizer.special_ids()["unk_id"]
     where = f.path(CONFIG)
     if not field(f, "is_encoder_decoder", bool):
         raise CheckpointError(f"{where}: field is_encoder_decoder is false; only encoder-decoder models open here")
@@ -123,8 +124,14 @@ def config_from_bart(
                 f"{f.path(WEIGHTS)}: {name} has shape {tuple(tensor.shape)}, {CONFIG} implies ({vocab_size}, "
                 f"{d_model}) (vocab_size, d_model)"
             )
-    if rows > vocab_size:
-        raise CheckpointError(f"{where}: vocab_size is {vocab_size} but the tokenizer has {rows} ids")
+    beyond = first_id_beyond(tokenizer, vocab_size)
+    if beyond is None:
+        beyond = next((i for i in (start_id, forced_bos_id) if i is not None and i >= vocab_size), None)
+    if beyond is not None:
+        raise CheckpointError(
+            f"{where}: vocab_size is {vocab_size}, but the tokenizer can give id {beyond} "
+            f"({tokenizer.piece(beyond)!r}), which has no embedding row"
+        )
     bias = f.tensors.get(BIAS)
     if bias is not None and tuple(bias.shape) != (1, vocab_size):
         raise CheckpointError(

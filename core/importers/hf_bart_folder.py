@@ -65,10 +65,15 @@ class HFBartFolder:
 
     def setting(self, name: str, default: Any = None) -> Any:
         """A generation setting: generation_config.json's, else config.json's, else ``default``."""
-        for source in (self.generation_config, self.config):
+        value, _ = self.setting_from(name)
+        return default if value is None else value
+
+    def setting_from(self, name: str) -> tuple[Any, str]:
+        """(a generation setting, the file it is in): generation_config.json's, else config.json's; (None, "")."""
+        for source, file in ((self.generation_config, GENERATION_CONFIG), (self.config, CONFIG)):
             if source.get(name) is not None:
-                return source[name]
-        return default
+                return source[name], file
+        return None, ""
 
     def tokenizer_files(self, scratch: Path) -> dict[str, Path]:
         """The files the checkpoint keeps (name in the checkpoint -> file here); a BART folder with only

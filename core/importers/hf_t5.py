@@ -20,13 +20,15 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
+from ..hf_tokenizers import FastTokenizer
 from ..model import Transformer
 from ..progress import ImportSteps, Progress
+from ..t5_tokenizer import T5Tokenizer
 from ..weights import assign_weights, empty_model
 from .hf_common import imported_meta, mapped_state, provenance
 from .hf_t5_card import card_text
 from .hf_t5_config import DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, config_from_t5, head, t5_names
-from .hf_t5_folder import CONFIG, SPIECE, WEIGHTS, HFT5Folder, read_t5_folder
+from .hf_t5_folder import CONFIG, WEIGHTS, HFT5Folder, read_t5_folder
 from .staging import save_with_files
 
 FORMAT = "huggingface-t5"
@@ -119,6 +121,12 @@ def convert(
         dtype=dtype,
         command=command,
     )
-    meta = imported_meta(out, (src, tgt), dtype, tokenizer.spec(model=SPIECE), origin)
+    name = f.tokenizer_file
+    if isinstance(tokenizer, FastTokenizer):
+        spec = tokenizer.spec(file=name)
+    else:
+        assert isinstance(tokenizer, T5Tokenizer)
+        spec = tokenizer.spec(model=name)
+    meta = imported_meta(out, (src, tgt), dtype, spec, origin)
     steps.writing(out)
-    return steps.done(save_with_files(model, {SPIECE: f.path(SPIECE)}, out, card=card, meta=meta, dtype=dtype))
+    return steps.done(save_with_files(model, {name: f.path(name)}, out, card=card, meta=meta, dtype=dtype))

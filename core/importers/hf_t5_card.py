@@ -8,8 +8,9 @@ import torch
 
 from ..model import Transformer
 from ..t5_tokenizer import T5Tokenizer
+from ..tokenizer import Tokenizer
 from .hf_card import generation_text
-from .hf_t5_folder import CONFIG, SPIECE, WEIGHTS, HFT5Folder
+from .hf_t5_folder import CONFIG, WEIGHTS, HFT5Folder
 
 
 def family_name(f: HFT5Folder, model: Transformer) -> str:
@@ -28,7 +29,7 @@ def card_text(
     name: str,
     f: HFT5Folder,
     model: Transformer,
-    tokenizer: T5Tokenizer,
+    tokenizer: Tokenizer,
     languages: tuple[str, str],
     prefix_from: str,
     dtype: torch.dtype,
@@ -48,6 +49,12 @@ def card_text(
         else "`lm_head.weight`, a matrix of its own"
     )
     spare = cfg.tgt_vocab_size - tokenizer.vocab_size
+    if isinstance(tokenizer, T5Tokenizer):
+        held = f"{tokenizer.n_pieces:,} SentencePiece pieces and {tokenizer.extra_ids} sentinels `<extra_id_N>`"
+    else:
+        held = f"`{f.tokenizer_file}` read with the tokenizers library, the sentinels `<extra_id_N>` among its tokens"
+    beyond = f"; {spare} rows beyond it have no piece" if spare > 0 else ""
+    beyond = f"; its last {-spare} ids have no row (no text gives them)" if spare < 0 else beyond
     return f"""# {name}: imported from a Hugging Face {f.model_type.upper()} folder
 
 Converted from the local folder `{f.folder.resolve()}` (written by transformers {version}). All credit for the
@@ -66,8 +73,7 @@ Keep the original folder's licence and credits with this checkpoint.
   {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads of d_kv {cfg.d_head};
   feed-forward {cfg.d_ff} ({"gated " if cfg.gated_ffn else ""}{cfg.activation}).
 * vocabulary: {cfg.tgt_vocab_size:,} embedding rows shared by source and target; the tokenizer has
-  {tokenizer.vocab_size:,} ids ({tokenizer.n_pieces:,} SentencePiece pieces and {tokenizer.extra_ids} sentinels
-  `<extra_id_N>`){f"; {spare} rows beyond it have no piece" if spare > 0 else ""}.
+  {tokenizer.vocab_size:,} ids ({held}){beyond}.
 * output head: {head}.
 * {languages[0]} → {languages[1]}.
 
@@ -85,7 +91,7 @@ import again with `--source-language` / `--target-language`, or `--source-prefix
 ```
 
 `core/importers/hf_t5.py` read `{CONFIG}`, `{WEIGHTS}` (safetensors; a pickled `pytorch_model.bin` is never
-opened) and `{SPIECE}`, and mapped every tensor by name onto the core Transformer, which runs transformers'
+opened) and `{f.tokenizer_file}`, and mapped every tensor by name onto the core Transformer, which runs transformers'
 `T5ForConditionalGeneration` computation as configuration:
 
 * pre-norm layers with RMSNorm (no mean, no bias; eps {cfg.norm_eps:g}) and a final RMSNorm per stack;
@@ -95,7 +101,7 @@ opened) and `{SPIECE}`, and mapped every tensor by name onto the core Transforme
 * attention scores not divided by sqrt(d_kv); no biases on any projection; embeddings not scaled;
 * the decoder starts from `decoder_start_token_id` {cfg.bos_id} (`{tokenizer.piece(cfg.bos_id)}`); eos {cfg.eos_id}
   (`{tokenizer.piece(cfg.eos_id)}`), pad {cfg.pad_id}, unk {cfg.unk_id}; ids decoding never chooses: {suppressed};
-* tokenizer: `{SPIECE}` copied as it is; source text = prefix + your text, then `</s>`.
+* tokenizer: `{f.tokenizer_file}` copied as it is; source text = prefix + your text, then `</s>`.
 
 {generation_text(f, cfg, tokenizer.piece)}
 Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones), so greedy and beam
