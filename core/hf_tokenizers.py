@@ -7,8 +7,9 @@ model's pieces from 4, the language codes after them, then <mask>) and NLLB; a B
 ``M2M100VocabTokenizer``: M2M100's ``sentencepiece.bpe.model`` (segmentation) + ``vocab.json`` (ids), with the
 language tokens ``__en__`` ... numbered after the vocabulary, as transformers' ``M2M100Tokenizer`` does.
 
-Both frame a source the family's way (``frame_source``): BART ``<s> x </s>``; mBART ``x </s> en_XX``; NLLB
-``eng_Latn x </s>``; M2M100 ``__en__ x </s>`` — the framing ids are chosen at import and kept in config.json.
+Both frame a source the family's way (``frame_source``): BART ``<s> x </s>``; mBART ``x </s> en_XX``; mBART-50
+``en_XX x </s>``; NLLB ``eng_Latn x </s>`` (``x </s> eng_Latn`` in its legacy behaviour); M2M100 ``__en__ x </s>``;
+T5 ``x </s>`` after its task prefix — the framing ids are chosen at import and kept in config.json.
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ class FastTokenizer(Tokenizer):
         self.ids = {name: -1 if i is None else int(i) for name, i in ids.items()}
         self.unk_id, self.eos_id = self.ids["unk"], self.ids["eos"]
         self._special = {int(i) for i, token in backend.get_added_tokens_decoder().items() if token.special}
+        plain = [int(i) for i in backend.get_vocab(with_added_tokens=True).values() if int(i) not in self._special]
+        self._text_rows = max(plain, default=-1) + 1
 
     @classmethod
     def from_file(
@@ -135,8 +138,9 @@ class FastTokenizer(Tokenizer):
 
     @property
     def text_rows(self) -> int:
-        """The model's own pieces (added tokens such as language codes or <mask> are counted by ``ids_in_use``)."""
-        return int(self.backend.get_vocab_size(with_added_tokens=False))
+        """One more than the largest id of a piece that is not a special token (language codes, <mask>: those in
+        use are ``ids_in_use``; one typed in a text is refused by the bundle when the model has no row for it)."""
+        return self._text_rows
 
     def ids_in_use(self) -> set[int]:
         return super().ids_in_use() | self.framing.ids()

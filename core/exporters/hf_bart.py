@@ -148,6 +148,12 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
     tokenizer_config: dict[str, Any] = {"tokenizer_class": TOKENIZER_CLASSES[family]}
     if family != "bart":
         tokenizer_config |= {"src_lang": languages[0], "tgt_lang": languages[1]}
+    assert isinstance(tokenizer, (FastTokenizer, M2M100VocabTokenizer))
+    code_first = bool(tokenizer.framing.prefix)  # the source language's code before the text
+    if family == "mbart" and code_first:  # mBART-50's framing
+        tokenizer_config["tokenizer_class"] = "MBart50Tokenizer"
+    if family == "nllb":
+        tokenizer_config["legacy_behaviour"] = not code_first
     if isinstance(tokenizer, M2M100VocabTokenizer):
         shutil.copyfile(tokenizer.path, folder / SPM)
         (folder / VOCAB).write_text(json.dumps(tokenizer.vocab, ensure_ascii=False) + "\n", encoding="utf-8")

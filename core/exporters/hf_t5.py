@@ -27,6 +27,7 @@ from ..checkpoint import CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..generation_rules import hf_settings
+from ..hf_tokenizers import FastTokenizer
 from ..importers.hf_t5_config import HEAD, SHARED, t5_names
 from ..importers.hf_t5_folder import ARCHITECTURES, SPIECE
 from ..model import Transformer
@@ -63,10 +64,10 @@ def misfits(cfg: ModelConfig, tokenizer: Tokenizer) -> list[str]:
         problems.append(f"d_v {cfg.d_value} != d_kv {cfg.d_head}: T5's d_kv is the size of keys and values alike")
     if cfg.scale_decoder_output and not cfg.tie_output:
         problems.append("scale_decoder_output with an untied head: transformers' T5 rescales only a tied one")
-    if not isinstance(tokenizer, T5Tokenizer):
+    if not isinstance(tokenizer, (T5Tokenizer, FastTokenizer)):
         problems.append(
-            f"tokenizer {type(tokenizer).__name__}: a T5 folder's tokenizer is spiece.model with <pad> 0, </s> 1, "
-            "<unk> 2 and sentinels (a checkpoint imported from a T5 folder has one)"
+            f"tokenizer {type(tokenizer).__name__}: a T5 folder's tokenizer is tokenizer.json or spiece.model with "
+            "sentinels (a checkpoint imported from a T5 folder has one)"
         )
     return problems
 
@@ -90,7 +91,7 @@ def hf_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def hf_config(cfg: ModelConfig, model_type: str, info: dict[str, Any], tokenizer: T5Tokenizer) -> dict[str, Any]:
+def hf_config(cfg: ModelConfig, model_type: str, info: dict[str, Any], tokenizer: Tokenizer) -> dict[str, Any]:
     languages = (info.get("source_language", "src"), info.get("target_language", "tgt"))
     tasks = {f"translation_{languages[0]}_to_{languages[1]}": {"prefix": tokenizer.source_prefix}}
     origin = {"format": "transformer-attention-lab", "name": info.get("name")}
@@ -145,7 +146,6 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
         raise CheckpointError(
             f"{checkpoint / CONFIG}: does not fit transformers' T5ForConditionalGeneration: " + "; ".join(problems)
         )
-    assert isinstance(tokenizer, T5Tokenizer)
     model_type = "mt5" if (info.get("imported_from") or {}).get("family") == "mt5" else "t5"
     notes = [
         f"task prefix: {tokenizer.source_prefix!r}, in config.json's task_specific_params; put it before the text"
@@ -156,15 +156,19 @@ def write_folder(checkpoint: Path, folder: Path) -> tuple[Transformer, Tokenizer
     save_file(hf_tensors(model), str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(hf_config(cfg, model_type, info, tokenizer), indent=2) + "\n")
     (folder / "generation_config.json").write_text(json.dumps(generation_config(cfg), indent=2) + "\n")
-    shutil.copyfile(tokenizer.path, folder / SPIECE)
     tokenizer_config = {
         "tokenizer_class": "T5Tokenizer",
-        "extra_ids": tokenizer.extra_ids,
         "eos_token": tokenizer.piece(cfg.eos_id),
         "unk_token": tokenizer.piece(cfg.unk_id),
         "pad_token": tokenizer.piece(cfg.pad_id),
         "model_max_length": 512,
     }
+    if isinstance(tokenizer, T5Tokenizer):
+        shutil.copyfile(tokenizer.path, folder / SPIECE)
+        tokenizer_config["extra_ids"] = tokenizer.extra_ids
+    else:  # tokenizer.json holds the sentinels among its tokens: none added again
+        shutil.copyfile(tokenizer.path, folder / "tokenizer.json")
+        tokenizer_config["extra_ids"] = 0
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, ensure_ascii=False, indent=2) + "\n")
     languages = (str(info.get("source_language", "src")), str(info.get("target_language", "tgt")))
     finish_folder(checkpoint, folder, info, notes, languages, tag=model_type)

@@ -18,7 +18,6 @@ from ..decoding import max_steps
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
-from ..t5_tokenizer import T5Tokenizer
 from ..tokenizer import Tokenizer
 
 DEFAULT_TEXT = "The weather is nice today, so we went for a walk in the park."
@@ -55,8 +54,7 @@ def verify_hf(
     text = probe_text(info, text)
     src_ids, out_ids = core_greedy(model, tokenizer, info, text)
     hf = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    prefix = tokenizer.source_prefix if isinstance(tokenizer, T5Tokenizer) else ""
-    hf_src = AutoTokenizer.from_pretrained(folder)([prefix + text]).input_ids[0]
+    hf_src = AutoTokenizer.from_pretrained(folder)([tokenizer.source_prefix + text]).input_ids[0]
     src = torch.tensor([src_ids])
     with torch.inference_mode():
         generated = hf.generate(

@@ -96,6 +96,12 @@ def framing(
     """(the source / target framing, the language pair, the decoder's start id, the forced first id, where each
     language came from)."""
     codes = f.languages(tokenizer)
+    if not codes and f.family != "bart":
+        example = {"mbart": "en_XX", "nllb": "eng_Latn"}.get(f.family, "__en__")
+        raise CheckpointError(
+            f"{tokenizer.path}: has no language codes (tokens like {example}), which a {f.family} model reads and "
+            "writes; save the tokenizer with its languages (NllbTokenizer: extra_special_tokens=FAIRSEQ_LANGUAGE_CODES)"
+        )
     names = {i: code for code, i in codes.items()}
     src_default = (f.tokenizer_config.get("src_lang"), f"{TOKENIZER_CONFIG} src_lang")
     src, src_from = pick_language(f, codes, languages[0], src_default, "--source-language")

@@ -226,7 +226,10 @@ def _edit_config(folder: Path, **changes) -> None:
         (lambda f: _edit_config(f, num_layers=3), "tensor encoder.block.2.layer.0.* is missing .*3\\+2 layers"),
         (lambda f: _edit_config(f, d_kv=7), "has shape .* implies"),
         (lambda f: _edit_config(f, d_model=True), "field d_model must be a whole number"),
-        (lambda f: (f / "spiece.model").unlink(), r"bad: has no tokenizer — a T5 folder holds tokenizer.json .* or spiece.model"),
+        (
+            lambda f: (f / "spiece.model").unlink(),
+            r"bad: has no tokenizer — a T5 folder holds tokenizer.json .* or spiece.model",
+        ),
         (lambda f: (f / "spiece.model").write_text("not a model"), "not a readable SentencePiece model"),
         (lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"), "refused — it is a Python pickle"),
     ],

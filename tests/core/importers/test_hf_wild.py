@@ -1,0 +1,181 @@
+"""Folders as the outside world writes them (``tests/hf_wild_folders.py``: transformers 5's own classes and
+``save_pretrained``, tokenizers from transformers' own test fixtures) open with parity: source ids equal
+``AutoTokenizer``'s on hard strings; greedy and beam-4 ids equal ``generate``'s; every attention map equals
+``output_attentions`` within 1e-4; ``export-hf`` writes a folder transformers loads and that imports back to the same
+tokens. Four of these folders were refused or misread before (a T5 with only tokenizer.json, mBART-50's framing, an
+mBART whose target language is only its decoder's start, an M2M100 embedding without the tokenizer's made-up ids)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hf_wild_folders import HARD, WILD, build_m2m100, build_mbart
+from safetensors.torch import load_file, save_file
+
+import core
+from core import CheckpointError, InputError
+from core.bundle import clean_text
+from core.cli import main
+
+transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
+
+MAX_NEW = 8
+TEXTS = ("The cat sleeps on the warm chair.", "I was born in 92000, and this is falsé.")
+# where each folder's languages come from (the card and imported_from say it)
+TARGET_FROM = {
+    "mbart-cc25": "generation_config.json decoder_start_token_id",
+    "mbart-50": "generation_config.json forced_bos_token_id",
+    "m2m100": "generation_config.json forced_bos_token_id",
+    "nllb": "generation_config.json forced_bos_token_id",
+    "nllb-legacy": "generation_config.json forced_bos_token_id",
+}
+
+
+@pytest.fixture(scope="module", params=list(WILD))
+def case(request, tmp_path_factory):
+    """A folder written by transformers, its model and tokenizer, and the checkpoint import-hf made of it."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    root = tmp_path_factory.mktemp(request.param)
+    folder = WILD[request.param](root / "hf")
+    assert main(["import-hf", str(folder), "--out", str(root / "ckpt")]) == 0
+    bundle = core.load(root / "ckpt", device="cpu")
+    return SimpleNamespace(
+        name=request.param,
+        root=root,
+        folder=folder,
+        model=AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval(),
+        tok=AutoTokenizer.from_pretrained(folder),
+        bundle=bundle,
+        prefix=bundle.tokenizer.source_prefix,
+    )
+
+
+def generate(case: SimpleNamespace, text: str, beams: int = 1) -> list[int]:
+    """transformers' output ids (the decoder's start token left out), the folder's generation settings."""
+    inputs = case.tok([case.prefix + text], return_tensors="pt")
+    with torch.inference_mode():
+        out = case.model.generate(**inputs, num_beams=beams, do_sample=False, max_new_tokens=MAX_NEW)
+    return out[0, 1:].tolist()
+
+
+def test_the_folders_files_are_transformers_own(case):
+    """Only what save_pretrained wrote: T5s have tokenizer.json and no spiece.model (transformers 5)."""
+    files = {p.name for p in case.folder.iterdir()}
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"} <= files
+    if case.name.startswith(("t5", "mt5")):
+        assert "tokenizer.json" in files and "spiece.model" not in files
+
+
+def test_source_ids_equal_autotokenizers_on_hard_strings(case):
+    tokenizer, eos = case.bundle.tokenizer, case.bundle.config.eos_id
+    for text in HARD:  # the reader itself, on the raw text
+        assert tokenizer.frame_source(tokenizer.encode(text), eos) == case.tok(case.prefix + text).input_ids, text
+    framing = len(tokenizer.frame_source([], eos))
+    for text in HARD:  # what the lab feeds the model: the text with its whitespace tidied (core.bundle.clean_text)
+        theirs = case.tok(case.prefix + clean_text(text)).input_ids
+        if len(theirs) == framing:  # the fixture's 21-piece BART vocabulary has no piece for most characters
+            with pytest.raises(InputError, match="Nothing translatable is left"):
+                case.bundle.encode_source(text)
+        else:
+            assert case.bundle.encode_source(text)[0] == theirs, text
+    with pytest.raises(InputError, match="The text is empty"):
+        case.bundle.encode_source(" \t ")
+
+
+def test_greedy_ids_and_every_attention_map_match_transformers(case):
+    cfg = case.bundle.config
+    for text in TEXTS:
+        out = case.bundle.translate(text, max_len=MAX_NEW)
+        ours = [int(i) for i in out.trace["output.ids"]]
+        assert ours == generate(case, text), text
+        src = torch.tensor([[int(i) for i in out.trace["ids.src"]]])
+        decoder_in = torch.tensor([[cfg.bos_id] + ours[:-1]])
+        with torch.inference_mode():
+            theirs = case.model(input_ids=src, decoder_input_ids=decoder_in, output_attentions=True)
+        stacks = {"encoder": theirs.encoder_attentions, "decoder": theirs.decoder_attentions}
+        stacks["cross"] = theirs.cross_attentions
+        for kind, arrays in stacks.items():
+            assert out.trace.n_layers[kind] == len(arrays)
+            for layer, array in enumerate(arrays):
+                np.testing.assert_allclose(out.trace.attention(kind, layer), array[0].numpy(), atol=1e-4, rtol=0)
+
+
+def test_beam_4_ids_match_generate(case):
+    for text in TEXTS:
+        ours = case.bundle.translate(text, beam_size=4, max_len=MAX_NEW)
+        assert [int(i) for i in ours.trace["output.ids"]] == generate(case, text, beams=4), text
+
+
+def test_export_hf_writes_a_folder_transformers_loads_and_that_imports_back(case):
+    from transformers import AutoTokenizer
+
+    exported = case.root / "exported"
+    assert main(["export-hf", str(case.root / "ckpt"), str(exported), "--text", TEXTS[0]]) == 0
+    assert main(["import-hf", str(exported), "--out", str(case.root / "again")]) == 0
+    again = core.load(case.root / "again", device="cpu")
+    tok = AutoTokenizer.from_pretrained(exported)
+    for text in TEXTS:
+        assert tok(case.prefix + text).input_ids == case.bundle.encode_source(text)[0]
+        first = case.bundle.translate(text, max_len=MAX_NEW).trace["output.ids"]
+        assert [int(i) for i in again.translate(text, max_len=MAX_NEW).trace["output.ids"]] == [int(i) for i in first]
+
+
+def test_the_languages_are_the_folders_and_the_card_says_where_they_came_from(case):
+    origin = case.bundle.info["imported_from"]
+    card = (case.root / "ckpt" / "card.md").read_text()
+    if case.name in TARGET_FROM:
+        assert origin["target_language_from"] == TARGET_FROM[case.name]
+        assert origin["source_language_from"] == "tokenizer_config.json src_lang"
+        assert f"the target language from\n  {TARGET_FROM[case.name]}" in card or TARGET_FROM[case.name] in card
+        forced_or_start = case.bundle.config.forced_bos_id
+        if forced_or_start is None:  # mBART-cc25 / en-ro: the decoder starts from the language
+            forced_or_start = case.bundle.config.bos_id
+        assert case.bundle.tokenizer.piece(forced_or_start) in ("ro_RO", "__pt__", "por_Latn")
+
+
+def test_mbart_50_reads_its_language_code_first_and_cc25_after_the_text(case):
+    """The two mBART tokenizers frame a source differently (MBart50Tokenizer / MBartTokenizer), as do NLLB's two
+    behaviours; the lab reads which from the folder."""
+    pieces = case.bundle.tokenizer.pieces(case.bundle.encode_source("The cat sleeps.")[0])
+    first = {"mbart-50": "en_XX", "nllb": "eng_Latn", "m2m100": "__en__"}
+    last = {"mbart-cc25": "en_XX", "nllb-legacy": "eng_Latn"}
+    if case.name in first:
+        assert pieces[0] == first[case.name] and pieces[-1] == "</s>"
+    if case.name in last:
+        assert pieces[-2:] == ["</s>", last[case.name]]
+
+
+def test_an_embedding_without_the_made_up_ids_opens_and_one_without_a_texts_id_is_refused(tmp_path):
+    """M2M100Tokenizer numbers 8 unnamed ids after its language codes; transformers' generate needs no row for
+    them, so neither does the lab. An embedding that lacks a row for an id text gives is refused, naming it."""
+    folder = build_m2m100(tmp_path / "m2m")
+    assert main(["import-hf", str(folder), "--out", str(tmp_path / "ckpt")]) == 0
+    bundle = core.load(tmp_path / "ckpt", device="cpu")
+    assert bundle.config.src_vocab_size < bundle.tokenizer.vocab_size  # the made-up ids have no row
+    config = json.loads((folder / "config.json").read_text())
+    short = config["vocab_size"] - 110  # fewer rows than vocab.json's ids
+    smaller = tmp_path / "smaller"
+    shutil.copytree(folder, smaller)
+    rows = config["vocab_size"]
+    tensors = {k: v[:short] if v.shape[0] == rows else v for k, v in load_file(folder / "model.safetensors").items()}
+    save_file(tensors, smaller / "model.safetensors", metadata={"format": "pt"})
+    (smaller / "config.json").write_text(json.dumps({**config, "vocab_size": short}))
+    with pytest.raises(CheckpointError, match=rf"vocab_size is {short}, but the tokenizer can give id {short} "):
+        core.importers.hf_families.convert(smaller, tmp_path / "refused")
+
+
+def test_a_typed_token_without_an_embedding_row_is_refused_by_name(tmp_path):
+    """mBART-50's <mask> is its last id; a model without that row opens (transformers' generate runs it), and a
+    text that names <mask> is refused before the model would read a row it does not have."""
+    folder = build_mbart(tmp_path / "mb", fifty=True, missing_rows=1)
+    assert main(["import-hf", str(folder), "--out", str(tmp_path / "ckpt")]) == 0
+    bundle = core.load(tmp_path / "ckpt", device="cpu")
+    assert bundle.translate("The cat sleeps.", max_len=3).text is not None
+    with pytest.raises(InputError, match=r"The text contains '<mask>', a token of this tokenizer .* no embedding"):
+        bundle.encode_source("The <mask> sleeps.")
