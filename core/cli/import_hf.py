@@ -15,6 +15,8 @@ from ..checkpoint import check_output_folder, folder_mb, load_checkpoint
 from ..errors import CheckpointError
 from ..importers.hf_families import convert
 
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -24,7 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "vocab.json)",
     )
     parser.add_argument("--out", default=None, help="checkpoint folder to write (default: checkpoints/<folder name>)")
-    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="saved weight precision")
+    parser.add_argument(
+        "--dtype",
+        choices=("folder", *DTYPES),
+        default="folder",
+        help="saved weight precision (default: the folder's own, e.g. a float16 folder stays float16)",
+    )
     parser.add_argument(
         "--source-language",
         default=None,
@@ -60,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     path = convert(
         folder,
         out,
-        dtype=torch.float16 if args.dtype == "float16" else torch.float32,
+        dtype=DTYPES.get(args.dtype),
         languages=(args.source_language, args.target_language),
         command=command,
         source_prefix=args.source_prefix,

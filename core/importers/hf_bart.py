@@ -30,7 +30,7 @@ from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, bart_
 from .hf_bart_folder import HFBartFolder, read_bart_folder
 from .hf_card import generation_text
 from .hf_common import imported_meta, mapped_state, provenance
-from .hf_folder import CONFIG, TOKENIZER_CONFIG, WEIGHTS
+from .hf_folder import CONFIG, TOKENIZER_CONFIG, WEIGHTS, folder_dtype
 from .staging import save_with_files
 
 FORMAT = "huggingface-bart-family"
@@ -204,7 +204,7 @@ def convert(
     folder: str | Path,
     out: str | Path,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
     progress: Progress | None = None,
@@ -213,6 +213,7 @@ def convert(
     step (``core.progress.ImportSteps``), ending at 1.0 when the checkpoint is written."""
     steps = ImportSteps(progress)
     f = read_bart_folder(folder, steps.reading)
+    dtype = dtype or folder_dtype(f.tensors)  # the folder's own unless asked
     out = Path(out)
     with tempfile.TemporaryDirectory() as scratch:
         files = f.tokenizer_files(Path(scratch))

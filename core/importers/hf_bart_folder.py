@@ -48,7 +48,7 @@ class HFBartFolder:
     folder: Path
     model_type: str  # 'bart', 'mbart' or 'm2m_100'
     config: dict[str, Any]
-    tensors: dict[str, torch.Tensor]  # float32, names as in the file
+    tensors: dict[str, torch.Tensor]  # the file's dtypes, names as in the file
     tokenizer_config: dict[str, Any]
     generation_config: dict[str, Any]  # {} when the folder has none
     licence: str

@@ -41,14 +41,43 @@ KNOWN = {
     "roberta": "an encoder-only model (no decoder to translate with)",
     "gpt2": "a decoder-only language model (no encoder)",
     "llama": "a decoder-only language model (no encoder)",
-    "fsmt": "a FairSeq machine-translation model (FSMT)",
+    "fsmt": (
+        "a FairSeq machine-translation model (FSMT, fairseq's WMT19 models): its tokenizer runs Moses' punctuation "
+        "normalisation and word splitting (sacremoses) before BPE, which no tokenizer.json expresses, so the lab "
+        "could not give its source ids; convert it with fairseq's own tools, or use an M2M100 / NLLB / Marian model"
+    ),
     "prophetnet": "ProphetNet (n-stream self-attention)",
 }
 
 
-def family(folder: str | Path) -> str:
-    """The folder's model_type, when the lab opens it; CheckpointError naming what it is and what opens."""
+def snapshot(folder: str | Path) -> Path:
+    """The folder that holds the model: ``folder`` itself, or, for a model's folder in the Hugging Face cache
+    (``~/.cache/huggingface/hub/models--ORG--NAME``, which holds ``refs/`` and ``snapshots/<hash>/``), the snapshot
+    ``refs/main`` names, else its only snapshot; CheckpointError naming the snapshots when several could be meant."""
     folder = Path(folder)
+    snapshots = folder / "snapshots"
+    if (folder / CONFIG).is_file() or not snapshots.is_dir():
+        return folder
+    ref = folder / "refs" / "main"
+    if ref.is_file():
+        named = snapshots / ref.read_text(encoding="utf-8").strip()
+        if (named / CONFIG).is_file():
+            return named
+    found = sorted(p for p in snapshots.iterdir() if (p / CONFIG).is_file())
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise CheckpointError(f"{snapshots}: no snapshot there holds {CONFIG} (the download is unfinished?)")
+    raise CheckpointError(
+        f"{folder}: holds {len(found)} snapshots and refs/main names none of them; pass one: "
+        + ", ".join(str(p) for p in found)
+    )
+
+
+def family(folder: str | Path) -> str:
+    """The folder's model_type, when the lab opens it; CheckpointError naming what it is and what opens. A model's
+    folder in the Hugging Face cache is read at its snapshot (``snapshot``)."""
+    folder = snapshot(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: not a folder — pass the folder that holds {CONFIG} and the weights")
     if not (folder / CONFIG).is_file():
@@ -65,15 +94,17 @@ def convert(
     folder: str | Path,
     out: str | Path,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
     source_prefix: str | None = None,
     progress: Progress | None = None,
 ) -> Path:
-    """Import ``folder`` with its family's importer (``family``) into the checkpoint folder ``out``. progress: told
+    """Import ``folder`` with its family's importer (``family``) into the checkpoint folder ``out``, its weights
+    saved in ``dtype`` (None: the folder's own, ``hf_folder.folder_dtype``). progress: told
     ``(fraction, text)`` at each real step (each tensor read and checked, the weights' digest, writing), with
     fractions that only grow, ending at 1.0 when the checkpoint is written."""
+    folder = snapshot(folder)
     kind = family(folder)
     convert_family = OPENED[kind][1]
     how = {"dtype": dtype, "languages": languages, "command": command, "progress": progress}

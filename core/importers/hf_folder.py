@@ -63,7 +63,7 @@ class HFMarianFolder:
 
     folder: Path
     config: dict[str, Any]
-    tensors: dict[str, torch.Tensor]  # float32, names as in the file
+    tensors: dict[str, torch.Tensor]  # the file's dtypes, names as in the file
     tokenizer_config: dict[str, Any]
     generation_config: dict[str, Any]  # {} when the folder has none
     vocab: dict[str, int]
@@ -89,8 +89,8 @@ def read_json(path: Path, *, required: bool) -> dict[str, Any]:
 
 
 def read_weights(folder: Path, progress: Progress | None = None) -> dict[str, torch.Tensor]:
-    """The tensors of ``model.safetensors`` as float32; CheckpointError for pickles, other formats, bad tensors.
-    progress: told after each tensor is checked."""
+    """The tensors of ``model.safetensors`` in the file's own dtypes (float32, float16, bfloat16); CheckpointError
+    for pickles, other formats, bad tensors. progress: told after each tensor is checked."""
     path = folder / WEIGHTS
     if not path.is_file():
         pickles = [name for name in PICKLES if (folder / name).exists()]
@@ -107,9 +107,19 @@ def read_weights(folder: Path, progress: Progress | None = None) -> dict[str, to
                 "(save_pretrained(folder, safe_serialization=True, max_shard_size='10GB'))"
             )
         raise CheckpointError(f"{path}: missing — a Hugging Face folder has its weights in {WEIGHTS}")
-    # each tensor checked one at a time, then the file mapped: a tensor is read when the conversion uses it (a
-    # float16 file's are converted to float32 here)
-    return {name: tensor.float() for name, tensor in read_safetensors(path, progress).items()}
+    # each tensor checked one at a time, then the file mapped: a tensor is read when the conversion uses it (and
+    # cast to the model's float32 only as it is assigned: a float16 folder is never held twice in float32)
+    return read_safetensors(path, progress)
+
+
+def folder_dtype(tensors: dict[str, torch.Tensor]) -> torch.dtype:
+    """The floating dtype most of the folder's values are stored in: what its checkpoint keeps unless asked
+    otherwise (a float16 or bfloat16 folder stays so: half the disk of float32)."""
+    sizes: dict[torch.dtype, int] = {}
+    for tensor in tensors.values():
+        if tensor.is_floating_point():
+            sizes[tensor.dtype] = sizes.get(tensor.dtype, 0) + tensor.numel()
+    return max(sizes, key=lambda dtype: sizes[dtype]) if sizes else torch.float32
 
 
 def find_licence(folder: Path, config: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ from .hf_config import (
     layer_names,
     special_pieces,
 )
-from .hf_folder import CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, WEIGHTS, HFMarianFolder, read_folder
+from .hf_folder import CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, WEIGHTS, HFMarianFolder, folder_dtype, read_folder
 from .staging import save_with_files
 
 FORMAT = "huggingface-marian"
@@ -69,7 +69,7 @@ def convert(
     folder: str | Path,
     out: str | Path,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
     progress: Progress | None = None,
@@ -78,6 +78,7 @@ def convert(
     step (``core.progress.ImportSteps``), ending at 1.0 when the checkpoint is written."""
     steps = ImportSteps(progress)
     f = read_folder(folder, steps.reading)
+    dtype = dtype or folder_dtype(f.tensors)  # the folder's own unless asked
     model = build_model(f)
     cfg = model.config
     tokenizer = MarianVocabTokenizer(f.path(SOURCE_SPM), f.path(TARGET_SPM), f.vocab, **special_pieces(f))

@@ -26,6 +26,7 @@ from ..progress import ImportSteps, Progress
 from ..t5_tokenizer import T5Tokenizer
 from ..weights import assign_weights, empty_model
 from .hf_common import imported_meta, mapped_state, provenance
+from .hf_folder import folder_dtype
 from .hf_t5_card import card_text
 from .hf_t5_config import DEC_EMB, ENC_EMB, HEAD, IGNORED, SHARED, config_from_t5, head, t5_names
 from .hf_t5_folder import CONFIG, WEIGHTS, HFT5Folder, read_t5_folder
@@ -96,7 +97,7 @@ def convert(
     folder: str | Path,
     out: str | Path,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     languages: tuple[str | None, str | None] = (None, None),
     command: str = "",
     source_prefix: str | None = None,
@@ -106,6 +107,7 @@ def convert(
     step (``core.progress.ImportSteps``), ending at 1.0 when the checkpoint is written."""
     steps = ImportSteps(progress)
     f = read_t5_folder(folder, steps.reading)
+    dtype = dtype or folder_dtype(f.tensors)  # the folder's own unless asked
     prefix, prefix_from, (src, tgt) = task_prefix(f, languages, source_prefix)
     model = build_model(f)
     tokenizer = f.tokenizer(prefix)

@@ -44,7 +44,7 @@ class HFT5Folder:
     folder: Path
     model_type: str  # 't5' or 'mt5'
     config: dict[str, Any]
-    tensors: dict[str, torch.Tensor]  # float32, names as in the file
+    tensors: dict[str, torch.Tensor]  # the file's dtypes, names as in the file
     tokenizer_config: dict[str, Any]
     generation_config: dict[str, Any]  # {} when the folder has none
     extra_ids: int

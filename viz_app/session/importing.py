@@ -18,7 +18,7 @@ from pathlib import Path
 
 import core
 from core.checkpoint import folder_mb, load_checkpoint
-from core.importers.hf_families import OPENED, convert, family
+from core.importers.hf_families import OPENED, convert, family, snapshot
 from core.progress import Progress, part
 from viz_app.session import checkpoints
 
@@ -97,12 +97,12 @@ def import_folder(text: str, name: str, progress: Progress) -> Imported:
     then nothing was written."""
     start = time.perf_counter()
     progress(0.0, "Checking the path and the name …")
-    folder = folder_from_text(text)
+    folder = snapshot(folder_from_text(text))  # a model's folder in the Hugging Face cache: its snapshot
     name = check_name(name or suggested_name(folder))
     out = checkpoints.checkpoint_root() / name
     kind = family(folder)  # config.json's model_type: a family the lab does not open is refused here, by name
     progress(0.1, f"Reading and converting a {OPENED[kind][0]} folder (config, weights, tokenizer) …")
-    command = f"python -m core import-hf {folder} --out {out} --dtype float32"
+    command = f"python -m core import-hf {folder} --out {out}"
     written = convert(folder, out, command=command, progress=part(progress, 0.1, 0.8))  # per tensor, digest, write
     progress(0.8, "Checking that the new checkpoint loads …")
     try:

@@ -21,6 +21,7 @@ import core
 from core import CheckpointError, InputError
 from core.bundle import clean_text
 from core.cli import main
+from core.importers import hf_families
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 
@@ -167,7 +168,7 @@ def test_an_embedding_without_the_made_up_ids_opens_and_one_without_a_texts_id_i
     save_file(tensors, smaller / "model.safetensors", metadata={"format": "pt"})
     (smaller / "config.json").write_text(json.dumps({**config, "vocab_size": short}))
     with pytest.raises(CheckpointError, match=rf"vocab_size is {short}, but the tokenizer can give id {short} "):
-        core.importers.hf_families.convert(smaller, tmp_path / "refused")
+        hf_families.convert(smaller, tmp_path / "refused")
 
 
 def test_a_typed_token_without_an_embedding_row_is_refused_by_name(tmp_path):
@@ -179,3 +180,70 @@ def test_a_typed_token_without_an_embedding_row_is_refused_by_name(tmp_path):
     assert bundle.translate("The cat sleeps.", max_len=3).text is not None
     with pytest.raises(InputError, match=r"The text contains '<mask>', a token of this tokenizer .* no embedding"):
         bundle.encode_source("The <mask> sleeps.")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_folder_stays_half_unless_asked(tmp_path, dtype):
+    """The checkpoint keeps the folder's dtype (half the disk of float32); --dtype float32 asks for float32; the
+    tokens are the same either way (the engine computes in float32)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    folder = WILD["mbart-50"](tmp_path / "hf")
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).to(dtype)
+    model.save_pretrained(folder)
+    assert main(["import-hf", str(folder), "--out", str(tmp_path / "kept")]) == 0
+    assert main(["import-hf", str(folder), "--out", str(tmp_path / "wide"), "--dtype", "float32"]) == 0
+    kept, wide = core.load(tmp_path / "kept", device="cpu"), core.load(tmp_path / "wide", device="cpu")
+    assert kept.info["dtype"] == str(dtype).removeprefix("torch.") and wide.info["dtype"] == "float32"
+    assert {t.dtype for t in load_file(tmp_path / "kept" / "model.safetensors").values()} == {dtype}
+    assert (tmp_path / "kept" / "model.safetensors").stat().st_size < 0.6 * (
+        tmp_path / "wide" / "model.safetensors"
+    ).stat().st_size
+    for text in TEXTS:
+        same = [
+            kept.translate(text, max_len=MAX_NEW).trace["output.ids"],
+            wide.translate(text, max_len=MAX_NEW).trace["output.ids"],
+        ]
+        assert [int(i) for i in same[0]] == [int(i) for i in same[1]]
+
+
+def test_a_hub_cache_folder_opens_at_its_model_folder_or_its_snapshot(tmp_path):
+    """~/.cache/huggingface/hub/models--ORG--NAME holds refs/main and snapshots/<hash>/: either path opens; a model
+    folder with two snapshots and no ref is refused, naming both."""
+    model_folder = tmp_path / "hub" / "models--someone--tiny-mbart-50"
+    hashes = ("0123abc", "4567def")
+    for commit in hashes:
+        WILD["mbart-50"](model_folder / "snapshots" / commit)
+    with pytest.raises(CheckpointError, match=rf"holds 2 snapshots and refs/main names none of them.*{hashes[1]}"):
+        hf_families.family(model_folder)
+    (model_folder / "refs").mkdir()
+    (model_folder / "refs" / "main").write_text(hashes[1])
+    for n, path in enumerate((model_folder, model_folder / "snapshots" / hashes[0])):
+        assert main(["import-hf", str(path), "--out", str(tmp_path / f"ckpt{n}")]) == 0
+    assert core.load(tmp_path / "ckpt0").info["imported_from"]["folder"].endswith(hashes[1])
+    assert core.load(tmp_path / "ckpt1").info["imported_from"]["folder"].endswith(hashes[0])
+
+
+def test_an_fsmt_folder_is_refused_by_name_with_the_reason(tmp_path, capsys):
+    """fairseq's WMT19 models in transformers' format (FSMT): its Moses pre-tokenisation is what the lab cannot
+    reproduce; the refusal says so, and what to use instead."""
+    from transformers import FSMTConfig, FSMTForConditionalGeneration
+
+    config = FSMTConfig(
+        langs=["en", "de"],
+        src_vocab_size=40,
+        tgt_vocab_size=40,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=32,
+    )
+    FSMTForConditionalGeneration(config).save_pretrained(tmp_path / "fsmt")
+    assert main(["import-hf", str(tmp_path / "fsmt"), "--out", str(tmp_path / "ckpt")]) == 2
+    said = capsys.readouterr().err
+    assert "model_type 'fsmt' — a FairSeq machine-translation model" in said and "sacremoses" in said
+    assert not (tmp_path / "ckpt").exists()
