@@ -231,3 +231,44 @@ def test_clicking_a_dot_of_the_tree_selects_that_hypothesis(lab_server: tuple[st
         assert picked.input_value().startswith("rank 3 ·"), picked.input_value()
         assert page.locator(".st-key-tree_step input").first.input_value() == "Step 4"
         snapshot(page, "browser-tiny-beam-tree")
+
+
+def test_opening_folders_transformers_5_wrote(
+    lab_server: tuple[str, Path], chromium: object, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """ "Open a Hugging Face folder" in the sidebar, typed as a person would: a T5 v1.1 saved by transformers 5
+    (tokenizer.json only) and an mBART whose target language is only its decoder's start token (as
+    mbart-large-en-ro) are imported, selected and translated; the sidebar says where the mBART's languages came
+    from, and the translation is core's on the imported checkpoint."""
+    from hf_wild_folders import build_mbart, build_t5
+
+    url, root = lab_server
+    base = tmp_path_factory.mktemp("wild")
+    folders = {"t5-saved-by-transformers-5": build_t5, "mbart-en-ro-like": build_mbart}
+    idle = """() => document.querySelector('[data-testid="stApp"]')
+                        ?.getAttribute('data-test-script-state') === 'notRunning'"""
+    for name, build in folders.items():
+        folder = build(base / name)
+        with new_tab(chromium, f"open-{name}", viewport={"width": 1280, "height": 900}) as page:
+            page.goto(f"{url}/?ckpt=tiny", timeout=120_000)
+            page.wait_for_function(idle, timeout=120_000, polling=POLL)
+            page.get_by_text("Open a Hugging Face folder").click()
+            field = page.locator(".st-key-hf_folder input")
+            field.fill(str(folder))
+            field.press("Enter")
+            page.wait_for_function(idle, timeout=60_000, polling=POLL)
+            page.locator(".st-key-hf_import button").click()
+            page.get_by_text(f"Imported {name}").wait_for(timeout=120_000)
+            page.wait_for_function(idle, timeout=120_000, polling=POLL)
+            _until_a_title(page, "t => t.length > 0")
+            sidebar = page.locator('[data-testid="stSidebar"]').inner_text()
+            assert "Imported from the Hugging Face folder" in sidebar, sidebar
+            if name.startswith("mbart"):
+                said = "the target language (ro_RO) from generation_config.json decoder_start_token_id"
+                assert said in " ".join(sidebar.split()), sidebar
+            bundle = core.load(root / name, device="cpu")
+            text = page.locator(".st-key-text input, .st-key-text textarea").first.input_value()
+            shown = page.locator('[data-testid="stMain"]').inner_text()
+            theirs = bundle.translate(text).text
+            assert theirs.strip() and theirs in shown, (theirs, shown[:600])
+            snapshot(page, f"browser-open-{name}")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from apptest_helpers import chart_titles, ok, specs, texts
 from hf_bart_folders import build_bart_folder, build_m2m100_folder
-from hf_folders import build_t5_folder
+from hf_wild_folders import build_mbart, build_t5
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from streamlit.testing.v1 import AppTest
@@ -24,12 +24,14 @@ from core.cli import main
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 120
-# each family imported from a tiny Hugging Face folder built with transformers (tests/hf_folders.py,
-# tests/hf_bart_folders.py) by the command the app's importer shares
+# each family imported from a tiny Hugging Face folder built with transformers (tests/hf_wild_folders.py: a T5 v1.1
+# as transformers 5 saves it, tokenizer.json only; an mBART whose target language is only its decoder's start token,
+# as mbart-large-en-ro; tests/hf_bart_folders.py) by the command the app's importer shares
 FAMILIES: dict[str, Callable[[Path], Path]] = {
-    "t5": lambda path: build_t5_folder(path, "1.1", seed=1),
+    "t5": lambda path: build_t5(path, seed=1),
     "bart": lambda path: build_bart_folder(path, seed=2),
     "m2m100": lambda path: build_m2m100_folder(path, seed=3),
+    "mbart": lambda path: build_mbart(path, seed=4),
 }
 
 
@@ -76,15 +78,19 @@ def _page(family: str, page: str, monkeypatch: pytest.MonkeyPatch, **params: str
 def test_positional_page_shows_what_the_model_has(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     at = _page(family, "positional", monkeypatch)
     said, titles = texts(at), chart_titles(at)
-    family_name = {"t5": "T5 / T5 v1.1 / Flan-T5", "bart": "BART", "m2m100": "M2M100 / NLLB (dense)"}[family]
+    family_name = {"t5": "T5 / T5 v1.1 / Flan-T5", "bart": "BART", "m2m100": "M2M100 / NLLB (dense)"}.get(
+        family, "mBART / mBART-50"
+    )
     assert f"(family: {family_name};" in said, said  # the card says which family and where from
+    if family == "mbart":  # and where its languages came from: the target only in the decoder's start token
+        assert "the target language (ro_RO) from generation_config.json decoder_start_token_id" in said, said
     if family == "t5":
         assert "relative position bias" in said and "8 distance buckets" in said, said
         assert any(t.startswith("Encoder self-attention: bias added") for t in titles), titles
         assert any(t.startswith("Decoder self-attention: bias added") for t in titles), titles
         assert any(t.startswith("Which bucket each query reads") for t in titles), titles
         assert "Distances 0 to 1 get a bucket each" in said  # the encoder: 4 buckets a direction, 2 exact
-    elif family == "bart":
+    elif family in ("bart", "mbart"):
         assert "learned" in said and "a table for the source and one for the target" in said, said
         assert "reads row 2" in said, said
         assert any(t.startswith("Learned position table (the source's)") for t in titles), titles
@@ -167,7 +173,8 @@ def test_learn_follows_the_family_arithmetic(
     if t5 and kind != "cross":
         assert "the bias looked up in the learned table by distance equals" in said
     if layer == "1":
-        assert ("embedding + PE" in said) is not t5 and ("layernorm_embedding" in said) is (family == "bart"), said
+        assert ("embedding + PE" in said) is not t5, said
+        assert ("layernorm_embedding" in said) is (family in ("bart", "mbart")), said
     if t5 and kind == "encoder":
         assert r"\odot x W_{up}" in latex and r"\mathrm{GELU}_{\tanh}" in latex, latex  # the gated FFN, gelu_new
         assert "no bias terms" in said and "d_kv = 12" in said  # hf_folders' T5: d_model 32, 4 heads of 12
@@ -193,7 +200,7 @@ def test_a_replayed_t5_trace_keeps_its_arithmetic(root: Path, tmp_path: Path, mo
             assert any(t.startswith("Bias the encoder added") for t in chart_titles(at)), chart_titles(at)
 
 
-@pytest.mark.parametrize(("family", "start"), [("t5", "<pad>"), ("bart", "</s>")])
+@pytest.mark.parametrize(("family", "start"), [("t5", "<pad>"), ("bart", "</s>"), ("mbart", "ro_RO")])
 def test_the_decoders_first_input_is_the_piece_it_starts_from(
     family: str, start: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

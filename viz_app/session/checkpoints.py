@@ -99,7 +99,13 @@ def provenance(info: dict[str, Any]) -> str:
     if isinstance(imported, dict):
         folder = folder_label(str(imported.get("folder", "?")))
         licence = imported.get("licence") or "not stated"
-        return f"Imported from the Hugging Face folder `{folder}` (family: {family(info)}; licence: {licence})."
+        said = f"Imported from the Hugging Face folder `{folder}` (family: {family(info)}; licence: {licence})."
+        origins = [
+            f"the {side} language ({info.get(f'{side}_language', '?')}) from {imported[f'{side}_language_from']}"
+            for side in ("source", "target")
+            if isinstance(imported.get(f"{side}_language_from"), str)
+        ]
+        return f"{said} Chosen at import: {' and '.join(origins)}." if origins else said
     origin = info.get("origin")
     if isinstance(origin, dict):
         return (
