@@ -32,7 +32,7 @@ from .decoding import (
 )
 from .errors import CheckpointError, InputError
 from .fast import FastWeights
-from .generation_rules import rules_in_force
+from .generation_rules import penalise, rules_in_force
 from .model import Transformer
 from .recorder import Recorder
 from .shortlist import Shortlist, as_vocab, load_beside
@@ -472,11 +472,14 @@ class Bundle:
         outputs = [[*row, *[cfg.eos_id] * (width - len(row))] for row in rows]
         ids = torch.tensor(outputs, dtype=torch.long, device=self.device)  # (B, Tt)
         tgt = torch.tensor([[cfg.bos_id, *row[:-1]] for row in outputs], dtype=torch.long, device=self.device)
-        logits = self.model(src, tgt, call, src_keep=keep)  # (B, Tt, V|S)
-        probs = suppress(torch.softmax(logits.float(), dim=-1), cfg, 0.0, vocab)  # (B, Tt, V|S)
-        if cfg.min_length or cfg.no_repeat_ngram_size:  # each position's bans, as its decoding step had them
+        logits = self.model(src, tgt, call, src_keep=keep).float()  # (B, Tt, V|S)
+        if cfg.repetition_penalty != 1.0:  # each position's logits penalised as its decoding step's were
             for t in range(ids.shape[1]):
-                probs[:, t] = apply_bans(probs[:, t], cfg, tgt[:, : t + 1], 0.0, vocab)
+                logits[:, t] = penalise(cfg, logits[:, t], tgt[:, : t + 1], vocab)
+        probs = suppress(torch.softmax(logits, dim=-1), cfg, 0.0, vocab)  # (B, Tt, V|S)
+        if cfg.min_length or cfg.no_repeat_ngram_size or cfg.encoder_no_repeat_ngram_size:  # each position's bans
+            for t in range(ids.shape[1]):
+                probs[:, t] = apply_bans(probs[:, t], cfg, tgt[:, : t + 1], 0.0, vocab, src)
         top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (B, Tt, k)
         columns, listed = columns_of(ids, vocab)
         chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (B, Tt); 0 outside the shortlist

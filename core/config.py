@@ -36,7 +36,8 @@ class ModelConfig:
     ``norm_kind``, ``gated_ffn``, ``linear_bias``, ``relative_buckets``, ``relative_max_distance``,
     ``scale_decoder_output``, with ``positional='relative'``) does the same for T5 / Flan-T5 / mT5; ``beam``,
     ``length_penalty``, ``early_stopping`` and the generation rules (``min_length``, ``no_repeat_ngram_size``,
-    ``forced_eos_id``: ``core.generation_rules``) decode an imported folder as transformers' ``generate`` does.
+    ``encoder_no_repeat_ngram_size``, ``repetition_penalty``, ``forced_eos_id``: ``core.generation_rules``) decode an
+    imported folder as transformers' ``generate`` does.
     """
 
     src_vocab_size: int
@@ -93,6 +94,8 @@ class ModelConfig:
     min_length: int = 0  # eos banned while the decoder's input (start token included) is shorter than this
     no_repeat_ngram_size: int = 0  # an id that would repeat an n-gram of this size in the decoder's input is banned
     forced_eos_id: int | None = None  # forced at the last step a call allows (transformers' forced_eos_token_id)
+    encoder_no_repeat_ngram_size: int = 0  # an id that would complete an n-gram of the SOURCE's is banned
+    repetition_penalty: float = 1.0  # the score of an id already in the decoder's input: / p when > 0, * p when < 0
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -188,7 +191,13 @@ class ModelConfig:
             isinstance(self.early_stopping, bool) or self.early_stopping == "never",
             f"early_stopping must be true, false or 'never', got {self.early_stopping!r}",
         )
-        for name in ("min_length", "no_repeat_ngram_size"):
+        need(
+            isinstance(self.repetition_penalty, (int, float))
+            and not isinstance(self.repetition_penalty, bool)
+            and 0 < self.repetition_penalty < float("inf"),
+            f"repetition_penalty must be a number above 0 (1: off), got {self.repetition_penalty!r}",
+        )
+        for name in ("min_length", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"):
             value = getattr(self, name)
             need(
                 isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= LIMITS["max_positions"],

@@ -18,7 +18,7 @@ from torch import Tensor
 from .beam_finish import finishing
 from .call import Call
 from .config import ModelConfig
-from .generation_rules import banned, forced_id
+from .generation_rules import banned, forced_id, penalise
 from .model import Transformer
 from .plan import DecoderState
 from .recorder import Recorder
@@ -145,14 +145,17 @@ def suppressed_columns(config: ModelConfig, vocab: Tensor | None, device: torch.
     return ids if vocab is None else torch.isin(vocab, ids).nonzero()[:, 0]
 
 
-def apply_bans(scores: Tensor, config: ModelConfig, tokens: Tensor, fill: float, vocab: Tensor | None) -> Tensor:
+def apply_bans(
+    scores: Tensor, config: ModelConfig, tokens: Tensor, fill: float, vocab: Tensor | None, source: Tensor | None
+) -> Tensor:
     """``scores`` (N, V|S), probabilities or log-probabilities of the next id after the decoder inputs ``tokens``
     (N, t), start token first, with the ids the model's generation rules ban there (``core.generation_rules.banned``:
-    eos before ``min_length``, a repeated n-gram's last id) set to ``fill`` (0 or -inf), after the softmax as
-    ``suppress`` does; ``scores`` itself when no rule is on. vocab: the ids of the last axis (S,) for a shortlist."""
-    if not (config.min_length or config.no_repeat_ngram_size):
+    eos before ``min_length``, a repeated n-gram's last id, a source n-gram's last id) set to ``fill`` (0 or -inf),
+    after the softmax as ``suppress`` does; ``scores`` itself when no rule is on. vocab: the ids of the last axis
+    (S,) for a shortlist; source: (N | 1, Ts) the source ids each row translates."""
+    if not (config.min_length or config.no_repeat_ngram_size or config.encoder_no_repeat_ngram_size):
         return scores
-    rows, ids = banned(config, tokens)
+    rows, ids = banned(config, tokens, source)
     if rows.numel() == 0:  # the rules are on but ban nothing at this step: no copy of the scores
         return scores
     columns, listed = columns_of(ids, vocab)
@@ -215,8 +218,9 @@ def iter_greedy(
             if recorder is not None:
                 recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
             logits = model.decode(tokens, memory, cross_keep, call)[:, -1]  # (B, V|S)
-        probs = fill_columns(torch.softmax(logits.float(), dim=-1), blocked, 0.0)  # (B, V|S), as ``suppress``
-        probs = apply_bans(probs, cfg, tokens, 0.0, vocab)
+        logits = penalise(cfg, logits.float(), tokens, vocab)  # repetition_penalty on the logits, as greedy's
+        probs = fill_columns(torch.softmax(logits, dim=-1), blocked, 0.0)  # (B, V|S), as ``suppress``
+        probs = apply_bans(probs, cfg, tokens, 0.0, vocab, src)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         top_ids = vocab_ids(top_ids, vocab)
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
@@ -303,7 +307,8 @@ def beam_search(
         else:
             logits = model.decode(tokens, mem, keep, step_call)[:, -1]  # (beams, V|S)
         token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))  # (beams, V|S)
-        token_logp = apply_bans(token_logp, cfg, tokens, float("-inf"), vocab)
+        token_logp = penalise(cfg, token_logp, tokens, vocab)  # on the log-probabilities, as generate's beam search
+        token_logp = apply_bans(token_logp, cfg, tokens, float("-inf"), vocab, src)
         forced = forced_id(cfg, first, step, max_len)
         if forced is not None:  # only the forced id, at log-probability 0
             column, _ = columns_of(torch.tensor([forced], device=src.device), vocab)

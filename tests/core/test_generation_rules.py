@@ -28,7 +28,7 @@ from core.cli import main
 from core.decoding import forced_ids
 from core.exporters.ct2 import export_ct2
 from core.exporters.verify import ct2_decoding, ct2_target_prefix, ct2_translate, ct2_vocabulary
-from core.generation_rules import banned, forced_id, rules_in_force
+from core.generation_rules import banned, forced_id, penalise, rules_in_force
 from core.importers import hf_families
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
@@ -232,6 +232,43 @@ def test_the_ngram_rule_bans_what_transformers_bans():
             assert torch.equal(ours, theirs), (n, t)
 
 
+def test_the_encoder_ngram_rule_bans_what_transformers_bans():
+    """encoder_no_repeat_ngram_size: the last id of every source n-gram whose first n - 1 ids end the decoder's
+    inputs, per hypothesis, the source shared by a sentence's beams (as EncoderNoRepeatNGramLogitsProcessor)."""
+    from transformers.generation.logits_process import EncoderNoRepeatNGramLogitsProcessor
+
+    torch.manual_seed(1)
+    source = torch.randint(0, 5, (2, 9))  # two sentences
+    tokens = torch.randint(0, 5, (8, 12))  # four beams each
+    for n in (1, 2, 3, 4):
+        processor = EncoderNoRepeatNGramLogitsProcessor(n, source)
+        cfg = tiny_config(encoder_no_repeat_ngram_size=n)
+        for t in range(1, 13):
+            theirs = processor(tokens[:, :t], torch.zeros(8, 8)) == float("-inf")
+            ours = torch.zeros(8, 8, dtype=torch.bool)
+            rows, ids = banned(cfg, tokens[:, :t], source.repeat_interleave(4, dim=0))
+            ours[rows, ids] = True
+            assert torch.equal(ours, theirs), (n, t)
+            assert ours.any() or n > 1  # n = 1 bans every source id at every step
+
+
+def test_the_repetition_penalty_scores_what_transformers_scores():
+    """repetition_penalty divides a positive score of an id already in the decoder's input and multiplies a
+    negative one (RepetitionPenaltyLogitsProcessor), on every id or on a shortlist's columns."""
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+    torch.manual_seed(2)
+    tokens, scores = torch.randint(0, 8, (6, 5)), torch.randn(6, 8)
+    for penalty in (0.7, 1.0, 1.3, 2.0):
+        theirs = RepetitionPenaltyLogitsProcessor(penalty)(tokens, scores.clone())
+        ours = penalise(tiny_config(repetition_penalty=penalty), scores, tokens)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+        assert torch.equal(ours, scores) is (penalty == 1.0)
+        vocab = torch.tensor([0, 2, 3, 5, 7])  # a shortlist: its columns are these ids
+        listed = penalise(tiny_config(repetition_penalty=penalty), scores[:, vocab], tokens, vocab)
+        torch.testing.assert_close(listed, theirs[:, vocab], rtol=0, atol=0)
+
+
 def test_min_length_counts_the_start_token_and_forced_eos_the_last_step():
     cfg = tiny_config(min_length=3, forced_eos_id=2)
     for t, expect in ((1, True), (2, True), (3, False)):  # decoder inputs (start token included) of length t
@@ -247,6 +284,12 @@ def test_the_config_keeps_the_rules_and_refuses_bad_ones():
     assert ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     old = {k: v for k, v in cfg.to_dict().items() if k not in ("min_length", "no_repeat_ngram_size", "forced_eos_id")}
     assert rules_in_force(ModelConfig.from_dict(old)) == {}  # a checkpoint from before: every rule off
-    for bad in ({"min_length": -1}, {"no_repeat_ngram_size": 2.5}, {"forced_eos_id": 10**6}, {"min_length": True}):
+    bad_ones = ({"min_length": -1}, {"no_repeat_ngram_size": 2.5}, {"forced_eos_id": 10**6}, {"min_length": True})
+    bad_ones += (
+        {"repetition_penalty": 0.0},
+        {"repetition_penalty": float("inf")},
+        {"encoder_no_repeat_ngram_size": -2},
+    )
+    for bad in bad_ones:
         with pytest.raises(InputError, match=next(iter(bad)).replace("_id", "")):
             tiny_config(**bad)
