@@ -1,6 +1,7 @@
 """Sentences about the generation rules an imported model's folder sets (``core.generation_rules``: min_length,
-no_repeat_ngram_size, forced_eos_token_id), each computed from what the trace says: which rules held
-(``meta['generation_rules']``), the step limit of the call (``meta['max_len']``) and the ids it wrote.
+no_repeat_ngram_size, encoder_no_repeat_ngram_size, repetition_penalty, forced_eos_token_id), each computed from
+what the trace says: which rules held (``meta['generation_rules']``), the step limit of the call (``meta['max_len']``)
+and the ids it wrote.
 
 One function per claim, a test for each branch (tests/viz_app/test_claims_rules.py). Pure: no Streamlit, no
 model. Pieces are quoted through ``claims.quote`` (Markdown-literal), after the caller's ``name`` (id -> shown
@@ -29,10 +30,18 @@ class Rules:
     eos_banned_steps: int = 0  # eos was banned at output steps 0 .. eos_banned_steps - 1
     no_repeat_ngram_size: int = 0
     forced_eos_id: int | None = None
+    encoder_no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
 
     @property
     def on(self) -> bool:
-        return bool(self.eos_banned_steps or self.no_repeat_ngram_size or self.forced_eos_id is not None)
+        return bool(
+            self.eos_banned_steps
+            or self.no_repeat_ngram_size
+            or self.forced_eos_id is not None
+            or self.encoder_no_repeat_ngram_size
+            or self.repetition_penalty != 1.0
+        )
 
 
 def _whole(value: Any) -> int | None:
@@ -50,7 +59,14 @@ def rules_of(meta: Mapping[str, Any]) -> Rules:
         eos_banned_steps=_whole(held.get("eos_banned_steps")) or 0,
         no_repeat_ngram_size=_whole(held.get("no_repeat_ngram_size")) or 0,
         forced_eos_id=_whole(held.get("forced_eos_id")),
+        encoder_no_repeat_ngram_size=_whole(held.get("encoder_no_repeat_ngram_size")) or 0,
+        repetition_penalty=_penalty(held.get("repetition_penalty")),
     )
+
+
+def _penalty(value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+    return float(value) if ok else 1.0
 
 
 def step_limit(meta: Mapping[str, Any]) -> int | None:
@@ -78,6 +94,26 @@ def ngram_rule(rules: Rules) -> str | None:
     return f"{what} (no_repeat_ngram_size {n})"
 
 
+def encoder_ngram_rule(rules: Rules) -> str | None:
+    n = rules.encoder_no_repeat_ngram_size
+    if not n:
+        return None
+    what = "no piece of the source is written" if n == 1 else f"no {n} pieces in a row of the source are written"
+    return f"{what} (encoder_no_repeat_ngram_size {n})"
+
+
+def repetition_rule(rules: Rules) -> str | None:
+    p = rules.repetition_penalty
+    if p == 1.0:
+        return None
+    how = f"divided by {p:g} where positive, multiplied where negative"
+    what = "less" if p > 1 else "more"
+    return (
+        f"a piece already written is made {what} likely (repetition_penalty {p:g}: its score {how}; the "
+        "probabilities shown are those after it)"
+    )
+
+
 def forced_eos_rule(rules: Rules, max_len: int | None) -> str | None:
     if rules.forced_eos_id is None:
         return None
@@ -87,7 +123,14 @@ def forced_eos_rule(rules: Rules, max_len: int | None) -> str | None:
 
 def rules_in_force(rules: Rules, max_len: int | None) -> str | None:
     """'Generation rules from the model's folder: ...; ...; ....' naming each rule that held; None when none did."""
-    parts = [part for part in (min_length_rule(rules), ngram_rule(rules), forced_eos_rule(rules, max_len)) if part]
+    said = (
+        min_length_rule(rules),
+        ngram_rule(rules),
+        encoder_ngram_rule(rules),
+        repetition_rule(rules),
+        forced_eos_rule(rules, max_len),
+    )
+    parts = [part for part in said if part]
     if not parts:
         return None
     return "Generation rules from the model's folder (applied as transformers' generate applies them): " + (
@@ -107,10 +150,11 @@ def eos_banned(rules: Rules, step: int) -> str | None:
     """Said at a step (0-based) where min_length banned the end of sentence."""
     if step >= rules.eos_banned_steps:
         return None
+    kept = "the model's own" if rules.repetition_penalty == 1.0 else "those the repetition penalty left"
     return (
         f"The end of sentence was not allowed at this step (min_length {rules.min_length}: allowed from step "
-        f"{rules.eos_banned_steps + 1} on); its probability here is set to 0, the other pieces keep the model's own "
-        "(so the candidates add up to less than 100%)."
+        f"{rules.eos_banned_steps + 1} on); its probability here is set to 0, the other pieces keep "
+        f"{kept} (so the candidates add up to less than 100%)."
     )
 
 

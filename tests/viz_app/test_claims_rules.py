@@ -203,3 +203,21 @@ def test_a_trace_whose_limit_is_not_a_number_is_refused(bundles, tmp_path: Path)
     with pytest.raises(ValueError, match="max_len"):
         core.Trace.load(path)
     assert np.array_equal(core.Trace.load(out.trace.save(tmp_path / "ok.json"))["output.ids"], out.trace["output.ids"])
+
+
+def test_the_encoder_ngram_and_repetition_rules_are_said_when_they_held():
+    held = {"encoder_no_repeat_ngram_size": 2, "repetition_penalty": 1.3}
+    rules = rules_of({"generation_rules": held})
+    assert rules == Rules(encoder_no_repeat_ngram_size=2, repetition_penalty=1.3) and rules.on
+    said = rules_in_force(rules, 20)
+    assert (
+        said is not None and "no 2 pieces in a row of the source are written (encoder_no_repeat_ngram_size 2)" in said
+    )
+    assert "a piece already written is made less likely (repetition_penalty 1.3" in said
+    assert "more likely (repetition_penalty 0.8" in str(rules_in_force(Rules(repetition_penalty=0.8), None))
+    assert "no piece of the source is written" in str(rules_in_force(Rules(encoder_no_repeat_ngram_size=1), None))
+    for odd in ({"repetition_penalty": -1}, {"repetition_penalty": "1.3"}, {"encoder_no_repeat_ngram_size": 1.5}):
+        assert rules_of({"generation_rules": odd}) == Rules() and not rules_of({"generation_rules": odd}).on
+    banned_eos = eos_banned(Rules(min_length=3, eos_banned_steps=2, repetition_penalty=1.3), 0)
+    assert banned_eos is not None and "keep those the repetition penalty left" in banned_eos
+    assert "keep the model's own" in str(eos_banned(Rules(min_length=3, eos_banned_steps=2), 0))
