@@ -28,8 +28,9 @@ from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..generation_rules import hf_settings
 from ..hf_tokenizers import FastTokenizer, M2M100VocabTokenizer
-from ..importers.hf_bart_config import BIAS, HEAD, POSITION_OFFSET, SHARED, bart_names
-from ..importers.hf_bart_folder import ARCHITECTURES, SPM, TOKENIZER_JSON, VOCAB
+from ..importers.hf_bart import SPM
+from ..importers.hf_bart_config import ARCHITECTURES, BIAS, HEAD, POSITION_OFFSET, SHARED, bart_names
+from ..importers.hf_folder import TOKENIZER_JSON, VOCAB
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from .hf_marian import finish_folder, shape_fields

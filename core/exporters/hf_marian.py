@@ -29,7 +29,8 @@ from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..generation_rules import hf_settings
-from ..importers.hf_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, POSITIONS, SHARED, layer_names
+from ..importers.hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, SHARED, layer_names
+from ..importers.hf_marian_config import POSITIONS
 from ..model import Transformer
 from ..positional import sinusoidal_table
 from ..tokenizer import MarianVocabTokenizer, Tokenizer

@@ -28,8 +28,8 @@ from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..generation_rules import hf_settings
 from ..hf_tokenizers import FastTokenizer
-from ..importers.hf_t5_config import HEAD, SHARED, t5_names
-from ..importers.hf_t5_folder import ARCHITECTURES, SPIECE
+from ..importers.hf_t5 import SPIECE
+from ..importers.hf_t5_config import ARCHITECTURES, HEAD, SHARED, t5_names
 from ..model import Transformer
 from ..t5_tokenizer import T5Tokenizer
 from ..tokenizer import Tokenizer

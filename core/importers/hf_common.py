@@ -1,12 +1,15 @@
-"""What every family's Hugging Face importer shares: mapping the file's tensors onto core's parameter names with
-every check (missing, unknown, misshapen), and the provenance record a checkpoint keeps under ``imported_from``."""
+"""What every family's Hugging Face import shares: reading config.json's fields (one ``field``, with the model
+type's defaults), the generation settings transformers' generate reads (beam, rules, banned ids), mapping the file's
+tensors onto core's parameter names with every check (missing, unknown, misshapen), and the provenance record a
+checkpoint keeps under ``imported_from``."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -15,41 +18,132 @@ from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..progress import Progress
 from ..weights import parameter_shapes
-from .hf_folder import CONFIG, WEIGHTS
+from .hf_entry import HFFolder, Tensors
+from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS
+
+# how a field of the wrong kind is named (``Family.words``): Python's names (what the Marian and BART-family
+# importers have always said) or words (T5's)
+TYPE_NAMES: dict[Any, str] = {bool: "true or false", int: "int", str: "str"}
+PLAIN_WORDS: dict[Any, str] = {bool: "true or false", int: "a whole number", str: "text"}
 
 
-class HFWeights(Protocol):
-    """A read folder (``HFMarianFolder``, ``HFT5Folder``, ...): its config, tensors, licence and paths."""
-
-    @property
-    def folder(self) -> Path: ...
-
-    @property
-    def config(self) -> dict[str, Any]: ...
-
-    @property
-    def tensors(self) -> dict[str, torch.Tensor]: ...
-
-    @property
-    def licence(self) -> str: ...
-
-    def path(self, name: str) -> Path: ...
+def field(f: HFFolder, name: str, kind: type | tuple[type, ...]) -> Any:
+    """config.json's ``name`` (transformers' default for the folder's model type when absent), checked to be a
+    ``kind`` (never a bool for a number)."""
+    value = f.config.get(name, f.defaults.get(name))
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        what = f.entry.words.get(kind, "a number")
+        raise CheckpointError(f"{f.path(CONFIG)}: field {name} must be {what}, got {value!r}")
+    return value
 
 
-def mapped_state(
-    f: HFWeights,
-    cfg: ModelConfig,
-    names: Mapping[str, str],
-    state: dict[str, torch.Tensor],
-    used: set[str],
-    what: str,
-) -> dict[str, torch.Tensor]:
-    """``state`` (the embeddings and head the caller resolved) plus every tensor ``names`` maps (core name -> the
-    file's name); CheckpointError naming the first tensor missing, any the model does not have (outside ``used``,
-    the names the caller read or knows to ignore), or one whose shape ``cfg`` does not imply. what: the model the
-    config describes, for the messages (e.g. "MarianMTModel of 2+2 layers")."""
-    weights = f.path(WEIGHTS)
-    used = set(used)
+def one_id(value: Any, name: str, where: Path) -> int:
+    """One token id of a config field (transformers writes some as one-element lists); CheckpointError otherwise."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CheckpointError(f"{where}: field {name} must be one token id, got {value!r}")
+    return value
+
+
+def generation_source(f: HFFolder) -> tuple[dict[str, Any], Path]:
+    """The settings generate reads, and their file: generation_config.json's when the folder has one, else
+    config.json's."""
+    return (f.generation_config, f.path(GENERATION_CONFIG)) if f.generation_config else (f.config, f.path(CONFIG))
+
+
+def setting_from(f: HFFolder, name: str) -> tuple[Any, str]:
+    """(one generation setting, the file it is in): generation_config.json's, else config.json's; (None, "")."""
+    for source, file in ((f.generation_config, GENERATION_CONFIG), (f.config, CONFIG)):
+        if source.get(name) is not None:
+            return source[name], file
+    return None, ""
+
+
+def setting(f: HFFolder, name: str, default: Any = None) -> Any:
+    """One generation setting (``setting_from``), else ``default``."""
+    value, _ = setting_from(f, name)
+    return default if value is None else value
+
+
+def beam_settings(f: HFFolder) -> dict[str, Any]:
+    """``ModelConfig``'s beam fields for an imported folder: beam search as ``generate`` runs it ("transformers",
+    ``core.beam_finish``), with ``length_penalty`` and ``early_stopping`` as generate reads them
+    (``generation_source``), else ``GenerationConfig``'s defaults (1.0, False)."""
+    source, where = generation_source(f)
+    penalty = source.get("length_penalty", 1.0)
+    if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not math.isfinite(penalty):
+        raise CheckpointError(f"{where}: field length_penalty must be a number, got {penalty!r}")
+    stopping = source.get("early_stopping", False)
+    if not isinstance(stopping, bool) and stopping != "never":
+        raise CheckpointError(f'{where}: field early_stopping must be true, false or "never", got {stopping!r}')
+    return {"beam": "transformers", "length_penalty": float(penalty), "early_stopping": stopping}
+
+
+def generation_rules(f: HFFolder) -> dict[str, Any]:
+    """``ModelConfig``'s generation rules for an imported folder (``core.generation_rules``): ``min_length``,
+    ``no_repeat_ngram_size`` and ``forced_eos_token_id`` as generate reads them (``generation_source``); absent or
+    null = off (``GenerationConfig``'s defaults)."""
+    source, where = generation_source(f)
+    rules: dict[str, Any] = {}
+    for name in ("min_length", "no_repeat_ngram_size"):
+        value = source.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CheckpointError(f"{where}: field {name} must be a whole number of at least 0, got {value!r}")
+        rules[name] = value
+    forced = source.get("forced_eos_token_id")
+    if forced is not None:
+        rules["forced_eos_id"] = one_id(forced, "forced_eos_token_id", where)
+    return rules
+
+
+def suppressed_ids(f: HFFolder) -> tuple[int, ...]:
+    """The ids transformers' generate never picks for this folder: ``bad_words_ids`` (one-token entries) and
+    ``suppress_tokens`` as generate reads them (``generation_source``)."""
+    source, where = generation_source(f)
+    ids: list[int] = []
+    bad = source.get("bad_words_ids") or []
+    if not isinstance(bad, list) or any(not isinstance(entry, list) for entry in bad):
+        raise CheckpointError(f"{where}: field bad_words_ids must be a list of id lists, got {bad!r}")
+    for entry in bad:
+        if len(entry) != 1:
+            raise CheckpointError(
+                f"{where}: field bad_words_ids holds {entry!r}; only single-token entries are supported (core "
+                "suppresses ids, not sequences)"
+            )
+        ids.append(one_id(entry, "bad_words_ids", where))
+    suppress = source.get("suppress_tokens") or []
+    if not isinstance(suppress, list):
+        raise CheckpointError(f"{where}: field suppress_tokens must be a list of ids, got {suppress!r}")
+    ids += [one_id(i, "suppress_tokens", where) for i in suppress]
+    eos = source.get("eos_token_id", f.config.get("eos_token_id", f.defaults.get("eos_token_id")))
+    if eos in ids:
+        raise CheckpointError(
+            f"{where}: field bad_words_ids / suppress_tokens bans eos ({eos}): decoding could not stop"
+        )
+    if source.get("begin_suppress_tokens"):
+        raise CheckpointError(f"{where}: field begin_suppress_tokens is not supported")
+    return tuple(sorted(set(ids)))
+
+
+def imported_config(f: HFFolder, build: Callable[[dict[str, Any]], ModelConfig]) -> ModelConfig:
+    """``build(generation)``: the family's ModelConfig of config.json, given the fields every family reads the same
+    way (``generation``: the banned ids, beam search, the rules) to pass on; CheckpointError naming config.json for
+    what core cannot run."""
+    try:
+        return build({"suppress_ids": suppressed_ids(f), **beam_settings(f), **generation_rules(f)})
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{f.path(CONFIG)}: cannot be run by core: {exc}") from None
+
+
+def mapped_state(f: HFFolder, cfg: ModelConfig, tensors: Tensors) -> dict[str, torch.Tensor]:
+    """Core parameter name -> tensor: ``tensors.given`` plus every tensor ``tensors.names`` maps; CheckpointError
+    naming the first tensor missing, any the model does not have (outside ``tensors.known`` and the names read),
+    or one whose shape ``cfg`` does not imply."""
+    weights, names, what = f.path(WEIGHTS), tensors.names, tensors.what
+    state, used = dict(tensors.given), set(tensors.known)
     for ours, theirs in names.items():
         if theirs not in f.tensors:
             raise CheckpointError(f"{weights}: tensor {theirs} is missing ({CONFIG} says a {what})")
@@ -83,12 +177,12 @@ def sha256(path: Path, progress: Progress | None = None) -> str:
     return digest.hexdigest()
 
 
-def provenance(f: HFWeights, fmt: str, command: str, progress: Progress | None = None, **more: str) -> dict[str, Any]:
-    """What a checkpoint records under ``imported_from``: the format, the folder, its licence, the weights' SHA-256,
-    the transformers version that wrote it, the command; ``more`` adds fields (e.g. the family). progress: the
-    digest's."""
+def provenance(f: HFFolder, command: str, progress: Progress | None = None, **more: str) -> dict[str, Any]:
+    """What a checkpoint records under ``imported_from``: the family's format, the folder, its licence, the
+    weights' SHA-256, the transformers version that wrote it, the command; ``more`` adds fields (e.g. the family).
+    progress: the digest's."""
     return {
-        "format": fmt,
+        "format": f.entry.format,
         **more,
         "folder": str(f.folder.resolve()),
         "licence": f.licence,

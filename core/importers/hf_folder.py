@@ -1,14 +1,13 @@
-"""Read a local Hugging Face Marian folder (what ``MarianMTModel.save_pretrained`` and ``MarianTokenizer`` write)
-and check every file before anything is converted. Nothing here imports transformers, and nothing is unpickled.
+"""The files of a local Hugging Face model folder that every family reads the same way, each checked before anything
+is converted. Nothing here imports transformers, and nothing is unpickled.
 
-    config.json              MarianConfig (model_type 'marian')
+    config.json              the model's config (its model_type picks the family: ``hf_families``)
     model.safetensors        the weights (pytorch_model.bin is refused: it is a pickle)
-    source.spm, target.spm   SentencePiece models for source and target text
-    vocab.json               the joint piece -> id map both sides share
-    tokenizer_config.json    special pieces, languages (optional)
-    generation_config.json   generation settings (optional): bad_words_ids / suppress_tokens are kept
+    tokenizer_config.json    special pieces, languages, the tokenizer's class (optional)
+    generation_config.json   generation settings (optional): what transformers' generate reads first
     README.md, LICENSE       the licence, when the folder states one (optional)
 
+The tokenizer's own files differ by family (each family's entry checks them: ``hf_marian``, ``hf_t5``, ``hf_bart``).
 Every problem is a CheckpointError naming the file and the field.
 """
 
@@ -16,11 +15,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import sentencepiece as spm
 import torch
 
 from ..errors import CheckpointError
@@ -28,56 +25,23 @@ from ..progress import Progress
 from ..tokenizer import read_vocab
 from ..weights import read_safetensors
 
-CONFIG, WEIGHTS, SOURCE_SPM, TARGET_SPM, VOCAB = (
+CONFIG, WEIGHTS, TOKENIZER_CONFIG, GENERATION_CONFIG = (
     "config.json",
     "model.safetensors",
-    "source.spm",
-    "target.spm",
-    "vocab.json",
+    "tokenizer_config.json",
+    "generation_config.json",
 )
-TOKENIZER_CONFIG, GENERATION_CONFIG = "tokenizer_config.json", "generation_config.json"
+TOKENIZER_JSON, VOCAB = "tokenizer.json", "vocab.json"  # the tokenizers library's file; a piece -> id map
 PICKLES = ("pytorch_model.bin", "model.ckpt", "pytorch_model.bin.index.json")
 OTHER_WEIGHTS = ("tf_model.h5", "flax_model.msgpack", "model.safetensors.index.json")
 LICENCE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENCE", "LICENCE.txt", "COPYING")
-
-
-class HFFolder(Protocol):
-    """What every family's folder reader gives (``HFMarianFolder`` is one): its path, config.json and
-    generation_config.json ({} when absent)."""
-
-    @property
-    def folder(self) -> Path: ...
-
-    @property
-    def config(self) -> dict[str, Any]: ...
-
-    @property
-    def generation_config(self) -> dict[str, Any]: ...
-
-    def path(self, name: str) -> Path: ...
-
-
-@dataclass(frozen=True)
-class HFMarianFolder:
-    """The checked contents of a Hugging Face Marian folder."""
-
-    folder: Path
-    config: dict[str, Any]
-    tensors: dict[str, torch.Tensor]  # the file's dtypes, names as in the file
-    tokenizer_config: dict[str, Any]
-    generation_config: dict[str, Any]  # {} when the folder has none
-    vocab: dict[str, int]
-    licence: str  # what the folder says, or "not stated in the folder"
-
-    def path(self, name: str) -> Path:
-        return self.folder / name
 
 
 def read_json(path: Path, *, required: bool) -> dict[str, Any]:
     """A JSON object from ``path`` ({} when it is optional and absent)."""
     if not path.is_file():
         if required:
-            raise CheckpointError(f"{path}: missing — a Hugging Face Marian folder has {path.name}")
+            raise CheckpointError(f"{path}: missing — a Hugging Face folder has {path.name}")
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -86,6 +50,14 @@ def read_json(path: Path, *, required: bool) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: must hold a JSON object, got {type(data).__name__}")
     return data
+
+
+def read_vocab_file(path: Path) -> dict[str, int]:
+    """A vocab.json piece -> id map; CheckpointError naming the file when it is not one."""
+    try:
+        return read_vocab(path)
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
 
 
 def read_weights(folder: Path, progress: Progress | None = None) -> dict[str, torch.Tensor]:
@@ -145,47 +117,3 @@ def find_licence(folder: Path, config: dict[str, Any]) -> str:
             )
             return f"see the folder's {name} file (it begins: {first[:80]!r})"
     return "not stated in the folder"
-
-
-def read_folder(folder: str | Path, progress: Progress | None = None) -> HFMarianFolder:
-    """Read and check a Hugging Face Marian folder (see the module docstring); progress: per tensor read."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise CheckpointError(f"{folder}: not a folder — pass the folder that holds {CONFIG} and {WEIGHTS}")
-    config = read_json(folder / CONFIG, required=True)
-    model_type = config.get("model_type")
-    if model_type != "marian":
-        raise CheckpointError(
-            f"{folder / CONFIG}: model_type is {model_type!r}; only Marian translation models ('marian') are supported"
-        )
-    architectures = config.get("architectures")
-    if architectures is not None and "MarianMTModel" not in (architectures or []):
-        raise CheckpointError(
-            f"{folder / CONFIG}: architectures {architectures!r} — only MarianMTModel (encoder-decoder translation) "
-            "is supported"
-        )
-    tensors = read_weights(folder, progress)
-    tokenizer_config = read_json(folder / TOKENIZER_CONFIG, required=False)
-    for name in (SOURCE_SPM, TARGET_SPM, VOCAB):
-        if not (folder / name).is_file():
-            raise CheckpointError(
-                f"{folder / name}: missing — a Marian folder's tokenizer is {SOURCE_SPM}, {TARGET_SPM} and {VOCAB}"
-            )
-    for name in (SOURCE_SPM, TARGET_SPM):
-        try:
-            spm.SentencePieceProcessor(model_file=str(folder / name))
-        except Exception as exc:  # sentencepiece raises RuntimeError/OSError with C++ text
-            raise CheckpointError(f"{folder / name}: not a readable SentencePiece model ({exc})") from None
-    try:
-        vocab = read_vocab(folder / VOCAB)
-    except ValueError as exc:
-        raise CheckpointError(f"{folder / VOCAB}: {exc}") from None
-    return HFMarianFolder(
-        folder=folder,
-        config=config,
-        tensors=tensors,
-        tokenizer_config=tokenizer_config,
-        generation_config=read_json(folder / GENERATION_CONFIG, required=False),
-        vocab=vocab,
-        licence=find_licence(folder, config),
-    )

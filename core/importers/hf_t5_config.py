@@ -18,8 +18,9 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from .hf_config import beam_settings, generation_rules, one_id, suppressed_ids
-from .hf_t5_folder import CONFIG, WEIGHTS, HFT5Folder
+from .hf_common import field, imported_config, one_id
+from .hf_entry import HFFolder, Setup
+from .hf_folder import CONFIG, WEIGHTS
 
 # transformers 5.23's T5Config defaults (MT5Config's differ in feed_forward_proj, vocab_size and tie_word_embeddings)
 T5_DEFAULTS: dict[str, Any] = {
@@ -42,6 +43,7 @@ T5_DEFAULTS: dict[str, Any] = {
     "tie_word_embeddings": True,
 }
 MT5_DEFAULTS = dict(T5_DEFAULTS, vocab_size=250112, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+ARCHITECTURES = {"t5": "T5ForConditionalGeneration", "mt5": "MT5ForConditionalGeneration"}
 # feed_forward_proj's activation -> core's (transformers: 'gated-gelu' runs gelu_new, the tanh approximation)
 ACTIVATIONS: dict[str, Literal["relu", "gelu", "gelu_new", "silu"]] = {
     "relu": "relu",
@@ -60,22 +62,7 @@ SHARED, ENC_EMB, DEC_EMB, HEAD = (
 IGNORED = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
 
 
-def defaults(f: HFT5Folder) -> dict[str, Any]:
-    return MT5_DEFAULTS if f.model_type == "mt5" else T5_DEFAULTS
-
-
-def field(f: HFT5Folder, name: str, kind: type | tuple[type, ...]) -> Any:
-    """config.json's ``name`` (transformers' default when absent), checked to be a ``kind`` (never a bool for a
-    number)."""
-    value = f.config.get(name, defaults(f).get(name))
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        what = {"bool": "true or false", "int": "a whole number", "str": "text"}.get(getattr(kind, "__name__", ""))
-        what = what or "a number"
-        raise CheckpointError(f"{f.path(CONFIG)}: field {name} must be {what}, got {value!r}")
-    return value
-
-
-def feed_forward(f: HFT5Folder) -> tuple[Literal["relu", "gelu", "gelu_new", "silu"], bool]:
+def feed_forward(f: HFFolder) -> tuple[Literal["relu", "gelu", "gelu_new", "silu"], bool]:
     """(activation, gated) of ``feed_forward_proj``: 'relu' -> (relu, plain), 'gated-gelu' -> (gelu_new, gated)."""
     proj = field(f, "feed_forward_proj", str)
     parts = proj.split("-")
@@ -89,7 +76,7 @@ def feed_forward(f: HFT5Folder) -> tuple[Literal["relu", "gelu", "gelu_new", "si
     return ACTIVATIONS[name], gated
 
 
-def head(f: HFT5Folder) -> tuple[torch.Tensor, bool]:
+def head(f: HFFolder) -> tuple[torch.Tensor, bool]:
     """(the output projection, whether the decoder's output is rescaled by d_model**-0.5 before it).
 
     As transformers 5.23 loads the folder: ``lm_head.weight`` when the file holds one that differs from the shared
@@ -138,9 +125,9 @@ def t5_names(cfg: ModelConfig) -> dict[str, str]:
     return names
 
 
-def config_from_t5(f: HFT5Folder, unk_id: int) -> ModelConfig:
-    """The core ModelConfig of a T5 / mT5 folder (``unk_id``: the tokenizer's); CheckpointError naming the file and
-    field for what core cannot run."""
+def config_from_t5(f: HFFolder, setup: Setup) -> ModelConfig:
+    """The core ModelConfig of a T5 / mT5 folder (its unk id: the tokenizer's, ``setup``); CheckpointError naming
+    the file and field for what core cannot run."""
     where = f.path(CONFIG)
     if not field(f, "is_encoder_decoder", bool):
         raise CheckpointError(f"{where}: field is_encoder_decoder is false; only encoder-decoder T5 models open here")
@@ -156,10 +143,11 @@ def config_from_t5(f: HFT5Folder, unk_id: int) -> ModelConfig:
             )
     ids = {}
     for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-        ids[name] = one_id(f.generation_config.get(name, f.config.get(name, defaults(f)[name])), name, where)
+        ids[name] = one_id(f.generation_config.get(name, f.config.get(name, f.defaults[name])), name, where)
     decoder_layers = f.config.get("num_decoder_layers")
-    try:
-        return ModelConfig(
+    return imported_config(
+        f,
+        lambda generation: ModelConfig(
             src_vocab_size=vocab,
             tgt_vocab_size=vocab,
             d_model=d_model,
@@ -181,8 +169,7 @@ def config_from_t5(f: HFT5Folder, unk_id: int) -> ModelConfig:
             pad_id=ids["pad_token_id"],
             bos_id=ids["decoder_start_token_id"],
             eos_id=ids["eos_token_id"],
-            unk_id=unk_id,
-            suppress_ids=suppressed_ids(f),
+            unk_id=setup.tokenizer.special_ids()["unk_id"],
             d_kv=field(f, "d_kv", int),
             attention_scale=False,
             norm_kind="rms",
@@ -191,8 +178,6 @@ def config_from_t5(f: HFT5Folder, unk_id: int) -> ModelConfig:
             relative_buckets=field(f, "relative_attention_num_buckets", int),
             relative_max_distance=field(f, "relative_attention_max_distance", int),
             scale_decoder_output=rescale,
-            **beam_settings(f),
-            **generation_rules(f),
-        )
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{where}: cannot be run by core: {exc}") from None
+            **generation,
+        ),
+    )

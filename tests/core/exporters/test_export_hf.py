@@ -19,8 +19,8 @@ import core
 from core import CheckpointError
 from core.cli import main
 from core.exporters.hf_families import export_hf
-from core.importers.hf_config import config_from_hf
-from core.importers.hf_folder import read_folder
+from core.importers.hf_families import read_hf_folder
+from core.importers.hf_marian_config import config_from_marian
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -116,8 +116,8 @@ def test_the_folder_follows_opus_mt_conventions(exported):
 
 
 def test_the_folders_config_names_its_own_sinusoids(exported):
-    """config_from_hf alone gives the layout the stored tables hold (no caller has to replace it after)."""
-    assert config_from_hf(read_folder(exported.folder)).pe_layout == exported.bundle.config.pe_layout
+    """config_from_marian alone gives the layout the stored tables hold (no caller has to replace it after)."""
+    assert config_from_marian(read_hf_folder(exported.folder)).pe_layout == exported.bundle.config.pe_layout
 
 
 def test_an_exported_checkpoint_imports_back_to_the_same_model(exported, tmp_path):

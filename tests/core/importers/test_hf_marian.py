@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 import core
 from core import CheckpointError
 from core.cli import main
-from core.importers import hf_marian
+from core.importers import hf_families
 from core.positional import sinusoidal_table
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
@@ -184,7 +184,7 @@ def test_beam_search_matches_transformers_where_hypotheses_end_early(tmp_path):
         return out[0, 1:].tolist()
 
     def imported(out: Path) -> core.Bundle:
-        return core.load(hf_marian.convert(folder, out), device="cpu")
+        return core.load(hf_families.convert(folder, out), device="cpu")
 
     compare_beams(folder, imported, generate, texts, tmp_path)
 
@@ -347,7 +347,7 @@ def test_bad_folders_are_refused_by_file_and_field(good_folder, tmp_path, name):
     shutil.copytree(good_folder, folder)
     edit(folder)
     with pytest.raises(CheckpointError, match=_escape(message)):
-        hf_marian.convert(folder, tmp_path / "out")
+        hf_families.convert(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not any(p.name.startswith(".out") for p in tmp_path.iterdir())
 
 
@@ -373,7 +373,7 @@ def test_the_command_line_says_error_and_exits_2(good_folder, tmp_path, capsys):
 
 
 def test_a_checkpoint_tokenizer_table_must_stay_inside_its_folder(good_folder, tmp_path):
-    hf_marian.convert(good_folder, tmp_path / "ckpt")
+    hf_families.convert(good_folder, tmp_path / "ckpt")
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     for key, value, message in (
         ("vocab", "../hf/vocab.json", "'tokenizer.vocab' must name a file inside the checkpoint folder"),
@@ -414,16 +414,16 @@ def test_a_float16_import_records_its_precision(good_folder, tmp_path):
 def test_without_stored_tables_no_sinusoid_table_is_built(good_folder, tmp_path, monkeypatch):
     """The layout was found by building both tables of max_position_embeddings x d_model before looking whether
     the file stores any (a config allowing 2^20 positions asked for GiBs): with none stored, none is built."""
-    from core.importers import hf_config
+    from core.importers import hf_marian_config
 
     folder = tmp_path / "hf"
     shutil.copytree(good_folder, folder)
-    _edit_tensors(lambda t: [t.pop(name, None) for name in hf_config.POSITIONS])(folder)
+    _edit_tensors(lambda t: [t.pop(name, None) for name in hf_marian_config.POSITIONS])(folder)
     _edit_json("config.json", max_position_embeddings=1 << 20)(folder)
 
     def refuse(*args, **kwargs):
         raise AssertionError("a sinusoid table was built")
 
-    monkeypatch.setattr(hf_config, "sinusoidal_table", refuse)
-    cfg = hf_config.config_from_hf(hf_marian.read_folder(folder))
+    monkeypatch.setattr(hf_marian_config, "sinusoidal_table", refuse)
+    cfg = hf_marian_config.config_from_marian(hf_families.read_hf_folder(folder))
     assert (cfg.pe_layout, cfg.max_positions) == ("concatenated_hf", 1 << 20)
