@@ -121,5 +121,5 @@ def finishing(config: ModelConfig, beam_size: int, alpha: float | None, max_len:
 
 def generation_settings(config: ModelConfig) -> dict[str, Any]:
     """The beam settings as transformers' generation_config.json names them: what the exporters write, and what the
-    importers read back (``core.importers.hf_config.beam_settings``)."""
+    importers read back (``core.importers.hf_common.beam_settings``)."""
     return {"length_penalty": config.length_penalty, "early_stopping": config.early_stopping}

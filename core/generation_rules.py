@@ -131,7 +131,7 @@ def rules_in_force(config: ModelConfig) -> dict[str, Any]:
 def hf_settings(config: ModelConfig) -> dict[str, Any]:
     """The rules as transformers' generation_config.json names them: what the exporters write (off written as
     off, so the folder's model config cannot put one back) and the importers read back
-    (``core.importers.hf_config.generation_rules``)."""
+    (``core.importers.hf_common.generation_rules``)."""
     return {
         "min_length": config.min_length,
         "no_repeat_ngram_size": config.no_repeat_ngram_size,

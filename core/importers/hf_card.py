@@ -15,8 +15,6 @@ from .hf_entry import Card, HFFolder
 CALL_FIELDS = ("num_beams", "max_length", "max_new_tokens")
 # ... and rules core does not reproduce, with the value that switches each off (a folder's "off" is not listed)
 UNAPPLIED_FIELDS: dict[str, Any] = {
-    "repetition_penalty": 1.0,
-    "encoder_no_repeat_ngram_size": 0,
     "min_new_tokens": 0,
     "exponential_decay_length_penalty": None,
     "sequence_bias": None,
@@ -24,6 +22,20 @@ UNAPPLIED_FIELDS: dict[str, Any] = {
     "num_beam_groups": 1,
     "diversity_penalty": 0.0,
 }
+
+
+def unapplied_settings(f: HFFolder, cfg: ModelConfig) -> list[str]:
+    """The folder's generation settings that change ``generate``'s output and that core does not reproduce, as
+    "`name=value`" (empty: greedy and beam outputs are generate's)."""
+    settings, _ = generation_source(f)
+    unapplied = [
+        f"`{key}={settings[key]!r}`"
+        for key, off in UNAPPLIED_FIELDS.items()
+        if settings.get(key, off) not in (None, off)
+    ]
+    if settings.get("forced_bos_token_id") is not None and cfg.forced_bos_id is None:
+        unapplied.append(f"`forced_bos_token_id={settings['forced_bos_token_id']!r}`")
+    return unapplied
 
 
 def generation_text(f: HFFolder, cfg: ModelConfig, piece: Callable[[int], str]) -> str:
@@ -38,6 +50,14 @@ def generation_text(f: HFFolder, cfg: ModelConfig, piece: Callable[[int], str]) 
         applied.append(f"`min_length={cfg.min_length}` (eos banned at the first {cfg.min_length - 1} output steps)")
     if cfg.no_repeat_ngram_size:
         applied.append(f"`no_repeat_ngram_size={cfg.no_repeat_ngram_size}` (no n-gram of that size twice)")
+    if cfg.encoder_no_repeat_ngram_size:
+        n = cfg.encoder_no_repeat_ngram_size
+        applied.append(f"`encoder_no_repeat_ngram_size={n}` (no n-gram of that size of the source copied)")
+    if cfg.repetition_penalty != 1.0:
+        applied.append(
+            f"`repetition_penalty={cfg.repetition_penalty:g}` (the score of a piece already written divided by it "
+            "where positive, multiplied where negative)"
+        )
     if cfg.forced_eos_id is not None:
         applied.append(
             f"`forced_eos_token_id={cfg.forced_eos_id}` (`{piece(cfg.forced_eos_id)}` forced at the last step a call "
@@ -45,13 +65,7 @@ def generation_text(f: HFFolder, cfg: ModelConfig, piece: Callable[[int], str]) 
         )
     if cfg.suppress_ids:
         applied.append("never chosen: " + ", ".join(f"{i} (`{piece(i)}`)" for i in cfg.suppress_ids))
-    unapplied = [
-        f"`{key}={settings[key]!r}`"
-        for key, off in UNAPPLIED_FIELDS.items()
-        if settings.get(key, off) not in (None, off)
-    ]
-    if settings.get("forced_bos_token_id") is not None and cfg.forced_bos_id is None:
-        unapplied.append(f"`forced_bos_token_id={settings['forced_bos_token_id']!r}`")
+    unapplied = unapplied_settings(f, cfg)
     chosen = [f"`{key}={settings[key]!r}`" for key in CALL_FIELDS if settings.get(key) is not None]
     return (
         f"Generation settings (`{where.name}`), applied as transformers' `generate` applies them: "
@@ -67,6 +81,7 @@ def card_text(
     """The checkpoint's card.md: its source and licence, ``card`` (the family's facts), the command that made it
     and the generation settings (``generation_text``)."""
     version = f.config.get("transformers_version") or "not recorded"
+    parity = " wherever the settings not applied above leave them alone" if unapplied_settings(f, cfg) else ""
     return f"""# {name}: imported from a Hugging Face {card.title} folder
 
 Converted from the local folder `{f.folder.resolve()}` (written by transformers {version}). All credit for the
@@ -92,5 +107,5 @@ Keep the original folder's licence and credits with this checkpoint.
 
 {generation_text(f, cfg, piece)}
 Beam search runs as transformers' does (`num_beams` hypotheses live, a pool of finished ones), so greedy and beam
-outputs are `generate`'s. `config.json` records the source under `imported_from`.
+outputs are `generate`'s{parity}. `config.json` records the source under `imported_from`.
 """

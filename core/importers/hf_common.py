@@ -21,10 +21,8 @@ from ..weights import parameter_shapes
 from .hf_entry import HFFolder, Tensors
 from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS
 
-# how a field of the wrong kind is named (``Family.words``): Python's names (what the Marian and BART-family
-# importers have always said) or words (T5's)
-TYPE_NAMES: dict[Any, str] = {bool: "true or false", int: "int", str: "str"}
-PLAIN_WORDS: dict[Any, str] = {bool: "true or false", int: "a whole number", str: "text"}
+# how a field of the wrong kind is named in a refusal (any other kind: "a number")
+WORDS: dict[Any, str] = {bool: "true or false", int: "a whole number", str: "text"}
 
 
 def field(f: HFFolder, name: str, kind: type | tuple[type, ...]) -> Any:
@@ -32,7 +30,7 @@ def field(f: HFFolder, name: str, kind: type | tuple[type, ...]) -> Any:
     ``kind`` (never a bool for a number)."""
     value = f.config.get(name, f.defaults.get(name))
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        what = f.entry.words.get(kind, "a number")
+        what = WORDS.get(kind, "a number")
         raise CheckpointError(f"{f.path(CONFIG)}: field {name} must be {what}, got {value!r}")
     return value
 
@@ -82,17 +80,23 @@ def beam_settings(f: HFFolder) -> dict[str, Any]:
 
 def generation_rules(f: HFFolder) -> dict[str, Any]:
     """``ModelConfig``'s generation rules for an imported folder (``core.generation_rules``): ``min_length``,
-    ``no_repeat_ngram_size`` and ``forced_eos_token_id`` as generate reads them (``generation_source``); absent or
+    ``no_repeat_ngram_size``, ``encoder_no_repeat_ngram_size``, ``repetition_penalty`` and ``forced_eos_token_id``
+    as generate reads them (``generation_source``); absent or
     null = off (``GenerationConfig``'s defaults)."""
     source, where = generation_source(f)
     rules: dict[str, Any] = {}
-    for name in ("min_length", "no_repeat_ngram_size"):
+    for name in ("min_length", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"):
         value = source.get(name)
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise CheckpointError(f"{where}: field {name} must be a whole number of at least 0, got {value!r}")
         rules[name] = value
+    penalty = source.get("repetition_penalty")
+    if penalty is not None:
+        if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not 0 < penalty < math.inf:
+            raise CheckpointError(f"{where}: field repetition_penalty must be a number above 0, got {penalty!r}")
+        rules["repetition_penalty"] = float(penalty)
     forced = source.get("forced_eos_token_id")
     if forced is not None:
         rules["forced_eos_id"] = one_id(forced, "forced_eos_token_id", where)

@@ -123,6 +123,5 @@ class Family:
 
     format: str  # imported_from's format: "huggingface-marian"
     models: Mapping[str, ModelType]  # config.json model_type -> what it is
-    words: Mapping[Any, str]  # kind -> how a field of the wrong kind is named in messages ("a whole number")
     steps: Steps  # the family's module
     prefixed: bool = False  # sources start with a task prefix (--source-prefix): T5

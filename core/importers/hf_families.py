@@ -24,7 +24,7 @@ from ..progress import ImportSteps, Progress
 from ..weights import assign_weights, empty_model
 from . import hf_bart, hf_marian, hf_t5
 from .hf_card import card_text
-from .hf_common import PLAIN_WORDS, TYPE_NAMES, imported_meta, mapped_state, provenance
+from .hf_common import imported_meta, mapped_state, provenance
 from .hf_entry import Family, HFFolder, Languages
 from .hf_folder import (
     CONFIG,
@@ -40,9 +40,9 @@ from .staging import save_with_files
 
 # the family table: what differs between the families the lab opens, and the module of each one's steps
 FAMILIES: dict[str, Family] = {
-    "marian": Family("huggingface-marian", hf_marian.MODELS, TYPE_NAMES, hf_marian),
-    "t5": Family("huggingface-t5", hf_t5.MODELS, PLAIN_WORDS, hf_t5, prefixed=True),
-    "bart": Family("huggingface-bart-family", hf_bart.MODELS, TYPE_NAMES, hf_bart),
+    "marian": Family("huggingface-marian", hf_marian.MODELS, hf_marian),
+    "t5": Family("huggingface-t5", hf_t5.MODELS, hf_t5, prefixed=True),
+    "bart": Family("huggingface-bart-family", hf_bart.MODELS, hf_bart),
 }
 # model_type -> (what it is, its family's entry)
 OPENED: dict[str, tuple[str, Family]] = {

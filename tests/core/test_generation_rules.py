@@ -36,14 +36,33 @@ pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremo
 
 MAX_NEW = 10
 TEXTS = [ENGLISH[1], ENGLISH[4], "The dog sleeps near the window, I think.", "Is there any tea left?", ENGLISH[5]]
-OFF: dict[str, Any] = {"min_length": 0, "no_repeat_ngram_size": 0, "forced_eos_token_id": None}
+OFF: dict[str, Any] = {
+    "min_length": 0,
+    "no_repeat_ngram_size": 0,
+    "forced_eos_token_id": None,
+    "encoder_no_repeat_ngram_size": 0,
+    "repetition_penalty": 1.0,
+}
+NAMES = {  # a rule -> its generation_config.json fields; 'all': the first three together (what CTranslate2 has too)
+    "min_length": ["min_length"],
+    "ngram": ["no_repeat_ngram_size"],
+    "forced_eos": ["forced_eos_token_id"],
+    "encoder_ngram": ["encoder_no_repeat_ngram_size"],
+    "penalty": ["repetition_penalty"],
+    "all": ["min_length", "no_repeat_ngram_size", "forced_eos_token_id"],
+}
 
 
 def rules(family: str, name: str) -> dict[str, Any]:
-    """One rule's generation_config.json fields, the others off; 'all': the three together."""
-    on = {"min_length": 6, "no_repeat_ngram_size": 2, "forced_eos_token_id": {"bart": 2, "marian": 0}[family]}
-    names = {"min_length": ["min_length"], "ngram": ["no_repeat_ngram_size"], "forced_eos": ["forced_eos_token_id"]}
-    return {**OFF, **{key: on[key] for key in names.get(name, list(on))}}
+    """One rule's generation_config.json fields, the others off (``NAMES``)."""
+    on = {
+        "min_length": 6,
+        "no_repeat_ngram_size": 2,
+        "forced_eos_token_id": {"bart": 2, "marian": 0}[family],
+        "encoder_no_repeat_ngram_size": 1,
+        "repetition_penalty": 3.0,
+    }
+    return {**OFF, **{key: on[key] for key in NAMES[name]}}
 
 
 def build_bart(root: Path) -> SimpleNamespace:
@@ -112,6 +131,7 @@ def generate(case: SimpleNamespace, text: str, beams: int, settings: dict[str, A
 # each rule where it changes this family's outputs: eos comes early in the BART folder, the Marian model repeats
 CASES = [("bart", "min_length"), ("bart", "forced_eos"), ("bart", "all")]
 CASES += [("marian", "ngram"), ("marian", "forced_eos"), ("marian", "all")]
+CASES += [("marian", "penalty"), ("marian", "encoder_ngram"), ("bart", "penalty")]
 
 
 @pytest.mark.parametrize(("family", "rule"), CASES, indirect=["family"])
@@ -119,7 +139,8 @@ def test_greedy_and_beam_ids_equal_generate_under_each_rule(family, rule):
     settings = rules(family.name, rule)
     bundle = with_rules(family, settings, rule)
     cfg = bundle.config
-    assert (cfg.min_length, cfg.no_repeat_ngram_size, cfg.forced_eos_id) == tuple(settings.values())
+    read = (cfg.min_length, cfg.no_repeat_ngram_size, cfg.forced_eos_id, cfg.encoder_no_repeat_ngram_size)
+    assert (*read, cfg.repetition_penalty) == tuple(settings.values())
     for beams in (1, 4):
         changed = 0
         for text in TEXTS:
@@ -208,13 +229,18 @@ def test_the_card_says_which_generation_settings_are_applied_and_which_not(famil
         "repetition_penalty": 1.3,
         "num_beams": 4,
         "encoder_no_repeat_ngram_size": 0,
+        "min_new_tokens": 3,
     }
     bundle = with_rules(family, settings, "all-card")
     card = (bundle.path / "card.md").read_text()
     assert "`min_length=6` (eos banned at the first 5 output steps)" in card
     assert "`no_repeat_ngram_size=2`" in card and "`forced_eos_token_id=" in card
-    assert "Not applied: `repetition_penalty=1.3`." in card  # encoder_no_repeat_ngram_size 0 is off: not listed
+    assert "`repetition_penalty=1.3` (the score of a piece already written" in card
+    assert "Not applied: `min_new_tokens=3`." in card  # encoder_no_repeat_ngram_size 0 is off: not listed
     assert "Chosen per call instead: `num_beams=4`" in card
+    assert "wherever the settings not applied above leave them alone" in card  # no parity claimed past them
+    plain = (with_rules(family, rules(family.name, "all"), "all-card-plain").path / "card.md").read_text()
+    assert "Not applied: none set" in plain and "outputs are `generate`'s. " in plain
 
 
 def test_the_ngram_rule_bans_what_transformers_bans():

@@ -292,7 +292,10 @@ BAD = {
         _edit_json("config.json", encoder_layers=3),
         "tensor model.encoder.layers.2.self_attn.q_proj.weight is missing",
     ),
-    "bool as int": (_edit_json("config.json", encoder_layers=True), "config.json: field encoder_layers must be int"),
+    "bool as int": (
+        _edit_json("config.json", encoder_layers=True),
+        "config.json: field encoder_layers must be a whole number",
+    ),
     "eos list": (
         _edit_json("config.json", eos_token_id=[0, 1]),
         "config.json: field eos_token_id must be one token id",
