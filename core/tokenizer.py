@@ -14,6 +14,7 @@ import sentencepiece as spm
 from .errors import CheckpointError, InputError
 
 SPACE = "\u2581"  # SentencePiece's word-start mark
+LANGUAGE_CODE = re.compile(r">>[^<>\s]+<<")  # a multilingual Opus-MT model's target-language token: '>>pt<<'
 
 
 def _processor(path: Path) -> spm.SentencePieceProcessor:
@@ -28,6 +29,7 @@ class Tokenizer:
     """Text <-> SentencePiece ids and pieces."""
 
     source_prefix = ""  # text put before every source text (a T5 task prefix); none here
+    target_codes: tuple[str, ...] = ()  # a multilingual model's target-language tokens ('>>pt<<'), written first
 
     def __init__(self, model_path: str | Path) -> None:
         self.path = Path(model_path)
@@ -179,6 +181,8 @@ class MarianVocabTokenizer(Tokenizer):
         self.unk_id, self.eos_id = self.vocab[unk_piece], self.vocab[eos_piece]
         self.pad_id = self.vocab.get(pad_piece, -1)
         self._not_text = {self.eos_id, self.pad_id, self.unk_id}
+        codes = sorted((i, piece) for piece, i in self.vocab.items() if LANGUAGE_CODE.fullmatch(piece))
+        self.target_codes = tuple(piece for _, piece in codes)  # multilingual Opus-MT: '>>pt<< text'
 
     @property
     def vocab_size(self) -> int:

@@ -73,6 +73,7 @@ PARAMS: dict[str, Param] = {
     "ckpt": Param(""),
     "text": Param(""),
     "text2": Param(""),
+    "target_code": Param(""),  # a multilingual Marian model's target-language token, written before the sentence
     "pe": Param(True, **_BOOL),
     "pe_side": Param("both", choices=tuple(PE_SIDES)),
     "causal": Param(True, **_BOOL),

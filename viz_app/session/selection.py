@@ -105,7 +105,15 @@ def sentences() -> list[str]:
 
 
 def sentence() -> str:
-    """The sentence the pages look inside: the text itself, or the picked one when the text has several."""
+    """The sentence the pages look inside: the text itself, or the picked one when the text has several; a
+    multilingual model's chosen target token before it (``with_target_code``)."""
     found = sentences()
     index = st.session_state.get("sentence", 0)
-    return found[index] if isinstance(index, int) and 0 <= index < len(found) else found[0]
+    return with_target_code(found[index] if isinstance(index, int) and 0 <= index < len(found) else found[0])
+
+
+def with_target_code(text: str) -> str:
+    """``text`` as a multilingual Opus-MT model reads it: the target token picked in the sentence bar first
+    ('>>pt<< The cat …'), unless there is none or the text names one itself."""
+    code = str(st.session_state.get("target_code") or "")
+    return f"{code} {text}" if code and text and not text.lstrip().startswith(">>") else text

@@ -39,6 +39,7 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
     right.selectbox(
         "…or pick an example", examples, index=None, key="example", on_change=_example_picked, placeholder="Examples"
     )
+    _target_code(bundle)
     _sentence_picker()
     out = selection.current(qkv=qkv)
     if out is not None:
@@ -47,6 +48,24 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
         if other:  # the text does not look like the model's source language (core.language)
             st.warning(other, icon=":material/translate:")
     return out
+
+
+def _target_code(bundle: core.Bundle) -> None:
+    """A multilingual Opus-MT model translates into the language whose token starts the source ('>>pt<<'): offer
+    the tokens its vocabulary has, the checkpoint's target language first chosen where it has one."""
+    codes = list(bundle.tokenizer.target_codes)
+    if not codes:
+        return
+    ss = st.session_state
+    if not ss.get("target_code"):
+        ss["target_code"] = next((c for c in codes if c == f">>{bundle.languages[1]}<<"), codes[0])
+    url.clamp("target_code", codes)  # a link's token the model does not have is named
+    st.selectbox(
+        "Target language (a token the model reads first)",
+        codes,
+        key="target_code",
+        help="This model is multilingual: the token before the sentence says which language to translate into.",
+    )
 
 
 def _sentence_picker() -> None:
@@ -74,6 +93,6 @@ def _sentence_picker() -> None:
         return
     path, key = checkpoints.ckpt_path(), runs.options_key(selection.options())
     beam = int(st.session_state.get("beam", 1))
-    parts = errors.guarded(lambda: [runs.translate(path, s, key, beam).text for s in found])
+    parts = errors.guarded(lambda: [runs.translate(path, selection.with_target_code(s), key, beam).text for s in found])
     if parts:
         st.caption("Whole text, sentence by sentence: " + " ".join(md(p) or "∅" for p in parts))
