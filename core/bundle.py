@@ -22,7 +22,6 @@ from .decoding import (
     BeamStep,
     apply_bans,
     beam_search,
-    columns_of,
     greedy,
     max_steps,
     output_text,
@@ -32,7 +31,7 @@ from .decoding import (
 )
 from .errors import CheckpointError, InputError
 from .fast import FastWeights
-from .generation_rules import penalise, rules_in_force
+from .generation_rules import bans_on, columns_of, penalise, rules_in_force
 from .model import Transformer
 from .recorder import Recorder
 from .shortlist import Shortlist, as_vocab, load_beside
@@ -303,7 +302,19 @@ class Bundle:
         """A given translation's ids as a teacher-forced pass feeds them: cleaned, cut to ``max_source_tokens``
         pieces, eos appended (the decoder's inputs are the start token, then these but the last)."""
         limit = min(self.max_source_tokens, self.position_limit - 1)  # a learned table holds eos's position too
-        return self.tokenizer.encode_target(clean_text(text))[:limit] + [self.config.eos_id]
+        ids = self.tokenizer.encode_target(clean_text(text))[:limit]
+        self._check_rows(ids, self.config.tgt_vocab_size)
+        return ids + [self.config.eos_id]
+
+    def _check_rows(self, ids: Sequence[int], rows: int) -> None:
+        """InputError when a text gave an id the model has no embedding row for: an added token of the tokenizer
+        typed in it (a model may have fewer rows than its tokenizer has ids, as transformers allows)."""
+        rowless = [i for i in ids if i >= rows]
+        if rowless:
+            raise InputError(
+                f"The text contains {self.tokenizer.piece(rowless[0])!r}, a token of this tokenizer (id {rowless[0]}) "
+                f"that the model has no embedding for (it has {rows:,} rows); remove it."
+            )
 
     def padded(self, rows: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
         """Id rows as ONE batch on this bundle's device: ids (B, T) padded on the right with ``pad_id``, and keep
@@ -330,12 +341,7 @@ class Bundle:
                 )
             notices.append(f"Truncated: the text was {len(ids)} tokens long; only the first {limit} were translated.")
             ids = ids[:limit]
-        rowless = [i for i in ids if i >= self.config.src_vocab_size]
-        if rowless:  # an added token of the tokenizer (typed in the text) that the weights have no row for
-            raise InputError(
-                f"The text contains {self.tokenizer.piece(rowless[0])!r}, a token of this tokenizer (id {rowless[0]}) "
-                f"that the model has no embedding for (it has {self.config.src_vocab_size:,} rows); remove it."
-            )
+        self._check_rows(ids, self.config.src_vocab_size)
         unknown = sum(1 for i in ids if self.tokenizer.is_unknown(i))
         if unknown:
             notices.append(
@@ -473,11 +479,16 @@ class Bundle:
         ids = torch.tensor(outputs, dtype=torch.long, device=self.device)  # (B, Tt)
         tgt = torch.tensor([[cfg.bos_id, *row[:-1]] for row in outputs], dtype=torch.long, device=self.device)
         logits = self.model(src, tgt, call, src_keep=keep).float()  # (B, Tt, V|S)
-        if cfg.repetition_penalty != 1.0:  # each position's logits penalised as its decoding step's were
+        if cfg.repetition_penalty == 1.0:
+            probs = torch.softmax(logits, dim=-1)
+        else:  # each position penalised as its decoding step was: greedy's logits, beam search's log-probabilities
+            beam = call.beam_size > 1
+            scores = torch.log_softmax(logits, dim=-1) if beam else logits
             for t in range(ids.shape[1]):
-                logits[:, t] = penalise(cfg, logits[:, t], tgt[:, : t + 1], vocab)
-        probs = suppress(torch.softmax(logits, dim=-1), cfg, 0.0, vocab)  # (B, Tt, V|S)
-        if cfg.min_length or cfg.no_repeat_ngram_size or cfg.encoder_no_repeat_ngram_size:  # each position's bans
+                scores[:, t] = penalise(cfg, scores[:, t], tgt[:, : t + 1], vocab)
+            probs = scores.exp() if beam else torch.softmax(scores, dim=-1)
+        probs = suppress(probs, cfg, 0.0, vocab)  # (B, Tt, V|S)
+        if bans_on(cfg):  # each position's bans, as its decoding step had them
             for t in range(ids.shape[1]):
                 probs[:, t] = apply_bans(probs[:, t], cfg, tgt[:, : t + 1], 0.0, vocab, src)
         top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (B, Tt, k)

@@ -194,7 +194,7 @@ class ModelConfig:
         need(
             isinstance(self.repetition_penalty, (int, float))
             and not isinstance(self.repetition_penalty, bool)
-            and 0 < self.repetition_penalty < float("inf"),
+            and 0 < self.repetition_penalty < float("inf"),  # (generation_rules.is_penalty imports this module)
             f"repetition_penalty must be a number above 0 (1: off), got {self.repetition_penalty!r}",
         )
         for name in ("min_length", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"):

@@ -18,7 +18,7 @@ from torch import Tensor
 from .beam_finish import finishing
 from .call import Call
 from .config import ModelConfig
-from .generation_rules import banned, forced_id, penalise
+from .generation_rules import banned, bans_on, columns_of, forced_id, penalise
 from .model import Transformer
 from .plan import DecoderState
 from .recorder import Recorder
@@ -153,7 +153,7 @@ def apply_bans(
     eos before ``min_length``, a repeated n-gram's last id, a source n-gram's last id) set to ``fill`` (0 or -inf),
     after the softmax as ``suppress`` does; ``scores`` itself when no rule is on. vocab: the ids of the last axis
     (S,) for a shortlist; source: (N | 1, Ts) the source ids each row translates."""
-    if not (config.min_length or config.no_repeat_ngram_size or config.encoder_no_repeat_ngram_size):
+    if not bans_on(config):
         return scores
     rows, ids = banned(config, tokens, source)
     if rows.numel() == 0:  # the rules are on but ban nothing at this step: no copy of the scores
@@ -167,16 +167,6 @@ def apply_bans(
 def vocab_ids(columns: Tensor, vocab: Tensor | None) -> Tensor:
     """Columns of the scores' last axis as vocabulary ids: themselves, or ``vocab[columns]`` for a shortlist."""
     return columns if vocab is None else vocab[columns]
-
-
-def columns_of(ids: Tensor, vocab: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Where ``ids`` (any shape) sit on the scores' last axis, and whether they are there at all: the ids
-    themselves (all there), or their places in the sorted shortlist ``vocab`` (an id outside it: a valid column,
-    False; the engine gives it probability 0)."""
-    if vocab is None:
-        return ids, torch.ones_like(ids, dtype=torch.bool)
-    columns = torch.searchsorted(vocab, ids).clamp_(max=vocab.shape[0] - 1)
-    return columns, vocab[columns] == ids
 
 
 @torch.no_grad()

@@ -42,6 +42,16 @@ from torch import Tensor
 from .config import ModelConfig
 
 
+def is_penalty(value: Any) -> bool:
+    """Whether ``value`` can be a repetition_penalty: a finite number above 0 (1: off)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def bans_on(config: ModelConfig) -> bool:
+    """Whether some rule of ``banned`` is on (else decoding skips it)."""
+    return bool(config.min_length or config.no_repeat_ngram_size or config.encoder_no_repeat_ngram_size)
+
+
 def banned(config: ModelConfig, tokens: Tensor, source: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """(rows, ids), each (n,): hypothesis ``rows[i]`` may not choose ``ids[i]`` next (module docstring).
     tokens: (N, t) the decoder inputs so far, the start token first; source: (N | 1, Ts) the source ids each row
@@ -49,7 +59,7 @@ def banned(config: ModelConfig, tokens: Tensor, source: Tensor | None = None) ->
     rows, ids = _ngram_bans(tokens, tokens, config.no_repeat_ngram_size)
     if config.encoder_no_repeat_ngram_size:
         if source is None:
-            raise ValueError("encoder_no_repeat_ngram_size needs the source ids")
+            raise ValueError("banned: the model's encoder_no_repeat_ngram_size needs the source ids (source=)")
         more = _ngram_bans(source.expand(tokens.shape[0], -1), tokens, config.encoder_no_repeat_ngram_size)
         rows, ids = torch.cat([rows, more[0]]), torch.cat([ids, more[1]])
     if tokens.shape[1] < config.min_length:
@@ -80,17 +90,23 @@ def penalise(config: ModelConfig, scores: Tensor, tokens: Tensor, vocab: Tensor 
     penalty = config.repetition_penalty
     if penalty == 1.0:
         return scores
-    if vocab is None:
-        columns, rows = tokens, torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)
-    else:
-        found = torch.searchsorted(vocab, tokens).clamp_(max=vocab.shape[0] - 1)
-        listed = vocab[found] == tokens
-        rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)[listed]
-        columns = found[listed]
+    columns, listed = columns_of(tokens, vocab)  # (N, t) each
+    rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)[listed]
+    columns = columns[listed]
     picked = scores[rows, columns]
     out = scores.clone()
     out[rows, columns] = torch.where(picked < 0, picked * penalty, picked / penalty)
     return out
+
+
+def columns_of(ids: Tensor, vocab: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Where ``ids`` (any shape) sit on the scores' last axis, and whether they are there at all: the ids
+    themselves (all there), or their places in the sorted shortlist ``vocab`` (an id outside it: a valid column,
+    False; the engine gives it probability 0)."""
+    if vocab is None:
+        return ids, torch.ones_like(ids, dtype=torch.bool)
+    columns = torch.searchsorted(vocab, ids).clamp_(max=vocab.shape[0] - 1)
+    return columns, vocab[columns] == ids
 
 
 def repeating_ids(tokens: Sequence[int], n: int) -> list[int]:
@@ -112,8 +128,8 @@ def forced_id(config: ModelConfig, forced: Sequence[int], step: int, max_len: in
 
 def rules_in_force(config: ModelConfig) -> dict[str, Any]:
     """The rules that are on, for a trace's meta (``meta['generation_rules']``; empty when none is): min_length and
-    ``eos_banned_steps`` (eos is banned at output steps 0 .. eos_banned_steps - 1), no_repeat_ngram_size, and
-    forced_eos_id (forced at the last step a call allows)."""
+    ``eos_banned_steps`` (eos is banned at output steps 0 .. eos_banned_steps - 1), no_repeat_ngram_size,
+    encoder_no_repeat_ngram_size, repetition_penalty, and forced_eos_id (forced at the last step a call allows)."""
     rules: dict[str, Any] = {}
     if config.min_length > 1:
         rules |= {"min_length": config.min_length, "eos_banned_steps": config.min_length - 1}

@@ -93,7 +93,27 @@ def byte_level_bpe(vocab: Path, merges: Path, specials: Sequence[str]) -> FastBa
     return backend
 
 
-class FastTokenizer(Tokenizer):
+class FramedTokenizer(Tokenizer):
+    """What the family tokenizers share: a source framed by ``framing`` (language codes, <s>, </s>), a reference
+    translation by its target prefix, and the framing's ids in use."""
+
+    framing: Framing
+
+    def _ids(self, text: str) -> list[int]:
+        """Text -> ids, nothing added."""
+        return self.encode(text)
+
+    def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
+        return self.framing.source(ids)
+
+    def encode_target(self, text: str) -> list[int]:
+        return self.framing.target(self._ids(text))
+
+    def ids_in_use(self) -> set[int]:
+        return super().ids_in_use() | self.framing.ids()
+
+
+class FastTokenizer(FramedTokenizer):
     """A ``tokenizers`` tokenizer (a ``tokenizer.json``) with the family's framing. ``decode`` drops special
     tokens (language codes included), as transformers' ``decode(ids, skip_special_tokens=True)``. source_prefix:
     text put before every source text (a T5 task prefix, e.g. "translate English to German: "), encoded with it as
@@ -109,7 +129,7 @@ class FastTokenizer(Tokenizer):
         source_prefix: str = "",
     ) -> None:
         if not isinstance(source_prefix, str):
-            raise ValueError(f"text_prefix must be text, got {source_prefix!r}")
+            raise ValueError(f"text_prefix (the task prefix put before a source) must be text, got {source_prefix!r}")
         self.backend, self.path, self.framing, self.source_prefix = backend, Path(path), framing, source_prefix
         self.pieces_of = dict(specials)  # 'pad' / 'bos' / 'eos' / 'unk' -> piece
         ids = {name: backend.token_to_id(piece) for name, piece in self.pieces_of.items()}
@@ -142,9 +162,6 @@ class FastTokenizer(Tokenizer):
         use are ``ids_in_use``; one typed in a text is refused by the bundle when the model has no row for it)."""
         return self._text_rows
 
-    def ids_in_use(self) -> set[int]:
-        return super().ids_in_use() | self.framing.ids()
-
     def special_ids(self) -> dict[str, int]:
         return {f"{name}_id": self.ids.get(name, -1) for name in ("pad", "bos", "eos", "unk")}
 
@@ -163,12 +180,6 @@ class FastTokenizer(Tokenizer):
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         prefixed = [self.source_prefix + text for text in texts]
         return [list(e.ids) for e in self.backend.encode_batch(prefixed, add_special_tokens=False)]
-
-    def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
-        return self.framing.source(ids)
-
-    def encode_target(self, text: str) -> list[int]:
-        return self.framing.target(self._ids(text))
 
     def decode(self, ids: Iterable[int]) -> str:
         return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=True)).strip()
@@ -198,7 +209,7 @@ class FastTokenizer(Tokenizer):
         }
 
 
-class M2M100VocabTokenizer(Tokenizer):
+class M2M100VocabTokenizer(FramedTokenizer):
     """M2M100's tokenizer: SentencePiece pieces, ids from ``vocab.json`` (a piece it lacks is <unk>), then one token
     per language (``__en__``) and ``M2M100_MADEUP_WORDS`` unnamed rows after the vocabulary."""
 
@@ -225,9 +236,6 @@ class M2M100VocabTokenizer(Tokenizer):
         """vocab.json's ids (the language tokens in use are counted by ``ids_in_use``; the made-up rows never)."""
         return max(self.vocab.values()) + 1
 
-    def ids_in_use(self) -> set[int]:
-        return super().ids_in_use() | self.framing.ids()
-
     def special_ids(self) -> dict[str, int]:
         v = self.vocab
         return {"pad_id": v["<pad>"], "bos_id": v["<s>"], "eos_id": self.eos_id, "unk_id": self.unk_id}
@@ -241,12 +249,6 @@ class M2M100VocabTokenizer(Tokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(text) for text in texts]
-
-    def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
-        return self.framing.source(ids)
-
-    def encode_target(self, text: str) -> list[int]:
-        return self.framing.target(self.encode(text))
 
     def decode(self, ids: Iterable[int]) -> str:
         pieces = [self.piece(i) for i in ids if int(i) not in self._special]

@@ -26,12 +26,15 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import sentencepiece as spm
 import torch
 from hf_bart_folders import TINY, randomise
 from hf_folders import t5_model
+
+import core
 
 FIXTURES = Path(__file__).parent / "data" / "transformers_fixtures"
 SAMPLE_SP = FIXTURES / "test_sentencepiece.model"  # transformers' SAMPLE_VOCAB / SAMPLE_SP
@@ -184,6 +187,27 @@ def build_marian(path: Path, *, multi: bool = False, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = MarianMTModel(MarianConfig(vocab_size=len(vocab), attn_implementation="eager", **settings))
     return _save(randomise(model, seed=seed), tokenizer, _folder(path), {"bad_words_ids": [[pad]]})
+
+
+def imported_case(name: str, root: Path, build: Callable[[Path], Path]) -> SimpleNamespace:
+    """A folder ``build`` writes under ``root``, imported by the command (import-hf) into ``root/ckpt``: its name,
+    root, folder, transformers' eager model and AutoTokenizer of it, the lab's bundle and the bundle's task prefix."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from core.cli import main
+
+    folder = build(root / "hf")
+    assert main(["import-hf", str(folder), "--out", str(root / "ckpt")]) == 0
+    bundle = core.load(root / "ckpt", device="cpu")
+    return SimpleNamespace(
+        name=name,
+        root=root,
+        folder=folder,
+        model=AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval(),
+        tok=AutoTokenizer.from_pretrained(folder),
+        bundle=bundle,
+        prefix=bundle.tokenizer.source_prefix,
+    )
 
 
 WILD: dict[str, Callable[[Path], Path]] = {

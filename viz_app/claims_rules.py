@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import core
-from core.generation_rules import repeating_ids
+from core.generation_rules import is_penalty, repeating_ids
 from viz_app.claims import first_upper, quote
 
 Name = Callable[[int], str]  # a target id as the page shows its piece
@@ -65,8 +65,7 @@ def rules_of(meta: Mapping[str, Any]) -> Rules:
 
 
 def _penalty(value: Any) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
-    return float(value) if ok else 1.0
+    return float(value) if is_penalty(value) else 1.0
 
 
 def step_limit(meta: Mapping[str, Any]) -> int | None:
@@ -86,20 +85,16 @@ def min_length_rule(rules: Rules) -> str | None:
     )
 
 
-def ngram_rule(rules: Rules) -> str | None:
-    n = rules.no_repeat_ngram_size
+def ngram_rule(rules: Rules, *, of_source: bool = False) -> str | None:
+    """no_repeat_ngram_size's sentence, or encoder_no_repeat_ngram_size's (``of_source``: n-grams of the source)."""
+    n = rules.encoder_no_repeat_ngram_size if of_source else rules.no_repeat_ngram_size
     if not n:
         return None
+    if of_source:
+        what = "no piece of the source is written" if n == 1 else f"no {n} pieces in a row of the source are written"
+        return f"{what} (encoder_no_repeat_ngram_size {n})"
     what = "no piece is written twice" if n == 1 else f"no sequence of {n} pieces is written twice"
     return f"{what} (no_repeat_ngram_size {n})"
-
-
-def encoder_ngram_rule(rules: Rules) -> str | None:
-    n = rules.encoder_no_repeat_ngram_size
-    if not n:
-        return None
-    what = "no piece of the source is written" if n == 1 else f"no {n} pieces in a row of the source are written"
-    return f"{what} (encoder_no_repeat_ngram_size {n})"
 
 
 def repetition_rule(rules: Rules) -> str | None:
@@ -109,8 +104,8 @@ def repetition_rule(rules: Rules) -> str | None:
     how = f"divided by {p:g} where positive, multiplied where negative"
     what = "less" if p > 1 else "more"
     return (
-        f"a piece already written is made {what} likely (repetition_penalty {p:g}: its score {how}; the "
-        "probabilities shown are those after it)"
+        f"a piece already among the decoder's inputs (the start token and the pieces written) is made {what} "
+        f"likely (repetition_penalty {p:g}: its score {how}; the probabilities shown are those after it)"
     )
 
 
@@ -126,7 +121,7 @@ def rules_in_force(rules: Rules, max_len: int | None) -> str | None:
     said = (
         min_length_rule(rules),
         ngram_rule(rules),
-        encoder_ngram_rule(rules),
+        ngram_rule(rules, of_source=True),
         repetition_rule(rules),
         forced_eos_rule(rules, max_len),
     )

@@ -113,6 +113,21 @@ def verify_ct2(
         import ctranslate2  # noqa: F401  (an optional extra, imported only when a check runs: is it there?)
     except ImportError:
         return {"verified": False, "reason": "ctranslate2 is not installed (pip install -e '.[ct2]')"}
+    cfg = model.config
+    missing = [
+        f"{name} {value:g}"
+        for name, value, off in (
+            ("repetition_penalty", cfg.repetition_penalty, 1.0),
+            ("encoder_no_repeat_ngram_size", cfg.encoder_no_repeat_ngram_size, 0),
+        )
+        if value != off
+    ]
+    if missing:  # CTranslate2 has no encoder n-gram rule, and its repetition penalty is not checked equal to ours
+        return {
+            "verified": False,
+            "reason": f"the model decodes with {', '.join(missing)}, which CTranslate2 is not known to apply as "
+            "transformers does: compare its outputs yourself",
+        }
     text = probe_text(info, text)
     src_ids, out_ids = core_greedy(model, tokenizer, info, text)
     names = ct2_vocabulary(folder)

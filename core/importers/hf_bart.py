@@ -109,11 +109,10 @@ def setup(f: HFFolder, languages: Languages, source_prefix: str | None, scratch:
     else:
         assert isinstance(tokenizer, M2M100VocabTokenizer)
         spec = tokenizer.spec(model=SPM, vocab=VOCAB)
-    origin = {
-        "family": variant(f),
-        "source_language_from": chosen_from[0],
-        "target_language_from": chosen_from[1],
-    }
+    origin = {"family": variant(f)}
+    for side, where in zip(("source", "target"), chosen_from, strict=True):
+        if where:  # BART names no languages
+            origin[f"{side}_language_from"] = where
     return Setup(tokenizer, chosen, files, spec, origin, chosen_from, start_id=start, forced_bos_id=forced)
 
 
@@ -154,9 +153,11 @@ def card(f: HFFolder, chosen: Setup, model: Transformer, dtype: torch.dtype) -> 
     around = tokenizer.framing
     framed = " ".join(f"`{p}`" for p in [*tokenizer.pieces(around.prefix), "…", *tokenizer.pieces(around.suffix)])
     layers = f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"
-    size = f"{model.n_parameters():,} parameters; {layers}, d_model {cfg.d_model}"
-    model_text = f"""* family: {family} (`model_type` {f.model_type!r}); {src} → {tgt} (the source language from
-  {chosen_from[0]}, the target language from {chosen_from[1]}).
+    saved = str(dtype).removeprefix("torch.")
+    size = f"{model.n_parameters():,} parameters, saved as {saved}; {layers}, d_model {cfg.d_model}"
+    origins = [f"the {side} language from {w}" for side, w in zip(("source", "target"), chosen_from, strict=True) if w]
+    said = f" ({', '.join(origins)})" if origins else ""
+    model_text = f"""* family: {family} (`model_type` {f.model_type!r}); {src} → {tgt}{said}.
 * size: {size}, {cfg.n_heads} heads,
   FFN {cfg.d_ff} ({cfg.activation}), vocabulary {cfg.src_vocab_size:,}.
 * {norms}; positions: {positions}; embeddings {"scaled by sqrt(d_model)" if cfg.scale_embedding else "not scaled"};

@@ -11,7 +11,7 @@ import re
 from ..errors import CheckpointError, InputError
 from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer
 from ..tokenizer import Tokenizer
-from .hf_common import setting, setting_from
+from .hf_common import one_id, setting, setting_from
 from .hf_entry import HFFolder, Languages
 from .hf_folder import CONFIG, TOKENIZER_CONFIG
 
@@ -46,7 +46,7 @@ def pick_language(
     that says it); InputError naming the codes there are."""
     chosen, source = (asked, flag) if asked else default
     if not codes:
-        return (chosen, source) if chosen else ("src" if flag == "--source-language" else "tgt", "none: no codes")
+        return (chosen, source) if chosen else ("src" if flag == "--source-language" else "tgt", "")
     if chosen is None:
         raise InputError(f"{f.folder}: name the language with {flag}; this tokenizer has: {', '.join(codes)}")
     if chosen not in codes:
@@ -63,8 +63,8 @@ def target_default(f: HFFolder, names: dict[int, str]) -> tuple[str | None, str]
     else tokenizer_config.json's ``tgt_lang``."""
     for name in ("forced_bos_token_id", "decoder_start_token_id"):
         value, where = setting_from(f, name)
-        if value in names:
-            return names[value], f"{where} {name}"
+        if value is not None and one_id(value, name, f.path(where)) in names:
+            return names[one_id(value, name, f.path(where))], f"{where} {name}"
     return f.tokenizer_config.get("tgt_lang"), f"{TOKENIZER_CONFIG} tgt_lang"
 
 

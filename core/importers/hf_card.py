@@ -16,6 +16,12 @@ CALL_FIELDS = ("num_beams", "max_length", "max_new_tokens")
 # ... and rules core does not reproduce, with the value that switches each off (a folder's "off" is not listed)
 UNAPPLIED_FIELDS: dict[str, Any] = {
     "min_new_tokens": 0,
+    "encoder_repetition_penalty": 1.0,
+    "renormalize_logits": False,
+    "stop_strings": None,
+    "watermarking_config": None,
+    "dola_layers": None,
+    "penalty_alpha": None,
     "exponential_decay_length_penalty": None,
     "sequence_bias": None,
     "do_sample": False,

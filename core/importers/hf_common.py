@@ -16,6 +16,7 @@ import torch
 from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
 from ..errors import CheckpointError
+from ..generation_rules import is_penalty
 from ..progress import Progress
 from ..weights import parameter_shapes
 from .hf_entry import HFFolder, Tensors
@@ -51,11 +52,10 @@ def generation_source(f: HFFolder) -> tuple[dict[str, Any], Path]:
 
 
 def setting_from(f: HFFolder, name: str) -> tuple[Any, str]:
-    """(one generation setting, the file it is in): generation_config.json's, else config.json's; (None, "")."""
-    for source, file in ((f.generation_config, GENERATION_CONFIG), (f.config, CONFIG)):
-        if source.get(name) is not None:
-            return source[name], file
-    return None, ""
+    """(one generation setting, the file it is in) as transformers 5 reads it: from generation_config.json when the
+    folder has one (config.json's generation fields are then not read), else from config.json; None when unset."""
+    source, where = generation_source(f)
+    return source.get(name), where.name
 
 
 def setting(f: HFFolder, name: str, default: Any = None) -> Any:
@@ -94,7 +94,7 @@ def generation_rules(f: HFFolder) -> dict[str, Any]:
         rules[name] = value
     penalty = source.get("repetition_penalty")
     if penalty is not None:
-        if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not 0 < penalty < math.inf:
+        if not is_penalty(penalty):
             raise CheckpointError(f"{where}: field repetition_penalty must be a number above 0, got {penalty!r}")
         rules["repetition_penalty"] = float(penalty)
     forced = source.get("forced_eos_token_id")

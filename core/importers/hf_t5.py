@@ -214,7 +214,11 @@ def card(f: HFFolder, chosen: Setup, model: Transformer, dtype: torch.dtype) -> 
     else:
         held = f"`{file}` read with the tokenizers library, the sentinels `<extra_id_N>` among its tokens"
     beyond = f"; {spare} rows beyond it have no piece" if spare > 0 else ""
-    beyond = f"; its last {-spare} ids have no row (no text gives them)" if spare < 0 else beyond
+    beyond = (
+        f"; its last {-spare} ids have no row (special tokens no text gives; typed, they are refused)"
+        if spare < 0
+        else beyond
+    )
     model_text = f"""* family: {family_name(f, cfg)}; model_type `{f.model_type}`.
 * size: {model.n_parameters():,} parameters, saved as {str(dtype).replace("torch.", "")};
   {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads of d_kv {cfg.d_head};

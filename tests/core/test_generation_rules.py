@@ -24,6 +24,7 @@ from marian_folders import marian_model, save_folder, write_tokenizer
 
 import core
 from core import InputError, ModelConfig
+from core.bundle import clean_text
 from core.cli import main
 from core.decoding import forced_ids
 from core.exporters.ct2 import export_ct2
@@ -49,6 +50,7 @@ NAMES = {  # a rule -> its generation_config.json fields; 'all': the first three
     "forced_eos": ["forced_eos_token_id"],
     "encoder_ngram": ["encoder_no_repeat_ngram_size"],
     "penalty": ["repetition_penalty"],
+    "encoder_bigram": ["encoder_no_repeat_ngram_size"],
     "all": ["min_length", "no_repeat_ngram_size", "forced_eos_token_id"],
 }
 
@@ -62,6 +64,8 @@ def rules(family: str, name: str) -> dict[str, Any]:
         "encoder_no_repeat_ngram_size": 1,
         "repetition_penalty": 3.0,
     }
+    if name == "encoder_bigram":  # the tail of the decoder's inputs matched against the source's bigrams
+        on["encoder_no_repeat_ngram_size"] = 2
     return {**OFF, **{key: on[key] for key in NAMES[name]}}
 
 
@@ -131,7 +135,7 @@ def generate(case: SimpleNamespace, text: str, beams: int, settings: dict[str, A
 # each rule where it changes this family's outputs: eos comes early in the BART folder, the Marian model repeats
 CASES = [("bart", "min_length"), ("bart", "forced_eos"), ("bart", "all")]
 CASES += [("marian", "ngram"), ("marian", "forced_eos"), ("marian", "all")]
-CASES += [("marian", "penalty"), ("marian", "encoder_ngram"), ("bart", "penalty")]
+CASES += [("marian", "penalty"), ("marian", "encoder_ngram"), ("bart", "penalty"), ("marian", "encoder_bigram")]
 
 
 @pytest.mark.parametrize(("family", "rule"), CASES, indirect=["family"])
@@ -141,9 +145,14 @@ def test_greedy_and_beam_ids_equal_generate_under_each_rule(family, rule):
     cfg = bundle.config
     read = (cfg.min_length, cfg.no_repeat_ngram_size, cfg.forced_eos_id, cfg.encoder_no_repeat_ngram_size)
     assert (*read, cfg.repetition_penalty) == tuple(settings.values())
+    texts = TEXTS
+    if rule == "encoder_bigram":  # sources that hold the bigrams a translation would write: its own outputs, read back
+        outputs = [family.tok.decode(generate(family, text, 1, OFF), skip_special_tokens=True) for text in TEXTS]
+        outputs = list(dict.fromkeys(text for text in outputs if text.strip() and clean_text(text) == text))
+        texts = [" ".join(outputs), *outputs]  # (as transformers reads them: no text the lab's cleaning changes)
     for beams in (1, 4):
         changed = 0
-        for text in TEXTS:
+        for text in texts:
             theirs = generate(family, text, beams, settings)
             ours = [int(i) for i in bundle.translate(text, beam_size=beams, max_len=MAX_NEW).trace["output.ids"]]
             assert ours == theirs, (rule, beams, text)
@@ -187,6 +196,28 @@ def test_the_trace_says_which_rules_held_and_records_what_the_model_chose_among(
         assert beam.trace.meta["generation_rules"] == held == tree.meta["generation_rules"]
 
 
+def test_the_recorded_probabilities_under_a_repetition_penalty_are_what_each_search_chose_among(family):
+    """Greedy decoding penalises the logits, beam search the log-probabilities (as generate's two loops); the
+    teacher-forced pass that records a run does as its search did: a greedy run recorded again gives its own
+    probabilities, and a beam run's recorded probabilities are the beam's own along the winner's path."""
+    bundle = with_rules(family, rules(family.name, "penalty"), "penalty-trace")
+    assert bundle.config.repetition_penalty == 3.0
+    for text in TEXTS[:3]:
+        out = bundle.translate(text, max_len=MAX_NEW)
+        again = bundle.record_more(out)
+        for name in ("output.probs", "output.top_ids", "output.top_probs"):
+            np.testing.assert_allclose(again.trace[name], out.trace[name], atol=1e-5, rtol=0)
+        beam = bundle.translate(text, beam_size=4, max_len=MAX_NEW)
+        tree = bundle.beam_tree(text, beam_size=4, max_len=MAX_NEW)
+        seen = [float(step.candidate_logp[j]) for step, j in zip(tree.steps, tree.winner_path, strict=False)]
+        recorded = np.log(beam.trace["output.probs"]).tolist()
+        first = forced_ids(bundle.config, ())
+        for t, (a, b) in enumerate(zip(seen, recorded, strict=True)):
+            if forced_id(bundle.config, first, t, MAX_NEW) is None:
+                assert a == pytest.approx(b, abs=1e-4), (text, t)
+        assert beam.trace.meta["generation_rules"] == {"repetition_penalty": 3.0}
+
+
 def test_export_hf_writes_the_rules_back_and_a_reimport_keeps_them(family):
     """Imported with all three rules, exported (the export's own check decodes with transformers, eos forced at its
     length limit as core forces it), re-imported: the same rules and the same ids."""
@@ -213,6 +244,9 @@ def test_ctranslate2_decodes_the_rules_it_has_as_core_does(family):
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[ct2]'")
     bundle = with_rules(family, rules("bart", "all"), "all-ct2")
     assert export_ct2(bundle.path, family.root / "ct2")["same_greedy_ids"]
+    penalised = with_rules(family, rules("bart", "penalty"), "penalty-ct2")  # a rule CTranslate2 is not checked on
+    report = export_ct2(penalised.path, family.root / "ct2-penalty")
+    assert report["verified"] is False and "repetition_penalty 3" in report["reason"]
     names, cfg = ct2_vocabulary(family.root / "ct2"), bundle.config
     for text in TEXTS:
         out = bundle.translate(text, max_len=MAX_NEW)

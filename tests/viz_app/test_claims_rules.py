@@ -213,7 +213,7 @@ def test_the_encoder_ngram_and_repetition_rules_are_said_when_they_held():
     assert (
         said is not None and "no 2 pieces in a row of the source are written (encoder_no_repeat_ngram_size 2)" in said
     )
-    assert "a piece already written is made less likely (repetition_penalty 1.3" in said
+    assert "the start token and the pieces written) is made less likely (repetition_penalty 1.3" in said
     assert "more likely (repetition_penalty 0.8" in str(rules_in_force(Rules(repetition_penalty=0.8), None))
     assert "no piece of the source is written" in str(rules_in_force(Rules(encoder_no_repeat_ngram_size=1), None))
     for odd in ({"repetition_penalty": -1}, {"repetition_penalty": "1.3"}, {"encoder_no_repeat_ngram_size": 1.5}):

@@ -21,6 +21,7 @@ import torch
 from conftest import build_tiny_checkpoint
 from hf_bart_folders import ENGLISH, build_bart_folder, build_m2m100_folder, build_mbart_folder
 from hf_beam import BEAMS, MAX_NEW, compare_beams, make_eos_likely
+from hf_wild_folders import imported_case
 
 import core
 from core import CheckpointError, InputError
@@ -58,19 +59,7 @@ def generate(case: SimpleNamespace, text: str, beams: int = 1, **settings: Any) 
 @pytest.fixture(scope="module", params=list(BUILDERS))
 def case(request, tmp_path_factory):
     """A folder built with transformers, its model and tokenizer, and the checkpoint import-hf made of it."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    root = tmp_path_factory.mktemp(request.param)
-    folder = BUILDERS[request.param](root / "hf")
-    assert main(["import-hf", str(folder), "--out", str(root / "ckpt")]) == 0
-    return SimpleNamespace(
-        name=request.param,
-        root=root,
-        folder=folder,
-        model=AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval(),
-        tok=AutoTokenizer.from_pretrained(folder),
-        bundle=core.load(root / "ckpt", device="cpu"),
-    )
+    return imported_case(request.param, tmp_path_factory.mktemp(request.param), BUILDERS[request.param])
 
 
 def test_source_ids_and_text_are_the_folders_own_tokenizers(case):
@@ -87,7 +76,8 @@ def test_the_card_says_the_family_its_size_and_where_it_came_from(case):
     card = (case.root / "ckpt" / "card.md").read_text()
     family = {"bart": "BART", "mbart": "mBART", "m2m100": "M2M100", "nllb": "NLLB"}[case.name]
     assert f"imported from a Hugging Face {family}" in card
-    assert f"size: {case.bundle.model.n_parameters():,} parameters; 2+2 layers, d_model 32" in card
+    size = f"size: {case.bundle.model.n_parameters():,} parameters, saved as float32; 2+2 layers, d_model 32"
+    assert size in card
     assert f"`{case.folder.resolve()}`" in card and "python -m core import-hf" in card
     assert f"then always {case.bundle.config.forced_bos_id} (`{FORCED[case.name]}`)" in card
     assert case.bundle.info["imported_from"]["family"] == case.name
