@@ -13,7 +13,7 @@ import torch
 
 from ..checkpoint import check_output_folder, folder_mb, load_checkpoint
 from ..errors import CheckpointError
-from ..importers.hf_families import convert
+from ..importers.hf_families import checkpoint_name, convert
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
-    out = Path(args.out) if args.out else Path("checkpoints") / folder.resolve().name
+    out = Path(args.out) if args.out else Path("checkpoints") / checkpoint_name(folder)
     check_output_folder(out)  # a path that could never be replaced: said first, not "pass --force"
     if out.exists() and not args.force:
         raise CheckpointError(f"{out}: already exists; pass --force to replace it")

@@ -11,6 +11,7 @@ is (when the model type is a known one) and what the lab opens.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,20 @@ def opened_config(folder: Path) -> dict[str, Any]:
     what = KNOWN.get(str(model_type), "not a model family this lab opens") if model_type else "no model_type given"
     opens = ", ".join(f"{name} ('{key}')" for key, (name, _) in OPENED.items())
     raise CheckpointError(f"{folder / CONFIG}: model_type {model_type!r} — {what}. The lab opens: {opens}")
+
+
+# a snapshot in the Hugging Face cache (…/models--ORG--NAME/snapshots/HASH), and the model's own folder there
+HUB_CACHE = re.compile(r"models--(?P<repo>[^/]+)/snapshots/(?P<snapshot>[^/]+)/?$")
+HUB_MODEL = re.compile(r"models--(?P<repo>[^/]+)/?$")
+
+
+def checkpoint_name(folder: str | Path) -> str:
+    """A checkpoint name for ``folder``: the model's name for a folder in the Hugging Face cache
+    (``models--Helsinki-NLP--opus-mt-en-de[/snapshots/<hash>]`` -> ``opus-mt-en-de``), else the folder's name."""
+    resolved = Path(folder).expanduser().resolve()
+    found = HUB_CACHE.search(resolved.as_posix()) or HUB_MODEL.search(resolved.as_posix())
+    raw = found.group("repo").split("--")[-1] if found else resolved.name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip(".-_")[:80] or "imported"
 
 
 def family(folder: str | Path) -> str:

@@ -275,6 +275,15 @@ def test_the_card_says_which_generation_settings_are_applied_and_which_not(famil
     assert "wherever the settings not applied above leave them alone" in card  # no parity claimed past them
     plain = (with_rules(family, rules(family.name, "all"), "all-card-plain").path / "card.md").read_text()
     assert "Not applied: none set" in plain and "outputs are `generate`'s. " in plain
+    others = {  # settings generate applies to greedy or beam search that core does not reproduce: each one listed
+        "encoder_repetition_penalty": 1.2,
+        "renormalize_logits": True,
+        "stop_strings": ["stop"],
+        "penalty_alpha": 0.6,
+    }
+    for n, (key, value) in enumerate(others.items()):
+        card = (with_rules(family, {**rules(family.name, "all"), key: value}, f"card-{n}").path / "card.md").read_text()
+        assert f"Not applied: `{key}={value!r}`." in card and "wherever the settings not applied" in card, key
 
 
 def test_the_ngram_rule_bans_what_transformers_bans():

@@ -13,7 +13,7 @@ from typing import Any
 import streamlit as st
 
 import core
-from core.importers.hf_families import OPENED
+from core.importers.hf_families import HUB_CACHE, OPENED
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,11 +65,6 @@ def quality_line(bundle: core.Bundle) -> str:
         if para and not para.startswith(("#", "|", "-")):
             return (para.split(". ")[0].rstrip(".") + ".")[:240]
     return ""
-
-
-HUB_CACHE = re.compile(
-    r"models--(?P<repo>[^/]+)/snapshots/(?P<snapshot>[^/]+)/?$"
-)  # …/models--ORG--NAME/snapshots/HASH
 
 
 def folder_label(path: str | Path) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import core
 from core.checkpoint import folder_mb, load_checkpoint
-from core.importers.hf_families import OPENED, convert, family, snapshot
+from core.importers.hf_families import OPENED, checkpoint_name, convert, family, snapshot
 from core.progress import Progress, part
 from viz_app.session import checkpoints
 
@@ -67,12 +67,9 @@ def folder_from_text(text: str) -> Path:
 
 
 def suggested_name(folder: Path) -> str:
-    """A checkpoint name for ``folder``: the model's name for a snapshot in the Hugging Face cache
-    (``models--Helsinki-NLP--opus-mt-en-de/snapshots/<hash>`` -> ``opus-mt-en-de``), else the folder's name."""
-    found = checkpoints.HUB_CACHE.search(folder.expanduser().resolve().as_posix())
-    raw = found.group("repo").split("--")[-1] if found else folder.expanduser().resolve().name
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip(".-_")[:80]
-    return name or "imported"
+    """A checkpoint name for ``folder`` (``core.importers.hf_families.checkpoint_name``: a hub snapshot's model
+    name, else the folder's name)."""
+    return checkpoint_name(folder)
 
 
 def check_name(name: str) -> str:

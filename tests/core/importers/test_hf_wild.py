@@ -198,7 +198,7 @@ def test_a_half_precision_folder_stays_half_unless_asked(tmp_path, dtype):
         assert [int(i) for i in same[0]] == [int(i) for i in same[1]]
 
 
-def test_a_hub_cache_folder_opens_at_its_model_folder_or_its_snapshot(tmp_path):
+def test_a_hub_cache_folder_opens_at_its_model_folder_or_its_snapshot(tmp_path, monkeypatch):
     """~/.cache/huggingface/hub/models--ORG--NAME holds refs/main and snapshots/<hash>/: either path opens; a model
     folder with two snapshots and no ref is refused, naming both."""
     model_folder = tmp_path / "hub" / "models--someone--tiny-mbart-50"
@@ -213,6 +213,12 @@ def test_a_hub_cache_folder_opens_at_its_model_folder_or_its_snapshot(tmp_path):
         assert main(["import-hf", str(path), "--out", str(tmp_path / f"ckpt{n}")]) == 0
     assert core.load(tmp_path / "ckpt0").info["imported_from"]["folder"].endswith(hashes[1])
     assert core.load(tmp_path / "ckpt1").info["imported_from"]["folder"].endswith(hashes[0])
+    # without --out, the checkpoint is named after the model, not the snapshot's hash
+    for path in (model_folder, model_folder / "snapshots" / hashes[0]):
+        assert hf_families.checkpoint_name(path) == "tiny-mbart-50"
+    monkeypatch.chdir(tmp_path)
+    assert main(["import-hf", str(model_folder)]) == 0
+    assert (tmp_path / "checkpoints" / "tiny-mbart-50" / "config.json").is_file()
 
 
 def test_an_fsmt_folder_is_refused_by_name_with_the_reason(tmp_path, capsys):
