@@ -30,6 +30,11 @@ def first_upper(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 output piece', '3 output pieces': a count with its noun in the number the count takes."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def quote(word: str) -> str:
     """A word or piece as the page quotes it, made literal for Markdown."""
     return f"“{md(word)}”"

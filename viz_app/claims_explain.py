@@ -173,8 +173,8 @@ def low_share_threshold(builtin_token_shares: np.ndarray) -> float:
 def low_share_note(tokens: Sequence[str], shares: np.ndarray, threshold: float) -> str:
     """Which output words take less from the source than the threshold (they may come from the prefix alone)."""
     rule = (
-        f"{threshold:.2f}, the source share only {LOW_SHARE_PERCENTILE:g}% of the words of this model's translations "
-        "of the built-in sentences fall below"
+        f"{threshold:.2f} (only {LOW_SHARE_PERCENTILE:g}% of the words in this model's translations of the built-in "
+        "sentences take less)"
     )
     low = [quote(t) for t, s in zip(tokens, shares, strict=True) if s < threshold]
     if not low:
@@ -242,7 +242,7 @@ def step_share_note(share: float, threshold: float | None) -> str:
         return said
     if share < threshold:
         return said + (
-            f" That is below {threshold:.2f} (the share only {LOW_SHARE_PERCENTILE:g}% of the words of this model's "
-            "translations of the built-in sentences fall below): this piece may come from the prefix alone."
+            f" That is below {threshold:.2f} (only {LOW_SHARE_PERCENTILE:g}% of the words in this model's "
+            "translations of the built-in sentences take less): this piece may come from the prefix alone."
         )
     return said + f" Not below the low-share threshold ({threshold:.2f})."

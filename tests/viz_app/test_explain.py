@@ -128,10 +128,11 @@ def test_figure_builders() -> None:
     m = np.array([[-4.0, 0.5], [0.0, -1.0]])
     fig = explain.importance_heatmap(m, title="t", scale=2.0)
     heat = fig.data[0]
-    np.testing.assert_allclose(np.array(heat.z), -m)  # drawn as the loss: relied-on heads at the warm end
+    np.testing.assert_allclose(np.array(heat.z), m)  # Δ log p as the table and hover give it, one sign on the page
+    assert heat.reversescale  # a loss (Δ < 0: a head relied on) at the warm end
     assert (heat.zmin, heat.zmax, heat.zmid) == (-2.0, 2.0, 0.0)
     assert list(heat.x) == ["H1", "H2"] and list(heat.y) == ["L1", "L2"]
-    assert heat.colorbar.title.text == "−Δ log p" and "Δ log p = -4.000" in heat.text[0][0]
+    assert heat.colorbar.title.text == "Δ log p" and "Δ log p = -4.000" in heat.text[0][0]
     est = explain.importance_heatmap(m, title="t", scale=2.0, estimate=True).data[0]
     assert "estimate" in est.colorbar.title.text and "Δ log p ≈ -4.000 (estimate)" in est.text[0][0]
     assert "Δ log p = -4.000" in heat.text[0][0]

@@ -91,11 +91,13 @@ def test_positional_page_shows_what_the_model_has(family: str, monkeypatch: pyte
         assert any(t.startswith("Which bucket each query reads") for t in titles), titles
         assert "Distances 0 to 1 get a bucket each" in said  # the encoder: 4 buckets a direction, 2 exact
     elif family in ("bart", "mbart"):
+        assert at.slider(key="pe_n").max == 64  # the learned table's 64 positions bound "Positions shown"
         assert "learned" in said and "a table for the source and one for the target" in said, said
         assert "reads row 2" in said, said
         assert any(t.startswith("Learned position table (the source's)") for t in titles), titles
         assert "Cosine similarity between positions" in titles, titles
     else:
+        assert at.slider(key="pe_n").max == 256  # sinusoids have no last position
         assert "reads row 2" in said and "fairseq" in said, said
         assert "PE·PE similarity between positions" in titles, titles
     at.session_state["pe_tab"] = "Added in this run"

@@ -39,7 +39,8 @@ def test_own_words_are_those_the_teacher_does_not_have() -> None:
     [
         ("O velho guarda.", "O velho guarda.", "writes the same translation: none of these words"),
         ("O velho guarda escreveu.", "O velho escreveu.", "Every word of the student's translation is also in"),
-        ("O velho guarda.", "O velho guardeião.", "1 of the student's 3 words are not the teacher's (`t`; marked)"),
+        ("O velho guarda.", "O velho guardeião.", "1 of the student's 3 words is not the teacher's (`t`; marked)"),
+        ("O velho guarda.", "O novo guardeião.", "2 of the student's 3 words are not the teacher's (`t`; marked)"),
     ],
 )
 def test_comparison_line(teacher_text: str, student_text: str, expected: str) -> None:

@@ -32,7 +32,8 @@ def importance_heatmap(
     ]
     fig = go.Figure(
         go.Heatmap(
-            z=-z,  # drawn as the loss, so "relied on" is the warm end of the usual red-blue scale
+            z=z,  # Δ log p itself, as the hover and the page's table give it; the scale reversed so that a loss
+            reversescale=True,  # ("relied on": Δ < 0) is the warm end of the usual red-blue scale
             x=[f"H{h + 1}" for h in range(n_heads)],
             y=[f"L{layer + 1}" for layer in range(n_layers)],
             text=text,
@@ -43,7 +44,7 @@ def importance_heatmap(
             zmid=0.0,
             xgap=2,
             ygap=2,
-            colorbar=dict(title=dict(text="−Δ log p<br>(estimate)" if estimate else "−Δ log p")),
+            colorbar=dict(title=dict(text="Δ log p<br>(estimate)" if estimate else "Δ log p")),
         )
     )
     base_layout(fig, title, height=int(max(220, 34 * n_layers + 150)))

@@ -39,7 +39,11 @@ def _table(path: str, side: str, n: int) -> np.ndarray:
 
 def _table_tab(path: str, cfg: core.ModelConfig) -> None:
     """The PE table itself: matrix, curves per dimension, similarity between positions."""
-    n = st.slider("Positions shown", 8, 256, 64, step=8, key="pe_n")
+    rows = cfg.position_rows  # a learned table's rows bound the slider; sinusoids have no end
+    top = 256 if rows is None else max(8, min(256, rows) // 8 * 8)
+    if int(st.session_state.get("pe_n", 64)) > top:  # a larger value from another model or a link
+        st.session_state["pe_n"] = top
+    n = st.slider("Positions shown", 8, top, min(64, top), step=8, key="pe_n")
     side = "src"
     if cfg.separate_positions:
         side = st.radio("Table", ["src", "tgt"], key="pe_table_side", horizontal=True, format_func=TABLE_SIDES.get)

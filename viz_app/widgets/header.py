@@ -22,7 +22,11 @@ def translation_header(out: core.Translation) -> None:
     translation beside it (changed words marked) and what the switches do to its probabilities."""
     note = selection.options_note(out.options, out.beam_size)
     st.markdown(f"#### {md(out.text) or EMPTY}")
-    st.caption(f"Translation · {len(out.src_tokens)} source pieces → {len(out.output_tokens)} output pieces · {note}")
+    source, output = (
+        claims.counted(len(out.src_tokens), "source piece"),
+        claims.counted(len(out.output_tokens), "output piece"),
+    )
+    st.caption(f"Translation · {source} → {output} · {note}")
     rules_note(out)
     teacher.beside(out)  # a distilled model: its teacher's translation, the differing words marked
     if out.options != core.InferenceOptions() and trace_replay.replay() is None:

@@ -41,9 +41,11 @@ def comparison_line(teacher: str, teacher_text: str, student_text: str) -> str:
         return f"The teacher `{teacher}` writes the same translation: none of these words is the student's own."
     if not own:
         return f"Every word of the student's translation is also in the teacher's (`{teacher}`), which has more."
-    n = len(student_text.split())
+    n, verb = len(student_text.split()), "is" if len(own) == 1 else "are"
+    choices = "choice" if len(own) == 1 else "choices"
     return (
-        f"{len(own)} of the student's {n} words are not the teacher's (`{teacher}`; marked): the student's own choices."
+        f"{len(own)} of the student's {n} words {verb} not the teacher's (`{teacher}`; marked): the student's own "
+        f"{choices}."
     )
 
 
