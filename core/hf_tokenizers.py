@@ -80,6 +80,24 @@ class Framing:
         return cls(spec.get("source_prefix", ()), spec.get("source_suffix", ()), spec.get("target_prefix", ()))
 
 
+def _byte_characters() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (what ``pre_tokenizers.ByteLevel`` writes each byte as): character -> byte."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in kept]
+    return {chr(b): b for b in kept} | {chr(256 + n): b for n, b in enumerate(moved)}
+
+
+BYTE_OF = _byte_characters()
+
+
+def byte_level_text(piece: str) -> str:
+    """A byte-level BPE piece as the text it stands for ('Ġcat' -> ' cat'); bytes that are not whole UTF-8
+    characters as escapes; a piece outside the byte alphabet as it is."""
+    if not all(ch in BYTE_OF for ch in piece):
+        return piece
+    return bytes(BYTE_OF[ch] for ch in piece).decode("utf-8", errors="backslashreplace")
+
+
 def byte_level_bpe(vocab: Path, merges: Path, specials: Sequence[str]) -> FastBackend:
     """BART's tokenizer from ``vocab.json`` + ``merges.txt``, as transformers builds it: byte-level BPE, no space
     added before the text, ``specials`` whole tokens (those the vocabulary lacks are appended, e.g. <mask>)."""
@@ -138,9 +156,12 @@ class FastTokenizer(FramedTokenizer):
             raise CheckpointError(f"{self.path}: has no {missing[0]!r} token")
         self.ids = {name: -1 if i is None else int(i) for name, i in ids.items()}
         self.unk_id, self.eos_id = self.ids["unk"], self.ids["eos"]
-        self._special = {int(i) for i, token in backend.get_added_tokens_decoder().items() if token.special}
+        added = backend.get_added_tokens_decoder()
+        self._special = {int(i) for i, token in added.items() if token.special}
+        self._added = {int(i) for i in added}
         plain = [int(i) for i in backend.get_vocab(with_added_tokens=True).values() if int(i) not in self._special]
         self._text_rows = max(plain, default=-1) + 1
+        self._byte_level = isinstance(backend.decoder, decoders.ByteLevel)  # BART's pieces: bytes as characters
 
     @classmethod
     def from_file(
@@ -185,8 +206,15 @@ class FastTokenizer(FramedTokenizer):
         return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=True)).strip()
 
     def piece(self, token_id: int) -> str:
+        """The piece of ``token_id`` as every tokenizer here shows it: a byte-level BPE piece (BART's 'Ġcat') read
+        back into its text with ``▁`` for the space that starts a word ('▁cat'), as SentencePiece pieces are; a
+        piece that is part of a character shows its bytes ('\\xe2')."""
         found = self.backend.id_to_token(int(token_id))
-        return self.pieces_of["unk"] if found is None else str(found)
+        if found is None:
+            return self.pieces_of["unk"]
+        if not self._byte_level or int(token_id) in self._added:
+            return str(found)
+        return byte_level_text(str(found)).replace(" ", "\u2581")
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.piece(i) for i in ids]

@@ -72,6 +72,19 @@ def test_source_ids_and_text_are_the_folders_own_tokenizers(case):
     assert tokenizer.piece(case.bundle.config.forced_bos_id) == FORCED[case.name]
 
 
+def test_pieces_show_the_word_start_as_every_tokenizer_here_does(case):
+    """BART's byte-level pieces ('Ġcat') are shown as the lab shows SentencePiece's ('▁cat'); a piece inside a
+    character shows its bytes; the pieces read back into the text."""
+    tokenizer = case.bundle.tokenizer
+    for text in ("The cat sleeps on the warm chair.", "Ein Wort mit ☃ darin."):
+        pieces = tokenizer.pieces(tokenizer.encode(text))
+        assert not any("Ġ" in p for p in pieces), pieces
+        if case.name == "bart":  # byte-level: the text comes back exactly, spaces as ▁
+            shown = "".join(pieces).replace("\u2581", " ")
+            assert shown == text or ("☃" in text and "\\x" in shown), pieces  # ☃'s bytes may be pieces of their own
+            assert sum(p.startswith("\u2581") for p in pieces) == text.count(" "), pieces
+
+
 def test_the_card_says_the_family_its_size_and_where_it_came_from(case):
     card = (case.root / "ckpt" / "card.md").read_text()
     family = {"bart": "BART", "mbart": "mBART", "m2m100": "M2M100", "nllb": "NLLB"}[case.name]
