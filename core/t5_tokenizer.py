@@ -37,6 +37,12 @@ class T5Tokenizer(Tokenizer):
         """The ids the tokenizer has: the SentencePiece pieces and the sentinels."""
         return self.n_pieces + self.extra_ids
 
+    @property
+    def text_rows(self) -> int:
+        """The SentencePiece pieces: a sentinel is a special token, needing a row only where the model has one (a
+        typed one without a row is refused by the bundle), as transformers' generate reads a folder."""
+        return self.n_pieces
+
     def sentinel_id(self, n: int) -> int:
         """The id of ``<extra_id_n>``."""
         if not 0 <= n < self.extra_ids:

@@ -19,8 +19,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from ..tokenizer import first_id_beyond
-from .hf_common import field, imported_config, one_id, setting
+from .hf_common import check_rows, field, imported_config, one_id, setting
 from .hf_entry import HFFolder, Setup
 from .hf_folder import CONFIG, WEIGHTS
 
@@ -172,14 +171,7 @@ def config_from_bart(f: HFFolder, setup: Setup) -> ModelConfig:
                 f"{f.path(WEIGHTS)}: {name} has shape {tuple(tensor.shape)}, {CONFIG} implies ({vocab_size}, "
                 f"{d_model}) (vocab_size, d_model)"
             )
-    beyond = first_id_beyond(tokenizer, vocab_size)
-    if beyond is None:
-        beyond = next((i for i in (start_id, forced_bos_id) if i is not None and i >= vocab_size), None)
-    if beyond is not None:
-        raise CheckpointError(
-            f"{where}: vocab_size is {vocab_size}, but the tokenizer can give id {beyond} "
-            f"({tokenizer.piece(beyond)!r}), which has no embedding row"
-        )
+    check_rows(f, setup)  # the start and forced ids too, before ModelConfig would refuse them less plainly
     bias = f.tensors.get(BIAS)
     if bias is not None and tuple(bias.shape) != (1, vocab_size):
         raise CheckpointError(

@@ -18,8 +18,9 @@ from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..generation_rules import is_penalty
 from ..progress import Progress
+from ..tokenizer import first_id_beyond
 from ..weights import parameter_shapes
-from .hf_entry import HFFolder, Tensors
+from .hf_entry import HFFolder, Setup, Tensors
 from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS
 
 # how a field of the wrong kind is named in a refusal (any other kind: "a number")
@@ -43,6 +44,30 @@ def one_id(value: Any, name: str, where: Path) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise CheckpointError(f"{where}: field {name} must be one token id, got {value!r}")
     return value
+
+
+def check_rows(f: HFFolder, chosen: Setup) -> None:
+    """CheckpointError naming the first id without an embedding row (config.json's vocab_size, and Marian's
+    decoder_vocab_size) among those a text can give, those the tokenizer uses (specials, the framing's language
+    codes) and the decoder's start and forced first ids the framing chose; other ids of the tokenizer may lie
+    beyond the embedding, as transformers allows."""
+    sizes = [field(f, "vocab_size", int)] + (
+        [field(f, "decoder_vocab_size", int)] if f.config.get("decoder_vocab_size") else []
+    )
+    rows, tokenizer = min(sizes), chosen.tokenizer
+    beyond = first_id_beyond(tokenizer, rows)
+    if beyond is not None:
+        what = "uses" if beyond < tokenizer.text_rows and beyond in tokenizer.ids_in_use() else "can give"
+        raise CheckpointError(
+            f"{f.path(CONFIG)}: vocab_size is {rows}, but the tokenizer {what} id {beyond} "
+            f"({tokenizer.piece(beyond)!r}), which has no embedding row"
+        )
+    for name, i in (("the decoder's start", chosen.start_id), ("the forced first output", chosen.forced_bos_id)):
+        if i is not None and i >= rows:
+            raise CheckpointError(
+                f"{f.path(CONFIG)}: vocab_size is {rows}, but {name} is id {i} ({tokenizer.piece(i)!r}), which has "
+                "no embedding row"
+            )
 
 
 def generation_source(f: HFFolder) -> tuple[dict[str, Any], Path]:

@@ -25,16 +25,16 @@ from ..progress import ImportSteps, Progress
 from ..weights import assign_weights, empty_model
 from . import hf_bart, hf_marian, hf_t5
 from .hf_card import card_text
-from .hf_common import imported_meta, mapped_state, provenance
+from .hf_common import check_rows, imported_meta, mapped_state, provenance
 from .hf_entry import Family, HFFolder, Languages
 from .hf_folder import (
     CONFIG,
     GENERATION_CONFIG,
-    TOKENIZER_CONFIG,
     WEIGHTS,
     find_licence,
     folder_dtype,
     read_json,
+    read_tokenizer_config,
     read_weights,
 )
 from .staging import save_with_files
@@ -163,7 +163,7 @@ def read_hf_folder(folder: str | Path, progress: Progress | None = None) -> HFFo
         model_type=model_type,
         config=config,
         tensors=read_weights(folder, progress),
-        tokenizer_config=read_json(folder / TOKENIZER_CONFIG, required=False),
+        tokenizer_config=read_tokenizer_config(folder),
         generation_config=read_json(folder / GENERATION_CONFIG, required=False),
         licence=find_licence(folder, config),
     )
@@ -200,7 +200,9 @@ def convert(
     out = Path(out)
     with tempfile.TemporaryDirectory() as scratch:  # a tokenizer file an entry builds lives here until written
         chosen = f.entry.steps.setup(f, languages, source_prefix, Path(scratch))
-        model = build_model(f, f.entry.steps.model_config(f, chosen))
+        cfg = f.entry.steps.model_config(f, chosen)  # its shapes checked against config.json first
+        check_rows(f, chosen)  # then every id a text can give or the run uses has a row
+        model = build_model(f, cfg)
         origin = provenance(f, command, steps.digest, **chosen.origin)
         meta = imported_meta(out, chosen.languages, dtype, chosen.spec, origin)
         card = card_text(

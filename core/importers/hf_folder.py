@@ -60,6 +60,28 @@ def read_vocab_file(path: Path) -> dict[str, int]:
         raise CheckpointError(f"{path}: {exc}") from None
 
 
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+
+
+def read_tokenizer_config(folder: Path) -> dict[str, Any]:
+    """tokenizer_config.json ({} when absent) as transformers 5 reads a folder: one written before transformers
+    named its tokens there (no ``added_tokens_decoder``) takes its special tokens from special_tokens_map.json
+    ('eos_token', 'unk_token', ...; an AddedToken written out read as its content). Its token lists are not read
+    for T5's sentinel count: transformers 5 takes ``extra_ids`` (100 unless named) whatever the map lists."""
+    config = read_json(folder / TOKENIZER_CONFIG, required=False)
+    if "added_tokens_decoder" in config or not (folder / SPECIAL_TOKENS_MAP).is_file():
+        return config
+    special = read_json(folder / SPECIAL_TOKENS_MAP, required=False)
+
+    def content(value: Any) -> Any:
+        return value.get("content") if isinstance(value, dict) else value
+
+    for key, value in special.items():
+        if key.endswith("_token"):
+            config[key] = content(value)
+    return config
+
+
 def read_weights(folder: Path, progress: Progress | None = None) -> dict[str, torch.Tensor]:
     """The tensors of ``model.safetensors`` in the file's own dtypes (float32, float16, bfloat16); CheckpointError
     for pickles, other formats, bad tensors. progress: told after each tensor is checked."""

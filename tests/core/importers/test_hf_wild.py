@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from hf_folders import build_t5_folder
 from hf_wild_folders import HARD, WILD, build_m2m100, build_mbart, imported_case
 from safetensors.torch import load_file, save_file
 
@@ -244,3 +245,25 @@ def test_an_fsmt_folder_is_refused_by_name_with_the_reason(tmp_path, capsys):
     said = capsys.readouterr().err
     assert "model_type 'fsmt' — a FairSeq machine-translation model" in said and "sacremoses" in said
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_t5_folder_in_transformers_4s_layout_reads_as_transformers_5_reads_it(tmp_path):
+    """spiece.model, a tokenizer_config.json that names no special token and a special_tokens_map.json that does
+    (an AddedToken written out, sentinels listed): the specials come from the map, and the sentinels number
+    ``extra_ids`` (100 when unnamed) whatever the map lists, as AutoTokenizer of transformers 5 reads it. Sentinels
+    beyond the embedding open (no text gives them); typed, one is refused by name."""
+    from transformers import AutoTokenizer
+
+    folder = build_t5_folder(tmp_path / "hf")  # 8 sentinels and 3 spare rows
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
+    specials = {"eos_token": {"content": "</s>", "lstrip": False}, "unk_token": "<unk>", "pad_token": "<pad>"}
+    listed = [f"<extra_id_{i}>" for i in range(8)]
+    (folder / "special_tokens_map.json").write_text(json.dumps({**specials, "additional_special_tokens": listed}))
+    assert main(["import-hf", str(folder), "--out", str(tmp_path / "ckpt")]) == 0
+    bundle, tok = core.load(tmp_path / "ckpt", device="cpu"), AutoTokenizer.from_pretrained(folder)
+    assert bundle.tokenizer.vocab_size == len(tok) > bundle.config.src_vocab_size
+    tokenizer, prefix = bundle.tokenizer, bundle.tokenizer.source_prefix
+    for text in (*HARD, "a <extra_id_3> b"):
+        assert tokenizer.frame_source(tokenizer.encode(text), bundle.config.eos_id) == tok(prefix + text).input_ids
+    with pytest.raises(InputError, match=r"The text contains '<extra_id_3>', a token of this tokenizer"):
+        bundle.encode_source("a <extra_id_3> b")
