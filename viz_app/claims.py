@@ -196,6 +196,17 @@ def own_choice(trace: core.Trace, own_ids: Sequence[int], step: int) -> str | No
     return trace.piece(int(own_ids[step]))
 
 
+def what_if_placeholder(own: str | None, forced: str | None) -> str:
+    """The what-if picker's empty text at a step: the model's own piece there (``own``, None past its translation's
+    end), and the piece this alternative forced there (``forced``, None where nothing is forced), as shown."""
+    if forced is not None:
+        was = f" (its own choice: “{own}”)" if own is not None else ""
+        return f"forced here: “{forced}”{was} — pick another to see what follows"
+    if own is not None:
+        return f"its own choice: “{own}” — pick another to see what follows"
+    return "pick a piece to see what follows"
+
+
 # ---- word order without positions ----
 
 

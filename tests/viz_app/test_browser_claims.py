@@ -260,6 +260,9 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
             ).json_value()
             assert f"its own choice: “{own_piece.replace('▁', '␣')}”" in placeholders
             assert f"its own choice: “{alt.trace.piece(candidate).replace('▁', '␣')}”" not in placeholders
+            assert (
+                f"forced here: “{alt.trace.piece(candidate).replace('▁', '␣')}”" in placeholders
+            )  # and the forced one
         # 6 · the Model map: the total it states is the model's own count of its tensors
         if "model-map" not in skip:
             said = page.open("model-map", "The blocks add up to", page="map", text=first)

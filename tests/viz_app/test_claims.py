@@ -161,3 +161,12 @@ def test_bias_off_and_pe_off_only_when_the_trace_added_nothing():
         "Positional encoding is switched off for the source tokens in this run: zeros were added."
     )
     assert claims.pe_off("source", np.eye(4, 8)) is None
+
+
+def test_the_what_if_placeholder_names_the_forced_piece_where_one_is_forced() -> None:
+    assert claims.what_if_placeholder("me", "mes") == (
+        "forced here: “mes” (its own choice: “me”) — pick another to see what follows"
+    )
+    assert claims.what_if_placeholder(None, "mes").startswith("forced here: “mes” — ")
+    assert claims.what_if_placeholder("me", None) == "its own choice: “me” — pick another to see what follows"
+    assert claims.what_if_placeholder(None, None) == "pick a piece to see what follows"

@@ -126,10 +126,9 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
     if not candidates:
         return
     mine = claims.own_choice(shown.trace, own, step)  # the model's own translation, not the forced alternative
-    placeholder = (
-        f"its own choice: “{style.token_text(mine)}” — pick another to see what follows"
-        if mine is not None
-        else "pick a piece to see what follows"
+    forced = shown.trace.piece(int(shown.trace["output.ids"][step])) if branch == step else None
+    placeholder = claims.what_if_placeholder(
+        None if mine is None else style.token_text(mine), None if forced is None else style.token_text(forced)
     )
     ss.setdefault("whatif_pick", None)
     if ss["whatif_pick"] is not None and not 0 <= ss["whatif_pick"] < len(candidates):
