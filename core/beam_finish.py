@@ -5,7 +5,8 @@
 the winner. ``ModelConfig.beam`` picks the policy:
 
 ``LabFinish`` ("lab", every checkpoint trained or converted here; Marian's C++ decoder): ``beam_size`` candidates a
-step; those ending in eos are finished and the beam shrinks by as many; it stops when ``beam_size`` hypotheses have
+step; those ending in eos are finished and not extended (the next step again keeps ``beam_size`` candidates, from
+the others' extensions); it stops when ``beam_size`` hypotheses have
 finished or none is left; finished hypotheses rank by log-prob / length**alpha, and when none finished within
 ``max_len`` the live ones are ranked so.
 

@@ -85,7 +85,7 @@ class ModelConfig:
     relative_max_distance: int = 128  # ... and the distance from which every relative position shares a bucket
     scale_decoder_output: bool = False  # decoder output * d_model**-0.5 before the output projection (T5 v1.0)
     # How beam search finishes hypotheses (``core.beam_finish``); the defaults keep every earlier checkpoint as it was.
-    # lab: the beam shrinks as hypotheses end (Marian's C++ decoder); transformers: ``generate``'s (imported folders)
+    # lab: beam_size best extensions a step, those ending in eos finished; transformers: ``generate``'s (imported)
     beam: Literal["lab", "transformers"] = "lab"
     length_penalty: float = 1.0  # finished hypotheses rank by log-prob / length**length_penalty (a call may override)
     early_stopping: bool | Literal["never"] = False  # beam="transformers": generate's early_stopping

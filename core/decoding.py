@@ -259,7 +259,7 @@ def beam_search(
 
     One loop for every checkpoint; how hypotheses finish, when the search stops and which finished one wins is
     the model's finishing policy (``ModelConfig.beam``, ``core.beam_finish``): "lab" keeps the ``call.beam_size``
-    best extensions, finishes those ending in eos and shrinks the beam by as many (Marian's C++ decoder);
+    best extensions at every step and finishes those ending in eos (they are not extended);
     "transformers" reproduces ``generate(num_beams=...)`` (``beam_size`` hypotheses always live, a pool of the best
     finished ones, ``early_stopping``). Finished hypotheses rank by log-prob / length**``call.alpha`` (None: the
     model's ``length_penalty``). With beam_size=1 the lab policy is exactly greedy decoding. At most ``max_steps``

@@ -276,8 +276,9 @@ def beam_rule(beam_size: int, policy: str, alpha: float) -> tuple[str, str]:
         )
     else:
         keep = (
-            f"At every step the {beam_size} best extensions of the live hypotheses are **kept** (blue; ◆ green when "
-            f"it ends the sentence, and the beam narrows by one)"
+            f"At every step the {beam_size} best extensions of the live hypotheses are **kept** (blue); one that "
+            f"ends the sentence (◆ green) is finished instead and not extended, and the search stops once "
+            f"{beam_size} have finished"
         )
     return keep, rank
 

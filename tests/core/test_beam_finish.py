@@ -16,7 +16,7 @@ def score(x: float) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.float32)
 
 
-def test_the_lab_policy_keeps_beam_size_candidates_and_shrinks_as_they_end():
+def test_the_lab_policy_keeps_beam_size_candidates_and_finishes_those_that_end():
     lab = LabFinish(beam_size=3, alpha=1.0)
     assert lab.width == 3
     assert lab.select([False, True, False], last=False) == ([1], [0, 2])

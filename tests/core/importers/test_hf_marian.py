@@ -4,7 +4,7 @@ tokenizer ids and text, greedy and beam ids of ``generate``, logits (1e-4) and e
 (1e-5), for several configurations; and every bad input refused with a CheckpointError naming the file and field.
 
 Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``, ``core.beam_finish``;
-a Bergamot / Marian C++ import keeps the lab's, which shrinks the beam as hypotheses end, as Marian's decoder does);
+a Bergamot / Marian C++ import keeps the lab's: the beam_size best extensions a step, those ending finished);
 the beam test makes eos likely so that hypotheses end early and compares several length penalties and early_stopping
 values (``tests/hf_beam.py``). Banned ids (``<pad>``) are taken out after the softmax in both, so the other ids keep
 the model's probabilities and the beam scores agree.
