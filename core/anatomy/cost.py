@@ -110,12 +110,12 @@ def decoding_cost(
     if ssru:
         keeps = (
             f"per layer: the SSRU's cell c ({d} values, overwritten each step: no growing cache) and the "
-            f"cross-attention K and V of the {Ts} source positions (2·{Ts}·{d}, made at step 0)"
+            f"cross-attention K and V of the {Ts} source positions (2·{Ts}·{d}, made at the first step)"
         )
     else:
         keeps = (
             f"per layer: the self-attention K and V of every position so far (2·T·{d} values, one row more each "
-            f"step) and the cross-attention K and V of the {Ts} source positions (2·{Ts}·{d}, made at step 0)"
+            f"step) and the cross-attention K and V of the {Ts} source positions (2·{Ts}·{d}, made at the first step)"
         )
     return DecodingCost(
         src_len=Ts,

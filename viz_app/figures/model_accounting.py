@@ -219,7 +219,7 @@ def cache_sentence(cost: DecodingCost) -> str:
     growth = int(cost.self_kv_bytes[1] - cost.self_kv_bytes[0]) if cost.out_len > 1 else int(cost.self_kv_bytes[0])
     return (
         f"Each step adds one position's K and V, {growth:,} bytes per layer; with the source's K and V "
-        f"({cost.cross_kv_bytes:,} bytes per layer, made at step 1) the cache grows from "
+        f"({cost.cross_kv_bytes:,} bytes per layer, made at the first step) the cache grows from "
         f"{int(cost.cache_bytes[0]):,} to **{last:,} bytes** by the last step ({cost.out_len}) over its {layers}."
     )
 
