@@ -158,6 +158,29 @@ def _times(part: float, whole: float) -> str:
 
 # ---- source or prefix? (ALTI+) ----
 
+# the three "share from the source" a page shows: what each measures, so that each can say how it differs
+SHARE_MEASURES = {
+    "rollout": (
+        "attention rollout",
+        "the attention weights multiplied through the layers (each with its residual as half), per output position",
+    ),
+    "sentence": (
+        "ALTI+ over the translation",
+        "how much of each word's decoder representation the source contributed (the model's own arithmetic, not "
+        "its attention weights), averaged over the words",
+    ),
+    "step": ("ALTI+ at one step", "the same ALTI+ share for the one piece chosen at that step"),
+}
+
+
+def share_measures_note(shown: str) -> str:
+    """One line under a "share from the source": which of the three measures it is (``SHARE_MEASURES``), and how the
+    other two differ, so that a page's 0.75 and another's 91 % are not read as one number."""
+    name, what = SHARE_MEASURES[shown]
+    others = "; ".join(f"{n}: {w}" for key, (n, w) in SHARE_MEASURES.items() if key != shown)
+    return f"This share is {name}: {what}. The lab's two other source shares measure otherwise — {others}."
+
+
 LOW_SHARE_PERCENTILE = 5.0  # a word is marked when its source share is below this percentile of the words of the
 # model's own translations of the built-in sentences (with the same switches): "lower than 95% of them"
 WEAK_AGREEMENT = 0.3  # every ρ below this: no measure ranks the source words as ALTI+ does

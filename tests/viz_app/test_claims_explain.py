@@ -157,3 +157,11 @@ def test_step_share_note_with_and_without_a_threshold() -> None:
     assert plain.startswith("Source share at this step (ALTI+): 90.0%") and "threshold" not in plain
     assert "may come from the prefix alone" in ce.step_share_note(0.6, 0.7)
     assert ce.step_share_note(0.9, 0.7).endswith("Not below the low-share threshold (0.70).")
+
+
+def test_each_source_share_says_which_measure_it_is_and_how_the_others_differ() -> None:
+    for shown, (name, what) in ce.SHARE_MEASURES.items():
+        said = ce.share_measures_note(shown)
+        assert said.startswith(f"This share is {name}: {what}.")
+        others = [n for key, (n, _) in ce.SHARE_MEASURES.items() if key != shown]
+        assert all(f"{n}:" in said.split("measure otherwise")[1] for n in others) and len(others) == 2

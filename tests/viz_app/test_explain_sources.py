@@ -63,6 +63,7 @@ def test_the_tab_shows_each_words_share_computed_from_the_run(root: Path) -> Non
     assert "This translation takes" in said and "of this model's translations of 3 built-in sentences" in said
     assert "take less of" in said or "takes less of" in said or "No output word takes less" in said
     assert "Rank agreement with ALTI+'s source map" in said
+    assert "This share is ALTI+ over the translation:" in said and "attention rollout:" in said
     maps = _specs(at)[1]["data"]
     assert len(maps) == 3  # ALTI+, cross-attention, rollout
     for heat in maps:  # every panel: rows scaled to 1

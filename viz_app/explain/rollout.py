@@ -12,7 +12,7 @@ from viz_app import claims_explain
 from viz_app.explain.common import how_to_read
 from viz_app.figures import explain, style
 from viz_app.session import selection, url
-from viz_app.widgets import export
+from viz_app.widgets import export, share_links
 
 
 def tab(out: core.Translation) -> None:
@@ -74,3 +74,4 @@ def tab(out: core.Translation) -> None:
             ]
         )
     )
+    share_links.share_links("rollout")

@@ -19,7 +19,7 @@ from viz_app.explain.attribution import IG_STEPS
 from viz_app.explain.common import how_to_read, needs_model, replaying
 from viz_app.figures import sources, style
 from viz_app.session import checkpoints, errors, runs, selection
-from viz_app.widgets import export
+from viz_app.widgets import export, share_links
 
 ALTI = "ALTI+ (source part)"
 
@@ -57,6 +57,7 @@ def tab(out: core.Translation) -> None:
         shown = [style.token_text(t) for t in c.target_pieces]  # '␣para', not the raw '▁para'
         st.markdown(claims_explain.low_share_note(shown, c.token_source_share, threshold))
         st.caption(claims_explain.sentence_share_note(c.source_share, shares[0]))
+        share_links.share_links("sentence")
     if typed:
         own = errors.guarded(lambda: runs.contributions(path, text, key, None))
         if own is not None:
@@ -185,3 +186,4 @@ def step_share(shown: core.Translation, step: int, forced: bool) -> None:
     found = peek(runs.builtin_source_shares, path, key)
     threshold = None if found is None else claims_explain.low_share_threshold(found[1])
     st.caption(claims_explain.step_share_note(float(c.token_source_share[step]), threshold))
+    share_links.share_links("step")
