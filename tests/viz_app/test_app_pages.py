@@ -331,9 +331,13 @@ def test_head_detail_pickers_aggregation_and_scores() -> None:
     z = array(spec["data"][0]["z"])
     assert np.isnan(z[0, 1]) and np.isfinite(z[1, 0])  # causal: the future is −∞ (a gap)
     at.radio(key="values").set_value("weights").run(timeout=TIMEOUT)
-    at.checkbox(key="fixed").check().run(timeout=TIMEOUT)
     heat = specs(ok(at))[0]["data"][0]
-    assert (heat["zmin"], heat["zmax"]) == (0.0, 1.0)
+    assert (heat["zmin"], heat["zmax"]) == (0.0, 1.0)  # the lab's default: a fixed 0–1 scale
+    at.checkbox(key="fixed").uncheck().run(timeout=TIMEOUT)
+    heat = specs(ok(at))[0]["data"][0]
+    z = np.asarray(array(heat["z"]), dtype=float)
+    assert heat["zmax"] == pytest.approx(np.nanmax(z)) and "stretched" in heat["colorbar"]["title"]["text"]
+    assert at.query_params["fixed"] == "0"  # the link keeps it
 
 
 # ----------------------------------------------------------------------------- 3 · masks

@@ -97,16 +97,31 @@ def test_head_heatmap_uses_tokens_as_tick_labels_and_rounds() -> None:
     assert list(fig.layout.xaxis.tickvals) == list(range(len(SRC)))  # positional: duplicates stay separate
     z = np.asarray(hm.z, dtype=np.float64)
     np.testing.assert_allclose(z, np.round(w, style.DECIMALS), atol=1e-6)
-    assert hm.zmin == 0 and hm.zmax == pytest.approx(float(z.max()), abs=1e-6)
+    assert (hm.zmin, hm.zmax) == (0.0, 1.0) and hm.colorbar.title.text == "weight<br>(0–1)"  # the lab's default
     assert fig.layout.title.text.endswith("— PE off")
     assert fig.layout.yaxis.autorange == "reversed"  # first query at the top, like a matrix
     assert "query 1 &lt;s&gt;" in hm.text[0][0] and "key 4 ␣the" in hm.text[0][3]
 
 
-def test_head_heatmap_fixed_scale_is_zero_to_one() -> None:
-    fig = attention_maps.head_heatmap(_weights(1, 3, 3)[0] * 0.5, TGT[:3], SRC[:3], title="t", fixed_scale=True)
-    hm = _heatmaps(fig)[0]
-    assert (hm.zmin, hm.zmax) == (0.0, 1.0)
+def test_weight_maps_are_fixed_0_to_1_unless_stretched_and_the_colour_bar_says_which() -> None:
+    w = _weights(1, 3, 3)[0] * 0.5
+    hm = _heatmaps(attention_maps.head_heatmap(w, TGT[:3], SRC[:3], title="t", fixed_scale=True))[0]
+    assert (hm.zmin, hm.zmax) == (0.0, 1.0) and hm.colorbar.title.text == "weight<br>(0–1)"
+    top = float(np.round(w, style.DECIMALS).max())
+    hm = _heatmaps(attention_maps.head_heatmap(w, TGT[:3], SRC[:3], title="t", fixed_scale=False))[0]
+    assert (
+        hm.zmax == pytest.approx(top, abs=1e-6) and hm.colorbar.title.text == f"weight<br>(0–{top:.2g},<br>stretched)"
+    )
+    maps = [_weights(2, 3, 3) * 0.1]
+    grid = attention_maps.attention_grid(maps, TGT[:3], SRC[:3], title="g")
+    assert (grid.layout.coloraxis.cmin, grid.layout.coloraxis.cmax) == (0.0, 1.0)
+    stretched = attention_maps.attention_grid(
+        maps, TGT[:3], SRC[:3], title="g", options=attention_maps.GridOptions(fixed_scale=False)
+    )
+    assert stretched.layout.coloraxis.cmax < 0.2 and "stretched" in stretched.layout.coloraxis.colorbar.title.text
+    step = decoding.step_attention([maps[0][:, 0]], SRC[:3], title="s", fixed_scale=False).data[0]
+    assert step.zmax < 0.2 and "stretched" in step.colorbar.title.text
+    assert decoding.step_attention([maps[0][:, 0]], SRC[:3], title="s").data[0].zmax == 1.0
 
 
 def test_head_heatmap_scores_show_masked_cells_as_gaps_with_a_grey_layer() -> None:

@@ -29,6 +29,7 @@ from viz_app.figures.style import (
     token_label,
     unchanged,
     unique_labels,
+    weight_scale,
 )
 
 
@@ -61,12 +62,13 @@ def head_heatmap(
     *,
     title: str,
     values: str = "weights",
-    fixed_scale: bool = False,
+    fixed_scale: bool = True,
     mask: np.ndarray | None = None,
 ) -> go.Figure:
     """One large (Tq, Tk) map with tokens on both axes and exact values on hover.
 
-    ``values``: 'weights' (0..max, or 0..1 with ``fixed_scale``), 'scores' (pre-softmax, diverging
+    ``values``: 'weights' (0..1, or stretched to 0..max without ``fixed_scale``: ``style.weight_scale``), 'scores'
+    (pre-softmax, diverging
     around 0, −∞ as grey gaps) or 'difference' (symmetric diverging scale). ``mask`` (Tq, Tk), True where a
     query may attend: blocked cells are drawn grey, distinct from a weight of zero.
     """
@@ -93,8 +95,8 @@ def head_heatmap(
             hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{values.rstrip('s')} %{{z:.4f}}<extra></extra>",
         )
     if values == "weights":
-        top = 1.0 if fixed_scale or not np.isfinite(z).any() else max(float(np.nanmax(z)), 1e-6)
-        trace.update(colorscale=WEIGHTS_SCALE, zmin=0.0, zmax=top, colorbar=dict(title=dict(text="weight")))
+        top, named = weight_scale(z, fixed=fixed_scale)
+        trace.update(colorscale=WEIGHTS_SCALE, zmin=0.0, zmax=top, colorbar=dict(title=dict(text=named)))
     else:
         m = symmetric_range(z)
         trace.update(
@@ -153,13 +155,15 @@ class GridOptions:
     """How ``attention_grid`` draws: ``ablated`` (layer, head) squares are marked 'off'; ``selected`` (layer, head)
     is outlined; ``head_labels`` (layer, head) -> text is written small under each labelled head's square (what
     "What does each head do?" found); ``diverging`` draws differences on a scale symmetric around 0 (else weights,
-    0..max); ``cell`` is the height of one layer's row in pixels."""
+    0..1, or stretched to 0..max without ``fixed_scale``: ``style.weight_scale``); ``cell`` is the height of one
+    layer's row in pixels."""
 
     ablated: Collection[tuple[int, int]] = ()
     selected: tuple[int, int] | None = None
     head_labels: Mapping[tuple[int, int], str] = field(default_factory=dict)
     diverging: bool = False
     cell: int = 120
+    fixed_scale: bool = True
 
     def __post_init__(self) -> None:
         if self.cell < 1:
@@ -199,7 +203,7 @@ def attention_grid(
     zs = [rounded(z, GRID_DECIMALS) for z in zs]
     if masked:
         layout["plot_bgcolor"] = MASKED_BG
-    layout["coloraxis"] = _colour_axis(zs, options.diverging)
+    layout["coloraxis"] = _colour_axis(zs, options.diverging, options.fixed_scale)
     layout["title"] = dict(text=title, x=0.0, xanchor="left", font=dict(size=16))
     width = n_k + 1  # one blank column between heads
     keys = [token_label(t) for t in k_tokens] if fk > 1 else unique_labels(k_tokens)  # pooled: '4–6 ␣the…'
@@ -255,17 +259,15 @@ def attention_grid(
     return go.Figure(data=data, layout=layout)
 
 
-def _colour_axis(zs: Sequence[np.ndarray], diverging: bool) -> dict[str, Any]:
-    """One colour scale for every square: symmetric around 0 for differences, 0..max for weights."""
+def _colour_axis(zs: Sequence[np.ndarray], diverging: bool, fixed: bool) -> dict[str, Any]:
+    """One colour scale for every square: symmetric around 0 for differences, the lab's weight scale otherwise."""
     if diverging:
         top = symmetric_range(*zs)
         return dict(
             colorscale=DIVERGING_SCALE, cmin=-top, cmax=top, cmid=0.0, colorbar=dict(title=dict(text="Δ"), thickness=12)
         )
-    top = max((float(np.nanmax(z)) for z in zs if np.isfinite(z).any()), default=1.0)
-    return dict(
-        colorscale=WEIGHTS_SCALE, cmin=0.0, cmax=max(top, 1e-6), colorbar=dict(title=dict(text="weight"), thickness=12)
-    )
+    top, named = weight_scale(*zs, fixed=fixed)
+    return dict(colorscale=WEIGHTS_SCALE, cmin=0.0, cmax=top, colorbar=dict(title=dict(text=named), thickness=12))
 
 
 @dataclass(frozen=True)

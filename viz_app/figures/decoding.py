@@ -26,6 +26,7 @@ from viz_app.figures.style import (
     token_label,
     token_text,
     unique_labels,
+    weight_scale,
 )
 
 KEPT, FINISHED, PRUNED, WINNER, SELECTED = "#457b9d", "#2a9d8f", "#c5c9ce", "#e4572e", "#1d1d1d"
@@ -33,13 +34,19 @@ LABELLED_STEPS = 16  # up to this many steps every kept hypothesis is labelled; 
 
 
 def step_attention(
-    rows: Sequence[np.ndarray], key_tokens: Sequence[str], *, title: str, wrap: int | None = COLUMN_TITLE
+    rows: Sequence[np.ndarray],
+    key_tokens: Sequence[str],
+    *,
+    title: str,
+    wrap: int | None = COLUMN_TITLE,
+    fixed_scale: bool = True,
 ) -> go.Figure:
     """At one decoding step: every layer/head's attention row (y = 'L1 H1' …, x = keys). The title wraps at ``wrap``
     characters (the Steps page shows this chart in a column two thirds wide: one line ran past its edge)."""
     z = rounded(np.concatenate(list(rows), axis=0))  # (L*H, n_key)
     n_heads = rows[0].shape[0]
     labels = [f"L{l + 1} H{h + 1}" for l in range(len(rows)) for h in range(n_heads)]
+    top, named = weight_scale(z, fixed=fixed_scale)  # 0..1, or stretched (the colour bar says which)
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -47,12 +54,12 @@ def step_attention(
             y=labels,
             colorscale=WEIGHTS_SCALE,
             zmin=0.0,
-            zmax=max(float(np.nanmax(z)), 1e-6) if z.size else 1.0,
+            zmax=top,
             xgap=1,
             ygap=1,
             customdata=[unique_labels(key_tokens)] * z.shape[0],
             hovertemplate="%{y}<br>key %{customdata}<br>weight %{z:.4f}<extra></extra>",
-            colorbar=dict(title=dict(text="weight")),
+            colorbar=dict(title=dict(text=named)),
         )
     )
     base_layout(fig, title, height=int(max(260, 18 * z.shape[0] + 170)), wrap=wrap)

@@ -206,6 +206,17 @@ def token_axis(
     )
 
 
+def weight_scale(*arrays: np.ndarray, fixed: bool = True) -> tuple[float, str]:
+    """The lab's one colour policy for attention weights: (the top of the scale, the colour bar's title naming it).
+    By default a fixed 0–1 scale, so that near-uniform attention (0.07 everywhere) looks faint as it is; stretched
+    (``fixed`` False), 0 to the largest weight of ``arrays``, which the title then says."""
+    if fixed:
+        return 1.0, "weight<br>(0–1)"
+    top = max((float(np.nanmax(a)) for a in arrays if np.isfinite(a).any()), default=1.0)
+    top = max(top, 1e-6)
+    return top, f"weight<br>(0–{top:.2g},<br>stretched)"
+
+
 def symmetric_range(*arrays: np.ndarray) -> float:
     """Largest finite |value| over ``arrays`` (1.0 if none): the half-width of a symmetric colour scale."""
     finite = [np.abs(a[np.isfinite(a)]).max() for a in arrays if np.isfinite(a).any()]

@@ -86,7 +86,7 @@ PARAMS: dict[str, Param] = {
     "head": Param(0, **_INDEX),
     "agg": Param(SINGLE_HEAD, choices=tuple(HEAD_VIEWS)),
     "values": Param("weights", choices=("weights", "scores")),
-    "fixed": Param(False, **_BOOL),
+    "fixed": Param(True, **_BOOL),  # attention weights on a fixed 0–1 colour scale (widgets/scale.py)
     "query": Param(0, **_INDEX),
     "step": Param(0, **_INDEX),
     "whatif": Param((), lambda t: tuple(int(i) for i in t.split(".")), lambda v: ".".join(map(str, v))),

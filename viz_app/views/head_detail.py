@@ -7,7 +7,7 @@ import streamlit as st
 
 from viz_app.figures import attention_maps, style
 from viz_app.session import params, selection, url
-from viz_app.widgets import export, header, pickers, sentence_bar
+from viz_app.widgets import export, header, pickers, scale, sentence_bar
 
 st.title("Head detail")
 st.caption(
@@ -43,12 +43,7 @@ if out is not None:
         horizontal=True,
         format_func=lambda v: "attention weights" if v == "weights" else "pre-softmax scores",
     )
-    fixed = c3.checkbox(
-        "Fixed 0..1 colour scale",
-        key="fixed",
-        disabled=values != "weights",
-        help="Same colours across heads and sentences; otherwise the scale stretches to the largest weight.",
-    )
+    fixed = scale.fixed_scale(c3, disabled=values != "weights")  # scores: a diverging scale of their own
 
     data = trace.attention(kind, layer) if values == "weights" else trace.scores(kind, layer)  # (H, Tq, Tk)
     if agg == params.SINGLE_HEAD:

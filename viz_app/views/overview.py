@@ -9,7 +9,7 @@ import core
 from viz_app import claims
 from viz_app.figures import attention_maps, overview, style
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
-from viz_app.widgets import ablation, export, header, markup, pickers, sentence_bar
+from viz_app.widgets import ablation, export, header, markup, pickers, scale, sentence_bar
 
 st.title("Translate & overview")
 st.caption(
@@ -92,6 +92,7 @@ if out is not None:
     bundle = selection.bundle() if trace_replay.replay() is None else None
     if bundle is not None:
         ablation.head_matrix(bundle.config)
+    fixed = scale.fixed_scale(disabled=show == "difference")  # differences: a scale centred on 0 of their own
     url.clamp("overview_tab", labels)
     tabs = st.tabs(labels, key="overview_tab", on_change="rerun")  # lazy: only the open tab is drawn
     axes = {kind: style.query_key_tokens(kind, out.src_tokens, out.tgt_tokens, out.output_tokens) for kind in kinds}
@@ -165,7 +166,11 @@ if out is not None:
                 title=title,
                 mask=mask,
                 options=attention_maps.GridOptions(
-                    ablated=ablated, selected=selected, head_labels=labels, diverging=show == "difference"
+                    ablated=ablated,
+                    selected=selected,
+                    head_labels=labels,
+                    diverging=show == "difference",
+                    fixed_scale=fixed,
                 ),
             )
             export.chart(fig, f"{kind}_grid", key=f"grid_{kind}")
@@ -197,6 +202,7 @@ if out is not None:
             k_tokens,
             title=style.titled(name, note),
             mask=trace.mask(kind),
+            fixed_scale=fixed,
         )
     export.chart(fig, f"{kind}_L{layer + 1}_H{head + 1}", key="overview_head")
     st.page_link(

@@ -149,7 +149,11 @@ def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PE
                     q_tok,
                     k_tok,
                     title=title,
-                    options=attention_maps.GridOptions(ablated=off, diverging=show == "difference"),
+                    options=attention_maps.GridOptions(
+                        ablated=off,
+                        diverging=show == "difference",
+                        fixed_scale=bool(st.session_state.get("fixed", True)),
+                    ),
                 ),
                 f"{kind}_pe_{show}",
                 key=f"cmp_{kind}",

@@ -16,7 +16,7 @@ from viz_app.cache import cached
 from viz_app.explain import sources as explain_sources
 from viz_app.figures import decoding, style
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
-from viz_app.widgets import export, header, markup, sentence_bar
+from viz_app.widgets import export, header, markup, scale, sentence_bar
 
 BEAMS = list(params.BEAMS)
 
@@ -232,6 +232,7 @@ def _beam_tree_section(out: core.Translation) -> None:
             f"Cross-attention at step {t + 1}, scoring the piece after “{html.escape(before)}”: every layer/head",
             note,
         ),
+        fixed_scale=bool(st.session_state.get("fixed", True)),  # the checkbox above the step's charts
     )
     export.chart(fig, f"beam_cross_step{t + 1}", key="beam_cross")
 
@@ -318,6 +319,7 @@ elif out is not None:
     note = selection.options_note(shown.options, shown.beam_size)
     if branch is not None:
         note = f"{note}, what if"
+    fixed = scale.fixed_scale()  # the attention rows' colours: 0–1, or stretched
     left, right = st.columns([1, 2])
     with left:
         what = f"Top {len(s.top_k)} " + ("candidates " if branch is None else "")  # the forced note is long
@@ -334,6 +336,7 @@ elif out is not None:
                 title=style.titled(
                     f"Decoder self-attention at step {step + 1}: every layer/head over the pieces so far", note
                 ),
+                fixed_scale=fixed,
             )
             export.chart(fig, f"decoder_rows_step{step + 1}", key="dec_rows")
             if step == 0:
@@ -353,6 +356,7 @@ elif out is not None:
             rows,
             shown.src_tokens,
             title=style.titled(f"Cross-attention at step {step + 1}: every layer/head over the source", note),
+            fixed_scale=fixed,
         )
         export.chart(fig, f"cross_rows_step{step + 1}", key="cross_rows")
 
