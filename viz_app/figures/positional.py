@@ -14,12 +14,14 @@ from viz_app.figures.style import DIVERGING_SCALE, base_layout, rounded, symmetr
 
 
 def pe_matrix(table: np.ndarray, *, title: str, tokens: Sequence[str] | None = None) -> go.Figure:
-    """Positions × dimensions heatmap on a fixed −1..1 diverging scale; rows labelled by tokens if given."""
+    """Positions × dimensions heatmap on a fixed −1..1 diverging scale; rows labelled by tokens if given, else by
+    position counted from 1, as every page counts positions."""
     z = rounded(table)
     m = max(1.0, symmetric_range(z))
     fig = go.Figure(
         go.Heatmap(
             z=z,
+            y=list(range(1, z.shape[0] + 1)) if tokens is None else None,
             colorscale=DIVERGING_SCALE,
             zmin=-m,
             zmax=m,
@@ -39,9 +41,9 @@ def pe_matrix(table: np.ndarray, *, title: str, tokens: Sequence[str] | None = N
 
 
 def pe_curves(table: np.ndarray, dims: Sequence[int], *, title: str) -> go.Figure:
-    """PE value against position, one line per chosen dimension."""
+    """PE value against position (counted from 1), one line per chosen dimension."""
     fig = go.Figure()
-    positions = list(range(table.shape[0]))
+    positions = list(range(1, table.shape[0] + 1))
     for d in dims:
         fig.add_trace(
             go.Scatter(
@@ -67,9 +69,12 @@ def pe_similarity(table: np.ndarray, *, title: str, cosine: bool = False) -> go.
         sim, name, extra = rounded(unit @ unit.T), "cosine", dict(zmin=-1.0, zmax=1.0)
     else:
         sim, name, extra = rounded(table @ table.T), "PE·PE", {}
+    counted = list(range(1, sim.shape[0] + 1))  # positions counted from 1
     fig = go.Figure(
         go.Heatmap(
             z=sim,
+            x=counted,
+            y=counted,
             colorscale="Viridis",
             colorbar=dict(title=dict(text=name)),
             hovertemplate="positions %{y} and %{x}<br>%{z:.3f}<extra></extra>",

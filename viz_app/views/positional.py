@@ -39,8 +39,8 @@ def _table(path: str, side: str, n: int) -> np.ndarray:
 
 def _table_tab(path: str, cfg: core.ModelConfig) -> None:
     """The PE table itself: matrix, curves per dimension, similarity between positions."""
-    rows = cfg.position_rows  # a learned table's rows bound the slider; sinusoids have no end
-    top = 256 if rows is None else max(8, min(256, rows) // 8 * 8)
+    table_rows = cfg.position_rows  # a learned table's rows bound the slider; sinusoids have no end
+    top = 256 if table_rows is None else max(8, min(256, table_rows) // 8 * 8)
     if int(st.session_state.get("pe_n", 64)) > top:  # a larger value from another model or a link
         st.session_state["pe_n"] = top
     n = st.slider("Positions shown", 8, top, min(64, top), step=8, key="pe_n")
@@ -50,14 +50,14 @@ def _table_tab(path: str, cfg: core.ModelConfig) -> None:
     table = _table(path, side, n)
     learned = cfg.positional == "learned"
     what = f"Learned position table{' (' + TABLE_SIDES[side] + ')' if cfg.separate_positions else ''}"
-    k, last = cfg.position_offset, table.shape[0] - 1
-    rows = f" (positions 0–{last} read rows {k}–{last + k})" if k else ""
+    k = cfg.position_offset
+    offset = f" (position 1 = table row {k}; rows count from 0)" if k else ""
     # built at each rerun: st.cache_data would hand out an unpickled copy, which costs as much (about 25 ms at 256)
     export.chart(
         positional.pe_matrix(
             table,
             title=f"{what if learned else 'Positional-encoding table'}: {table.shape[0]} positions × "
-            f"{table.shape[1]} dimensions{rows}",
+            f"{table.shape[1]} dimensions{offset}",
         ),
         "pe_table",
         key="pe_table",
