@@ -161,7 +161,7 @@ class FastTokenizer(FramedTokenizer):
         self._added = {int(i) for i in added}
         plain = [int(i) for i in backend.get_vocab(with_added_tokens=True).values() if int(i) not in self._special]
         self._text_rows = max(plain, default=-1) + 1
-        self._byte_level = isinstance(backend.decoder, decoders.ByteLevel)  # BART's pieces: bytes as characters
+        self.byte_level = isinstance(backend.decoder, decoders.ByteLevel)  # BART's pieces: bytes as characters
 
     @classmethod
     def from_file(
@@ -212,7 +212,7 @@ class FastTokenizer(FramedTokenizer):
         found = self.backend.id_to_token(int(token_id))
         if found is None:
             return self.pieces_of["unk"]
-        if not self._byte_level or int(token_id) in self._added:
+        if not self.byte_level or int(token_id) in self._added:
             return str(found)
         return byte_level_text(str(found)).replace(" ", "\u2581")
 

@@ -277,8 +277,8 @@ def beam_rule(beam_size: int, policy: str, alpha: float) -> tuple[str, str]:
     else:
         keep = (
             f"At every step the {beam_size} best extensions of the live hypotheses are **kept** (blue); one that "
-            f"ends the sentence (◆ green) is finished instead and not extended, and the search stops once "
-            f"{beam_size} have finished"
+            f"ends the sentence (◆ green) is finished instead and not extended; the search stops when {beam_size} "
+            "have finished, none is left to extend, or at the length limit"
         )
     return keep, rank
 

@@ -166,8 +166,8 @@ SHARE_MEASURES = {
     ),
     "sentence": (
         "ALTI+ over the translation",
-        "how much of each word's decoder representation the source contributed (the model's own arithmetic, not "
-        "its attention weights), averaged over the words",
+        "how much of each output piece's decoder representation the source contributed (the model's own "
+        "arithmetic, not its attention weights), averaged over the pieces",
     ),
     "step": ("ALTI+ at one step", "the same ALTI+ share for the one piece chosen at that step"),
 }

@@ -171,7 +171,7 @@ def config_from_bart(f: HFFolder, setup: Setup) -> ModelConfig:
                 f"{f.path(WEIGHTS)}: {name} has shape {tuple(tensor.shape)}, {CONFIG} implies ({vocab_size}, "
                 f"{d_model}) (vocab_size, d_model)"
             )
-    check_rows(f, setup)  # the start and forced ids too, before ModelConfig would refuse them less plainly
+    check_rows(f, setup, vocab_size)  # the start and forced ids too, before ModelConfig would refuse them less plainly
     bias = f.tensors.get(BIAS)
     if bias is not None and tuple(bias.shape) != (1, vocab_size):
         raise CheckpointError(

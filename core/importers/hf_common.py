@@ -46,27 +46,23 @@ def one_id(value: Any, name: str, where: Path) -> int:
     return value
 
 
-def check_rows(f: HFFolder, chosen: Setup) -> None:
-    """CheckpointError naming the first id without an embedding row (config.json's vocab_size, and Marian's
-    decoder_vocab_size) among those a text can give, those the tokenizer uses (specials, the framing's language
-    codes) and the decoder's start and forced first ids the framing chose; other ids of the tokenizer may lie
-    beyond the embedding, as transformers allows."""
-    sizes = [field(f, "vocab_size", int)] + (
-        [field(f, "decoder_vocab_size", int)] if f.config.get("decoder_vocab_size") else []
-    )
-    rows, tokenizer = min(sizes), chosen.tokenizer
+def check_rows(f: HFFolder, chosen: Setup, rows: int) -> None:
+    """CheckpointError naming the first id without one of the embedding's ``rows`` among those a text can give,
+    those the tokenizer uses (specials, the framing's language codes) and the decoder's start and forced first ids
+    the framing chose; other ids of the tokenizer may lie beyond the embedding, as transformers allows."""
+    tokenizer = chosen.tokenizer
     beyond = first_id_beyond(tokenizer, rows)
     if beyond is not None:
-        what = "uses" if beyond < tokenizer.text_rows and beyond in tokenizer.ids_in_use() else "can give"
+        what = "can give" if beyond < tokenizer.text_rows else "uses"  # (first_id_beyond: text's ids first)
         raise CheckpointError(
-            f"{f.path(CONFIG)}: vocab_size is {rows}, but the tokenizer {what} id {beyond} "
-            f"({tokenizer.piece(beyond)!r}), which has no embedding row"
+            f"{f.path(CONFIG)}: the model has {rows} embedding rows, but the tokenizer {what} id {beyond} "
+            f"({tokenizer.piece(beyond)!r}), which has no row"
         )
     for name, i in (("the decoder's start", chosen.start_id), ("the forced first output", chosen.forced_bos_id)):
         if i is not None and i >= rows:
             raise CheckpointError(
-                f"{f.path(CONFIG)}: vocab_size is {rows}, but {name} is id {i} ({tokenizer.piece(i)!r}), which has "
-                "no embedding row"
+                f"{f.path(CONFIG)}: the model has {rows} embedding rows, but {name} is id {i} ({tokenizer.piece(i)!r}),"
+                " which has no row"
             )
 
 

@@ -201,7 +201,7 @@ def convert(
     with tempfile.TemporaryDirectory() as scratch:  # a tokenizer file an entry builds lives here until written
         chosen = f.entry.steps.setup(f, languages, source_prefix, Path(scratch))
         cfg = f.entry.steps.model_config(f, chosen)  # its shapes checked against config.json first
-        check_rows(f, chosen)  # then every id a text can give or the run uses has a row
+        check_rows(f, chosen, min(cfg.src_vocab_size, cfg.tgt_vocab_size))  # every id a text gives or a run uses
         model = build_model(f, cfg)
         origin = provenance(f, command, steps.digest, **chosen.origin)
         meta = imported_meta(out, chosen.languages, dtype, chosen.spec, origin)

@@ -100,8 +100,11 @@ def test_rollout_tab_draws_each_output_word_over_the_source() -> None:
     assert any(f"Colours run from {heat['zmin']:.3f} (lightest) to {heat['zmax']:.3f}" in c.value for c in at.caption)
     # which of the three source shares this is, and the two others linked
     assert any(c.value.startswith("This share is attention rollout:") for c in at.caption)
-    links = [link.proto.page for link in at.get("page_link")]
-    assert sorted(links) == ["explain", "steps"], links  # Source or prefix? and Step-by-step decoding
+    at.button(key="share_rollout_sentence").click().run(timeout=TIMEOUT)  # opens the ALTI+ share's tab
+    assert at.session_state["explain_tab"] == "Source or prefix?"
+    assert any(c.value.startswith("This share is ALTI+ over the translation:") for c in at.caption)
+    at.session_state["explain_tab"] = "Attention rollout"
+    ok(at.run(timeout=TIMEOUT))
     aside = next(t for t in at.toggle if t.label.startswith("Set special tokens aside"))
     n_src = z.shape[1]
     aside.set_value(not aside.value).run(timeout=TIMEOUT)

@@ -63,9 +63,10 @@ def tab(out: core.Translation) -> None:
 def _corrupted(out: core.Translation, how: str) -> str:
     """The corrupted sentence the user made (by replacing a picked word, or typed whole); '' until there is one."""
     if how != "picking a word":
-        return st.text_input(
+        typed = st.text_input(
             "Corrupted sentence (one word replaced)", key="explain_corrupt", placeholder=out.source_text
-        ).strip()
+        )
+        return selection.with_target_code(typed.strip())  # a multilingual model's token, as the clean one has
     words = out.source_text.split()
     c1, c2 = st.columns(2)
     url.clamp("explain_word", list(range(len(words))))

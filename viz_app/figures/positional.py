@@ -21,7 +21,7 @@ def pe_matrix(table: np.ndarray, *, title: str, tokens: Sequence[str] | None = N
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            y=list(range(1, z.shape[0] + 1)) if tokens is None else None,
+            y=list(range(1, z.shape[0] + 1)),  # positions counted from 1, with tokens or without
             colorscale=DIVERGING_SCALE,
             zmin=-m,
             zmax=m,
@@ -33,7 +33,7 @@ def pe_matrix(table: np.ndarray, *, title: str, tokens: Sequence[str] | None = N
     base_layout(fig, title, height=int(min(900, max(320, 8 * z.shape[0] + 160))))
     fig.update_xaxes(title=dict(text="dimension"), showgrid=False)
     if tokens is not None:
-        fig.update_yaxes(**token_axis(tokens, "position (token)"))
+        fig.update_yaxes(**token_axis(tokens, "position (token)", first=1))
     else:
         fig.update_yaxes(title=dict(text="position"), showgrid=False)
     fig.update_yaxes(autorange="reversed")

@@ -128,6 +128,7 @@ SESSION_KEYS: dict[str, str] = {
         ("_matrix_version", "matrix_{kind}_{version}", "clear_{kind}", "invert_{kind}"), "widgets/ablation.py"
     ),
     "example": "widgets/sentence_bar.py",
+    "share_{measure}_{other}": "widgets/share_links.py",
     "before_after_logp": "widgets/header.py",
     **dict.fromkeys(("dl_json", "dl_npz"), "widgets/export.py"),
     **dict.fromkeys(("overview_head", "grid_{kind}", "causal_rows_{kind}", "ssru_{layer}"), "views/overview.py"),

@@ -114,6 +114,10 @@ def sentence() -> str:
 
 def with_target_code(text: str) -> str:
     """``text`` as a multilingual Opus-MT model reads it: the target token picked in the sentence bar first
-    ('>>pt<< The cat …'), unless there is none or the text names one itself."""
+    ('>>pt<< The cat …'), unless the selected model has no such token (another model was picked since), there is
+    no text, or the text names one itself."""
     code = str(st.session_state.get("target_code") or "")
-    return f"{code} {text}" if code and text and not text.lstrip().startswith(">>") else text
+    if not code or not text or text.lstrip().startswith(">>"):
+        return text
+    b = bundle() if selected() else None
+    return f"{code} {text}" if b is not None and code in b.tokenizer.target_codes else text

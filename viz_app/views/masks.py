@@ -42,7 +42,7 @@ if out is not None:
             col.toggle(label, key=f"masks_{name}", on_change=_mirror, args=(name,))
     opts = out.options if replaying else selection.options()
     note = selection.options_note(opts, out.beam_size)
-    second = "" if replaying else st.session_state.get("text2", "").strip()
+    second = "" if replaying else selection.with_target_code(st.session_state.get("text2", "").strip())
     trace, texts = out.trace, [out.text]
     texts_in = (selection.sentence(), second)
     batch = None

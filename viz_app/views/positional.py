@@ -13,7 +13,7 @@ from viz_app import claims
 from viz_app.figures import attention_maps, positional, style
 from viz_app.positional import describe, relative
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
-from viz_app.widgets import export, header, markup, sentence_bar
+from viz_app.widgets import export, header, markup, scale, sentence_bar
 
 st.title("Positional encoding")
 st.caption(
@@ -40,10 +40,13 @@ def _table(path: str, side: str, n: int) -> np.ndarray:
 def _table_tab(path: str, cfg: core.ModelConfig) -> None:
     """The PE table itself: matrix, curves per dimension, similarity between positions."""
     table_rows = cfg.position_rows  # a learned table's rows bound the slider; sinusoids have no end
-    top = 256 if table_rows is None else max(8, min(256, table_rows) // 8 * 8)
-    if int(st.session_state.get("pe_n", 64)) > top:  # a larger value from another model or a link
+    top = 256 if table_rows is None else min(256, table_rows)
+    if int(st.session_state.get("pe_n", 64)) > top:  # a larger value chosen for another model
         st.session_state["pe_n"] = top
-    n = st.slider("Positions shown", 8, top, min(64, top), step=8, key="pe_n")
+    if top <= 8:  # a table this small is shown whole
+        n = top
+    else:
+        n = st.slider("Positions shown", 8, top, min(64, top), step=8 if top % 8 == 0 else 1, key="pe_n")
     side = "src"
     if cfg.separate_positions:
         side = st.radio("Table", ["src", "tgt"], key="pe_table_side", horizontal=True, format_func=TABLE_SIDES.get)
@@ -116,6 +119,7 @@ def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PE
         "without": compared.switched_label,
         "difference": f"the difference ({compared.switched_label} − as trained)",
     }
+    fixed = scale.fixed_scale()  # the weights' colours (a difference: a scale centred on 0 of its own)
     for kind, tab in zip(a.trace.kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun"), strict=True):
         if not tab.open:
             continue
@@ -152,7 +156,7 @@ def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PE
                     options=attention_maps.GridOptions(
                         ablated=off,
                         diverging=show == "difference",
-                        fixed_scale=bool(st.session_state.get("fixed", True)),
+                        fixed_scale=fixed,
                     ),
                 ),
                 f"{kind}_pe_{show}",

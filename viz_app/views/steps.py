@@ -168,7 +168,7 @@ def _beam_tree_section(out: core.Translation) -> None:
             icon=":material/history:",
         )
         return
-    text = ss.get("text", "")
+    text = selection.sentence()  # the sentence the page shows (the picked one; a multilingual model's token first)
     tree = errors.guarded(
         lambda: steps_beam_tree(checkpoints.ckpt_path(), text, runs.options_key(out.options), out.beam_size)
     )
@@ -258,7 +258,7 @@ elif out is not None:
     alt = None
     if prefix:
         alt = errors.guarded(
-            lambda: steps_what_if(checkpoints.ckpt_path(), ss.get("text", ""), runs.options_key(out.options), prefix)
+            lambda: steps_what_if(checkpoints.ckpt_path(), selection.sentence(), runs.options_key(out.options), prefix)
         )
     if prefix and alt is None:
         ss["whatif"] = ()  # it could not be decoded (the message above says why)

@@ -150,15 +150,21 @@ def test_an_embedding_without_the_made_up_ids_opens_and_one_without_a_texts_id_i
     bundle = core.load(tmp_path / "ckpt", device="cpu")
     assert bundle.config.src_vocab_size < bundle.tokenizer.vocab_size  # the made-up ids have no row
     config = json.loads((folder / "config.json").read_text())
-    short = config["vocab_size"] - 110  # fewer rows than vocab.json's ids
-    smaller = tmp_path / "smaller"
-    shutil.copytree(folder, smaller)
-    rows = config["vocab_size"]
-    tensors = {k: v[:short] if v.shape[0] == rows else v for k, v in load_file(folder / "model.safetensors").items()}
-    save_file(tensors, smaller / "model.safetensors", metadata={"format": "pt"})
-    (smaller / "config.json").write_text(json.dumps({**config, "vocab_size": short}))
-    with pytest.raises(CheckpointError, match=rf"vocab_size is {short}, but the tokenizer can give id {short} "):
-        hf_families.convert(smaller, tmp_path / "refused")
+    rows = config["vocab_size"]  # vocab.json's ids, then the 100 language codes
+    for n, (short, said) in enumerate(
+        (
+            (rows - 110, rf"the tokenizer can give id {rows - 110} "),  # fewer rows than vocab.json's ids
+            (rows - 100, r"the tokenizer uses id \d+ \('__(en|pt)__'\)"),  # vocab.json's ids, no language code
+        )
+    ):
+        smaller = tmp_path / f"smaller{n}"
+        shutil.copytree(folder, smaller)
+        weights = load_file(folder / "model.safetensors")
+        tensors = {k: v[:short] if v.shape[0] == rows else v for k, v in weights.items()}
+        save_file(tensors, smaller / "model.safetensors", metadata={"format": "pt"})
+        (smaller / "config.json").write_text(json.dumps({**config, "vocab_size": short}))
+        with pytest.raises(CheckpointError, match=rf"the model has {short} embedding rows, but {said}"):
+            hf_families.convert(smaller, tmp_path / f"refused{n}")
 
 
 def test_a_typed_token_without_an_embedding_row_is_refused_by_name(tmp_path):
