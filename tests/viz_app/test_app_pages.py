@@ -562,6 +562,8 @@ def test_causal_mask_off_shows_the_rows_each_step_computed() -> None:
     assert at.radio(key="causal_rows_decoder").value == "generation"
     shown = texts(at)
     assert "the later words did not exist yet" in shown
+    # under the token-by-token chart: how many pieces the leak made less or more likely, and why
+    assert "With the causal mask off every position of this pass can also read the pieces after it" in shown
     grid = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Decoder masked self-attention: every"))
     z = array(grid["data"][0]["z"])
     assert np.isnan(z[0, 1])  # step 1 could not see the second piece: it was not written yet

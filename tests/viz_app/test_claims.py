@@ -171,3 +171,10 @@ def test_the_what_if_placeholder_names_the_forced_piece_where_one_is_forced() ->
     assert claims.what_if_placeholder(None, "mes").startswith("forced here: “mes” — ")
     assert claims.what_if_placeholder("me", None) == "its own choice: “me” — pick another to see what follows"
     assert claims.what_if_placeholder(None, None) == "pick a piece to see what follows"
+
+
+def test_the_causal_leak_sentence_counts_the_pieces_each_way_and_says_why() -> None:
+    down = claims.causal_leak_effect([0.9, 0.8, 0.5], [0.5, 0.7, 0.5])
+    assert "2 of the 3 pieces became less likely, 0 more likely" in down and "never learned to use" in down
+    up = claims.causal_leak_effect([0.5, 0.5, 0.9], [0.9, 0.99, 0.9])
+    assert "0 of the 3 pieces became less likely, 2 more likely" in up and "the later pieces help" in up

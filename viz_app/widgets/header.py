@@ -94,3 +94,5 @@ def before_after(out: core.Translation) -> None:
             "log-probability as trained and with the switches. A bar far below its partner is a piece the switched "
             "model would not have written there."
         )
+        if not out.options.causal_mask:  # why the pieces move, counted from the two passes
+            st.caption(claims.causal_leak_effect(p_trained[:n], p_switched[:n]))
