@@ -189,6 +189,13 @@ def causal_off(trained_text: str, switched_text: str) -> str:
 # ---- what if ----
 
 
+def empty_legend(texts: Sequence[str]) -> str | None:
+    """The legend under a table of translations that shows ∅ for an empty one; None when none is empty."""
+    if all(texts):
+        return None
+    return "∅: the model wrote nothing (it ended the sentence at its first step)."
+
+
 def causal_leak_effect(p_trained: Sequence[float], p_switched: Sequence[float]) -> str:
     """Under the token-by-token chart with the causal mask off: what reading the later pieces did to each piece's
     probability, counted from the two passes (fed the same as-trained translation), and why it can go down."""

@@ -419,6 +419,19 @@ def test_pe_off_on_the_encoder_only_compares_the_as_trained_run_with_it(app_root
     assert "The weights change by up to" in texts(at)
 
 
+def test_pe_off_on_the_decoder_only_opens_the_comparison_where_the_maps_change(app_root: Path) -> None:
+    """With positions off on the decoder only the encoder's maps cannot change: the comparison opens on the
+    decoder's tab (the encoder's last), not on a blank 'No change' grid."""
+    at = run({"pe": "0", "pe_side": "decoder", "text": SENTENCE})
+    at.switch_page("views/positional.py")
+    at.session_state["pe_tab"] = "Switch it off"
+    at.run(timeout=TIMEOUT)
+    at.toggle(key="compare").set_value(True).run(timeout=TIMEOUT)
+    diff = next(s for s in specs(ok(at)) if s["layout"]["title"]["text"].startswith("Difference (without PE on"))
+    assert "decoder masked self-attention" in diff["layout"]["title"]["text"]
+    assert at.session_state["pe_cmp_tab"] == "Decoder masked self-attention"
+
+
 # ----------------------------------------------------------------------------- 5 · step by step
 def test_steps_page_slider_buttons_and_beam() -> None:
     at = run()

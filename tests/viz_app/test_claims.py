@@ -178,3 +178,11 @@ def test_the_causal_leak_sentence_counts_the_pieces_each_way_and_says_why() -> N
     assert "2 of the 3 pieces became less likely, 0 more likely" in down and "never learned to use" in down
     up = claims.causal_leak_effect([0.5, 0.5, 0.9], [0.9, 0.99, 0.9])
     assert "0 of the 3 pieces became less likely, 2 more likely" in up and "the later pieces help" in up
+
+
+def test_the_empty_translation_legend_is_said_only_where_one_is_empty() -> None:
+    assert claims.empty_legend(["O gato dorme.", "O cão dorme."]) is None
+    assert (
+        claims.empty_legend(["O gato dorme.", ""])
+        == "∅: the model wrote nothing (it ended the sentence at its first step)."
+    )

@@ -112,7 +112,10 @@ def _run_tab(out: core.Translation, note: str) -> None:
 
 def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PEComparison) -> None:
     """Every attention map as trained and with PE switched off (same decoder inputs), and their difference."""
-    labels = [params.KINDS[k].capitalize() for k in a.trace.kinds]
+    kinds = list(a.trace.kinds)
+    if compared.switched.pe_on("src"):  # positions off on the decoder only: the encoder's maps cannot change
+        kinds = [k for k in kinds if k != "encoder"] + [k for k in kinds if k == "encoder"]  # open where they do
+    labels = [params.KINDS[k].capitalize() for k in kinds]
     url.clamp("pe_cmp_tab", labels)
     names = {
         "with": compared.as_trained_label,
@@ -120,7 +123,7 @@ def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PE
         "difference": f"the difference ({compared.switched_label} − as trained)",
     }
     fixed = scale.fixed_scale()  # the weights' colours (a difference: a scale centred on 0 of its own)
-    for kind, tab in zip(a.trace.kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun"), strict=True):
+    for kind, tab in zip(kinds, st.tabs(labels, key="pe_cmp_tab", on_change="rerun"), strict=True):
         if not tab.open:
             continue
         with tab:
@@ -193,6 +196,9 @@ def _word_order(out: core.Translation) -> None:
         hide_index=True,
         width="stretch",
     )
+    legend = claims.empty_legend([t for _, a, b in rows for t in (a, b)])  # said where the table shows ∅
+    if legend:
+        st.caption(legend)
     for pair in pairs:
         found = errors.guarded(lambda p=pair: [[runs.encoder_output(path, s, k) for s in p] for k in keys])
         if not found:
