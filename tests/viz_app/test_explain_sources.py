@@ -145,6 +145,8 @@ def test_source_share_bars_mark_the_words_below_the_threshold() -> None:
     bar = fig.data[0]
     assert list(bar.marker.color) == [sources.SOURCE_COLOUR, sources.LOW_COLOUR, sources.SOURCE_COLOUR]
     assert fig.layout.shapes[0].y0 == 0.5 and "below the threshold" in bar.text[1]
+    (label,) = [a for a in fig.layout.annotations if a.text.startswith("threshold")]
+    assert (label.xref, label.x, label.xanchor) == ("paper", 1.0, "left")  # in the margin: over no bar
     unknown = sources.source_share_bars(["▁a"], np.array([0.1]), None, title="t")
     assert not unknown.layout.shapes and list(unknown.data[0].marker.color) == [sources.SOURCE_COLOUR]
 

@@ -36,14 +36,22 @@ def source_share_bars(tokens: Sequence[str], shares: np.ndarray, threshold: floa
             name="source share",
         )
     )
-    if threshold is not None:
-        fig.add_hline(
-            y=threshold,
-            line=dict(dash="dash", color=LOW_COLOUR),
-            annotation_text=f"threshold {threshold:.2f}",
-            annotation_position="top left",
-        )
     base_layout(fig, title, height=340)
+    if threshold is not None:  # the line's label in the right margin, where no bar can be under it
+        fig.add_hline(y=threshold, line=dict(dash="dash", color=LOW_COLOUR))
+        fig.add_annotation(
+            text=f"threshold<br>{threshold:.2f}",
+            xref="paper",
+            x=1.0,
+            xanchor="left",
+            xshift=4,
+            yref="y",
+            y=threshold,
+            showarrow=False,
+            align="left",
+            font=dict(color=LOW_COLOUR, size=11),
+        )
+        fig.update_layout(margin=dict(r=80))
     fig.update_xaxes(**token_axis(tokens, "output token"), tickangle=-60)
     fig.update_yaxes(title=dict(text="source share"), range=[0, 1.02])
     return fig
