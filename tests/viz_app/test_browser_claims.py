@@ -165,7 +165,8 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
         assert f"\n{trained.text or EMPTY}\n" in f"\n{said}\n"
 
         # 1 · positional encoding, one side at a time: the "as trained" text is the as-trained run, the switched text
-        # the switched one, and the encoder's difference grid is non-zero exactly when encoder PE is off
+        # the switched one, and the difference grid the comparison opens on (the encoder's; with PE off on the decoder
+        # only, the decoder's: the encoder's cannot change) is non-zero exactly when core's maps there differ
         for side, switch in (("encoder", {"encoder_pe": False}), ("decoder", {"decoder_pe": False})):
             said = page.open(
                 f"pe-{side}", "As trained (with PE):", page="positional", text=first, pe="0", pe_side=side, compare="1"
@@ -175,8 +176,8 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
             assert line_after(said, label) == (translate(**switch).text or "∅")
             if trained.text:
                 core_delta = claims.largest_change(
-                    forced_maps(bundle, first, trained.text, core.InferenceOptions(), "encoder"),
-                    forced_maps(bundle, first, trained.text, core.InferenceOptions(**switch), "encoder"),
+                    forced_maps(bundle, first, trained.text, core.InferenceOptions(), side),
+                    forced_maps(bundle, first, trained.text, core.InferenceOptions(**switch), side),
                 )
                 shown = page.max_abs(f"Difference (without PE on the {side} − as trained)")
                 assert shown is not None
