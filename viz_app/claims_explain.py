@@ -259,7 +259,7 @@ def step_share_note(share: float, threshold: float | None) -> str:
     the built-in sentences have not been scored on "Why this word?" yet)."""
     said = (
         f"Source share at this step (ALTI+): {share:.1%} of the decoder's representation comes from the source "
-        f"sentence, {1 - share:.1%} from the pieces written so far."
+        f"sentence, {max(0.0, 1 - share):.1%} from the pieces written so far."  # (no '-0.0%' at a share of 1)
     )
     if threshold is None:
         return said

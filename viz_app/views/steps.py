@@ -133,7 +133,7 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
     ss.setdefault("whatif_pick", None)
     if ss["whatif_pick"] is not None and not 0 <= ss["whatif_pick"] < len(candidates):
         ss["whatif_pick"] = None
-    st.columns([2, 1])[0].selectbox(
+    st.selectbox(  # the page's width: its placeholder names two pieces, whole at 1024 px too
         f"What if the model had picked another piece at step {step + 1}?",
         list(range(len(candidates))),
         index=None,
@@ -292,7 +292,7 @@ elif out is not None:
         mark = " (forced)" if branch is not None and t == branch else ""
         return f"{t + 1}: {style.token_text(shown.steps[t].token)}{mark}"
 
-    c0, c1, c2, c3 = st.columns([6, 1, 1, 1.3], vertical_alignment="bottom")
+    c0, c1, c2, c3 = st.columns([5, 1, 1, 2], vertical_alignment="bottom")  # "Play" whole at 1024 px too
     step = c0.select_slider("Step", list(range(n)), key="step", format_func=_step_label)
     c1.button("◀", on_click=_move, args=(-1,), help="previous step", width="stretch", key="prev")
     c2.button("▶", on_click=_move, args=(1,), help="next step", width="stretch", key="next")
