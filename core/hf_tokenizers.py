@@ -14,6 +14,7 @@ T5 ``x </s>`` after its task prefix — the framing ids are chosen at import and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,8 +160,6 @@ class FastTokenizer(FramedTokenizer):
         added = backend.get_added_tokens_decoder()
         self._special = {int(i) for i, token in added.items() if token.special}
         self._added = {int(i) for i in added}
-        plain = [int(i) for i in backend.get_vocab(with_added_tokens=True).values() if int(i) not in self._special]
-        self._text_rows = max(plain, default=-1) + 1
         self.byte_level = isinstance(backend.decoder, decoders.ByteLevel)  # BART's pieces: bytes as characters
 
     @classmethod
@@ -177,11 +176,13 @@ class FastTokenizer(FramedTokenizer):
     def vocab_size(self) -> int:
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
-    @property
+    @functools.cached_property
     def text_rows(self) -> int:
         """One more than the largest id of a piece that is not a special token (language codes, <mask>: those in
-        use are ``ids_in_use``; one typed in a text is refused by the bundle when the model has no row for it)."""
-        return self._text_rows
+        use are ``ids_in_use``; one typed in a text is refused by the bundle when the model has no row for it).
+        Counted once, when first asked (the whole vocabulary is read: 256k pieces for NLLB)."""
+        plain = [int(i) for i in self.backend.get_vocab(with_added_tokens=True).values() if int(i) not in self._special]
+        return max(plain, default=-1) + 1
 
     def special_ids(self) -> dict[str, int]:
         return {f"{name}_id": self.ids.get(name, -1) for name in ("pad", "bos", "eos", "unk")}

@@ -17,6 +17,7 @@ from marian_folders import marian_model, save_folder, write_tokenizer
 from streamlit.testing.v1 import AppTest
 
 import core
+from core.importers.hf_families import checkpoint_name
 from viz_app.session import importing
 
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
@@ -192,5 +193,5 @@ def test_serving_a_network_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_cache_snapshot_is_named_after_its_model(tmp_path: Path) -> None:
     snapshot = tmp_path / "models--Helsinki-NLP--opus-mt-en-de" / "snapshots" / "abc123"
-    assert importing.suggested_name(snapshot) == "opus-mt-en-de"
-    assert importing.suggested_name(tmp_path / "my model (v2)") == "my-model-v2"
+    assert checkpoint_name(snapshot) == "opus-mt-en-de"
+    assert checkpoint_name(tmp_path / "my model (v2)") == "my-model-v2"

@@ -66,12 +66,6 @@ def folder_from_text(text: str) -> Path:
     return folder
 
 
-def suggested_name(folder: Path) -> str:
-    """A checkpoint name for ``folder`` (``core.importers.hf_families.checkpoint_name``: a hub snapshot's model
-    name, else the folder's name)."""
-    return checkpoint_name(folder)
-
-
 def check_name(name: str) -> str:
     """``name`` if a new checkpoint can take it under the root; InputError saying why not."""
     name = name.strip()
@@ -95,7 +89,7 @@ def import_folder(text: str, name: str, progress: Progress) -> Imported:
     start = time.perf_counter()
     progress(0.0, "Checking the path and the name …")
     folder = snapshot(folder_from_text(text))  # a model's folder in the Hugging Face cache: its snapshot
-    name = check_name(name or suggested_name(folder))
+    name = check_name(name or checkpoint_name(folder))
     out = checkpoints.checkpoint_root() / name
     kind = family(folder)  # config.json's model_type: a family the lab does not open is refused here, by name
     progress(0.1, f"Reading and converting a {OPENED[kind][0]} folder (config, weights, tokenizer) …")

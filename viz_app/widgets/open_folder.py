@@ -8,6 +8,7 @@ import logging
 import streamlit as st
 
 import core
+from core.importers.hf_families import checkpoint_name
 from viz_app.session import checkpoints, importing
 from viz_app.widgets.markup import md
 
@@ -23,7 +24,7 @@ def select_pending() -> bool:
 def _placeholder() -> str:
     """The name the typed folder would get (shown greyed in the name box)."""
     try:
-        return importing.suggested_name(importing.folder_from_text(str(st.session_state.get("hf_folder", ""))))
+        return checkpoint_name(importing.folder_from_text(str(st.session_state.get("hf_folder", ""))))
     except (core.InputError, OSError):
         return "the folder's name"
 
