@@ -159,7 +159,7 @@ def _tree_clicked() -> None:
             return
 
 
-def _beam_tree_section(out: core.Translation) -> None:
+def _beam_tree_section(out: core.Translation, fixed: bool) -> None:
     st.subheader("The beam search tree", divider="gray")
     if trace_replay.replay() is not None:
         st.info(
@@ -232,7 +232,7 @@ def _beam_tree_section(out: core.Translation) -> None:
             f"Cross-attention at step {t + 1}, scoring the piece after “{html.escape(before)}”: every layer/head",
             note,
         ),
-        fixed_scale=bool(st.session_state.get("fixed", True)),  # the checkbox above the step's charts
+        fixed_scale=fixed,  # the colour-scale checkbox above the step's charts
     )
     export.chart(fig, f"beam_cross_step{t + 1}", key="beam_cross")
 
@@ -361,7 +361,7 @@ elif out is not None:
         export.chart(fig, f"cross_rows_step{step + 1}", key="cross_rows")
 
     if out.beam_size > 1 and alt is None:
-        _beam_tree_section(out)
+        _beam_tree_section(out, fixed)
 
     if ss.get("playing"):
         if step < n - 1:
