@@ -70,9 +70,10 @@ models: $(STAMP)
 browser:
 	@bash scripts/setup_browser.sh
 
-## make screenshots: the browser tests again, leaving a screenshot of each page they check in test-artifacts/
+## make screenshots: the browser tests again, leaving a screenshot of each page they check in test-artifacts/ (and of
+## every page at 1024×768, a projector: width-1024-PAGE.png)
 screenshots: $(STAMP) models browser
-	LAB_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/viz_app/test_browser.py tests/viz_app/test_browser_claims.py
+	LAB_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/viz_app/test_browser.py tests/viz_app/test_browser_claims.py tests/viz_app/test_browser_widths.py
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(UV_INSTALL) -e '.[test,bench]'

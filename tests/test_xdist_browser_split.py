@@ -29,7 +29,7 @@ def _test_file(name: str, n: int, seconds: float, browser: bool) -> str:
 
 
 def test_the_browser_files_run_last_and_on_both_workers(pytester: pytest.Pytester, tmp_path: Path, monkeypatch) -> None:
-    """Three browser files and six unit files on two workers: each worker runs its unit files
+    """The browser files and six unit files on two workers: each worker runs its unit files
     first, and the first two browser files run on different workers (xdist's loadfile gives the next file to the
     first worker with two tests or fewer left, here the one running a browser file)."""
     pytester.makeini("[pytest]\nmarkers =\n    browser: real Chromium end-to-end tests\n")
@@ -45,14 +45,14 @@ def test_the_browser_files_run_last_and_on_both_workers(pytester: pytest.Pyteste
     monkeypatch.setenv("SPLIT_LOG", str(log))
     monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{TESTS}")
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadfile", "-p", "browser_last", "-p", "no:randomly")
-    result.assert_outcomes(passed=1 + 5 * 3 + 3 * 2)
+    result.assert_outcomes(passed=1 + 5 * 3 + len(BROWSER_ORDER) * 2)
     ran = [json.loads(line) for line in log.read_text().splitlines()]
     by_worker: dict[str, list[str]] = {}
     for worker, name in ran:
         by_worker.setdefault(worker, []).append(name)
     assert len(by_worker) == 2, by_worker
     where = {name: worker for worker, name in ran if is_browser_file(name)}
-    claims, journey, _ = BROWSER_ORDER
+    claims, journey = BROWSER_ORDER[:2]
     assert where[claims] != where[journey], where
     for names in by_worker.values():  # on each worker, no unit test after a browser test
         first = next(i for i, n in enumerate(names) if is_browser_file(n))

@@ -20,14 +20,20 @@ import torch  # noqa: E402
 from viz_app import guard  # noqa: E402
 from viz_app.page_table import PAGE_ROWS  # noqa: E402
 from viz_app.session import checkpoints, server, url  # noqa: E402
-from viz_app.widgets import sidebar  # noqa: E402
+from viz_app.widgets import presentation, sidebar  # noqa: E402
 
 # The server's thread count, set here at its entry and nowhere else (loading a model changes nothing global):
 # one sentence at a time is translated per session, and more threads mostly contend on a small machine.
 if torch.get_num_threads() != server.threads():
     torch.set_num_threads(server.threads())
+url.init()  # the link's values first: the page's config follows the presentation setting
 # the icon ships with the app (a ":material/..." or emoji page icon makes the browser fetch an image from a CDN)
-st.set_page_config(page_title="Transformer Attention Lab", page_icon=str(REPO / "viz_app" / "icon.png"), layout="wide")
+st.set_page_config(
+    page_title="Transformer Attention Lab",
+    page_icon=str(REPO / "viz_app" / "icon.png"),
+    layout="wide",
+    initial_sidebar_state=presentation.sidebar_state(),
+)
 
 # Safe however it was started: loopback, no usage statistics, a local Host name (see viz_app/guard.py). A refused
 # session gets no widget at all, so no message it sends can load anything.
@@ -59,7 +65,7 @@ def _overview_by_name() -> None:
 # hidden from the menu: only answers the path
 ALIASES = [st.Page(_overview_by_name, title="Translate & overview", url_path="overview", visibility="hidden")]
 
-url.init()
+presentation.style_page()
 server.warm_up()  # once per process: what the pages would import on their first visit
 page = st.navigation([*PAGES.values(), *ALIASES], position="sidebar")
 first = st.session_state.pop("_first_page", "")

@@ -20,7 +20,9 @@ def specs(at: AppTest) -> list[dict]:
 
 
 def chart_titles(at: AppTest) -> list[str]:
-    return [s["layout"]["title"]["text"] for s in specs(at)]
+    """The figures' titles as read: a title wrapped to fit its column (``figures.style.wrap_title`` breaks a line
+    at a space) joined again."""
+    return [s["layout"]["title"]["text"].replace("<br>", " ") for s in specs(at)]
 
 
 def texts(at: AppTest) -> str:

@@ -38,7 +38,8 @@ IDLE = (
 # the largest |z| of the first figure whose title starts with the prefix (null when there is none)
 MAX_ABS = """(prefix) => {
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
-    const title = ((gd.layout && gd.layout.title && gd.layout.title.text) || '').replace(/<[^>]*>/g, '');
+    const title = ((gd.layout && gd.layout.title && gd.layout.title.text) || '')
+      .replace(/<br>/g, ' ').replace(/<[^>]*>/g, '');
     if (!title.startsWith(prefix)) continue;
     let m = 0;
     for (const tr of gd._fullData || []) {

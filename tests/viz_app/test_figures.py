@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from viz_app.figures import attention_maps, decoding, masking, overview, positional, style
+from viz_app.figures import attention_maps, decoding, explain, masking, overview, positional, style
 from viz_app.figures.attention_maps import GridOptions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -384,7 +384,7 @@ def test_log_prob_legend_sits_above_the_bars_not_on_them() -> None:
     assert long.data[1].name == "with the switches"  # a list of switches would wrap the legend into the title
     assert "<br>" in long.layout.title.text  # the long title wraps (the margin grows with it)
     assert long.layout.margin.t == fig.layout.margin.t + style.TITLE_LINE * (
-        style.title_lines(long.layout.title.text) - 1
+        style.title_lines(long.layout.title.text) - style.title_lines(fig.layout.title.text)
     )
 
 
@@ -401,13 +401,34 @@ def test_titles_wrap_at_the_width_given() -> None:
     assert style.wrap_title(options, 100) == options.replace(" — ", "<br>— ")  # the options keep a line whole
 
 
+def test_charts_in_a_third_of_the_page_wrap_their_titles_narrower() -> None:
+    """The Steps page's top candidates and Why this word?'s three importance maps sit in a third of the page (about
+    290 px at 1280 px wide): their titles wrap at NARROW_TITLE characters, the others at TITLE_CHARS."""
+    bars = decoding.topk_bars([("▁O", 0.6), ("▁A", 0.3)], "▁O", title="Top 10 candidates at step 1 — as trained")
+    assert bars.layout.title.text == "Top 10 candidates at step 1<br>— as trained"
+    heat = explain.importance_heatmap(np.zeros((2, 2)), title="Decoder masked self-attention — as trained", scale=1.0)
+    assert all(len(line) <= style.NARROW_TITLE for line in heat.layout.title.text.split("<br>"))
+    wide = style.base_layout(go.Figure(), "x " * 40, height=100)
+    assert style.title_lines(wide.layout.title.text) == 2  # 80 characters: two lines of at most TITLE_CHARS
+
+
+def test_presentation_scales_every_font_and_leaves_the_figure_given_alone() -> None:
+    fig = decoding.topk_bars([("▁O", 0.6), ("▁A", 0.3)], "▁O", title="Top 2")
+    fig.add_annotation(text="note", font=dict(size=10))
+    big = style.scaled_fonts(fig, 1.5)
+    assert big.layout.font.size == 1.5 * fig.layout.font.size and big.layout.title.font.size == 24
+    assert big.layout.annotations[-1].font.size == 15 and big.layout.height == int(1.5 * fig.layout.height)
+    assert big.layout.margin.t == int(1.5 * fig.layout.margin.t)
+    assert fig.layout.title.font.size == 16 and fig.layout.annotations[-1].font.size == 10  # a copy was scaled
+
+
 def test_steps_decoder_title_wraps_instead_of_running_past_the_column() -> None:
-    """On the Steps page this chart is two thirds wide (about 540 px at 1280 px): one line was cut at 'PE'."""
+    """On the Steps page this chart is two thirds wide (about 600 px at 1280 px): one line was cut at 'PE'."""
     rows = [_weights(2, 1, 3, seed=s)[:, 0, :] for s in range(2)]
     title = "Decoder self-attention at step 3: every layer/head over the pieces so far — PE off"
     fig = decoding.step_attention(rows, TGT[:3], title=title)
     lines = fig.layout.title.text.split("<br>")
-    assert len(lines) == 2 and max(map(len, lines)) <= style.COLUMN_TITLE
+    assert len(lines) == 2 and max(map(len, lines)) <= style.TITLE_CHARS
     one_line = decoding.step_attention(rows, TGT[:3], title="step 3")
     assert fig.layout.margin.t == one_line.layout.margin.t + style.TITLE_LINE  # the plot moves down a line
     assert fig.layout.height == one_line.layout.height + style.TITLE_LINE  # and keeps its own height

@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 
 from core.bundle import BeamTree
 from viz_app.figures.style import (
-    COLUMN_TITLE,
     FONT,
+    NARROW_TITLE,
     SPECIAL,
     WEIGHTS_SCALE,
     base_layout,
@@ -38,11 +38,9 @@ def step_attention(
     key_tokens: Sequence[str],
     *,
     title: str,
-    wrap: int | None = COLUMN_TITLE,
     fixed_scale: bool = True,
 ) -> go.Figure:
-    """At one decoding step: every layer/head's attention row (y = 'L1 H1' …, x = keys). The title wraps at ``wrap``
-    characters (the Steps page shows this chart in a column two thirds wide: one line ran past its edge)."""
+    """At one decoding step: every layer/head's attention row (y = 'L1 H1' …, x = keys)."""
     z = rounded(np.concatenate(list(rows), axis=0))  # (L*H, n_key)
     n_heads = rows[0].shape[0]
     labels = [f"L{l + 1} H{h + 1}" for l in range(len(rows)) for h in range(n_heads)]
@@ -62,7 +60,7 @@ def step_attention(
             colorbar=dict(title=dict(text=named)),
         )
     )
-    base_layout(fig, title, height=int(max(260, 18 * z.shape[0] + 170)), wrap=wrap)
+    base_layout(fig, title, height=int(max(260, 18 * z.shape[0] + 170)))
     fig.update_xaxes(**token_axis(key_tokens, "key"), tickangle=-60)
     fig.update_yaxes(autorange="reversed", showgrid=False, tickfont=dict(size=10))
     return fig
@@ -86,7 +84,7 @@ def topk_bars(top_k: Sequence[tuple[str, float]], chosen: str, *, title: str) ->
             hovertemplate="%{y}: %{x:.3g}<extra></extra>",
         )
     )
-    base_layout(fig, title, height=max(260, 26 * len(labels) + 110))
+    base_layout(fig, title, height=max(260, 26 * len(labels) + 110), wrap=NARROW_TITLE)  # a third of the page
     fig.update_layout(plot_bgcolor="white")
     positive = [q for q in probs if q > 0]
     if positive and min(positive) < max(positive) / 100:

@@ -7,7 +7,15 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_app.figures.style import DECIMALS, DIVERGING_SCALE, base_layout, symmetric_range, token_axis, unique_labels
+from viz_app.figures.style import (
+    DECIMALS,
+    DIVERGING_SCALE,
+    NARROW_TITLE,
+    base_layout,
+    symmetric_range,
+    token_axis,
+    unique_labels,
+)
 
 
 def importance_heatmap(
@@ -47,7 +55,7 @@ def importance_heatmap(
             colorbar=dict(title=dict(text="Δ log p<br>(estimate)" if estimate else "Δ log p")),
         )
     )
-    base_layout(fig, title, height=int(max(220, 34 * n_layers + 150)))
+    base_layout(fig, title, height=int(max(220, 34 * n_layers + 150)), wrap=NARROW_TITLE)  # three side by side
     fig.update_yaxes(autorange="reversed")
     return fig
 

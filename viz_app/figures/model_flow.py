@@ -12,7 +12,7 @@ from core.sites import attention_site, layer_name
 from viz_app.figures.style import token_labels
 
 Column = str  # 'encoder' (left) or 'decoder' (right)
-DETAIL_CHARS = 64  # a box's second line is cut to this many characters (the hover has it whole)
+DETAIL_CHARS = 40  # a box's last line, cut: 12 px text that fits a box at 1024 px wide (the hover has it whole)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,10 @@ FILL = {  # one colour per kind of block
     "memory": "#f6d5c4",
     "output": "#fbd9b5",
 }
-ROW_PX = 66  # height of one row of the flow
-BOX = 0.78  # a box's height, in rows
+ROW_PX = 82  # height of one row of the flow
+BOX = 0.84  # a box's height, in rows
+LINE = 0.26  # a box's lines: this far apart, in rows
+DETAIL_FONT = dict(size=12, color="#444")
 LEFT, RIGHT = (0.0, 0.9), (1.1, 2.0)  # the two columns' x extents; the memory's bus runs at x = 1.0
 
 
@@ -83,18 +85,15 @@ def flow_figure(nodes: Sequence[FlowNode], *, title: str, selected: str | None =
                 layer="below",
             )
         )
-        top, bottom = y + 0.17, y - 0.19
+        # three lines, each the box's width (about 280 px at 1024 px wide): the block; its output's shape and its
+        # parameters; what it does (the hover has every tensor)
         notes += [
-            dict(x=x0 + 0.015, y=top, text=f"<b>{html.escape(n.label)}</b>", xanchor="left", font=dict(size=15)),
-            dict(x=x1 - 0.015, y=top, text=_params(n), xanchor="right", font=dict(size=13, color="#333")),
-            dict(
-                x=x0 + 0.015,
-                y=bottom,
-                xanchor="left",
-                text=f"<b>{n.shape_text}</b>" + (f"   {cut(n.detail, 48)}" if n.detail else ""),
-                font=dict(size=13, color="#1d3557"),
-            ),
+            dict(x=x0 + 0.015, y=y + LINE, text=f"<b>{html.escape(n.label)}</b>", xanchor="left", font=dict(size=14)),
+            dict(x=x0 + 0.015, y=y, text=f"<b>{n.shape_text}</b>", xanchor="left", font=dict(size=13, color="#1d3557")),
+            dict(x=x1 - 0.015, y=y, text=_params(n), xanchor="right", font=dict(size=12, color="#333")),
         ]
+        if n.detail:
+            notes.append(dict(x=x0 + 0.015, y=y - LINE, text=cut(n.detail), xanchor="left", font=DETAIL_FONT))
         following = nodes[i + 1] if i + 1 < len(nodes) else None
         if following is not None and following.column == n.column:
             notes.append(_arrow(x=(x0 + x1) / 2, y_from=y - BOX / 2, y_to=y - 1 + BOX / 2))

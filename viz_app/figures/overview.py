@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz_app.figures.style import FULL_TITLE, LEGEND_NAME, LEGEND_ROW, base_layout, rounded, titled, token_axis
+from viz_app.figures.style import LEGEND_NAME, LEGEND_ROW, base_layout, rounded, titled, token_axis
 
 
 def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Figure:
@@ -73,7 +73,6 @@ def token_logprob_bars(tokens: Sequence[str], p_trained: np.ndarray, p_switched:
         fig,
         titled("Log-probability of each as-trained output piece: as trained (blue) and with the switches", note),
         height=320,
-        wrap=FULL_TITLE,
         top=LEGEND_ROW,
     )
     # the legend sits in its own row between the title and the plot area (inside it, it covered the last bars)

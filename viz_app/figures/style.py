@@ -90,6 +90,11 @@ def plot_config(filename: str) -> dict[str, Any]:
     }
 
 
+# Characters a title may take on a line: a chart across the page at 1024 px with the sidebar open is about 660 px
+# wide, one in a two-thirds column at 1280 px about 600 px (16 px bold: about 8 px a character); a chart in a third
+# of the page (side by side with two others, or beside a wider one) is about 290 px at 1280 px.
+TITLE_CHARS = 64
+NARROW_TITLE = 32
 TITLE_TOP = 70  # px above the plot area for a one-line title (it starts 20 px from the top)
 TITLE_LINE = 22  # px each further title line takes (16 px font)
 NO_CHANGE_TOL = SAME_WEIGHT  # one threshold: the grid's 'no change' and the caption's (viz_app/claims.py) agree
@@ -121,7 +126,7 @@ def title_lines(title: str) -> int:
     return title.count("<br>") + 1
 
 
-def base_layout(fig: go.Figure, title: str, height: int, *, wrap: int | None = None, top: int = 0) -> go.Figure:
+def base_layout(fig: go.Figure, title: str, height: int, *, wrap: int | None = TITLE_CHARS, top: int = 0) -> go.Figure:
     """Title (left-aligned, wrapped at ``wrap`` characters: the top margin grows by a line for each), height, font,
     margins and a white plot area. ``top``: extra px above the plot area (for a legend placed there)."""
     title = wrap_title(title, wrap)
@@ -143,6 +148,31 @@ def base_layout(fig: go.Figure, title: str, height: int, *, wrap: int | None = N
         plot_bgcolor="white",
     )
     return fig
+
+
+def scaled_fonts(fig: go.Figure, factor: float) -> go.Figure:
+    """A copy of ``fig`` with every font size set in it (the layout's, titles', ticks', annotations', traces' text)
+    times ``factor``, and its height and top margin grown as much: the same figure for a projector."""
+    spec = fig.to_dict()
+
+    def grow(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key.endswith("font") and isinstance(value, dict) and isinstance(value.get("size"), int | float):
+                    value["size"] = round(value["size"] * factor, 1)
+                grow(value)
+        elif isinstance(node, list):
+            for item in node:
+                grow(item)
+
+    grow(spec)
+    layout = spec.setdefault("layout", {})
+    if isinstance(layout.get("height"), int | float):
+        layout["height"] = int(layout["height"] * factor)
+    margin = layout.get("margin", {})
+    if isinstance(margin.get("t"), int | float):
+        margin["t"] = int(margin["t"] * factor)
+    return go.Figure(spec)
 
 
 def unchanged(values: np.ndarray, tol: float = NO_CHANGE_TOL) -> bool:
@@ -224,7 +254,5 @@ def symmetric_range(*arrays: np.ndarray) -> float:
 
 
 HOVER_TEXT_MAX = 64 * 64  # beyond this many cells a large map's hover names positions instead of tokens
-COLUMN_TITLE = 60  # characters a title may take on a line in a two-thirds column (about 540 px at 1280 px wide)
 LEGEND_ROW = 28  # px for a one-row horizontal legend above the plot area
 LEGEND_NAME = 30  # a legend entry longer than this is named generically (a long list of switches would wrap)
-FULL_TITLE = 100  # characters a title may take on a line across the page (about 820 px at 1280 px wide)

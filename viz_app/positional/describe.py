@@ -7,13 +7,13 @@ from __future__ import annotations
 import core
 from core.anatomy.positions import RelativeBias
 
-PE_FORMULAS = {  # the formula this model really uses, by layout (core.positional.sinusoidal_table)
-    "interleaved": r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
-    r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)",
-    "concatenated_hf": r"PE_{(pos,\,i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad "
-    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)",
-    "concatenated": r"PE_{(pos,\,i)} = \sin\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right) \qquad "
-    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right)",
+PE_FORMULAS = {  # the formula this model really uses, by layout (core.positional.sinusoidal_table); two lines
+    "interleaved": r"\begin{gathered}PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \\ "
+    r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)\end{gathered}",
+    "concatenated_hf": r"\begin{gathered}PE_{(pos,\,i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \\ "
+    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)\end{gathered}",
+    "concatenated": r"\begin{gathered}PE_{(pos,\,i)} = \sin\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right) \\ "
+    r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right)\end{gathered}",
 }
 PE_NOTES = {
     "interleaved": "The paper's layout: sines in the even dimensions, cosines in the odd ones (i = 0 … d_model/2 − 1).",

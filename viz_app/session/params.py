@@ -86,6 +86,7 @@ PARAMS: dict[str, Param] = {
     "head": Param(0, **_INDEX),
     "agg": Param(SINGLE_HEAD, choices=tuple(HEAD_VIEWS)),
     "values": Param("weights", choices=("weights", "scores")),
+    "present": Param(False, **_BOOL),  # the presentation setting (widgets/presentation.py)
     "fixed": Param(True, **_BOOL),  # attention weights on a fixed 0–1 colour scale (widgets/scale.py)
     "query": Param(0, **_INDEX),
     "step": Param(0, **_INDEX),

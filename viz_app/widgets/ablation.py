@@ -53,8 +53,17 @@ def head_matrix(cfg: core.ModelConfig) -> None:
             key = f"matrix_{kind}_{version}"
             with tab:
                 st.caption("Checked = switched off.")
-                st.data_editor(frame, key=key, on_change=_matrix_edited, args=(kind, key, cfg.n_heads), width="stretch")
-                c1, c2, _ = st.columns([2, 1, 4])
+                st.data_editor(
+                    frame,
+                    key=key,
+                    on_change=_matrix_edited,
+                    args=(kind, key, cfg.n_heads),
+                    width="stretch",
+                    # narrow head columns: every head of a layer in view at 1024 px (at the default width the grid
+                    # scrolled after H6)
+                    column_config={f"H{h + 1}": st.column_config.CheckboxColumn(width=44) for h in range(cfg.n_heads)},
+                )
+                c1, c2, _ = st.columns([3, 1, 3])
                 c1.button(
                     "Keep only the checked on",
                     key=f"invert_{kind}",

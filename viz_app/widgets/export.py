@@ -10,11 +10,12 @@ import streamlit as st
 import core
 from viz_app.figures.style import plot_config
 from viz_app.session import checkpoints
+from viz_app.widgets import presentation
 
 
 def chart(fig: go.Figure, name: str, **kwargs: Any) -> Any:
-    """``st.plotly_chart`` with PNG export in the toolbar and full width."""
-    return st.plotly_chart(fig, config=plot_config(name), width="stretch", **kwargs)
+    """``st.plotly_chart`` with PNG export in the toolbar and full width (its fonts larger in presentation)."""
+    return st.plotly_chart(presentation.figure(fig), config=plot_config(name), width="stretch", **kwargs)
 
 
 def export_trace(out: core.Translation) -> None:

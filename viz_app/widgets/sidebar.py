@@ -8,7 +8,7 @@ import torch
 import core
 from viz_app.positional import describe
 from viz_app.session import checkpoints, errors, params, selection, server, trace_replay, url
-from viz_app.widgets import open_folder
+from viz_app.widgets import open_folder, presentation
 from viz_app.widgets.markup import md
 
 HOW_TO_GET_ONE = (
@@ -83,6 +83,7 @@ def sidebar() -> bool:
     ss = st.session_state
     names = checkpoints.checkpoint_names()
     with st.sidebar:
+        presentation.switch()
         if _replay_controls() is not None:
             return True
         if open_folder.select_pending():  # imported in the last run: listed and selected now
