@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 
 import core
 from viz_app.widgets.markup import md
+from viz_app.widgets.sidebar import NUMBERING
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 90
@@ -76,6 +77,9 @@ def test_overview_shows_translation_tokens_grids_and_exports(app_root: Path) -> 
         assert titles(ok(at.run(timeout=TIMEOUT)))[0] == f"{kind}: every layer × head — as trained"
     assert [b.label for b in at.get("download_button")] == ["⬇ Trace as JSON", "⬇ Trace as NPZ"]
     assert "Options in effect: **as trained**" in [m.value for m in at.sidebar.markdown]
+    # the one numbering, said in the sidebar and, word for word, in docs/app.md
+    assert NUMBERING in [c.value for c in at.sidebar.caption]
+    assert NUMBERING in (Path(__file__).resolve().parents[2] / "docs" / "app.md").read_text().replace("\n> ", " ")
 
 
 def test_overview_example_picker_and_enter(app_root: Path) -> None:
@@ -357,6 +361,7 @@ def test_masks_page_with_a_padded_batch_and_live_toggles(app_root: Path) -> None
     assert padding[0, -1] == 0 and padding[0, 0] == 1  # sentence 1 is the shorter one: its tail is <pad>
     stages = specs(at)[1]
     assert any(t.get("name") == "−∞ (masked)" for t in stages["data"])
+    assert " · query 1 “" in chart_titles(at)[1]  # the query's position, counted from 1, beside its piece
 
     at.toggle(key="masks_padding").set_value(False).run(timeout=TIMEOUT)
     ok(at)

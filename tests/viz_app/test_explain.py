@@ -153,6 +153,24 @@ def test_figure_builders() -> None:
     np.testing.assert_allclose(bars.data[0].y, [0.5, -1.0])
 
 
+def test_rollout_with_special_tokens_set_aside_keeps_each_source_position() -> None:
+    share = np.array([[0.25, 0.75], [0.5, 0.5]])  # '<s> ▁The <unk> ▁cat </s>' with 0, 2 and 4 set aside
+    fig = explain.rollout_heatmap(share, ["▁O", "▁gato"], ["▁The", "▁cat"], title="r", src_positions=[1, 3])
+    assert fig.data[0].text[1][1] == "output 2 ␣gato<br>source 4 ␣cat<br>share 0.500"  # not 'source 2'
+    assert list(fig.layout.xaxis.ticktext) == ["␣The", "␣cat"]
+    n = 60  # numbered ticks (a long sentence) name the original positions too
+    long = explain.rollout_heatmap(
+        np.ones((1, n)) / n, ["▁O"], [f"▁w{j}" for j in range(n)], title="r", src_positions=range(1, n + 1)
+    )
+    assert list(long.layout.xaxis.ticktext)[:2] == ["2 ␣w0", "4 ␣w2"]
+    assert (
+        explain.rollout_heatmap(share, ["▁O", "▁gato"], ["▁The", "▁cat"], title="r")
+        .data[0]
+        .text[0][1]
+        .startswith("output 1 ␣O<br>source 2 ␣cat")
+    )  # every column drawn: positions 1, 2, …
+
+
 def test_patching_tab_restores_the_replaced_word_and_names_bad_pairs() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["text"] = "The cat sleeps on the warm chair."

@@ -1,6 +1,7 @@
 """Every page on a checkpoint of each model family the lab opens besides Marian: T5 (relative position bias,
-RMSNorm, gated FFN, no 1/sqrt(d_k)), BART (learned positions from row 2, one table per side, layernorm_embedding)
-and M2M100 / NLLB (fairseq's sinusoids from row 2, pre-norm). One checkpoint per family for the module; each page
+RMSNorm, gated FFN, no 1/sqrt(d_k)), BART (learned positions from row 3, counted from 1, one table per side,
+layernorm_embedding)
+and M2M100 / NLLB (fairseq's sinusoids from row 3, pre-norm). One checkpoint per family for the module; each page
 runs without an exception or error box and shows what that family has."""
 
 from __future__ import annotations
@@ -93,12 +94,12 @@ def test_positional_page_shows_what_the_model_has(family: str, monkeypatch: pyte
     elif family in ("bart", "mbart"):
         assert at.slider(key="pe_n").max == 64  # the learned table's 64 positions bound "Positions shown"
         assert "learned" in said and "a table for the source and one for the target" in said, said
-        assert "reads row 2" in said, said
+        assert "reads row 3" in said, said  # position 1, rows counted from 1
         assert any(t.startswith("Learned position table (the source's)") for t in titles), titles
         assert "Cosine similarity between positions" in titles, titles
     else:
         assert at.slider(key="pe_n").max == 256  # sinusoids have no last position
-        assert "reads row 2" in said and "fairseq" in said, said
+        assert "reads row 3" in said and "fairseq" in said, said
         assert "PE·PE similarity between positions" in titles, titles
     at.session_state["pe_tab"] = "Added in this run"
     ok(at.run(timeout=TIMEOUT))

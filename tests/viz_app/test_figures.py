@@ -272,6 +272,9 @@ def test_ssru_gates_shape_and_mean() -> None:
     assert (hm.zmin, hm.zmax) == (0.0, 1.0)
     np.testing.assert_allclose(np.asarray(mean.y, float), np.round(gates.mean(1), 4), atol=1e-6)
     assert list(fig.layout.xaxis2.ticktext) == style.token_labels(TGT)
+    # the first decoder input is step 1 and the first dimension 1 in the hover, as the Steps page counts
+    assert list(hm.x) == list(mean.x) == [1, 2, 3, 4] and list(fig.layout.xaxis2.tickvals) == [1, 2, 3, 4]
+    assert list(hm.y) == list(range(1, 17)) and "step %{x}" in hm.hovertemplate
 
 
 def test_positional_encoding_figures() -> None:

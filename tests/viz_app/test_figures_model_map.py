@@ -66,6 +66,12 @@ def test_tables_total_equals_numel(run) -> None:
     layers = model_accounting.layer_frame(table)
     assert layers.iloc[-1]["layer"] == "total" and layers.iloc[-1]["parameters"] == numel
     assert layers.iloc[:-1]["parameters"].sum() == numel
+    # layers counted from 1, as every page counts them
+    assert "encoder layer 1" in set(layers["layer"]) and not any("encoder.0" in x for x in layers["layer"])
+    assert (
+        model_accounting.layer_name("decoder.1") == "decoder layer 2"
+        and model_accounting.layer_name("output") == "output"
+    )
     assert model_accounting.block_frame(table)["parameters"].sum() == numel
     said = model_accounting.total_sentence(table, numel)
     assert f"{numel:,}" in said and "the same as" in said

@@ -48,6 +48,28 @@ def test_bucket_map_and_the_run_grid() -> None:
     assert np.isnan(array(masked.data[1].z)[0, 2]) and array(masked.data[1].z)[2, 0] == 1.0  # blocked: grey
 
 
+def test_bucket_map_names_1_based_positions() -> None:
+    fig = figures.bucket_map(np.zeros((3, 4), dtype=int), title="b")
+    heat = fig.data[0]
+    assert list(heat.x) == [1, 2, 3, 4] and list(heat.y) == [1, 2, 3]  # ticks and hover: position 1 = first piece
+    assert "query %{y}, key %{x}" in heat.hovertemplate
+    np.testing.assert_array_equal(array(heat.customdata)[0], [0, 1, 2, 3])  # distances do not shift
+
+
+def test_bias_grid_hover_names_1_based_positions_as_the_ticks_do() -> None:
+    grid = figures.bias_grid(np.zeros((2, 2, 3)), ["▁The", "▁cat"], ["▁The", "▁cat", "</s>"], title="g")
+    heat = grid.data[1]
+    assert heat.text[0][2] == "query 1 ␣The<br>key 3 &lt;/s&gt;" and "%{text}" in heat.hovertemplate
+    assert "%{y}" not in heat.hovertemplate and heat.hovertemplate.startswith("head 2")
+    bare = figures.bias_grid(np.zeros((1, 2, 2)), ["1", "2"], ["1", "2"], title="g")  # no tokens: positions only
+    assert bare.data[0].text[1][0] == "query 2<br>key 1" and list(bare.layout.yaxis.ticktext) == ["1", "2"]
+    n = 70  # beyond HOVER_TEXT_MAX cells: positions as coordinates, 1..n on the ticks and in the hover
+    big = figures.bias_grid(np.zeros((1, n, n)), [f"▁w{i}" for i in range(n)], [f"▁w{i}" for i in range(n)], title="g")
+    assert big.data[0].text is None and "query %{y}" in big.data[0].hovertemplate
+    assert list(big.data[0].x)[0] == 1 and big.layout.xaxis.tickvals[1] == 5 and big.layout.xaxis.ticktext[1] == "5 ␣w4"
+    assert tuple(big.layout.yaxis.range) == (n + 0.5, 0.5)
+
+
 def test_cosine_similarity_of_a_learned_table() -> None:
     table = np.array([[1.0, 0.0], [10.0, 0.0], [0.0, 3.0]])
     sim = array(positional.pe_similarity(table, title="s", cosine=True).data[0].z)
@@ -63,11 +85,13 @@ def test_the_words_follow_the_config() -> None:
     bart = tiny_config(positional="learned", position_offset=2, separate_positions=True, embed_norm=True)
     said = describe.summary(bart)
     assert "learned" in said and "one for the target" in said and "row p + 2" in said and "LayerNorm" in said
+    assert "Position 1 reads row 3 of the table" in said  # rows counted from 1, as positions
     assert describe.short(t5) == "relative position bias (8 buckets up to distance 12)"
-    assert describe.short(bart) == "learned tables, one per side, from row 2"
+    assert describe.short(bart) == "learned tables, one per side, from row 3"  # position 1 reads the 3rd row
     plain = tiny_config()
     assert describe.short(plain) == "sinusoids (interleaved)"
-    assert "row" not in describe.summary(plain) and "embedding" in describe.switch_help(plain)
+    assert "reads row" not in describe.summary(plain) and "embedding" in describe.switch_help(plain)
+    assert describe.FORMULA_COUNT in describe.summary(plain)  # the formula's pos and i count from 0: said beside it
     bias = relative_bias(_t5(), "encoder", 4)
     assert bias is not None
     words = describe.buckets(bias)

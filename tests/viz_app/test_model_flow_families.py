@@ -50,7 +50,7 @@ def test_the_flow_names_the_family_and_counts_every_parameter(family: str, tmp_p
         assert all("relative position bias" in d for d in positions.values()), positions
     else:
         assert positions == {
-            "source.positions": "learned table P, one per side, read from row 2",
-            "target.positions": "learned table P, one per side, read from row 2",
+            "source.positions": "learned table P, one per side, read from row 3",
+            "target.positions": "learned table P, one per side, read from row 3",
         }
         assert "RMSNorm" not in said and "LayerNorm(x + FFN(x))" in said

@@ -45,14 +45,15 @@ def tab(out: core.Translation) -> None:
         value=full.sink_dominated,  # a new default (another sentence or model) is a new toggle with that default
         help="Remove their columns and renormalise each row over the other source tokens.",
     )
-    shown, columns = per_output, list(out.src_tokens)
+    shown, positions = per_output, list(range(len(out.src_tokens)))
     if aside:
         shown = set_aside(per_output, special)
-        columns = [tok for j, tok in enumerate(out.src_tokens) if j not in special]
+        positions = [j for j in positions if j not in special]  # each kept token keeps its place in the sentence
     fig = explain.rollout_heatmap(
         shown,
         out.output_tokens,
-        columns,
+        [out.src_tokens[j] for j in positions],
+        src_positions=positions,
         title=style.titled(
             f"Rollout: source words behind each output word ({fusion} of heads"
             + (", special tokens set aside)" if aside else ")"),

@@ -14,6 +14,7 @@ from viz_app.figures.style import (
     base_layout,
     symmetric_range,
     token_axis,
+    token_label,
     unique_labels,
 )
 
@@ -61,27 +62,49 @@ def importance_heatmap(
 
 
 def output_source_text(
-    output_tokens: Sequence[str], src_tokens: Sequence[str], z: np.ndarray, *, head: str = "", value: str = ""
+    output_tokens: Sequence[str],
+    src_tokens: Sequence[str],
+    z: np.ndarray,
+    *,
+    head: str = "",
+    value: str = "",
+    src_positions: Sequence[int] | None = None,
 ) -> list[list[str]]:
-    """The hover text of a (Tt, Ts) output-by-source map: ``head``, the output and source token, ``value`` and z."""
-    out_labels, src_labels = unique_labels(output_tokens), unique_labels(src_tokens)
+    """The hover text of a (Tt, Ts) output-by-source map: ``head``, the output and source token, ``value`` and z.
+    src_positions: each source column's 0-based position in the sentence (default 0, 1, …)."""
+    out_labels, src_labels = unique_labels(output_tokens), positioned_labels(src_tokens, src_positions)
     return [
         [f"{head}output {out_labels[t]}<br>source {src_labels[j]}<br>{value}{z[t, j]:.3f}" for j in range(z.shape[1])]
         for t in range(z.shape[0])
     ]
 
 
+def positioned_labels(tokens: Sequence[str], positions: Sequence[int] | None = None) -> list[str]:
+    """``unique_labels`` of ``tokens`` numbered by their 0-based ``positions`` in the sentence (1-based on show),
+    so that tokens left after some columns were removed keep their own numbers."""
+    if positions is None:
+        return unique_labels(tokens)
+    return [f"{p + 1} {token_label(t)}" for p, t in zip(positions, tokens, strict=True)]
+
+
 def rollout_heatmap(
-    per_output: np.ndarray, output_tokens: Sequence[str], src_tokens: Sequence[str], *, title: str
+    per_output: np.ndarray,
+    output_tokens: Sequence[str],
+    src_tokens: Sequence[str],
+    *,
+    title: str,
+    src_positions: Sequence[int] | None = None,
 ) -> go.Figure:
     """(Tt, Ts): for each output token, the share of its source-side content coming from each source token.
 
     The colours run from the smallest to the largest value drawn (not from 0), so that rows which differ by a
     little still look different; ``zmin`` / ``zmax`` of the trace are that range (a caption can quote them).
+    src_positions: each column's 0-based position in the sentence (default 0, 1, …): with special tokens set
+    aside the columns skip theirs, and the hover and numbered ticks still name each token's own position.
     """
     z = np.round(per_output.astype(np.float64), DECIMALS)
     lo, hi = (float(z.min()), float(z.max())) if z.size else (0.0, 1.0)
-    text = output_source_text(output_tokens, src_tokens, z, value="share ")
+    text = output_source_text(output_tokens, src_tokens, z, value="share ", src_positions=src_positions)
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -98,7 +121,14 @@ def rollout_heatmap(
         )
     )
     base_layout(fig, title, height=int(min(1500, max(380, 22 * z.shape[0] + 190))))
-    fig.update_xaxes(**token_axis(src_tokens, "source token"), tickangle=-60)
+    x_axis = token_axis(src_tokens, "source token")
+    if src_positions is not None:  # a long sentence's ticks are numbered ('7 ␣cat'): by position in the sentence
+        bare, named = [token_label(t) for t in src_tokens], positioned_labels(src_tokens, src_positions)
+        x_axis["ticktext"] = [
+            text if text == bare[i] else named[i]
+            for i, text in zip(x_axis["tickvals"], x_axis["ticktext"], strict=True)
+        ]
+    fig.update_xaxes(**x_axis, tickangle=-60)
     fig.update_yaxes(**token_axis(output_tokens, "output token (what the decoder predicted)"), autorange="reversed")
     return fig
 

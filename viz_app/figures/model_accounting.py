@@ -21,12 +21,18 @@ SELF_KV, CROSS_KV, STATE = "#457b9d", "#a8dadc", "#f4a261"
 
 
 # ----------------------------------------------------------------------------- parameters
+def layer_name(group: str) -> str:
+    """A block's group as the pages count layers: 'encoder.0' -> 'encoder layer 1'; 'embeddings' stays."""
+    side, dot, index = group.partition(".")
+    return f"{side} layer {int(index) + 1}" if dot and index.isdigit() else group
+
+
 def block_frame(table: ParameterTable) -> pd.DataFrame:
     """One row per block, in the order data flows: its layer, what it is, the formula, the formula with this
     model's numbers, what it adds to the total (0 for a second use of a shared matrix) and which block counts it."""
     return pd.DataFrame(
         {
-            "layer": [b.group for b in table.blocks],
+            "layer": [layer_name(b.group) for b in table.blocks],
             "block": [b.label for b in table.blocks],
             "formula": [b.formula for b in table.blocks],
             "with this model's numbers": [b.numbers for b in table.blocks],
@@ -40,14 +46,14 @@ def block_frame(table: ParameterTable) -> pd.DataFrame:
 
 
 def layer_frame(table: ParameterTable) -> pd.DataFrame:
-    """One row per group ('embeddings', 'encoder.0', …, 'output') with the sum of its blocks' formulas and its
+    """One row per group ('embeddings', 'encoder layer 1', …, 'output') with the sum of its blocks' formulas and its
     count, then the total (the model's ``sum(p.numel())``) and each group's share of it."""
     groups: dict[str, list] = {}
     for b in table.blocks:
         groups.setdefault(b.group, []).append(b)
     names, formulas, counts = [], [], []
     for group, blocks in groups.items():
-        names.append(group)
+        names.append(layer_name(group))
         counted = [b for b in blocks if b.count]
         formulas.append(" + ".join(f"({b.formula})" if "+" in b.formula else b.formula for b in counted) or "0")
         counts.append(sum(b.count for b in blocks))

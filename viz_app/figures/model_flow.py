@@ -205,7 +205,7 @@ def _side(b: _Builder, side: str, column: Column, tokens: str) -> None:
     else:
         how, blocks = "sinusoidal: computed, no parameters", ["positions"] if side == "source" else []
     if arch.position_offset and arch.positional != "relative":
-        how += f", read from row {arch.position_offset}"
+        how += f", read from row {arch.position_offset + 1}"  # rows counted from 1, as positions
     b.add(
         f"{side}.positions",
         column,

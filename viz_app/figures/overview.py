@@ -13,8 +13,10 @@ from viz_app.figures.style import LEGEND_NAME, LEGEND_ROW, base_layout, rounded,
 
 
 def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Figure:
-    """SSRU forget gates (T, D): heatmap positions × dimensions, plus the mean gate per step."""
+    """SSRU forget gates (T, D): heatmap positions × dimensions, plus the mean gate per step; steps and dimensions
+    counted from 1, as every page counts."""
     z = rounded(gates)
+    steps = list(range(1, z.shape[0] + 1))
     fig = make_subplots(
         rows=2,
         cols=1,
@@ -25,7 +27,8 @@ def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Fi
     fig.add_trace(
         go.Heatmap(
             z=z.T,
-            x=list(range(z.shape[0])),
+            x=steps,
+            y=list(range(1, z.shape[1] + 1)),
             colorscale="Viridis",
             zmin=0.0,
             zmax=1.0,
@@ -37,7 +40,7 @@ def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Fi
     )
     fig.add_trace(
         go.Scatter(
-            x=list(range(z.shape[0])),
+            x=steps,
             y=rounded(z.mean(axis=1)),
             mode="lines+markers",
             line=dict(color="#1d3557"),
@@ -48,7 +51,11 @@ def ssru_gates(gates: np.ndarray, tokens: Sequence[str], *, title: str) -> go.Fi
     )
     for r in (1, 2):
         fig.update_xaxes(
-            **token_axis(tokens, "decoder input" if r == 2 else ""), tickangle=-60, showticklabels=r == 2, row=r, col=1
+            **token_axis(tokens, "decoder input" if r == 2 else "", first=1),
+            tickangle=-60,
+            showticklabels=r == 2,
+            row=r,
+            col=1,
         )
     fig.update_yaxes(title=dict(text="dimension"), row=1, col=1)
     fig.update_yaxes(range=[0, 1], row=2, col=1)

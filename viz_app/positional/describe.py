@@ -15,6 +15,11 @@ PE_FORMULAS = {  # the formula this model really uses, by layout (core.positiona
     "concatenated": r"\begin{gathered}PE_{(pos,\,i)} = \sin\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right) \\ "
     r"PE_{(pos,\,d_{model}/2\,+\,i)} = \cos\!\left(pos \cdot 10000^{-i/(d_{model}/2-1)}\right)\end{gathered}",
 }
+# the one place the lab counts from 0 on a page: the formula's own symbols, as the paper writes them
+FORMULA_COUNT = (
+    "In the formula pos and i count from 0, as in the paper: the page's position 1 is pos = 0, and this page "
+    "numbers dimensions from 0 to match."
+)
 PE_NOTES = {
     "interleaved": "The paper's layout: sines in the even dimensions, cosines in the odd ones (i = 0 … d_model/2 − 1).",
     "concatenated_hf": "Hugging Face's Marian layout: the sines fill the first half of the dimensions and the "
@@ -31,7 +36,8 @@ def offset_note(cfg: core.ModelConfig) -> str:
     if not k:
         return ""
     return (
-        f" The first token reads row {k} of the table, not row 0: token p gets row p + {k} (the first {k} rows are "
+        f" Position 1 reads row {k + 1} of the table (rows counted from 1, as positions are), not row 1: position p "
+        f"reads row p + {k} (the first {k} rows are "
         "never read; fairseq kept them for padding)."
     )
 
@@ -62,7 +68,12 @@ def summary(cfg: core.ModelConfig) -> str:
             + offset_note(cfg)
             + embed_norm_note(cfg)
         )
-    return PE_NOTES[cfg.pe_layout] + f" Here d_model = {cfg.d_model}." + offset_note(cfg) + embed_norm_note(cfg)
+    return (
+        PE_NOTES[cfg.pe_layout]
+        + f" Here d_model = {cfg.d_model}. {FORMULA_COUNT}"
+        + offset_note(cfg)
+        + embed_norm_note(cfg)
+    )
 
 
 def buckets(bias: RelativeBias) -> str:
@@ -88,7 +99,7 @@ def side_help(cfg: core.ModelConfig) -> str:
 
 
 def short(cfg: core.ModelConfig) -> str:
-    """A few words for the model card: 'sinusoids (concatenated), from row 2', 'relative bias, 32 buckets' …"""
+    """A few words for the model card: 'sinusoids (concatenated), from row 3', 'relative bias, 32 buckets' …"""
     if cfg.positional == "relative":
         return f"relative position bias ({cfg.relative_buckets} buckets up to distance {cfg.relative_max_distance})"
     kind = (
@@ -96,7 +107,7 @@ def short(cfg: core.ModelConfig) -> str:
         if cfg.positional == "learned"
         else f"sinusoids ({cfg.pe_layout})"
     )
-    return kind + (f", from row {cfg.position_offset}" if cfg.position_offset else "")
+    return kind + (f", from row {cfg.position_offset + 1}" if cfg.position_offset else "")  # rows counted from 1
 
 
 def switch_help(cfg: core.ModelConfig) -> str:

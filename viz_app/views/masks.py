@@ -137,7 +137,7 @@ if out is not None:
         ),
         title=style.titled(
             f"{params.KINDS[kind].capitalize()} · layer {layer + 1} · head {head + 1} · "
-            f"query “{style.token_label(q_tokens[query])}”",
+            f"query {query + 1} “{style.token_label(q_tokens[query])}”",
             note,
         ),
     )

@@ -57,21 +57,28 @@ def _values(node: model_flow.FlowNode, out: core.Translation) -> None:
         return
     values = np.asarray(trace[site])
     tokens = _tokens(site, out)
-    if site in ("ids.src", "ids.tgt"):
-        st.dataframe(pd.DataFrame({"piece": [style.token_text(t) for t in tokens], "id": values}).T)
+    if site in ("ids.src", "ids.tgt"):  # a column per position, counted from 1
+        frame = pd.DataFrame({"piece": [style.token_text(t) for t in tokens], "id": values})
+        st.dataframe(frame.set_axis(range(1, len(frame) + 1)).T)
         return
-    if site == "output.ids":
+    if site == "output.ids":  # a column per step, counted from 1
         probs = np.asarray(trace["output.probs"])
         pieces = [style.token_text(t) for t in out.output_tokens]
-        st.dataframe(pd.DataFrame({"piece": pieces, "id": values, "probability": probs.round(4)}).T)
+        frame = pd.DataFrame({"piece": pieces, "id": values, "probability": probs.round(4)})
+        st.dataframe(frame.set_axis(range(1, len(frame) + 1)).T)
         return
+    # where it was recorded, counted as the pages count layers ('encoder layer 1'; the site's name in code, in the
+    # table above, counts from 0)
+    stage = ".".join(site.split(".")[:2])
+    place = model_accounting.layer_name(stage)
+    where = "" if place == stage else f" ({place})"
     if site.endswith(".heads"):  # (h, T, d_v) -> (T, h·d_v): the heads side by side, as W_O reads them
         values = values.transpose(1, 0, 2).reshape(values.shape[1], -1)
-        what, columns = f"each head's output, concatenated ({site})", "head·d_v (head 1 first)"
+        what, columns = f"each head's output, concatenated{where}", "head·d_v (head 1 first)"
     elif site == "output.top_probs":
         what, columns = "the probabilities of the most likely pieces at each step", "rank"
     else:
-        what, columns = f"{node.label} ({site})", "dimension"
+        what, columns = f"{node.label}{where}", "dimension"
     scale = "Blues" if site == "output.top_probs" else style.DIVERGING_SCALE
     fig = model_map.activation_figure(values, tokens, title=f"Recorded: {what}", columns=columns, scale=scale)
     export.chart(fig, f"map_{site}", key="map_values")
@@ -86,7 +93,7 @@ def _block_panel(node: model_flow.FlowNode, out: core.Translation) -> None:
                 "tensor": [r.name for r in node.rows],
                 "dims": ["(" + ", ".join(r.dims) + ")" for r in node.rows],
                 "this sentence": [model_flow.shape_text(r.shape) for r in node.rows],
-                "recorded as": [r.site if r.recorded else "—" for r in node.rows],
+                "recorded as (site in code, from 0)": [r.site if r.recorded else "—" for r in node.rows],
             }
         )
         st.dataframe(shapes, hide_index=True, width="stretch")
@@ -99,6 +106,15 @@ def _block_panel(node: model_flow.FlowNode, out: core.Translation) -> None:
             path, label = PAGE_FILES[node.page]
             st.page_link(path, label=f"Explained on {label} →", icon=":material/arrow_forward:")
     _values(node, out)
+
+
+def _block_name(node: model_flow.FlowNode) -> str:
+    """'encoder layer 1 · self-attention · 8 heads → 7×256': the block's layer counted from 1 (every layer's blocks
+    have the same label)."""
+    stage = ".".join(node.key.split(".")[:2])
+    place = model_accounting.layer_name(stage)
+    where = node.column if place == stage or node.label.startswith(place) else place
+    return f"{where} · {node.label} → {node.shape_text}"
 
 
 def _pick_from_chart(keys: list[str]) -> None:
@@ -228,7 +244,7 @@ elif out is not None and bundle is not None:
             "Block",
             keys,
             key="map_block",
-            format_func=lambda k: f"{by_key[k].column} · {by_key[k].label} → {by_key[k].shape_text}",
+            format_func=lambda k: _block_name(by_key[k]),
         )
         _block_panel(by_key[picked], full)
 

@@ -54,7 +54,7 @@ def _table_tab(path: str, cfg: core.ModelConfig) -> None:
     learned = cfg.positional == "learned"
     what = f"Learned position table{' (' + TABLE_SIDES[side] + ')' if cfg.separate_positions else ''}"
     k = cfg.position_offset
-    offset = f" (position 1 = table row {k}; rows count from 0)" if k else ""
+    offset = f" (position 1 = table row {k + 1})" if k else ""  # rows counted from 1, as positions
     # built at each rerun: st.cache_data would hand out an unpickled copy, which costs as much (about 25 ms at 256)
     export.chart(
         positional.pe_matrix(

@@ -11,6 +11,12 @@ from viz_app.session import checkpoints, errors, params, selection, server, trac
 from viz_app.widgets import open_folder, presentation
 from viz_app.widgets.markup import md
 
+# the lab's one numbering, said once here and in docs/app.md (tests/viz_app/test_app_pages.py checks both agree)
+NUMBERING = (
+    "Counting: positions, steps, layers, heads, queries and ranks start at 1 on every page (the first piece is "
+    "position 1, the first piece written is step 1). Only the positional-encoding formula's pos and i and the "
+    "recorded sites' names in code (encoder.0.self) start at 0."
+)
 HOW_TO_GET_ONE = (
     "No checkpoint found under `{root}`. Get one with **`make run`** (imports the pretrained "
     "Bergamot en↔pt models) or **`make train`** (trains `ding-en-de`), or point the app at another "
@@ -125,6 +131,7 @@ def sidebar() -> bool:
             icon=":material/restart_alt:",
             disabled=selection.options() == core.InferenceOptions() and int(ss.get("beam", 1)) == 1,
         )
+        st.caption(NUMBERING)
     return True
 
 
