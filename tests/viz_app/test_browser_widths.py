@@ -1,4 +1,4 @@
-"""Every page whole on a projector (1024×768) and a laptop (1280×720), in a real browser: no text cut off by its box
+"""Every page whole on a projector (1024×768) and a laptop (1280×720) — and at 1440 — in a real browser: no text cut off by its box
 or running past its figure, no figure labels drawn over each other, no page wider than the window — and the
 presentation setting (viz_app/widgets/presentation.py) folds the sidebar away, enlarges the text and is kept in the
 link. With ``make screenshots``, each page at 1024×768 is left in test-artifacts/width-1024-PAGE.png.
@@ -18,7 +18,7 @@ from viz_app.page_table import PAGE_ROWS
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-WIDTHS = ({"width": 1024, "height": 768}, {"width": 1280, "height": 720})
+WIDTHS = ({"width": 1024, "height": 768}, {"width": 1280, "height": 720}, {"width": 1440, "height": 900})
 SENTENCE = "Is there any tea left in the pot?"
 # the page has run, and every chart on it has been drawn
 DRAWN = """() =>
