@@ -1,7 +1,7 @@
-"""Every page whole on a projector (1024×768) and a laptop (1280×720) — and at 1440 — in a real browser: no text cut off by its box
-or running past its figure, no figure labels drawn over each other, no page wider than the window — and the
-presentation setting (viz_app/widgets/presentation.py) folds the sidebar away, enlarges the text and is kept in the
-link. With ``make screenshots``, each page at 1024×768 is left in test-artifacts/width-1024-PAGE.png.
+"""Every page whole on a projector (1024×768) and a laptop (1280×720), and at 1440×900, in a real browser: no text
+cut off by its box or running past its figure, no figure labels drawn over each other, no page wider than the window
+— and the presentation setting (viz_app/widgets/presentation.py) folds the sidebar away, enlarges the text and is
+kept in the link. With ``make screenshots``, each page at 1024×768 is left in test-artifacts/width-1024-PAGE.png.
 """
 
 from __future__ import annotations
