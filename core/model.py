@@ -9,14 +9,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .call import DEFAULT_CALL, Call
-from .config import InferenceOptions, ModelConfig
+from .config import ModelConfig
 from .layers import DecoderLayer, EncoderLayer, LayerStack, Masks, make_norm
 from .masks import causal_mask, combine, full_mask, padding_mask
 from .plan import DecoderState, make_plan, run_layers
 from .positional import LearnedPositions, NoPositions, RelativePositionBias, SinusoidalPositions
 from .sites import Side, embed_site, layer_site
-
-DEFAULT_OPTIONS = InferenceOptions()
 
 
 def make_positions(cfg: ModelConfig) -> nn.Module:

@@ -118,9 +118,6 @@ class HeadStatistics:
                 )
         return sorted(out, key=lambda x: (x.kind, x.layer, x.head, x.label))
 
-    def labels_of(self, kind: str, layer: int, head: int) -> list[HeadLabel]:
-        return [x for x in self.labels() if (x.kind, x.layer, x.head) == (kind, layer, head)]
-
     def table(self) -> list[dict[str, Any]]:
         """One row per head: kind, layer and head (1-based), every statistic, labels and their evidence."""
         labels: dict[tuple[str, int, int], list[HeadLabel]] = {}

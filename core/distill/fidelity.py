@@ -119,16 +119,6 @@ def word_list(language: str, cache_dir: Path = Path("data/wordlists")) -> set[st
     return found
 
 
-def portuguese_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
-    """``word_list("pt", cache_dir)``."""
-    return word_list("pt", cache_dir)
-
-
-def english_words(cache_dir: Path = Path("data/wordlists")) -> set[str]:
-    """``word_list("en", cache_dir)``."""
-    return word_list("en", cache_dir)
-
-
 # object pronouns written after the verb with a hyphen, per target language (none: no such rule)
 CLITICS: dict[str, frozenset[str]] = {
     "pt": frozenset("me te se lhe lhes nos vos o a os as lo la los las no na nas".split()),

@@ -15,7 +15,7 @@ from ..config import InferenceOptions
 from ..decoding import beam_search, default_max_len, greedy, output_text, padded
 from ..errors import InputError
 from ..fast import FastWeights
-from ..model import DEFAULT_OPTIONS, Transformer
+from ..model import Transformer
 from ..tokenizer import Tokenizer
 
 # model -> (its matrices' (id, data_ptr) when copied, the copies): packing a model's weights costs about a second
@@ -55,7 +55,7 @@ def translate_many(
     beam_size: int = 1,
     max_tokens: int = 3000,
     max_source_tokens: int = 255,
-    options: InferenceOptions = DEFAULT_OPTIONS,
+    options: InferenceOptions = InferenceOptions(),
     counts: dict[str, int] | None = None,
 ) -> list[str]:
     """Translate many sentences (texts in input order): greedy with core's KV-cached decoder in batches sorted by

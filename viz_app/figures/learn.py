@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from viz_app.figures.style import DECIMALS
-
 
 def excerpt(matrix: np.ndarray, rows: int = 8, cols: int = 8) -> tuple[np.ndarray, str]:
     """The top-left ``rows`` × ``cols`` corner of ``matrix`` (2-D) and a note saying what was left out ('' when
@@ -37,13 +35,3 @@ def max_difference(a: np.ndarray, b: np.ndarray) -> float:
     """Largest |a − b| (0 for empty arrays)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.max(np.abs(a - b), initial=0.0))
-
-
-def vector_columns(n: int, prefix: str = "d") -> list[str]:
-    """1-based column names for the entries of a vector: d1, d2, …"""
-    return [f"{prefix}{j + 1}" for j in range(n)]
-
-
-def rounded_frame_values(matrix: np.ndarray, decimals: int = DECIMALS) -> np.ndarray:
-    """float64 copy rounded for display tables."""
-    return np.round(np.asarray(matrix, dtype=np.float64), decimals)
