@@ -44,7 +44,7 @@ run: models
 test: $(STAMP) lint browser downloads
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15  # both cores; a file's tests share one worker (and its fixtures); the browser files last, split over both (one server and Chromium each; tests/conftest.py)
 
-## ruff (lint + format) on the repository and mypy on core/ (config in pyproject.toml); the first step of make test
+## ruff (lint + format) on the repository and mypy on core/ and viz_app/ (config in pyproject.toml); the first step of make test
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

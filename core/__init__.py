@@ -10,15 +10,17 @@
 Per-call recording and interventions: ``core.Recorder(model, interventions=[core.ScaleHeads(...), core.Patch(...)])``.
 """
 
-from .bundle import Bundle, Step, Translation, clean_text, load
+from .bundle import Bundle, load
 from .call import Call
 from .checkpoint import CheckpointMeta, default_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig, Record
 from .errors import CheckpointError, InputError, LabError
 from .fast import FastWeights
+from .inputs import clean_text
 from .interventions import Intervention, Patch, ScaleHeads
 from .model import Transformer
 from .recorder import Recorder
+from .results import Step, Translation
 from .sites import ATTENTION_KINDS, AttentionKind, attention_site
 from .tokenizer import Tokenizer
 from .trace import ModelShape, Trace

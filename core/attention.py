@@ -4,11 +4,15 @@ decoding step, beam search), and the multi-head projections around it.
     attend: scores -> mask -> softmax -> record -> weighted sum -> head interventions
 
 With no ``Tap`` (no per-call ``Recorder``) the computation is ``F.scaled_dot_product_attention`` (same result, fused).
+``AttentionWeights`` is one block's projections resolved for a path (``MultiHeadAttention.weights``): each an
+``(fn, weight, bias)`` triple, Q/K/V as one fused product where the path fused them (``Projections``); the layer
+functions of ``core.blocks`` read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
 
 KV = tuple[Tensor, Tensor]
 LinearFn = Callable[..., Tensor]  # (x, weight, bias) -> x W^T + b: F.linear, or FastWeights.linear
+Linear = tuple[Callable[..., Tensor], Tensor, Tensor | None]  # (fn, weight, bias): fn(x, weight, bias) = x W^T + b
+Bind = Callable[[Tensor, Tensor | None], Linear]  # (weight, bias) -> the Linear a path runs for them
 
 
 def flat_kv(k: Tensor, v: Tensor) -> KV:
@@ -115,6 +121,90 @@ def attend(
     return ctx
 
 
+def binder(lin: LinearFn) -> Bind:
+    """The ``Bind`` of a call's linear function: each weight as it is, run by ``lin`` (the modules' path)."""
+    return lambda weight, bias: (lin, weight, bias)
+
+
+def apply(linear: Linear, x: Tensor) -> Tensor:
+    """x W^T + b through a resolved ``Linear``: x (..., in) -> (..., out)."""
+    return linear[0](x, linear[1], linear[2])
+
+
+@dataclass(frozen=True, slots=True)
+class Projections:
+    """Several projections of one input: ONE fused matrix whose output is split into parts of ``sizes`` (the plan's
+    Q/K/V, the SSRU's W / W_f), or one ``Linear`` per part (the modules)."""
+
+    linears: tuple[Linear, ...]
+    sizes: tuple[int, ...]
+
+    def __call__(self, x: Tensor) -> tuple[Tensor, ...]:
+        """x (B, T, in) -> one (B, T, size) tensor per part."""
+        if len(self.linears) == 1:
+            return apply(self.linears[0], x).split(self.sizes, dim=-1)
+        return tuple([apply(linear, x) for linear in self.linears])
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(B, T, H*d) -> (B, H, T, d); a decoding step's one position needs a view only."""
+    B, T, _ = x.shape
+    if T == 1:
+        return x.view(B, n_heads, 1, -1)
+    return x.view(B, T, n_heads, -1).transpose(1, 2)
+
+
+def join_heads(ctx: Tensor) -> Tensor:
+    """(B, H, T, d) -> (B, T, H*d): the heads' outputs side by side."""
+    B, H, T, d = ctx.shape
+    if T == 1:
+        return ctx.reshape(B, 1, H * d)
+    return ctx.transpose(1, 2).reshape(B, T, H * d)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionWeights:
+    """One attention block resolved: its projections, heads and scale.
+
+    kv: the keys and values of what the block attends to (widths H*dh, H*dv). qkv: queries, keys and values of one
+    input as one fused product (the plan's self-attention); None = ``q``, then ``kv``."""
+
+    q: Linear
+    kv: Projections
+    qkv: Projections | None
+    out: Linear
+    n_heads: int
+    scale: float | None  # ``Scoring.scale``: None = 1/sqrt(dh)
+
+    def queries(self, x: Tensor) -> Tensor:
+        """x (B, Tq, D) -> (B, H, Tq, dh)."""
+        return split_heads(apply(self.q, x), self.n_heads)
+
+    def keys_values(self, x: Tensor) -> KV:
+        """x (B, Tk, D) -> keys (B, H, Tk, dh), values (B, H, Tk, dv)."""
+        k, v = self.kv(x)
+        return split_heads(k, self.n_heads), split_heads(v, self.n_heads)
+
+    def queries_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The three of one input x (B, T, D), each (B, H, T, d)."""
+        if self.qkv is None:
+            return self.queries(x), *self.keys_values(x)
+        q, k, v = self.qkv(x)
+        H = self.n_heads
+        return split_heads(q, H), split_heads(k, H), split_heads(v, H)
+
+    def output(self, ctx: Tensor) -> Tensor:
+        """The heads' outputs (B, H, Tq, dv) joined and projected: (B, Tq, D)."""
+        return apply(self.out, join_heads(ctx))
+
+    def linears(self) -> Iterator[Linear]:
+        yield self.q
+        yield from self.kv.linears
+        if self.qkv is not None:
+            yield from self.qkv.linears
+        yield self.out
+
+
 class MultiHeadAttention(nn.Module):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, for ``n_heads`` heads in parallel.
 
@@ -159,25 +249,35 @@ class MultiHeadAttention(nn.Module):
             scaled=cfg.attention_scale,
         )
 
-    def split(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, T, H*dh) -> (B, H, T, dh)
+    def weights(
+        self, bind: Bind, *, fused: tuple[Tensor, Tensor | None] | None = None, memory: Bind | None = None
+    ) -> AttentionWeights:
+        """This block's projections resolved by ``bind``. fused: Q, K and V as one matrix and bias
+        (``FastWeights.fused_qkv``: self-attention's one product); memory: how the keys and values of what the block
+        attends to are projected, when that is not ``bind`` (the plan's cross-attention, once per call)."""
+        inner, values = self.n_heads * self.d_head, self.n_heads * self.d_value
+        kv_bind = bind if memory is None else memory
+        p = self.q_proj, self.k_proj, self.v_proj, self.out_proj
+        return AttentionWeights(
+            bind(p[0].weight, p[0].bias),
+            Projections((kv_bind(p[1].weight, p[1].bias), kv_bind(p[2].weight, p[2].bias)), (inner, values)),
+            None if fused is None else Projections((bind(*fused),), (inner, inner, values)),
+            bind(p[3].weight, p[3].bias),
+            self.n_heads,
+            self.scale,
+        )
 
     def project_q(self, x: Tensor, lin: LinearFn = F.linear) -> Tensor:
         """Queries of ``x`` (B, Tq, D): (B, H, Tq, dh)."""
-        return self.split(lin(x, self.q_proj.weight, self.q_proj.bias))
+        return self.weights(binder(lin)).queries(x)
 
     def project_kv(self, x: Tensor, lin: LinearFn = F.linear) -> KV:
         """Keys and values of ``x`` (B, Tk, D): two (B, H, Tk, dh) tensors. Cacheable."""
-        return (
-            self.split(lin(x, self.k_proj.weight, self.k_proj.bias)),
-            self.split(lin(x, self.v_proj.weight, self.v_proj.bias)),
-        )
+        return self.weights(binder(lin)).keys_values(x)
 
     def output(self, ctx: Tensor, lin: LinearFn = F.linear) -> Tensor:
         """Heads' outputs (B, H, Tq, dh) -> concatenated and projected (B, Tq, D)."""
-        B, H, Tq, dh = ctx.shape
-        return lin(ctx.transpose(1, 2).reshape(B, Tq, H * dh), self.out_proj.weight, self.out_proj.bias)
+        return self.weights(binder(lin)).output(ctx)
 
     def forward(
         self,
@@ -193,5 +293,6 @@ class MultiHeadAttention(nn.Module):
         mask: bool, broadcastable to (B, Tq, Tk), True = may attend; None = no mask. at: where a recorder records
         (``Tap``), None = nothing recorded. lin: the call's linear (``Call.linear``). bias: (1|B, H, Tq, Tk) added
         to the scores (T5's relative position bias), None = none."""
+        w = self.weights(binder(lin))
         scoring = Scoring(self.scale, bias, self.dropout if self.training else 0.0)
-        return self.output(attend(self.project_q(x, lin), kv[0], kv[1], mask, at, scoring), lin)
+        return w.output(attend(w.queries(x), kv[0], kv[1], mask, at, scoring))

@@ -5,241 +5,41 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import unicodedata
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from .call import Call
 from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig, Record
-from .decoding import (
-    BeamStep,
-    apply_bans,
-    beam_search,
-    greedy,
-    max_steps,
-    output_text,
-    padded,
-    suppress,
-    vocab_ids,
-)
+from .decoding import BeamStep, beam_search, greedy, max_steps, output_text, padded
 from .errors import CheckpointError, InputError
 from .fast import FastWeights
-from .generation_rules import bans_on, columns_of, penalise, rules_in_force
+from .forcing import forced_pass
+from .generation_rules import rules_in_force
+from .inputs import (
+    MAX_BEAM,
+    MAX_CHARS,
+    MAX_OUTPUT_TOKENS,
+    Source,
+    check_prefix,
+    check_rows,
+    check_target,
+    check_whole,
+    clean_text,
+    pick_device,
+)
 from .model import Transformer
 from .recorder import Recorder
+from .results import BeamTree, Translation
 from .shortlist import Shortlist, as_vocab, load_beside
-from .sites import AttentionKind
+from .sites import ids_site, output_site
 from .tokenizer import Tokenizer
-from .trace import ModelShape, Trace
-
-MAX_CHARS = 5000
-MAX_BEAM = 16  # beams; more only multiplies the time
-MAX_OUTPUT_TOKENS = 1024
-
-
-@dataclass(frozen=True)
-class Step:
-    """One decoding step: the token chosen at position ``index`` and what the model weighed (a view on the Trace)."""
-
-    index: int
-    token: str
-    token_id: int
-    prob: float
-    top_k: list[tuple[str, float]]
-    trace: Trace = field(repr=False)
-
-    def attention(self, kind: AttentionKind, layer: int) -> np.ndarray:
-        """This step's attention rows: (heads, n_key) over the keys visible at this step.
-
-        With the causal mask on these are rows of the trace; with it off (each step recomputed the
-        prefix) they are the rows this step itself computed (the trace's ``step_rows``)."""
-        rows = self.trace.step_rows(kind, layer)
-        if rows is None:
-            rows = self.trace.attention(kind, layer)[:, self.index]
-        else:
-            rows = rows[:, self.index]
-        return rows[:, : self.index + 1] if kind == "decoder" else rows
-
-
-@dataclass(frozen=True)
-class Translation:
-    """Result of ``Bundle.translate`` / ``Bundle.trace``: a view on its Trace, which holds everything
-    (``Translation(core.Trace.load(path))`` gives it back from a saved trace, without the model)."""
-
-    trace: Trace
-
-    @property
-    def text(self) -> str:
-        return str(self.trace.meta.get("text", ""))
-
-    @property
-    def source_text(self) -> str:
-        return str(self.trace.meta.get("source_text", ""))
-
-    @property
-    def options(self) -> InferenceOptions:
-        return self.trace.options
-
-    @property
-    def beam_size(self) -> int:
-        return int(self.trace.meta.get("beam_size", 1))
-
-    @property
-    def notices(self) -> tuple[str, ...]:
-        return tuple(self.trace.meta.get("notices", ()))
-
-    @property
-    def src_tokens(self) -> list[str]:
-        """Source pieces, eos included."""
-        return self.trace.src_tokens
-
-    @property
-    def tgt_tokens(self) -> list[str]:
-        """Decoder inputs: start token, then the output pieces before the last."""
-        return self.trace.tgt_tokens
-
-    @property
-    def output_tokens(self) -> list[str]:
-        """What the decoder predicted at each position (eos included)."""
-        return self.trace.output_tokens
-
-    @property
-    def output_ids(self) -> tuple[int, ...]:
-        """The output ids the run produced (eos included if produced): what ``Bundle.teacher_forced(...,
-        target_ids=...)`` feeds to re-run this output exactly (its text need not re-tokenize to them)."""
-        return tuple(int(i) for i in self.trace["output.ids"]) if "output.ids" in self.trace else ()
-
-    @functools.cached_property
-    def steps(self) -> list[Step]:
-        """One ``Step`` per output position, made once per Translation (pages index it per step: the Steps page's
-        slider labels every step, which rebuilt them all for each label, quadratic in the output's length)."""
-        t = self.trace
-        if "output.ids" not in t:
-            return []
-        ids, probs, top_ids, top_probs = t["output.ids"], t["output.probs"], t["output.top_ids"], t["output.top_probs"]
-        return [
-            Step(
-                i,
-                t.piece(ids[i]),
-                int(ids[i]),
-                float(probs[i]),
-                [(t.piece(j), float(q)) for j, q in zip(top_ids[i], top_probs[i], strict=True)],
-                t,
-            )
-            for i in range(len(ids))
-        ]
-
-    @property
-    def truncated(self) -> bool:
-        return any(n.startswith("Truncated") for n in self.notices)
-
-    @property
-    def forced_prefix(self) -> int:
-        """How many first output pieces were forced (``Bundle.translate_from``); 0 for a free translation."""
-        return int(self.trace.meta.get("forced_prefix", 0))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "src_tokens": self.src_tokens,
-            "tgt_tokens": self.tgt_tokens,
-            "output_tokens": self.output_tokens,
-            "options": self.options.to_dict(),
-            "beam_size": self.beam_size,
-            "notices": list(self.notices),
-            "steps": [{"index": s.index, "token": s.token, "prob": s.prob, "top_k": s.top_k} for s in self.steps],
-        }
-
-
-@dataclass(frozen=True)
-class BeamTree:
-    """Every hypothesis beam search weighed for one sentence (``Bundle.beam_tree``), step by step.
-
-    ``steps[t]`` is the ``BeamStep`` of output position t. ``output_ids`` is what ``beam_search`` returned (eos
-    included if produced), ``greedy_ids`` the greedy translation's ids, for comparison."""
-
-    steps: tuple[BeamStep, ...]
-    output_ids: tuple[int, ...]
-    greedy_ids: tuple[int, ...]
-    src_tokens: tuple[str, ...]
-    vocab: Mapping[int, str] = field(repr=False)
-    beam_size: int
-    alpha: float
-    options: InferenceOptions
-    eos_id: int
-    meta: Mapping[str, Any] = field(default_factory=dict)  # source_text, text, greedy_text, model
-
-    def piece(self, token_id: int) -> str:
-        return self.vocab.get(int(token_id), f"<{int(token_id)}>")
-
-    @property
-    def winner_path(self) -> tuple[int, ...]:
-        """For each output position, the index of the winner's candidate in that step's candidates."""
-        out = list(self.output_ids)
-        if not out:
-            return ()
-        last = self.steps[len(out) - 1]
-        matches = [j for j in range(last.n_kept) if last.path(j) == out]
-        if not matches:
-            raise ValueError("the winner is not among the recorded hypotheses")
-        path = [matches[0]]
-        for t in range(len(out) - 1, 0, -1):
-            row = int(self.steps[t].candidate_parents[path[-1]])
-            path.append(self.steps[t - 1].alive[row])
-        return tuple(reversed(path))
-
-    @property
-    def divergence(self) -> int | None:
-        """The first output position where greedy decoding chose another piece than the winning beam (it chose
-        the same ones before); None when both give the same output."""
-        a, b = self.output_ids, self.greedy_ids
-        for t in range(max(len(a), len(b))):
-            if t >= len(a) or t >= len(b) or a[t] != b[t]:
-                return t
-        return None
-
-    def parent_candidate(self, step: int, candidate: int) -> int | None:
-        """The candidate of step ``step - 1`` that candidate ``candidate`` of ``step`` extends (None at step 0)."""
-        if step == 0:
-            return None
-        return self.steps[step - 1].alive[int(self.steps[step].candidate_parents[candidate])]
-
-
-# the categories of characters nothing is seen of: controls, format characters (zero-width spaces and joiners),
-# surrogates, private use, separators, and combining marks (seen only on a letter). A text needs one character
-# outside them; unassigned code points (Cn) count as seen: Python's tables lag Unicode (a new emoji is Cn here)
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Zs", "Zl", "Zp", "Mn", "Mc", "Me"})
-
-
-def clean_text(text: Any) -> str:
-    """NFC-normalise, turn control characters into spaces, collapse whitespace. Raises InputError if no visible
-    character is left (a letter, digit, punctuation mark or symbol)."""
-    if not isinstance(text, str):
-        raise InputError(f"Expected text (a str), got {type(text).__name__}.")
-    if len(text) > MAX_CHARS:
-        raise InputError(
-            f"The text is {len(text):,} characters long; the limit is {MAX_CHARS:,}. "
-            "Shorten it (in Python, truncate=True cuts a source text instead)."
-        )
-    text = unicodedata.normalize("NFC", text)
-    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs", "Co") else ch for ch in text)
-    # invisible format characters (zero-width spaces, a byte-order mark, ...) carry no words: a text of only
-    # those is empty; the joiners that shape a script (ZWJ, ZWNJ) stay inside words
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf" or ch in "\u200c\u200d")
-    text = " ".join(text.split())
-    if not any(unicodedata.category(ch) not in _INVISIBLE for ch in text):
-        raise InputError(
-            "The text is empty: it has no visible character (only spaces, control or invisible format characters, "
-            "or combining marks with no letter to sit on). Type a sentence to translate."
-        )
-    return text
+from .trace import ModelShape
 
 
 class Bundle:
@@ -303,18 +103,8 @@ class Bundle:
         pieces, eos appended (the decoder's inputs are the start token, then these but the last)."""
         limit = min(self.max_source_tokens, self.position_limit - 1)  # a learned table holds eos's position too
         ids = self.tokenizer.encode_target(clean_text(text))[:limit]
-        self._check_rows(ids, self.config.tgt_vocab_size)
+        check_rows(ids, self.config.tgt_vocab_size, self.tokenizer.piece)
         return ids + [self.config.eos_id]
-
-    def _check_rows(self, ids: Sequence[int], rows: int) -> None:
-        """InputError when a text gave an id the model has no embedding row for: an added token of the tokenizer
-        typed in it (a model may have fewer rows than its tokenizer has ids, as transformers allows)."""
-        rowless = [i for i in ids if i >= rows]
-        if rowless:
-            raise InputError(
-                f"The text contains {self.tokenizer.piece(rowless[0])!r}, a token of this tokenizer (id {rowless[0]}) "
-                f"that the model has no embedding for (it has {rows:,} rows); remove it."
-            )
 
     def padded(self, rows: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
         """Id rows as ONE batch on this bundle's device: ids (B, T) padded on the right with ``pad_id``, and keep
@@ -341,7 +131,7 @@ class Bundle:
                 )
             notices.append(f"Truncated: the text was {len(ids)} tokens long; only the first {limit} were translated.")
             ids = ids[:limit]
-        self._check_rows(ids, self.config.src_vocab_size)
+        check_rows(ids, self.config.src_vocab_size, self.tokenizer.piece)
         unknown = sum(1 for i in ids if self.tokenizer.is_unknown(i))
         if unknown:
             notices.append(
@@ -368,16 +158,11 @@ class Bundle:
     ) -> InferenceOptions:
         """The options for a call, checked against this model; InputError naming what is wrong (``record`` checks
         its own fields: this checks that it is one)."""
-
-        def whole(name: str, value: Any, low: int, high: int) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
-
-        whole("beam_size", beam_size, 1, MAX_BEAM)
+        check_whole("beam_size", beam_size, 1, MAX_BEAM)
         if not isinstance(record, Record):
             raise InputError(f"record must be core.Record, got {type(record).__name__}")
         if max_len is not None:
-            whole("max_len", max_len, 1, min(MAX_OUTPUT_TOKENS, self.position_limit))
+            check_whole("max_len", max_len, 1, min(MAX_OUTPUT_TOKENS, self.position_limit))
         options = InferenceOptions() if options is None else options
         if not isinstance(options, InferenceOptions):
             raise InputError(f"options must be core.InferenceOptions, got {type(options).__name__}")
@@ -428,23 +213,38 @@ class Bundle:
         return Call(options, recorder, self.fast, vocab, top_k=record.top_k, **how)
 
     def _run(
+        self,
+        sources: Sequence[Source],
+        call: Call,
+        given: Sequence[Sequence[int]] | None = None,
+        history: list[BeamStep] | None = None,
+    ) -> list[list[int]]:
+        """The one run path behind every call (``beam_tree``, and through ``_translations`` ``translate``,
+        ``translate_from``, ``teacher_forced``, ``record_more`` and ``translate_batch``): the sources as one padded
+        batch, and each one's output ids (eos included if produced): ``given`` (a row per source), else beam
+        search's (``call.beam_size`` > 1, or a ``history`` to fill with its ``BeamStep``s: each source searched
+        alone, as ``translate`` searches it), else greedy decoding's. The call's recorder (if any) records greedy
+        decoding as decoded, given or searched ids by one teacher-forced pass."""
+        if history is not None and len(sources) != 1:
+            raise ValueError("a beam search history is of one source")
+        src, keep = self.padded([source.ids for source in sources])  # (B, Ts) each
+        if given is None and (call.beam_size > 1 or history is not None):
+            given = [beam_search(self.model, *self.padded([source.ids]), call, history) for source in sources]
+        if given is None:
+            result = greedy(self.model, src, keep, call)
+            return [result.tokens[b, 1 : 1 + n].tolist() for b, n in enumerate(result.lengths)]
+        rows = [list(ids) for ids in given]
+        if call.recorder is not None:
+            forced_pass(self.model, src, keep, rows, call)
+        return rows
+
+    def _translations(
         self, sources: Sequence[Source], call: Call, given: Sequence[Sequence[int]] | None = None, **meta: Any
     ) -> list[Translation]:
-        """The one run path behind ``translate``, ``translate_from``, ``teacher_forced``, ``record_more`` and
-        ``translate_batch``: the sources as one padded batch; the output ids ``given`` (a row per source), else beam
-        search's (``call.beam_size`` > 1; each source searched alone, as ``translate`` searches it), recorded by
-        one teacher-forced pass, else greedy decoding's, recorded as decoded; one Translation per source, its item
-        of the frozen trace, with its text (eos stripped), source text and notices, and ``meta``."""
+        """``_run`` recorded: one Translation per source, its item of the frozen trace, with its text (eos
+        stripped), source text and notices, and ``meta``."""
         assert call.recorder is not None
-        src, keep = self.padded([source.ids for source in sources])  # (B, Ts) each
-        if given is None and call.beam_size > 1:
-            given = [beam_search(self.model, *self.padded([source.ids]), call) for source in sources]
-        if given is not None:
-            rows = [list(ids) for ids in given]
-            self._forced(src, keep, rows, call)
-        else:
-            result = greedy(self.model, src, keep, call)
-            rows = [result.tokens[b, 1 : 1 + n].tolist() for b, n in enumerate(result.lengths)]
+        rows = self._run(sources, call, given)
         texts = [self._text(ids) for ids in rows]
         batch = {"texts": [s.text for s in sources], "outputs": texts} if len(sources) > 1 else {}
         trace = call.recorder.freeze(
@@ -466,37 +266,6 @@ class Bundle:
             )
             for i, source in enumerate(sources)
         ]
-
-    def _forced(self, src: Tensor, keep: Tensor, rows: Sequence[Sequence[int]], call: Call) -> None:
-        """A teacher-forced pass over the output ids ``rows`` (one row per source of ``src`` (B, Ts)), recorded by
-        ``call``'s recorder, each position's output as a decoding step records it (with the ids the model's
-        generation rules ban after that position's inputs, ``apply_bans``). A row shorter than the longest goes on
-        with eos, as a greedy batch's finished item does (an empty row is eos)."""
-        cfg, recorder, vocab = self.config, call.recorder, call.vocab
-        assert recorder is not None
-        width = max(1, *(len(row) for row in rows))
-        outputs = [[*row, *[cfg.eos_id] * (width - len(row))] for row in rows]
-        ids = torch.tensor(outputs, dtype=torch.long, device=self.device)  # (B, Tt)
-        tgt = torch.tensor([[cfg.bos_id, *row[:-1]] for row in outputs], dtype=torch.long, device=self.device)
-        logits = self.model(src, tgt, call, src_keep=keep).float()  # (B, Tt, V|S)
-        if cfg.repetition_penalty == 1.0:
-            probs = torch.softmax(logits, dim=-1)
-        else:  # each position penalised as its decoding step was: greedy's logits, beam search's log-probabilities
-            beam = call.beam_size > 1
-            scores = torch.log_softmax(logits, dim=-1) if beam else logits
-            for t in range(ids.shape[1]):
-                scores[:, t] = penalise(cfg, scores[:, t], tgt[:, : t + 1], vocab)
-            probs = scores.exp() if beam else torch.softmax(scores, dim=-1)
-        probs = suppress(probs, cfg, 0.0, vocab)  # (B, Tt, V|S)
-        if bans_on(cfg):  # each position's bans, as its decoding step had them
-            for t in range(ids.shape[1]):
-                probs[:, t] = apply_bans(probs[:, t], cfg, tgt[:, : t + 1], 0.0, vocab, src)
-        top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (B, Tt, k)
-        columns, listed = columns_of(ids, vocab)
-        chosen = probs.gather(-1, columns[..., None])[..., 0] * listed  # (B, Tt); 0 outside the shortlist
-        top_i = vocab_ids(top_i, vocab)
-        for t in range(ids.shape[1]):
-            recorder.output(ids[:, t], chosen[:, t], top_i[:, t], top_p[:, t])
 
     def _text(self, out_ids: Sequence[int]) -> str:
         return output_text(self.tokenizer, out_ids, self.config.eos_id)
@@ -548,34 +317,10 @@ class Bundle:
     ) -> Translation:
         """``translate`` and ``translate_from`` on one checked source: its output decoded and recorded."""
         max_len = max_steps(self.config, max_len, len(source.ids))  # within a learned position table
-        forced = self._check_prefix(prefix, max_len)
+        forced = [] if prefix is None else check_prefix(prefix, self.config, max_len, self.tokenizer.piece)
         how = {"max_len": max_len, "beam_size": beam_size, "prefix": tuple(forced)}
         call = self._call(options, [source], record, **how)
-        return self._run([source], call, None, **({"forced_prefix": len(forced)} if forced else {}))[0]
-
-    def _check_prefix(self, prefix: Sequence[int] | None, max_len: int) -> list[int]:
-        """``prefix`` as a list of target ids, checked; InputError naming what is wrong."""
-        if prefix is None:
-            return []
-        if isinstance(prefix, (str, bytes)) or not isinstance(prefix, Sequence):
-            raise InputError(f"prefix must be a list of target token ids, got {type(prefix).__name__}")
-        cfg = self.config
-        ids = list(prefix)
-        for i in ids:
-            if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or not 0 <= int(i) < cfg.tgt_vocab_size:
-                raise InputError(f"prefix ids must be whole numbers from 0 to {cfg.tgt_vocab_size - 1}, got {i!r}")
-            if int(i) in cfg.suppress_ids:
-                raise InputError(f"prefix id {int(i)} is a piece this model never produces")
-        if cfg.eos_id in ids[:-1]:
-            raise InputError("the end of the sentence (eos) can only be the last id of a prefix")
-        if ids and cfg.forced_bos_id is not None and int(ids[0]) != cfg.forced_bos_id:
-            raise InputError(
-                f"this model's first output is always id {cfg.forced_bos_id} "
-                f"({self.tokenizer.piece(cfg.forced_bos_id)}, the target language): a prefix starts with it"
-            )
-        if len(ids) > max_len:
-            raise InputError(f"the prefix has {len(ids)} ids, more than max_len={max_len}")
-        return [int(i) for i in ids]
+        return self._translations([source], call, None, **({"forced_prefix": len(forced)} if forced else {}))[0]
 
     @torch.inference_mode()
     def beam_tree(
@@ -594,13 +339,11 @@ class Bundle:
         model's own, ``ModelConfig.length_penalty``); how hypotheses finish is the model's (``ModelConfig.beam``)."""
         options = self.check_options(options, beam_size=beam_size, max_len=max_len)
         source = self._source(text, truncate)
-        src, keep = self.padded([source.ids])
         how = {"max_len": max_steps(self.config, max_len, len(source.ids)), "beam_size": beam_size, "alpha": alpha}
-        call = self._call(options, [source], None, **how)
+        call = self._call(options, [source], None, **how)  # nothing recorded: the history holds what the page shows
         history: list[BeamStep] = []
-        out_ids = beam_search(self.model, src, keep, call, history)
-        result = greedy(self.model, src, keep, call)
-        greedy_ids = result.tokens[0, 1 : 1 + result.lengths[0]].tolist()
+        (out_ids,) = self._run([source], call, history=history)
+        (greedy_ids,) = self._run([source], replace(call, beam_size=1))  # the same call, decoded greedily
         used = set(source.ids) | set(out_ids) | set(greedy_ids)
         for step in history:
             used |= {int(i) for i in step.candidate_ids} | {int(i) for i in step.tokens.ravel()}
@@ -638,10 +381,10 @@ class Bundle:
             raise InputError(
                 f"record_more: this translation was made by {out.trace.meta.get('model')!r}, not {self.name!r}"
             )
-        src_ids = [int(i) for i in out.trace["ids.src"]]
-        out_ids = [int(i) for i in out.trace["output.ids"]]
+        src_ids = [int(i) for i in out.trace[ids_site("src")]]
+        out_ids = [int(i) for i in out.trace[output_site("ids")]]
         self.check_options(out.options, record=record)
-        record = replace(record, top_k=int(out.trace["output.top_ids"].shape[-1]))
+        record = replace(record, top_k=int(out.trace[output_site("top_ids")].shape[-1]))
         if not out.options.causal_mask:
             return self._decode(
                 self._source(out.source_text, True),
@@ -656,7 +399,7 @@ class Bundle:
         extra = {"forced_prefix": out.forced_prefix} if out.forced_prefix else {}
         if "max_len" in out.trace.meta:  # the decoding's limit, not this pass's
             extra["max_len"] = out.trace.meta["max_len"]
-        return self._run([source], call, [out_ids], **extra)[0]
+        return self._translations([source], call, [out_ids], **extra)[0]
 
     @torch.inference_mode()
     def teacher_forced(
@@ -677,7 +420,7 @@ class Bundle:
         out_ids = self._target(tgt_text, target_ids)
         source = self._source(src_text, truncate)
         call = self._call(options, [source], record)
-        return self._run([source], call, [out_ids], forced=True)[0]
+        return self._translations([source], call, [out_ids], forced=True)[0]
 
     def _target(self, tgt_text: str | None, target_ids: Sequence[int] | None) -> list[int]:
         """The output ids a teacher-forced pass feeds: exactly one of ``tgt_text`` / ``target_ids``, checked;
@@ -687,18 +430,7 @@ class Bundle:
         if target_ids is None:
             assert tgt_text is not None
             return self.encode_target(tgt_text)
-        if isinstance(target_ids, (str, bytes)) or not isinstance(target_ids, Sequence):
-            raise InputError(f"target_ids must be a list of target token ids, got {type(target_ids).__name__}")
-        cfg, ids = self.config, list(target_ids)
-        if not ids:
-            raise InputError("target_ids is empty: give at least one output id (eos for an empty output)")
-        for i in ids:
-            if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or not 0 <= int(i) < cfg.tgt_vocab_size:
-                raise InputError(f"target ids must be whole numbers from 0 to {cfg.tgt_vocab_size - 1}, got {i!r}")
-        limit = min(MAX_OUTPUT_TOKENS, self.position_limit)
-        if len(ids) > limit:
-            raise InputError(f"target_ids has {len(ids)} ids; this model reads at most {limit} output positions")
-        return [int(i) for i in ids]
+        return check_target(target_ids, self.config.tgt_vocab_size, min(MAX_OUTPUT_TOKENS, self.position_limit))
 
     @torch.inference_mode()
     def translate_batch(
@@ -724,15 +456,19 @@ class Bundle:
             raise InputError("translate_batch needs a list of at least one text")
         sources = [self._source(t, truncate) for t in texts]  # each cut and cleaned as translate cuts it
         how = {"max_len": max_len, "beam_size": beam_size}
-        return self._run(sources, self._call(options, sources, record, **how))
+        return self._translations(sources, self._call(options, sources, record, **how))
 
-
-class Source(NamedTuple):
-    """One source text as a call reads it: its ids (eos appended), the notices for the person, the cleaned text."""
-
-    ids: list[int]
-    notices: tuple[str, ...]
-    text: str
+    @torch.inference_mode()
+    def encode(
+        self, text: str, options: InferenceOptions | None = None, *, truncate: bool = False
+    ) -> tuple[list[int], Tensor]:
+        """The encoder's output for ``text``: its source ids (eos appended, as ``encode_source``) and the memory the
+        decoder reads, (Ts, D) on this bundle's device. On the reference path (plain ``F.linear``): the fast path
+        picks its kernel by the number of rows, and outputs compared across texts should share one arithmetic."""
+        options = self.check_options(options)
+        source = self._source(text, truncate)
+        src, keep = self.padded([source.ids])  # (1, Ts) each
+        return source.ids, self.model.encode(src, keep, Call(options))[0]
 
 
 def weights_digest(model: Transformer) -> str:
@@ -743,22 +479,6 @@ def weights_digest(model: Transformer) -> str:
             h.update(name.encode())
             h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def pick_device(device: str | torch.device | None = None) -> torch.device:
-    """``device``, checked (InputError naming it when torch does not know it or it is not here); None: CUDA if
-    available, else the CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        chosen = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise InputError(f"unknown device {device!r}: use 'cpu' or 'cuda' (or 'cuda:N')") from None
-    if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"device {device!r} asked for, but no CUDA GPU is available here: use 'cpu'")
-    if chosen.type not in ("cpu", "cuda"):
-        raise InputError(f"device {device!r} is not supported: use 'cpu' or 'cuda'")
-    return chosen
 
 
 def load(path: str | Path, device: str | torch.device | None = None) -> Bundle:

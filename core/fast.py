@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -30,10 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import Linear
+
 if TYPE_CHECKING:
     from .layers import DecoderLayer, LayerStack
 
-Linear = tuple[Callable[..., Tensor], Tensor, Tensor | None]  # (fn, weight, bias): fn(x, weight, bias) = x W^T + b
 Scale = float | Tensor  # one scale for a whole matrix, or one per output row (out,) for fused matrices
 INT8_MAX = 127  # Marian's int8 matrices: integers -127..127 times max|W| / 127
 

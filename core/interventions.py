@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .sites import parse_attention_site
+from .sites import heads_of, parse_attention_site
 
 
 def _ints(name: str, values: Any, what: str) -> tuple[int, ...] | None:  # anything: checked here
@@ -74,8 +74,9 @@ class Patch:
             value = torch.from_numpy(np.array(value, dtype=np.float32))
         if not isinstance(value, Tensor):
             raise ValueError(f"Patch: value must be a tensor or numpy array, got {type(value).__name__}")
-        if self.site.endswith(".heads"):
-            parse_attention_site(self.site[: -len(".heads")])
+        attention = heads_of(self.site)
+        if attention is not None:
+            parse_attention_site(attention)
             if value.dim() != 3:
                 raise ValueError(f"Patch: a '.heads' site takes a (H, T, dh) value, got shape {tuple(value.shape)}")
         else:

@@ -8,13 +8,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import binder
+from .blocks import DecoderWeights, EncoderWeights, Masks
 from .call import DEFAULT_CALL, Call
 from .config import ModelConfig
-from .layers import DecoderLayer, EncoderLayer, LayerStack, Masks, make_norm
+from .layers import DecoderLayer, EncoderLayer, LayerStack, make_norm
 from .masks import causal_mask, combine, full_mask, padding_mask
 from .plan import DecoderState, make_plan, run_layers
 from .positional import LearnedPositions, NoPositions, RelativePositionBias, SinusoidalPositions
-from .sites import Side, embed_site, layer_site
+from .sites import Side, Stack, embed_site, memory_site
 
 
 def make_positions(cfg: ModelConfig) -> nn.Module:
@@ -91,6 +93,13 @@ class Transformer(nn.Module):
     def side_positions(self, side: Side) -> nn.Module:
         """The positions ``side`` adds: (length, offset) -> (T, D) (``core.positional``)."""
         return self.tgt_positions if side == "tgt" and self.tgt_positions is not None else self.positions
+
+    def layer_weights(self, stack: Stack, layer: int) -> EncoderWeights | DecoderWeights:
+        """Layer ``layer`` of ``stack`` resolved as the reference path runs it (its own tensors, ``F.linear``): the
+        matrices, norms and sites the one layer function of ``core.blocks`` reads (what teaching pages show)."""
+        if stack == "encoder":
+            return list(self.encoder_layers)[layer].weights(binder(F.linear))
+        return list(self.decoder_layers)[layer].weights(binder(F.linear))
 
     def position_bias(self, side: Side, sizes: tuple[int, int], call: Call, offset: int = 0) -> Tensor | None:
         """The relative position bias (1, H, Tq, Tk) that the self-attention of the stack reading ``side`` adds ('src':
@@ -187,10 +196,11 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.encoder_layers):
             if i < first:
                 continue
-            x = layer(x, mask, call, bias)
-            if recorder is not None:
-                x = recorder.activation(layer_site("encoder", i), x)
-        return self.encoder_norm(x)
+            x = layer(x, mask, call, bias)  # records its output
+        memory = self.encoder_norm(x)
+        if recorder is not None and recorder.record_activations:
+            memory = recorder.activation(memory_site(), memory)
+        return memory
 
     # ------------------------------------------------------------------ decoder
     def decode(
@@ -261,17 +271,12 @@ class Transformer(nn.Module):
             if state.plan is None or state.plan[0] != B or state.plan[1] is not vocab:
                 state.plan = (B, vocab, make_plan(self, fast, B, vocab))
             plan = state.plan[2]
-            if plan is not None:  # an incremental decoding step: the same computation without module overhead
-                lin = call.linear
-                for layer, layer_state in zip(self.decoder_layers, state.layers, strict=True):
-                    layer.cross_kv(memory, layer_state, lin)  # projected at the first step, kept in the state
+            if plan is not None:  # an incremental decoding step: the same layers, without module overhead
                 state.length = n_key
-                return run_layers(plan, x, state, Masks(None, cross_mask, bias), recorder)  # (B, 1, V)
+                return run_layers(plan, x, memory, state, Masks(None, cross_mask, bias), recorder)  # (B, 1, V)
         masks = Masks(self_mask, cross_mask, bias)
         for i, layer in enumerate(self.decoder_layers):
             x = layer(x, memory, masks, call, state.layers[i] if state is not None else None, offset)
-            if recorder is not None:
-                x = recorder.activation(layer_site("decoder", i), x, offset)
         if state is not None:
             state.length = n_key
         x = self.decoder_norm(x)

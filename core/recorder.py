@@ -25,17 +25,25 @@ from .config import InferenceOptions, ModelConfig
 from .interventions import Intervention, Patch, ScaleHeads
 from .masks import causal_mask
 from .sites import (
+    OUTPUT_ARRAYS,
+    WEIGHTS,
     AttentionKind,
     Side,
+    SiteSpec,
+    array_of,
     attention_site,
     gate_site,
+    heads_of,
     ids_site,
     keep_site,
     mask_site,
     output_site,
+    parse_attention_array,
     parse_attention_site,
     pe_site,
     position_bias_site,
+    site_stack,
+    spec_of,
 )
 from .trace import ModelShape, Trace
 
@@ -77,7 +85,20 @@ def _detached(t: Tensor) -> Tensor:
     return t.detach() if t.requires_grad else t  # no op to dispatch in the usual no-grad case
 
 
-FILL = {"weights": 0.0, "scores": float("-inf"), "scores_raw": float("-inf"), "q": 0.0, "step_rows": 0.0}
+def _join(spec: SiteSpec, chunks: list[Tensor]) -> np.ndarray:
+    """One site's recorded chunks as one CPU array, joined as its registry entry says (``core.sites.Join``)."""
+    dtype = np.dtype(spec.dtype)
+    if spec.join == "rows":
+        return _stitch(chunks, spec.fill, dtype)
+    if spec.join == "positions":
+        return _cpu(torch.cat(chunks, dim=0), dtype)
+    if spec.join == "tokens":
+        return _cpu(torch.cat(chunks, dim=-1), dtype)
+    if spec.join == "steps":
+        return _cpu(torch.stack(chunks, dim=1), dtype)
+    if spec.join == "latest":
+        return _cpu(chunks[-1], dtype)
+    raise ValueError(f"sites {spec.pattern!r} are not recorded in chunks (they join {spec.join!r})")
 
 
 class Recorder:
@@ -124,23 +145,22 @@ class Recorder:
                 self._patches.setdefault(item.site, []).append(item)
         # attention sites whose head outputs are touched (``begin`` adds the options' switched-off heads), and the
         # residual-stream sites that are patched or differentiated: the model asks only there
+        heads = {site: heads_of(site) for site in [*self._patches, *self.keep_grad]}
         self._head_sites = frozenset(
             {i.site for i in self.interventions if isinstance(i, ScaleHeads)}
-            | {site[: -len(".heads")] for site in self._patches if site.endswith(".heads")}
-            | {site[: -len(".heads")] for site in self.keep_grad if site.endswith(".heads")}
+            | {attention for attention in heads.values() if attention is not None}
         )
-        self._grad_streams = frozenset(site for site in self.keep_grad if not site.endswith(".heads"))
-        self._stream_sites = (
-            frozenset({site for site in self._patches if not site.endswith(".heads")}) | self._grad_streams
-        )
+        self._grad_streams = frozenset(site for site in self.keep_grad if heads[site] is None)
+        self._stream_sites = frozenset({site for site in self._patches if heads[site] is None}) | self._grad_streams
 
     # ------------------------------------------------------------ set-up
     def _validate(self) -> None:
         for item in self.interventions:
             if not isinstance(item, (ScaleHeads, Patch)):
                 raise TypeError(f"interventions must be ScaleHeads or Patch, got {type(item).__name__}")
-            site = item.site[: -len(".heads")] if item.site.endswith(".heads") else item.site
-            if isinstance(item, ScaleHeads) or item.site.endswith(".heads"):
+            attention = heads_of(item.site)
+            site = item.site if attention is None else attention
+            if isinstance(item, ScaleHeads) or attention is not None:
                 self.shape.check_attention_site(site)
                 heads = item.heads or ()
                 if any(h >= self.shape.n_heads for h in heads):
@@ -148,8 +168,9 @@ class Recorder:
             elif site not in self.shape.stream_sites():
                 raise ValueError(f"no site {site!r}; residual-stream sites: {', '.join(self.shape.stream_sites())}")
         for site in self.keep_grad:
-            if site.endswith(".heads"):
-                self.shape.check_attention_site(site[: -len(".heads")])
+            attention = heads_of(site)
+            if attention is not None:
+                self.shape.check_attention_site(attention)
             elif site not in self.shape.stream_sites():
                 raise ValueError(f"keep_grad: no site {site!r}; sites: {', '.join(self.shape.stream_sites())}")
 
@@ -195,17 +216,17 @@ class Recorder:
     def heads(self, site: str, ctx: Tensor, offset: int = 0) -> Tensor:
         """Each head's output at attention ``site``: ctx (B, H, Tq, dh) -> after scaling / patching / recording."""
         scale = self._head_scale(site, ctx.shape[0], ctx.device)
-        if f"{site}.heads" in self.keep_grad:  # the gate is one more per-head scale, kept for its gradient
+        if array_of(site, "heads") in self.keep_grad:  # the gate is one more per-head scale, kept for its gradient
             gate = self._gate(site, ctx)
             scale = gate if scale is None else scale * gate
         if scale is not None:
             ctx = ctx * scale[:, :, None, None]
-        return self.activation(f"{site}.heads", ctx, offset)
+        return self.activation(array_of(site, "heads"), ctx, offset)
 
     def _gate(self, site: str, ctx: Tensor) -> Tensor:
         """The (B, H) gate of ones kept for its gradient at attention ``site`` (one per call: decoding steps share
         it, so its gradient sums over them)."""
-        name = f"{site}.heads"
+        name = array_of(site, "heads")
         if not torch.is_grad_enabled():
             raise RuntimeError(f"keep_grad={name!r} needs gradients: call the model with torch.enable_grad()")
         gate = self._leaves.get(name)
@@ -248,20 +269,20 @@ class Recorder:
         """The softmax weights, the masked scores and the scores before the mask: each (B, H, Tq, Tk)."""
         if not self.record:
             return
-        self._add(f"{site}.weights", weights)
-        self._add(f"{site}.scores", scores)
-        self._add(f"{site}.scores_raw", scores_raw)
+        self._add(array_of(site, "weights"), weights)
+        self._add(array_of(site, "scores"), scores)
+        self._add(array_of(site, "scores_raw"), scores_raw)
 
     def qkv(self, site: str, q: Tensor, k: Tensor, v: Tensor) -> None:
         """The queries (B, H, Tq, dh), keys and values (B, H, Tk, dh), when the call records them (``record_qkv``)."""
         if self.record and self.record_qkv:
-            self._add(f"{site}.q", q)
-            self._latest[f"{site}.k"], self._latest[f"{site}.v"] = _detached(k), _detached(v)
+            self._add(array_of(site, "q"), q)
+            self._latest[array_of(site, "k")], self._latest[array_of(site, "v")] = _detached(k), _detached(v)
 
     def mask(self, kind: AttentionKind, mask: Tensor) -> None:
         """The mask applied for ``kind``: (B, Tq, Tk) bool, True = may attend."""
         if self.record:
-            self._chunks.setdefault(mask_site(kind), []).append(mask)
+            self._add(mask_site(kind), mask)
 
     def positional(self, side: Side, values: Tensor) -> None:
         """Positional-encoding rows added on ``side``: (T, D)."""
@@ -276,7 +297,7 @@ class Recorder:
     def ids(self, side: Side, ids: Tensor, keep: Tensor | None) -> None:
         """Token ids (B, T) fed on ``side`` and their keep flags (True = real token; None = all real)."""
         if self.record:
-            self._chunks.setdefault(ids_site(side), []).append(ids)
+            self._add(ids_site(side), ids)
             self._keeps.setdefault(side, []).append(None if keep is None else keep[:, -ids.shape[1] :])
 
     def gate(self, layer: int, gates: Tensor) -> None:
@@ -287,39 +308,24 @@ class Recorder:
     def output(self, ids: Tensor, probs: Tensor, top_ids: Tensor, top_probs: Tensor) -> None:
         """What one decoding step chose: ids (B,), probs (B,), top_ids / top_probs (B, k)."""
         if self.record:
-            for name, t in (("ids", ids), ("probs", probs), ("top_ids", top_ids), ("top_probs", top_probs)):
-                self._outputs.setdefault(name, []).append(t)
+            for what, t in zip(OUTPUT_ARRAYS, (ids, probs, top_ids, top_probs), strict=True):
+                self._outputs.setdefault(output_site(what), []).append(t)
 
     def restart_decoder(self) -> None:
         """Called before each decoding step that recomputes the whole prefix (no KV cache): the last full pass's
         final query rows are kept as that step's ``step_rows``, and the decoder's record starts again."""
         self._recomputing = True
         self._keep_step_rows()
-        for name in [
-            n
-            for n in self._chunks
-            if n.startswith(
-                (
-                    "decoder.",  # its self- and cross-attention, SSRU gates, layer outputs
-                    "mask.decoder",
-                    "mask.cross",
-                    "pe.tgt",
-                    "ids.tgt",
-                    "keep.tgt",
-                    "embed.tgt",
-                )
-            )
-        ]:
-            del self._chunks[name]
-        for name in [n for n in self._latest if n.startswith("decoder.")]:
-            del self._latest[name]
+        for record in (self._chunks, self._latest):  # the target side: its attention, masks, positions, ids, ...
+            for name in [n for n in record if site_stack(n) == "decoder"]:
+                del record[name]
         self._keeps.pop("tgt", None)
 
     def _keep_step_rows(self) -> None:
         for name, chunks in self._chunks.items():
-            if name.endswith(".weights") and name.startswith("decoder."):
-                site = name[: -len(".weights")]
-                self._step_rows.setdefault(f"{site}.step_rows", []).append(chunks[-1][:, :, -1:])
+            if spec_of(name) is WEIGHTS and site_stack(name) == "decoder":
+                step_rows = array_of(parse_attention_array(name)[0], "step_rows")
+                self._step_rows.setdefault(step_rows, []).append(chunks[-1][:, :, -1:])
 
     # ------------------------------------------------------------ freeze
     def freeze(self, pieces: Callable[[int], str] | None = None, *, meta: dict[str, Any] | None = None) -> Trace:
@@ -336,25 +342,13 @@ class Recorder:
             self._keep_step_rows()
             self._recomputing = False
         arrays: dict[str, np.ndarray] = {}
-        for name, chunks in self._chunks.items():
-            if name.startswith("pe.") and name.endswith(".bias"):
-                arrays[name] = _stitch(chunks, 0.0)  # (H, Tq, Tk): one query row per decoding step
-            elif name.startswith("pe."):
-                arrays[name] = _cpu(torch.cat(chunks, dim=0))
-            elif name.startswith("ids."):
-                arrays[name] = _cpu(torch.cat(chunks, dim=-1), np.int64)
-            elif name.startswith("embed.") or name.endswith((".out", ".gate")):
-                arrays[name] = _cpu(torch.cat(chunks, dim=-2))  # (B, T, D) chunks along T
-            elif name.startswith("mask."):
-                arrays[name] = _stitch(chunks, False, np.bool_)
-            elif name.endswith(".scores_raw") and all(
-                a is b for a, b in zip(chunks, self._chunks[name[: -len("_raw")]], strict=True)
-            ):
-                arrays[name] = arrays[name[: -len("_raw")]]  # nothing was masked: the scores themselves, one array
+        for name, chunks in [*self._chunks.items(), *((n, [t]) for n, t in self._latest.items())]:
+            spec = spec_of(name)
+            shared = None if spec.shares is None else array_of(parse_attention_array(name)[0], spec.shares)
+            if shared is not None and all(a is b for a, b in zip(chunks, self._chunks[shared], strict=True)):
+                arrays[name] = arrays[shared]  # nothing was masked: the scores themselves, one array
             else:
-                arrays[name] = _stitch(chunks, FILL.get(name.rsplit(".", 1)[1], 0.0))
-        for name, t in self._latest.items():
-            arrays[name] = _cpu(t)
+                arrays[name] = _join(spec, chunks)
         for side, keeps in self._keeps.items():
             if all(keep is None for keep in keeps):  # no padding given: every position is real
                 arrays[keep_site(side)] = np.ones(arrays[ids_site(side)].shape, dtype=np.bool_)
@@ -364,14 +358,13 @@ class Recorder:
                 for ids, keep in zip(self._chunks[ids_site(side)], keeps, strict=True)
             ]
             arrays[keep_site(side)] = np.concatenate(parts, axis=-1)
-        for name, chunks in self._step_rows.items():
-            arrays[name] = _stitch(chunks, 0.0)
-        for name, chunks in self._outputs.items():
-            arrays[output_site(name)] = _cpu(torch.stack(chunks, dim=1), np.int64 if "ids" in name else np.float32)
+        for name, chunks in [*self._step_rows.items(), *self._outputs.items()]:
+            arrays[name] = _join(spec_of(name), chunks)
         self._add_mask_parts(arrays)
         for a in arrays.values():
             a.flags.writeable = False  # traces are shared (e.g. cached by the app): read-only
-        ids = [arrays[n] for n in ("ids.src", "ids.tgt", "output.ids", "output.top_ids") if n in arrays]
+        id_sites = (ids_site("src"), ids_site("tgt"), output_site("ids"), output_site("top_ids"))
+        ids = [arrays[n] for n in id_sites if n in arrays]
         vocab = (
             {
                 int(i): (pieces(int(i)) if pieces is not None else str(int(i)))
@@ -381,7 +374,7 @@ class Recorder:
             else {}
         )
         meta = dict(meta or {})
-        if self._start_id is not None and "ids.tgt" in arrays:
+        if self._start_id is not None and ids_site("tgt") in arrays:
             meta.setdefault("start_piece", vocab.get(self._start_id, str(self._start_id)))
         return Trace(arrays=arrays, vocab=vocab, options=self.options, shape=self.shape, meta=meta)
 
@@ -389,18 +382,18 @@ class Recorder:
         """The parts of each applied mask, from the keep flags and the options (what the Masks page shows)."""
         assert self.options is not None
         padding = self.options.padding_mask
-        src = arrays.get("keep.src")
-        tgt = arrays.get("keep.tgt")
+        src = arrays.get(keep_site("src"))
+        tgt = arrays.get(keep_site("tgt"))
         if src is not None:
             B, Ts = src.shape
             part = src[:, None, :] if padding else np.ones_like(src[:, None, :])
-            arrays["mask.encoder.padding"] = np.broadcast_to(part, (B, Ts, Ts)).copy()
+            arrays[mask_site("encoder", "padding")] = np.broadcast_to(part, (B, Ts, Ts)).copy()
             if tgt is not None:
-                arrays["mask.cross.padding"] = np.broadcast_to(part, (B, tgt.shape[1], Ts)).copy()
-        if tgt is not None and "mask.decoder" in arrays:
+                arrays[mask_site("cross", "padding")] = np.broadcast_to(part, (B, tgt.shape[1], Ts)).copy()
+        if tgt is not None and mask_site("decoder") in arrays:
             B, Tt = tgt.shape
-            Tk = arrays["mask.decoder"].shape[-1]
+            Tk = arrays[mask_site("decoder")].shape[-1]
             causal = causal_mask(Tt, Tk).numpy() if self.options.causal_mask else np.ones((Tt, Tk), dtype=np.bool_)
-            arrays["mask.decoder.causal"] = np.broadcast_to(causal, (B, Tt, Tk)).copy()
+            arrays[mask_site("decoder", "causal")] = np.broadcast_to(causal, (B, Tt, Tk)).copy()
             part = tgt[:, None, :Tk] if padding else np.ones((B, 1, Tk), dtype=np.bool_)
-            arrays["mask.decoder.padding"] = np.broadcast_to(part, (B, Tt, Tk)).copy()
+            arrays[mask_site("decoder", "padding")] = np.broadcast_to(part, (B, Tt, Tk)).copy()

@@ -19,23 +19,31 @@ import numpy as np
 
 from .config import InferenceOptions, ModelConfig
 from .sites import (
+    ANALYSIS,
     ATTENTION_KINDS,
+    ATTENTION_MAPS,
     SIDES,
     AttentionKind,
     Side,
+    array_of,
     attention_array,
     attention_site,
-    embed_site,
     gate_site,
-    layer_site,
+    ids_site,
+    is_batched,
+    is_site,
+    keep_site,
     mask_site,
     migrate_site_name,
+    output_site,
     pe_site,
+    site_axes,
+    spec_of,
+    stream_sites,
 )
 
 FORMAT = "attention-lab-trace/1"
 START_PIECE, PAD_PIECE = "<s>", "<pad>"  # START_PIECE: the decoder's first input when it is no token (zeros)
-UNBATCHED = ("pe.", "analysis.")  # positional encodings, and analysis results added to a one-sentence trace
 
 
 @dataclass(frozen=True)
@@ -69,12 +77,7 @@ class ModelShape:
 
     def stream_sites(self) -> list[str]:
         """Residual-stream sites: 'embed.src', 'encoder.0.out', ..., 'embed.tgt', 'decoder.0.out', ..."""
-        return (
-            [embed_site("src")]
-            + [layer_site("encoder", i) for i in range(self.n_encoder_layers)]
-            + [embed_site("tgt")]
-            + [layer_site("decoder", i) for i in range(self.n_decoder_layers)]
-        )
+        return stream_sites(self.n_encoder_layers, self.n_decoder_layers)
 
     def check_attention_site(self, site: str) -> None:
         if site not in self.attention_sites():
@@ -137,16 +140,16 @@ class Trace:
                 )
             )
         a = self.arrays[name]
-        return a if name.startswith(UNBATCHED) else a[self.item]
+        return a[self.item] if is_batched(name) else a
 
     @property
     def batch_size(self) -> int:
-        return int(self.arrays["ids.src"].shape[0]) if "ids.src" in self.arrays else 1
+        return int(self.arrays[ids_site("src")].shape[0]) if ids_site("src") in self.arrays else 1
 
     def with_analysis(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Trace:
         """A new trace that also holds analysis results (``core.analysis``): arrays named 'analysis.*' and their
         JSON-able details under meta['analysis'], so an export carries them and a replay can show them."""
-        bad = [name for name in arrays if not name.startswith("analysis.")]
+        bad = [name for name in arrays if not (is_site(name) and spec_of(name) is ANALYSIS)]
         if bad:
             raise ValueError(f"analysis arrays are named 'analysis.*', got {bad}")
         added = {name: np.array(a, copy=True) for name, a in arrays.items()}
@@ -181,13 +184,13 @@ class Trace:
     @property
     def src_tokens(self) -> list[str]:
         """Source pieces (eos included; ``<pad>`` where a padded batch's item was padded)."""
-        keep = self["keep.src"] if "keep.src" in self.arrays else None
-        return [self.piece(i) if keep is None or keep[p] else PAD_PIECE for p, i in enumerate(self["ids.src"])]
+        keep = self[keep_site("src")] if keep_site("src") in self.arrays else None
+        return [self.piece(i) if keep is None or keep[p] else PAD_PIECE for p, i in enumerate(self[ids_site("src")])]
 
     @property
     def tgt_tokens(self) -> list[str]:
         """Decoder inputs: the start piece, then the output pieces before the last."""
-        ids: np.ndarray | list[int] = self["ids.tgt"] if "ids.tgt" in self.arrays else []
+        ids: np.ndarray | list[int] = self[ids_site("tgt")] if ids_site("tgt") in self.arrays else []
         return [self.start_piece if p == 0 else self.piece(i) for p, i in enumerate(ids)]
 
     @property
@@ -200,17 +203,18 @@ class Trace:
     @property
     def output_tokens(self) -> list[str]:
         """What the decoder predicted at each step (eos included)."""
-        return [self.piece(i) for i in self["output.ids"]] if "output.ids" in self.arrays else []
+        chosen = output_site("ids")
+        return [self.piece(i) for i in self[chosen]] if chosen in self.arrays else []
 
     # --------------------------------------------------------------- convenience views of the store
     def attention(self, kind: AttentionKind, layer: int) -> np.ndarray:
         """Weights after softmax, before dropout: float32 (heads, n_query, n_key)."""
-        return self[f"{self._site(kind, layer)}.weights"]
+        return self[array_of(self._site(kind, layer), "weights")]
 
     def scores(self, kind: AttentionKind, layer: int, *, masked: bool = True) -> np.ndarray:
         """Scaled scores QK^T/sqrt(d_k): (heads, n_query, n_key); masked entries -inf
         (``masked=False``: before the mask)."""
-        return self[f"{self._site(kind, layer)}.{'scores' if masked else 'scores_raw'}"]
+        return self[array_of(self._site(kind, layer), "scores" if masked else "scores_raw")]
 
     def mask(self, kind: AttentionKind, part: str | None = None) -> np.ndarray:
         """The mask applied: bool (n_query, n_key), True = may attend; ``part`` 'padding' or 'causal' for its parts."""
@@ -235,20 +239,20 @@ class Trace:
     def qkv(self, kind: AttentionKind, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-head queries (H, Tq, dh), keys (H, Tk, dh), values (H, Tk, dh) — when recorded with qkv=True."""
         site = self._site(kind, layer)
-        if f"{site}.q" not in self.arrays:
+        if array_of(site, "q") not in self.arrays:
             raise KeyError(f"q/k/v of {site} were not recorded (use Recorder(model, qkv=True))")
-        return self[f"{site}.q"], self[f"{site}.k"], self[f"{site}.v"]
+        return self[array_of(site, "q")], self[array_of(site, "k")], self[array_of(site, "v")]
 
     def step_rows(self, kind: AttentionKind, layer: int) -> np.ndarray | None:
         """(heads, steps, n_key): the row each step computed, when each step recomputed the prefix; else None."""
-        name = f"{self._site(kind, layer)}.step_rows"
+        name = array_of(self._site(kind, layer), "step_rows")
         return self[name] if name in self.arrays else None
 
     def _site(self, kind: AttentionKind, layer: int) -> str:
         if kind not in ATTENTION_KINDS:
             raise KeyError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
         site = attention_site(kind, layer)
-        if f"{site}.weights" not in self.arrays:
+        if array_of(site, "weights") not in self.arrays:
             raise KeyError(
                 f"no {kind} attention recorded for layer {layer} (recorded: {list(self.kinds)}, layers {self.n_layers})"
             )
@@ -396,25 +400,6 @@ def _check_archive(data: bytes) -> None:
         )
 
 
-# the axes of the arrays every translation records: B batch, S source and T target pieces, H heads, D d_model;
-# '*' any size; a mask's parts ('mask.decoder.causal') have the mask's shape
-_SHAPES = {
-    "ids.tgt": "BT",
-    "keep.src": "BS",
-    "keep.tgt": "BT",
-    "pe.src": "SD",
-    "pe.tgt": "TD",
-    "pe.src.bias": "HSS",
-    "pe.tgt.bias": "HTT",
-    "mask.encoder": "BSS",
-    "mask.decoder": "BTT",
-    "mask.cross": "BTS",
-    "output.ids": "BT",
-    "output.probs": "BT",
-    "output.top_ids": "BT*",
-    "output.top_probs": "BT*",
-}
-_ATTENTION_ARRAYS = ("weights", "scores", "scores_raw")
 _META_TYPES = {
     "model": str,
     "source_text": str,
@@ -449,29 +434,22 @@ def _check_options(shape: ModelShape, stored: dict[str, Any], options: Inference
 
 def _check_arrays(shape: ModelShape, arrays: Mapping[str, np.ndarray]) -> None:
     """ValueError naming the first array that a recording of ``shape`` could not have made (a hand-edited or
-    damaged file): numbers only, the batch and head axes, every layer of each attention kind present."""
+    damaged file): numbers only, the batch and head axes, every layer of each attention kind present, each site's
+    axes as its registry entry names them (``sites.site_axes``)."""
     for name, a in arrays.items():
         if a.dtype.kind not in "biuf":
             raise ValueError(f"array {name!r} holds {a.dtype} values, not numbers")
-    ids = arrays.get("ids.src")
+    src, tgt = ids_site("src"), ids_site("tgt")
+    ids = arrays.get(src)
     if ids is None:
-        raise ValueError("the trace holds no source ids ('ids.src')")
+        raise ValueError(f"the trace holds no source ids ({src!r})")
     if ids.ndim != 2 or ids.dtype.kind not in "iu" or 0 in ids.shape:
-        raise ValueError(f"'ids.src' must be whole numbers shaped (batch, source length), got {ids.dtype} {ids.shape}")
+        raise ValueError(f"{src!r} must be whole numbers shaped (batch, source length), got {ids.dtype} {ids.shape}")
     batch, n_src = ids.shape
-    n_tgt = arrays["ids.tgt"].shape[-1] if "ids.tgt" in arrays else None
+    n_tgt = arrays[tgt].shape[-1] if tgt in arrays else None
     for name, a in arrays.items():
-        if not name.startswith(UNBATCHED) and (a.ndim < 1 or a.shape[0] != batch):
+        if is_batched(name) and (a.ndim < 1 or a.shape[0] != batch):
             raise ValueError(f"array {name!r} has shape {a.shape}; its first axis should be the batch of {batch}")
-    sizes = {"B": batch, "S": n_src, "T": n_tgt, "H": shape.n_heads, "D": shape.d_model}
-    for name, a in arrays.items():
-        want = _SHAPES.get(name) or _SHAPES.get(name.rsplit(".", 1)[0] if name.startswith("mask.") else "")
-        if want is not None and (
-            a.ndim != len(want) or any(d in sizes and sizes[d] != n for d, n in zip(want, a.shape, strict=True))
-        ):
-            named = {"B": "batch", "S": "source length", "T": "target length", "H": "heads", "D": "d_model"}
-            axes = ", ".join(f"{named[d]} {sizes[d]}" if d in sizes else "any" for d in want)
-            raise ValueError(f"array {name!r} has shape {a.shape}, not ({axes})")
     for kind in shape.kinds:
         layers = range(shape.n_layers[kind])
         recorded = [layer for layer in layers if attention_array(kind, layer, "weights") in arrays]
@@ -479,11 +457,11 @@ def _check_arrays(shape: ModelShape, arrays: Mapping[str, np.ndarray]) -> None:
             missing = sorted(set(range(shape.n_layers[kind])) - set(recorded))
             raise ValueError(f"{kind} attention of layer {missing[0] + 1} is missing ({shape.n_layers[kind]} layers)")
         if recorded and kind != "encoder" and n_tgt is None:
-            raise ValueError(f"the trace has {kind} attention but no target ids ('ids.tgt')")
+            raise ValueError(f"the trace has {kind} attention but no target ids ({tgt!r})")
         n_query = n_src if kind == "encoder" else n_tgt
         n_key = n_src if kind != "decoder" else n_tgt
         for layer in recorded:
-            for part in _ATTENTION_ARRAYS:
+            for part in ATTENTION_MAPS:
                 name = attention_array(kind, layer, part)
                 got = arrays[name].shape if name in arrays else None
                 if got is not None and got != (batch, shape.n_heads, n_query, n_key):
@@ -491,6 +469,15 @@ def _check_arrays(shape: ModelShape, arrays: Mapping[str, np.ndarray]) -> None:
                         f"array {name!r} has shape {got}, not (batch {batch}, {shape.n_heads} heads, "
                         f"{n_query} queries, {n_key} keys)"
                     )
+    sizes = {"B": batch, "Ts": n_src, "Tt": n_tgt, "H": shape.n_heads, "D": shape.d_model}
+    named = {"B": "batch", "Ts": "source length", "Tt": "target length", "H": "heads", "D": "d_model"}
+    for name, a in arrays.items():
+        want = site_axes(name) if is_site(name) else ()
+        if want and (
+            a.ndim != len(want) or any(d in sizes and sizes[d] != n for d, n in zip(want, a.shape, strict=True))
+        ):
+            axes = ", ".join(f"{named[d]} {sizes[d]}" if d in sizes else "any" for d in want)
+            raise ValueError(f"array {name!r} has shape {a.shape}, not ({axes})")
 
 
 def _check_meta(meta: Mapping[str, Any]) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 import core
-from core.bundle import BeamTree
+from core.results import BeamTree
 
 BEAMS, MAX_NEW = 4, 10
 # (length_penalty, early_stopping): generate's defaults first, then each other way a search stops

@@ -196,7 +196,7 @@ def empty_legend(texts: Sequence[str]) -> str | None:
     return "∅: the model wrote nothing (it ended the sentence at its first step)."
 
 
-def causal_leak_effect(p_trained: Sequence[float], p_switched: Sequence[float]) -> str:
+def causal_leak_effect(p_trained: Sequence[float] | np.ndarray, p_switched: Sequence[float] | np.ndarray) -> str:
     """Under the token-by-token chart with the causal mask off: what reading the later pieces did to each piece's
     probability, counted from the two passes (fed the same as-trained translation), and why it can go down."""
     a, b = np.log(np.asarray(p_trained, dtype=np.float64)), np.log(np.asarray(p_switched, dtype=np.float64))

@@ -16,6 +16,7 @@ from typing import Any
 
 import core
 from core.generation_rules import is_penalty, repeating_ids
+from core.sites import ids_site, output_site
 from viz_app.claims import first_upper, quote
 
 Name = Callable[[int], str]  # a target id as the page shows its piece
@@ -196,10 +197,11 @@ def eos_forced(
 def step_notes(trace: core.Trace, step: int, name: Name) -> list[str]:
     """Every rule's sentence for output step ``step`` (0-based) of a translation's trace; [] where none acted."""
     rules = rules_of(trace.meta)
-    if not rules.on or "output.ids" not in trace or not 0 <= step < len(trace["output.ids"]):
+    chosen, inputs_site, top_site = output_site("ids"), ids_site("tgt"), output_site("top_ids")
+    if not rules.on or chosen not in trace or not 0 <= step < len(trace[chosen]):
         return []
-    inputs = [int(i) for i in trace["ids.tgt"][: step + 1]] if "ids.tgt" in trace else []
-    top = trace["output.top_ids"][step] if "output.top_ids" in trace else ()
+    inputs = [int(i) for i in trace[inputs_site][: step + 1]] if inputs_site in trace else []
+    top = trace[top_site][step] if top_site in trace else None
     said = (
         eos_banned(rules, step),
         ngram_banned(rules, inputs, name),
@@ -207,8 +209,8 @@ def step_notes(trace: core.Trace, step: int, name: Name) -> list[str]:
             rules,
             step,
             step_limit(trace.meta),
-            int(trace["output.ids"][step]),
-            int(top[0]) if len(top) else None,
+            int(trace[chosen][step]),
+            int(top[0]) if top is not None and len(top) else None,
             name,
         ),
     )

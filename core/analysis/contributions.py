@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..bundle import Bundle
 from ..config import InferenceOptions
-from ..sites import AttentionKind
+from ..sites import AttentionKind, analysis_site
 from ..trace import Trace
 from .alti import alti, compose_decoder, compose_encoder
 from .decomposition import iter_blocks, recorded_pass, scored_ids
@@ -87,7 +87,7 @@ class Contributions:
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """For ``Trace.with_analysis``: the arrays as 'analysis.contributions.*', the rest as JSON-able details."""
-        arrays = {f"analysis.contributions.{k}": getattr(self, k) for k in self.ARRAYS}
+        arrays = {analysis_site("contributions", k): getattr(self, k) for k in self.ARRAYS}
         details = {k: list(v) if isinstance(v, tuple) else v for k, v in ((k, getattr(self, k)) for k in self.DETAILS)}
         details.update(
             source_share=self.source_share,
@@ -100,10 +100,10 @@ class Contributions:
     def from_trace(cls, trace: Trace) -> Contributions | None:
         """The contributions stored in ``trace`` (``to_arrays``); None when it holds none."""
         details = dict(trace.meta.get("analysis", {})).get("contributions")
-        if not details or "analysis.contributions.matrix" not in trace:
+        if not details or analysis_site("contributions", "matrix") not in trace:
             return None
         fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(details).items()}
-        fields.update({k: np.asarray(trace[f"analysis.contributions.{k}"], dtype=np.float64) for k in cls.ARRAYS})
+        fields.update({k: np.asarray(trace[analysis_site("contributions", k)], dtype=np.float64) for k in cls.ARRAYS})
         fields["options"] = InferenceOptions.from_dict(dict(details["options"]))
         return cls(**fields)
 

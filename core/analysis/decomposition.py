@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..layers import SSRU
 from ..model import Transformer
 from ..recorder import Recorder
-from ..sites import AttentionKind, attention_array, layer_input_site
+from ..sites import AttentionKind, attention_array, layer_input_site, output_site
 from ..trace import Trace
 from .alti import Block, attention_block, ssru_block
 
@@ -163,7 +163,7 @@ def scored_ids(
     src_ids, _ = bundle.encode_source(text, truncate=truncate)
     if translation is None:
         out = bundle.translate(text, options, truncate=truncate, record=Record(qkv=False))
-        return src_ids, [int(i) for i in out.trace["output.ids"]], not options.causal_mask
+        return src_ids, [int(i) for i in out.trace[output_site("ids")]], not options.causal_mask
     if not isinstance(translation, str):
         raise InputError(f"translation must be text (a str) or None, got {type(translation).__name__}")
     return src_ids, bundle.encode_target(translation), False

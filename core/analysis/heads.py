@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..config import AttentionKind
+from ..sites import analysis_site
 from ..trace import Trace
 
 STATS = ("entropy", "distance", "diagonal", "previous", "next", "eos", "first", "punctuation")
@@ -160,7 +161,7 @@ class HeadStatistics:
 
     def to_arrays(self, name: str = "head_stats") -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """``analysis.<name>.<kind>.<stat>`` (L, H) means for ``Trace.with_analysis``, and the details."""
-        arrays = {f"analysis.{name}.{k}.{s}": self.mean(k, s) for k in self.kinds for s in STATS}
+        arrays = {analysis_site(name, k, s): self.mean(k, s) for k in self.kinds for s in STATS}
         return arrays, {name: {**self.to_dict(), "labels": [vars(x) for x in self.labels()]}}
 
     @classmethod

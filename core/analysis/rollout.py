@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..sites import keep_site
 from ..trace import Trace
 
 Fusion = Literal["mean", "max", "min"]
@@ -72,7 +73,7 @@ class Rollout:
 
 def trace_rollout(trace: Trace, fusion: Fusion = "mean") -> Rollout:
     """Rollout of ``trace`` (one batch item, ``trace.item``): encoder, then decoder self- and cross-attention."""
-    keep = trace["keep.src"].astype(bool)  # padded source positions take no part
+    keep = trace[keep_site("src")].astype(bool)  # padded source positions take no part
     enc_layers = [fuse_heads(trace.attention("encoder", layer), fusion) for layer in range(trace.n_layers["encoder"])]
     encoder = rollout(enc_layers)
     encoder[:, ~keep] = 0.0

@@ -26,10 +26,11 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from ..bundle import MAX_CHARS, Bundle, clean_text, load
+from ..bundle import Bundle, load
 from ..config import InferenceOptions
 from ..durable import fsync_path
 from ..errors import InputError, LabError
+from ..inputs import MAX_CHARS, clean_text
 from .contributions import contributions
 
 # The flag threshold on a translation's mean source share, chosen by a stated rule on held-out data: the largest

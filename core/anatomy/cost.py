@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..bundle import Translation
 from ..config import ModelConfig
+from ..results import Translation
+from ..sites import ids_site, keep_site, output_site
 
 
 def _frozen(a: np.ndarray | int, n: int) -> np.ndarray:
@@ -142,5 +143,5 @@ def translation_cost(
 ) -> DecodingCost:
     """``decoding_cost`` for the sentence a greedy translation decoded: its source pieces and its output steps."""
     trace = translation.trace
-    keep = trace["keep.src"] if "keep.src" in trace else np.ones(len(trace["ids.src"]), dtype=bool)
-    return decoding_cost(config, src_len=int(keep.sum()), out_len=len(trace["output.ids"]), dtype=dtype)
+    keep = trace[keep_site("src")] if keep_site("src") in trace else np.ones(len(trace[ids_site("src")]), dtype=bool)
+    return decoding_cost(config, src_len=int(keep.sum()), out_len=len(trace[output_site("ids")]), dtype=dtype)

@@ -22,7 +22,7 @@ from typing import Literal
 from torch import nn
 
 from ..config import ModelConfig
-from ..sites import layer_name
+from ..sites import embed_site, layer_name, ssru_site
 
 Term = tuple[int, tuple[str, ...]]  # coefficient, symbols multiplied: (4, ("d_model", "d_model")) = 4·d_model²
 SUPERSCRIPT = {2: "²", 3: "³"}
@@ -291,7 +291,7 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
     blocks = [
         _block(
             arch,
-            "embed.src",
+            embed_site("src"),
             "embeddings",
             "token embeddings (source)",
             [(1, (v_src, "d_model"))],
@@ -299,12 +299,12 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
         ),
         _block(
             arch,
-            "embed.tgt",
+            embed_site("tgt"),
             "embeddings",
             "token embeddings (target)",
             [(1, (v_tgt, "d_model"))],
             [Piece("E", (arch.tgt_vocab, arch.d_model), "tgt_embed.weight")],
-            shared_with="embed.src" if arch.share_embeddings else None,
+            shared_with=embed_site("src") if arch.share_embeddings else None,
         ),
     ]
     if arch.positional == "learned":
@@ -338,7 +338,7 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
     for i in range(arch.n_decoder_layers):
         g, key = layer_name("decoder", i), f"decoder_layers.{i}"
         if arch.decoder_self == "ssru":
-            blocks.append(ssru_block(arch, f"{g}.ssru", g, f"{key}.ssru"))
+            blocks.append(ssru_block(arch, ssru_site(i), g, f"{key}.ssru"))
         else:
             blocks.append(attention_block(arch, f"{g}.self_attn", g, "masked self-attention", f"{key}.self_attn"))
         blocks += [
@@ -353,7 +353,7 @@ def parameter_table(config: ModelConfig | Architecture) -> ParameterTable:
             norm_block(arch, "encoder_norm", "final norms", "encoder_norm", "final norm (encoder)"),
             norm_block(arch, "decoder_norm", "final norms", "decoder_norm", "final norm (decoder)"),
         ]
-    tied = "embed.src" if arch.share_embeddings else "embed.tgt"
+    tied = embed_site("src" if arch.share_embeddings else "tgt")
     blocks.append(
         _block(
             arch,

@@ -17,9 +17,20 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..bundle import Translation
 from ..config import ModelConfig
-from ..sites import attention_site, embed_site, gate_site, layer_name, layer_site
+from ..results import Translation
+from ..sites import (
+    array_of,
+    attention_site,
+    embed_site,
+    gate_site,
+    ids_site,
+    layer_name,
+    layer_site,
+    mask_site,
+    output_site,
+    pe_site,
+)
 from ..trace import Trace
 
 
@@ -43,12 +54,12 @@ Add = Callable[[str, str, tuple[str, ...], str | None], None]  # stage, name, di
 def _attention(add: Add, stage: str, site: str, q: str, kv: str, label: str) -> None:
     """One attention block: queries from length ``q``, keys and values from length ``kv``."""
     add(stage, f"{label}: Q = x·W_Q", (q, "d_model"), None)
-    add(stage, f"{label}: Q per head", ("h", q, "d_k"), f"{site}.q")
-    add(stage, f"{label}: K per head", ("h", kv, "d_k"), f"{site}.k")
-    add(stage, f"{label}: V per head", ("h", kv, "d_v"), f"{site}.v")
-    add(stage, f"{label}: scores QKᵀ/√d_k", ("h", q, kv), f"{site}.scores")
-    add(stage, f"{label}: weights softmax(scores)", ("h", q, kv), f"{site}.weights")
-    add(stage, f"{label}: each head's output weights·V", ("h", q, "d_v"), f"{site}.heads")
+    add(stage, f"{label}: Q per head", ("h", q, "d_k"), array_of(site, "q"))
+    add(stage, f"{label}: K per head", ("h", kv, "d_k"), array_of(site, "k"))
+    add(stage, f"{label}: V per head", ("h", kv, "d_v"), array_of(site, "v"))
+    add(stage, f"{label}: scores QKᵀ/√d_k", ("h", q, kv), array_of(site, "scores"))
+    add(stage, f"{label}: weights softmax(scores)", ("h", q, kv), array_of(site, "weights"))
+    add(stage, f"{label}: each head's output weights·V", ("h", q, "d_v"), array_of(site, "heads"))
     add(stage, f"{label}: heads concatenated", (q, "h·d_v"), None)
     add(stage, f"{label}: output ·W_O", (q, "d_model"), None)
     add(stage, f"{label}: add & norm", (q, "d_model"), None)
@@ -64,8 +75,8 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
     probabilities, each with its shape at this sentence's sizes and the site recording it."""
     trace = translation.trace if isinstance(translation, Translation) else translation
     sizes = {
-        "Ts": len(trace["ids.src"]),
-        "Tt": len(trace["ids.tgt"]),
+        "Ts": len(trace[ids_site("src")]),
+        "Tt": len(trace[ids_site("tgt")]),
         "d_model": config.d_model,
         "h": config.n_heads,
         "d_k": config.d_head,
@@ -73,7 +84,7 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
         "h·d_v": config.n_heads * config.d_value,
         "d_ff": config.d_ff,
         "V": config.tgt_vocab_size,
-        "k": trace["output.top_ids"].shape[-1] if "output.top_ids" in trace else 0,
+        "k": trace[output_site("top_ids")].shape[-1] if output_site("top_ids") in trace else 0,
     }
     rows: list[TensorShape] = []
 
@@ -81,11 +92,11 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
         shape = tuple(sizes[d] for d in dims)
         rows.append(TensorShape(stage, name, dims, shape, site, site is not None and site in trace))
 
-    add("source", "source pieces (token ids)", ("Ts",), "ids.src")
+    add("source", "source pieces (token ids)", ("Ts",), ids_site("src"))
     add("source", "token embeddings E[ids]" + ("·√d_model" if config.scale_embedding else ""), ("Ts", "d_model"), None)
-    add("source", "positional encoding", ("Ts", "d_model"), "pe.src")
+    add("source", "positional encoding", ("Ts", "d_model"), pe_site("src"))
     add("source", "encoder input (embedding + position)", ("Ts", "d_model"), embed_site("src"))
-    add("source", "encoder mask (True = may attend)", ("Ts", "Ts"), "mask.encoder")
+    add("source", "encoder mask (True = may attend)", ("Ts", "Ts"), mask_site("encoder"))
     for i in range(config.n_encoder_layers):
         stage = layer_name("encoder", i)
         _attention(add, stage, attention_site("encoder", i), "Ts", "Ts", "self-attention")
@@ -94,12 +105,12 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
     last = layer_site("encoder", config.n_encoder_layers - 1)
     add("memory", "memory (the encoder's output)", ("Ts", "d_model"), last if config.norm == "post" else None)
 
-    add("target", "decoder inputs (start, then the outputs)", ("Tt",), "ids.tgt")
-    add("target", "positional encoding", ("Tt", "d_model"), "pe.tgt")
+    add("target", "decoder inputs (start, then the outputs)", ("Tt",), ids_site("tgt"))
+    add("target", "positional encoding", ("Tt", "d_model"), pe_site("tgt"))
     add("target", "decoder input (embedding + position)", ("Tt", "d_model"), embed_site("tgt"))
     if config.decoder_self == "attention":
-        add("target", "decoder mask (causal, True = may attend)", ("Tt", "Tt"), "mask.decoder")
-    add("target", "cross-attention mask", ("Tt", "Ts"), "mask.cross")
+        add("target", "decoder mask (causal, True = may attend)", ("Tt", "Tt"), mask_site("decoder"))
+    add("target", "cross-attention mask", ("Tt", "Ts"), mask_site("cross"))
     for i in range(config.n_decoder_layers):
         stage = layer_name("decoder", i)
         if config.decoder_self == "ssru":
@@ -115,7 +126,7 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
     add("output", "decoder state at one step", ("d_model",), None)
     add("output", "logits at one step x·W_outᵀ" + (" + b" if config.output_bias else ""), ("V",), None)
     add("output", "next-word probabilities softmax(logits)", ("V",), None)
-    add("output", "the k most likely at each step", ("Tt", "k"), "output.top_probs")
-    add("output", "their ids", ("Tt", "k"), "output.top_ids")
-    add("output", "the word chosen at each step", ("Tt",), "output.ids")
+    add("output", "the k most likely at each step", ("Tt", "k"), output_site("top_probs"))
+    add("output", "their ids", ("Tt", "k"), output_site("top_ids"))
+    add("output", "the word chosen at each step", ("Tt",), output_site("ids"))
     return tuple(rows)

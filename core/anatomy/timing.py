@@ -18,9 +18,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..bundle import Translation
 from ..model import Transformer
 from ..plan import DecoderState
+from ..results import Translation
+from ..sites import ids_site
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ def measure_steps(model: Transformer, translation: Translation, *, repeats: int 
         raise ValueError("measure_steps needs the model in eval mode (dropout off)")
     trace = translation.trace
     device = next(model.parameters()).device
-    src = torch.tensor(trace["ids.src"], device=device)[None]  # (1, Ts)
-    tgt = torch.tensor(trace["ids.tgt"], device=device)[None]  # (1, Tt): start, then outputs
+    src = torch.tensor(trace[ids_site("src")], device=device)[None]  # (1, Ts)
+    tgt = torch.tensor(trace[ids_site("tgt")], device=device)[None]  # (1, Tt): start, then outputs
     runs: dict[bool, list[list[float]]] = {True: [], False: []}
     encoders = []
     for cached in (True, False):

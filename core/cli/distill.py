@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bundle import MAX_BEAM
 from ..distill import long, student
 from ..distill.settings import LongRecipe, SentenceRecipe
 from ..errors import InputError
+from ..inputs import MAX_BEAM
 from ..training.train import use_threads
 from .training import add_train_arguments, train_config_from_args
 

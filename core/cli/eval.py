@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..bundle import MAX_BEAM
 from ..checkpoint import load_checkpoint
 from ..distill.fidelity import (
     HEADER,
@@ -21,6 +20,7 @@ from ..distill.fidelity import (
 )
 from ..distill.invented import dictionary, invented_section, measure
 from ..errors import InputError
+from ..inputs import MAX_BEAM
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.corpus import split_or_prepare, text_lines

@@ -11,9 +11,10 @@ from typing import Any
 from ..analysis.alignment import AlignmentScores, links, read_gold, word_matrix, word_spans
 from ..analysis.heads import STATS, HeadStatistics, sentence_statistics
 from ..analysis.survey import alignment_scores, builtin_statistics, gold_pairs
-from ..bundle import Translation, load
+from ..bundle import load
 from ..config import Record
 from ..errors import InputError
+from ..results import Translation
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ import sys
 
 from ..bundle import load
 from ..config import InferenceOptions
-from ..sites import attention_site
+from ..sites import attention_array
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = out.to_dict()
         data["attention"] = {
-            f"{attention_site(kind, layer)}.weights": out.trace.attention(kind, layer).round(5).tolist()
+            attention_array(kind, layer, "weights"): out.trace.attention(kind, layer).round(5).tolist()
             for kind in out.trace.kinds
             for layer in range(out.trace.n_layers[kind])
         }

@@ -38,9 +38,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from ..bundle import pick_device, weights_digest
+from ..bundle import weights_digest
 from ..checkpoint import CheckpointMeta, check_output_folder, load_checkpoint, save_checkpoint
 from ..errors import CheckpointError
+from ..inputs import pick_device
 from ..model import Transformer
 from ..tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches

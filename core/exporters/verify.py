@@ -18,6 +18,7 @@ from ..decoding import max_steps
 from ..durable import fsync_tree
 from ..errors import CheckpointError
 from ..model import Transformer
+from ..sites import ids_site, output_site
 from ..tokenizer import Tokenizer
 
 DEFAULT_TEXT = "The weather is nice today, so we went for a walk in the park."
@@ -38,7 +39,7 @@ def core_greedy(
 ) -> tuple[list[int], list[int]]:
     """(source ids with eos, greedy output ids with eos when produced) from core."""
     out = Bundle(model, tokenizer, info).translate(text, max_len=MAX_TOKENS, record=Record(qkv=False))
-    return [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
+    return [int(i) for i in out.trace[ids_site("src")]], [int(i) for i in out.trace[output_site("ids")]]
 
 
 def verify_hf(

@@ -12,9 +12,9 @@ from conftest import build_tiny_checkpoint, tiny_config
 
 import core
 from core import InferenceOptions, InputError, Recorder, Transformer
-from core.bundle import BeamTree
 from core.call import Call
 from core.decoding import BeamStep, beam_search, greedy, suppress
+from core.results import BeamTree
 
 OPTS = InferenceOptions()
 

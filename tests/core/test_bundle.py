@@ -329,7 +329,7 @@ def test_translate_batch_cuts_an_overlong_text_as_translate_does(bundle):
     outs = bundle.translate_batch([long, "Hello"], max_len=3, truncate=True)
     alone = bundle.translate(long, max_len=3, truncate=True)
     assert len(outs) == 2 and outs[0].text == alone.text
-    assert outs[0].source_text == alone.source_text and len(outs[0].source_text) <= core.bundle.MAX_CHARS
+    assert outs[0].source_text == alone.source_text and len(outs[0].source_text) <= core.inputs.MAX_CHARS
     assert outs[0].notices == alone.notices and outs[0].truncated and not outs[1].notices  # each text's own notices
 
 
@@ -538,3 +538,17 @@ def test_a_text_longer_than_the_model_learned_from_gets_a_notice(tiny_checkpoint
         if warned:
             assert said[0].startswith(f"The text is {n} pieces long") and f"at most {n - 1} pieces" in said[0]
             assert core.Translation(Trace.load(out.trace.save(tmp_path / "t.npz"))).notices == out.notices
+
+
+def test_encode_gives_the_source_ids_and_the_encoder_output_with_the_options(bundle):
+    text = "The cat sleeps on the warm chair."
+    off = InferenceOptions(positional_encoding=False)
+    ids, memory = bundle.encode(text, off)
+    assert ids == bundle.encode_source(text)[0]
+    assert memory.shape == (len(ids), bundle.config.d_model)
+    src, keep = bundle.padded([ids])
+    with torch.inference_mode():  # the reference path: what a page compares across texts
+        torch.testing.assert_close(memory, bundle.model.encode(src, keep, Call(options=off))[0], rtol=0, atol=0)
+    assert not torch.allclose(bundle.encode(text)[1], memory)  # the options are applied
+    with pytest.raises(InputError):
+        bundle.encode(" ")

@@ -24,13 +24,13 @@ from marian_folders import marian_model, save_folder, write_tokenizer
 
 import core
 from core import InputError, ModelConfig
-from core.bundle import clean_text
 from core.cli import main
 from core.decoding import forced_ids
 from core.exporters.ct2 import export_ct2
 from core.exporters.verify import ct2_decoding, ct2_target_prefix, ct2_translate, ct2_vocabulary
 from core.generation_rules import banned, forced_id, penalise, rules_in_force
 from core.importers import hf_families
+from core.inputs import clean_text
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")

@@ -291,11 +291,11 @@ def test_plan_binds_the_float16_kernel_for_few_rows_only():
     fw = FastWeights(model)
     few, many = make_plan(model, fw, 1), make_plan(model, fw, 64)
     assert few is not None and many is not None
-    assert few.layers[0].ffn_in[0] is torch.fbgemm_linear_fp16_weight  # float16-valued weights, one row: the kernel
-    assert few.layers[1].qkv[0] is torch.fbgemm_linear_fp16_weight  # the fused Q/K/V matrix too
-    assert many.layers[0].ffn_in[0] is F.linear  # 64 rows of a small matrix: MKL
+    assert few.layers[0].ffn.inner[0] is torch.fbgemm_linear_fp16_weight  # float16-valued weights, one row: the kernel
+    assert few.layers[1].self_attn.qkv.linears[0][0] is torch.fbgemm_linear_fp16_weight  # the fused Q/K/V matrix too
+    assert many.layers[0].ffn.inner[0] is F.linear  # 64 rows of a small matrix: MKL
     model.decoder_layers[0].ffn.linear1.weight[0, 0] += 1e-4  # no longer a float16 number
-    assert make_plan(model, FastWeights(model), 1).layers[0].ffn_in[0] is F.linear
+    assert make_plan(model, FastWeights(model), 1).layers[0].ffn.inner[0] is F.linear
 
 
 @pytest.mark.parametrize("path", ["plan", "reference"])
@@ -315,3 +315,29 @@ def test_switched_off_heads_stay_off_at_every_decoding_step(path, plan_calls):
     probs = torch.stack([s.probs for s in out.steps], dim=1)  # (B, T)
     torch.testing.assert_close(probs, ablated.gather(-1, chosen[..., None])[..., 0], atol=1e-4, rtol=1e-4)
     assert not torch.allclose(probs, plain.gather(-1, chosen[..., None])[..., 0], atol=1e-3)
+
+
+@pytest.mark.parametrize("case", ["post-norm", "pre-norm, gelu, learned positions", "ssru"])
+def test_plan_records_the_activations_the_module_path_records(case, plan_calls):
+    """One layer function on both paths: each block's input x, the stream after each sub-layer, the layers' outputs
+    and each head's output come out of the cached step as out of the modules."""
+    overrides = dict(decoder_self="ssru") if case == "ssru" else CASES[case]
+    model, (src, keep) = peaked(**overrides), padded_batch()
+
+    def run(fast):
+        rec = Recorder(model, qkv=True, activations=True)
+        greedy(model, src, keep, call=Call(options=InferenceOptions(), recorder=rec, fast=fast, max_len=8))
+        return rec.freeze()
+
+    fast, slow = run(FastWeights(model)), run(None)
+    assert plan_calls["n"] == 8  # every step on the plan
+    assert fast.keys() == slow.keys()
+    new = {"decoder.1.cross.x", "decoder.1.cross.out", "encoder.1.self.x", "encoder.out"}
+    new |= {"decoder.0.ssru.x", "decoder.0.ssru.out"} if case == "ssru" else {"decoder.0.self.x", "decoder.0.self.out"}
+    assert new <= set(slow.keys())
+    for name in slow.keys():
+        want, got = slow.arrays[name], fast.arrays[name]
+        if want.dtype == np.float32:
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)

@@ -16,8 +16,8 @@ from conftest import build_tiny_checkpoint, plotly_array
 from streamlit.testing.v1 import AppTest
 
 import core
-from core.bundle import BeamTree
 from core.decoding import BeamStep
+from core.results import BeamTree
 from viz_app.figures import decoding, learn, style
 from viz_app.widgets.markup import marked_words, md
 

@@ -11,6 +11,7 @@ import streamlit as st
 import core
 from core.analysis import HeadEffect, HeadImportance, all_heads_but
 from core.analysis.attribution import spearman
+from core.sites import AttentionKind
 from viz_app.explain import analysis_store
 from viz_app.explain.common import how_to_read, replaying
 from viz_app.figures import explain, style
@@ -82,7 +83,7 @@ def tab(out: core.Translation) -> None:
         _head_picker(out, result, ranking, labels, replay)
 
 
-def _maps(out: core.Translation, result: HeadImportance, kinds: list[str]) -> float:
+def _maps(out: core.Translation, result: HeadImportance, kinds: list[AttentionKind]) -> float:
     """One importance map per kind of attention, side by side; returns the colour scale's end they share."""
     note = selection.options_note(out.options, 1)
     # one colour scale for every kind, so colours compare; it saturates at the 90th percentile of |Δ| so that one

@@ -50,14 +50,14 @@ def tab(out: core.Translation) -> None:
         return
     position = None if choice == "the most affected" else int(choice.split(":")[0]) - 1
     key = runs.options_key(out.options)
-    result = errors.guarded(
+    patched = errors.guarded(
         lambda: runs.patching(checkpoints.ckpt_path(), selection.sentence(), corrupt, key, position),
         refused="Cannot patch with this corrupted sentence.",
     )
-    if result is None:
+    if patched is None:
         return
-    analysis_store.remember(out, *result.to_arrays(corrupt))
-    _show(out, result)
+    analysis_store.remember(out, *patched.to_arrays(corrupt))
+    _show(out, patched)
 
 
 def _corrupted(out: core.Translation, how: str) -> str:

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.basedatatypes import BaseTraceType
 
-from core.bundle import BeamTree
+from core.results import BeamTree
 from viz_app.figures.style import (
     FONT,
     NARROW_TITLE,
@@ -143,7 +144,7 @@ def beam_tree(tree: BeamTree, *, title: str, selected: tuple[int, int] | None = 
                 xs, ys = edges["pruned" if status == "pruned" else "kept"]
                 xs += [t, t + 1, None]
                 ys += [parent + 1, j + 1, None]
-    data: list[go.BaseTraceType] = []
+    data: list[BaseTraceType] = []
     for name, colour, width in (("pruned", PRUNED, 1), ("kept", "#a8c5da", 1.5)):
         xs, ys = edges[name]
         data.append(

@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from core import sites
 from core.anatomy import DecodingCost, MeasuredSteps, PaperCount, ParameterTable, parameter_table
 from core.anatomy import paper as paper_module
 from viz_app.figures.style import base_layout
@@ -66,7 +67,7 @@ def layer_frame(table: ParameterTable) -> pd.DataFrame:
 
 def total_sentence(table: ParameterTable, numel: int) -> str:
     """What the accounting adds up to, against the model's own count."""
-    shared = ", ".join(f"{b.label} (= {table.block(b.shared_with).label})" for b in table.shared)
+    shared = ", ".join(f"{b.label} (= {table.block(b.shared_with).label})" for b in table.shared if b.shared_with)
     same = (
         f"the same as the model's own count of its tensors (sum of p.numel(): {numel:,})"
         if table.total == numel
@@ -107,8 +108,8 @@ def paper_beside(count: PaperCount, current: ParameterTable, name: str) -> pd.Da
     columns = {}
     for label, table in ((f"paper: {count.row.label}", paper), (f"this model: {name}", current)):
         arch, groups = table.architecture, table.group_totals()
-        enc = groups.get("encoder.0", 0)
-        dec = groups.get("decoder.0", 0)
+        enc = groups.get(sites.layer_name("encoder", 0), 0)
+        dec = groups.get(sites.layer_name("decoder", 0), 0)
         columns[label] = [
             f"{arch.src_vocab:,}" + ("" if arch.share_embeddings else f" / {arch.tgt_vocab:,}"),
             f"{arch.n_encoder_layers} + {arch.n_decoder_layers}",
@@ -303,7 +304,7 @@ def bias_sentence(count: PaperCount) -> str:
     """One encoder layer of the row without and with biases on the attention projections (the lab's have them)."""
     layer = {
         bias: parameter_table(paper_module.architecture(count.row, count.vocab, attention_bias=bias)).group_totals()[
-            "encoder.0"
+            sites.layer_name("encoder", 0)
         ]
         for bias in (False, True)
     }

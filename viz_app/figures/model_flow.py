@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from core.anatomy import ParameterTable, TensorShape
-from core.sites import attention_site, layer_name
+from core.sites import AttentionKind, Stack, attention_array, embed_site, layer_name, ssru_site
 from viz_app.figures.style import token_labels
 
 Column = str  # 'encoder' (left) or 'decoder' (right)
@@ -108,11 +108,11 @@ def _norm_after(b: _Builder, block: str, column: Column, row: TensorShape, formu
     b.add(block, column, "norm", "add & norm", [row], blocks=[block], detail=formula)
 
 
-def _attention(b: _Builder, kind: str, layer: int, pre: bool, n_heads: int) -> None:
+def _attention(b: _Builder, kind: AttentionKind, layer: int, pre: bool, n_heads: int) -> None:
     """One attention sub-layer of ``kind`` ('encoder', 'decoder', 'cross') in ``layer``, and its norm (post-norm:
     add & norm after; pre-norm: LayerNorm before)."""
     prefix, fill, name, part, page = SUBLAYERS[kind]
-    column = "encoder" if kind == "encoder" else "decoder"
+    column: Stack = "encoder" if kind == "encoder" else "decoder"
     stage = layer_name(column, layer)
 
     def row(what: str) -> TensorShape:
@@ -126,7 +126,7 @@ def _attention(b: _Builder, kind: str, layer: int, pre: bool, n_heads: int) -> N
     )
     block, norm = f"{stage}.{part}", row("add & norm")
     label = f"{name} · {n_heads} heads" + (" + residual" if pre else "")
-    site = f"{attention_site(kind, layer)}.heads"
+    site = attention_array(kind, layer, "heads")
     if pre:
         _norm_before(b, f"{block}_norm", column, norm)
     b.add(block, column, fill, label, rows, blocks=[block], site=site, page=page, detail=detail)
@@ -142,9 +142,8 @@ def _ssru(b: _Builder, layer: int, pre: bool) -> None:
     label = "SSRU instead of self-attention" + (" + residual" if pre else "")
     if pre:
         _norm_before(b, f"{stage}.self_attn_norm", "decoder", norm)
-    b.add(
-        f"{stage}.ssru", "decoder", "ssru", label, [gate, cell], blocks=[f"{stage}.ssru"], site=gate.site, detail=detail
-    )
+    block = ssru_site(layer)
+    b.add(block, "decoder", "ssru", label, [gate, cell], blocks=[block], site=gate.site, detail=detail)
     if not pre:
         _norm_after(b, f"{stage}.self_attn_norm", "decoder", norm, f"{b.norm}(x + SSRU(x))")
 
@@ -189,7 +188,7 @@ def _side(b: _Builder, side: str, column: Column, tokens: str) -> None:
     source_emb = b.row("source", "token embeddings")
     emb = source_emb if side == "source" else TensorShape(side, source_emb.name, total.dims, total.shape, None, False)
     b.add(f"{side}.ids", column, "tokens", f"{side} pieces → token ids", [ids], site=ids.site, detail=tokens)
-    block = "embed.src" if side == "source" else "embed.tgt"
+    block = embed_site("src" if side == "source" else "tgt")
     scaled = source_emb.name.removeprefix("token embeddings ").replace("·√d_model", " ×√d_model")
     detail = "one row of E per piece"
     b.add(block, column, "embedding", f"embedding {scaled}", [emb], blocks=[block], detail=detail)

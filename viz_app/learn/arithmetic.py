@@ -138,7 +138,7 @@ def score_formula(scaled: bool, biased: bool, d_k: int) -> str:
 
 
 def scale_of_recorded(
-    dots: np.ndarray, scores: np.ndarray, bias: np.ndarray, mask: np.ndarray, d_k: int
+    dots: np.ndarray, scores: np.ndarray, bias: np.ndarray | float, mask: np.ndarray, d_k: int
 ) -> bool | None:
     """For a saved trace (no config at hand): whether its recorded scores are q·k / √d_k (True) or q·k (False),
     read from the numbers; None when neither matches."""

@@ -11,12 +11,12 @@ import pandas as pd
 import streamlit as st
 
 import core
-from core.sites import attention_site
+from core.sites import AttentionKind, Side, array_of, attention_site
 from viz_app.figures import learn, masking, style
 from viz_app.learn import arithmetic, tables
 from viz_app.learn.arithmetic import Arithmetic
 from viz_app.learn.tables import DIGITS, check, frame, matrix_excerpt, vector_table
-from viz_app.learn.walkthrough import Softmax, Walkthrough, as_numpy, normalize
+from viz_app.learn.walkthrough import Softmax, Walkthrough
 from viz_app.session import params, selection
 from viz_app.widgets import export, markup
 
@@ -27,7 +27,7 @@ class Focus:
     ``run``, and the key tokens it attends over (``key_labels``: '1 ▁The' …)."""
 
     run: core.Translation
-    kind: str
+    kind: AttentionKind
     layer: int
     head: int
     query: int
@@ -54,26 +54,29 @@ def input_vector(walk: Walkthrough, focus: Focus) -> np.ndarray:
     if kind == "cross":
         st.markdown(
             "The cross-attention's query comes from the decoder: the stream h after this layer's "
-            f"{'SSRU' if walk.cfg.decoder_self == 'ssru' else 'masked self-attention'} sub-layer (recomputed here "
-            "from the recorded stream with the model's weights). Its keys and values come from the encoder's "
-            "final output, the same for every decoder layer." + norm_note
+            f"{'SSRU' if walk.cfg.decoder_self == 'ssru' else 'masked self-attention'} sub-layer, as the model "
+            "recorded it. Its keys and values come from the encoder's final output, the same for every decoder "
+            "layer." + norm_note
         )
     elif layer == 0:
-        _embedding_plus_pe(walk, focus, x.shape[0])
+        _embedding_plus_pe(walk, focus)
         st.markdown(norm_note.strip())
     else:
         st.markdown(f"In layer {layer + 1} the stream h is the output of layer {layer}." + norm_note)
     if kind != "cross" and layer == 0 and not walk.pre:
         return x
-    vector_table({"x": x})
+    vector_table({"x as recorded": x})
+    if walk.pre:  # the norm by hand, from the recorded stream
+        norm_of_h = walk.input_by_hand()[i]
+        check(f"{norm}(h) by hand equals the input x the model recorded", learn.max_difference(norm_of_h, x))
     return x
 
 
-def _embedding_plus_pe(walk: Walkthrough, focus: Focus, d_model: int) -> None:
+def _embedding_plus_pe(walk: Walkthrough, focus: Focus) -> None:
     """Layer 1's stream: the token's embedding (scaled or not), plus its position vector when the model adds one,
     through the embedding norm when it has one; checked against the recorded stream."""
     a = Arithmetic.of(walk.cfg)
-    side = "src" if focus.kind == "encoder" else "tgt"
+    side: Side = "src" if focus.kind == "encoder" else "tgt"
     i = focus.query
     scale = "times $\\sqrt{d_{model}}$" if a.scale_embedding else "not scaled"
     if a.absolute_positions:
@@ -86,11 +89,7 @@ def _embedding_plus_pe(walk: Walkthrough, focus: Focus, d_model: int) -> None:
     norm = f", then a {a.norm} (layernorm_embedding)" if a.embed_norm else ""
     st.markdown(f"In layer 1 the stream h is {what}{norm}:")
     st.latex(a.embedding())
-    ids = walk.trace["ids.src" if side == "src" else "ids.tgt"]
-    table = walk.model.src_embed if side == "src" else walk.model.tgt_embed
-    emb = as_numpy(table.weight[int(ids[i])], d_model) * walk.model.embed_scale
-    if side == "tgt" and i == 0 and walk.cfg.start == "zeros":
-        emb = np.zeros_like(emb)  # this model starts the decoder from a zero vector
+    emb = walk.embedding(side, i)  # zeros where the decoder starts from a zero vector
     rows = {"embedding E·" + ("√d" if a.scale_embedding else "1"): emb}
     total = emb
     if a.absolute_positions:
@@ -98,7 +97,7 @@ def _embedding_plus_pe(walk: Walkthrough, focus: Focus, d_model: int) -> None:
         total = emb + pe
         rows |= {"positional encoding PE": pe, "their sum (by hand)": total}
     if a.embed_norm:
-        total = normalize(total, walk.model.src_embed_norm if side == "src" else walk.model.tgt_embed_norm)
+        total = walk.embedding_norm(side, total)
         rows[f"{a.norm} of it (by hand)"] = total
     recorded = walk.stream("encoder" if side == "src" else "decoder", 0)[i]
     vector_table({**rows, "h as recorded": recorded})
@@ -237,10 +236,10 @@ def heads_joined(walk: Walkthrough, focus: Focus, output: np.ndarray) -> None:
     next value the model recorded."""
     trace, i, head = focus.run.trace, focus.query, focus.head
     site = attention_site(focus.kind, focus.layer)
-    if f"{site}.heads" not in trace:
+    if array_of(site, "heads") not in trace:
         st.caption("The heads' outputs were not recorded for this run, so the W_O step is not shown.")
         return
-    heads = np.asarray(trace[f"{site}.heads"], dtype=np.float64)  # (H, Tq, dh) after any switch-off
+    heads = np.asarray(trace[array_of(site, "heads")], dtype=np.float64)  # (H, Tq, dh) after any switch-off
     n_heads, d_k = heads.shape[0], heads.shape[-1]
     a = Arithmetic.of(walk.cfg)
     st.markdown(f"##### 6 · All {n_heads} heads joined, then projected by W_O")
@@ -267,19 +266,20 @@ def heads_joined(walk: Walkthrough, focus: Focus, output: np.ndarray) -> None:
     st.dataframe(styled, width="stretch")
     if (focus.kind, focus.layer, head) not in focus.run.options.ablate:
         check(f"head {head + 1}'s recorded output equals step 5's", learn.max_difference(heads[head, i], output))
-    y = walk.project_heads(walk.attn, heads)  # (Tq, D)
-    matrix_excerpt(as_numpy(walk.attn.out_proj.weight, n_heads * d_k).T, "W_O, the output projection")
+    y = walk.project_heads(heads)  # (Tq, D)
+    matrix_excerpt(walk.output_projection()[0], "W_O, the output projection")
     vector_table({f"y = [heads] · W_O{' + b_O' if a.biases else ''}": y[i]})
     what, by_hand, model_value = walk.after(y)
-    st.markdown(
-        f"The sub-layer's output is added back to the stream (${a.residual()}$); carrying on by hand with the "
-        f"model's weights gives {what}:"
-    )
-    if focus.kind != "decoder":  # the feed-forward sub-layer comes next
-        st.latex(a.ffn())
-        if a.gated:
-            st.caption(
-                "A gated feed-forward: two projections of x, one through the activation, multiplied element by "
-                "element (⊙) before W_2."
-            )
+    st.markdown(f"The sub-layer's output is added back to the stream h (${a.residual()}$); by hand that gives {what}:")
+    vector_table({"by hand": by_hand[i], "as recorded": model_value[i]})
     check(f"it equals the value the model recorded at query {i + 1}", learn.max_difference(by_hand[i], model_value[i]))
+    if focus.kind == "decoder":
+        st.caption("Next, this layer's cross-attention reads this stream (pick it above to follow it).")
+        return
+    st.markdown("Next, the feed-forward sub-layer reads this stream:")
+    st.latex(a.ffn())
+    if a.gated:
+        st.caption(
+            "A gated feed-forward: two projections of x, one through the activation, multiplied element by "
+            "element (⊙) before W_2."
+        )

@@ -1,18 +1,23 @@
-"""One attention sub-layer recomputed by hand: where its inputs come from (the recorded residual stream and the
-model's weights), the scores, mask and softmax of one query, and what the model does next with its output. Plain
-numpy in float64, no Streamlit; every value is compared with what the model recorded."""
+"""One attention sub-layer followed by hand: the values core recorded (``Bundle.record_more``: each block's input x,
+its q, k, v, each head's output and the stream after the sub-layer) and the model's weights as the one layer
+function reads them (``Transformer.layer_weights``). The page does the arithmetic between two recorded values —
+q = x·W_Q + b, the softmax, the heads joined by W_O, the residual — in float64 numpy and checks each result against
+the next recorded value; nothing of the layer is run again here. No Streamlit."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 
 import core
 from core.anatomy.positions import relative_bias
-from core.sites import Stack, attention_array, gate_site, layer_input_site
+from core.blocks import DecoderWeights, Norm
+from core.layers import norm_of
+from core.sites import AttentionKind, Side, Stack, attention_array, ids_site, layer_input_site, memory_site, stack_of
 from viz_app.figures import learn
 
 
@@ -21,12 +26,12 @@ def as_numpy(t: torch.Tensor | None, n: int) -> np.ndarray:
     return np.zeros(n) if t is None else t.detach().float().cpu().numpy().astype(np.float64)
 
 
-def normalize(h: np.ndarray, module: torch.nn.Module) -> np.ndarray:
-    """``module`` (a LayerNorm or an RMSNorm of the model) applied by hand to h (..., D)."""
-    d = int(module.weight.shape[0])
-    if isinstance(module, torch.nn.RMSNorm):
-        return learn.rms_norm(h, as_numpy(module.weight, d), float(module.eps or 0.0))
-    return learn.layer_norm(h, as_numpy(module.weight, d), as_numpy(module.bias, d), float(module.eps))
+def normalize(h: np.ndarray, norm: Norm) -> np.ndarray:
+    """A norm of the model (``core.blocks.Norm``: LayerNorm or RMSNorm) applied by hand to h (..., D)."""
+    d = int(norm.weight.shape[0])
+    if norm.rms:
+        return learn.rms_norm(h, as_numpy(norm.weight, d), norm.eps)
+    return learn.layer_norm(h, as_numpy(norm.weight, d), as_numpy(norm.bias, d), norm.eps)
 
 
 @dataclass(frozen=True)
@@ -67,123 +72,102 @@ def softmax_by_hand(
 
 
 class Walkthrough:
-    """Where one attention sub-layer's inputs come from, recomputed with the model's weights from the recorded
-    residual stream (pre-norm: the sub-layer reads norm(stream); post-norm: the stream itself; the norm is the
-    model's LayerNorm or RMSNorm)."""
+    """Attention block (kind, layer) of one recorded run: what core recorded around it and the weights it ran on."""
 
-    def __init__(self, bundle: core.Bundle, trace: core.Trace, kind: str, layer: int) -> None:
-        self.model, self.cfg, self.trace = bundle.model, bundle.config, trace
+    def __init__(self, bundle: core.Bundle, trace: core.Trace, kind: AttentionKind, layer: int) -> None:
+        self.cfg, self.trace, self._model = bundle.config, trace, bundle.model
         self.kind, self.layer, self.pre = kind, layer, bundle.config.norm == "pre"
-        self.n_tgt = len(trace["ids.tgt"]) if "ids.tgt" in trace else 0
-        if kind == "encoder":
-            block = self.model.encoder_layers[layer]
-            self.attn, self.norm = block.self_attn, block.self_attn_norm
+        self.stack: Stack = stack_of(kind)
+        weights = bundle.model.layer_weights(self.stack, layer)
+        if kind == "cross":
+            assert isinstance(weights, DecoderWeights)
+            self.attn, self.norm, self.sites = weights.cross, weights.cross_norm, weights.cross_sites
+            self._before = weights.self_sites.out  # the stream this sub-layer adds to: after the self sub-layer's
         else:
-            dec = self.model.decoder_layers[layer]
-            attn = dec.self_attn if kind == "decoder" else dec.cross_attn
+            attn = weights.self_attn
             assert attn is not None
-            self.attn, self.norm = attn, (dec.self_attn_norm if kind == "decoder" else dec.cross_attn_norm)
-        self.d_head = self.cfg.d_head
+            self.attn, self.norm, self.sites = attn, weights.self_norm, weights.self_sites
+            self._before = layer_input_site(self.stack, layer)
+        self.d_head, self.d_value = self.cfg.d_head, self.cfg.d_value
 
-    # ------------------------------------------------------------------ the residual stream
+    def recorded(self, site: str) -> np.ndarray:
+        """The array core recorded at ``site`` in float64; the decoder's last pass when each step recomputed the
+        prefix (no KV cache)."""
+        x = np.asarray(self.trace[site], dtype=np.float64)
+        n = self.trace[attention_array(self.kind, self.layer, "q")].shape[1]  # (H, Tq, dh): the queries recorded
+        return x[-n:] if self.stack == "decoder" and site != memory_site() else x
+
     def stream(self, stack: Stack, layer: int) -> np.ndarray:
-        """The residual stream entering ``stack`` layer ``layer`` (T, D): the embedding + PE for the first."""
-        x = self.trace[layer_input_site(stack, layer)]
-        if layer == 0 and stack == "decoder":  # without the KV cache each step re-embeds the prefix: the last pass
-            x = x[-self.n_tgt :]
-        return np.asarray(x, dtype=np.float64)
+        """The residual stream entering ``stack`` layer ``layer`` (T, D) as recorded: the embedding + PE for the
+        first."""
+        x = np.asarray(self.trace[layer_input_site(stack, layer)], dtype=np.float64)
+        if stack == "decoder":
+            x = x[-self.trace[ids_site("tgt")].shape[-1] :]  # each recomputing step re-embeds the prefix: the last
+        return x
 
-    def sub_in(self, h: np.ndarray, norm: torch.nn.Module) -> np.ndarray:
-        return normalize(h, norm) if self.pre else h
-
-    def sub_out(self, h: np.ndarray, y: np.ndarray, norm: torch.nn.Module) -> np.ndarray:
-        return h + y if self.pre else normalize(h + y, norm)
-
-    def project_heads(self, attn: torch.nn.Module, heads: np.ndarray) -> np.ndarray:
-        """Heads' outputs (H, T, dh) joined (T, H·dh) and projected: · W_O + b_O -> (T, D)."""
-        joined = np.concatenate(list(heads), axis=-1)  # (T, H·dh)
-        weight = attn.out_proj.weight  # (D, H·dh)
-        return joined @ as_numpy(weight, 0).T + as_numpy(attn.out_proj.bias, int(weight.shape[0]))
-
-    def decoder_after_self(self) -> np.ndarray:
-        """The decoder stream after this layer's self-attention (or SSRU) sub-layer (Tt, D)."""
-        dec = self.model.decoder_layers[self.layer]
-        h = self.stream("decoder", self.layer)
-        if dec.ssru is not None:  # c_t = f_t c_{t-1} + (1 - f_t) x_t W;  y_t = ReLU(c_t), with the recorded gates f
-            xw = self.sub_in(h, dec.self_attn_norm) @ as_numpy(dec.ssru.W.weight, h.shape[-1]).T
-            gates = np.asarray(self.trace[gate_site(self.layer)], dtype=np.float64)
-            c, cells = np.zeros(h.shape[-1]), []
-            for t in range(h.shape[0]):
-                c = gates[t] * c + (1.0 - gates[t]) * xw[t]
-                cells.append(c)
-            y = np.maximum(np.stack(cells), 0.0)
-        else:
-            assert dec.self_attn is not None
-            y = self.project_heads(
-                dec.self_attn, np.asarray(self.trace[attention_array("decoder", self.layer, "heads")])
-            )
-        return self.sub_out(h, y, dec.self_attn_norm)
-
-    def memory(self) -> np.ndarray:
-        """The encoder's output the cross-attention reads (Ts, D): the last layer's, normed for pre-norm."""
-        h = self.stream("encoder", self.cfg.n_encoder_layers)
-        return normalize(h, self.model.encoder_norm) if self.pre else h
-
-    def residual(self) -> np.ndarray:
-        """The stream this sub-layer adds its output to (Tq, D)."""
-        if self.kind == "encoder":
-            return self.stream("encoder", self.layer)
-        return self.stream("decoder", self.layer) if self.kind == "decoder" else self.decoder_after_self()
+    def stream_in(self) -> np.ndarray:
+        """The stream h this sub-layer reads and adds its output to (Tq, D)."""
+        return self.recorded(self._before)
 
     def inputs(self) -> tuple[np.ndarray, np.ndarray]:
-        """What the queries read (Tq, D) and what the keys and values read (Tk, D)."""
-        if self.kind == "cross":
-            return self.sub_in(self.residual(), self.norm), self.memory()
-        x = self.sub_in(self.residual(), self.norm)
-        return x, x
+        """What the queries read (Tq, D) and what the keys and values read (Tk, D), as recorded: the block's input x
+        (the stream, normed first with pre-norm), and for cross-attention the encoder's output."""
+        x = self.recorded(self.sites.x)
+        return x, (self.recorded(memory_site()) if self.kind == "cross" else x)
 
-    def projection(self, name: str, head: int) -> tuple[np.ndarray, np.ndarray]:
-        """This head's slice of W_Q / W_K / W_V as the paper writes it, (D, dh), and of its bias (dh,)."""
-        linear = getattr(self.attn, f"{name}_proj")
-        rows = slice(head * self.d_head, (head + 1) * self.d_head)
-        d = int(linear.weight.shape[1])
-        bias = None if linear.bias is None else linear.bias[rows]
-        return as_numpy(linear.weight[rows], d).T, as_numpy(bias, self.d_head)
+    def input_by_hand(self) -> np.ndarray:
+        """x from the recorded stream h by hand: the sub-layer's norm of h with pre-norm, h itself with post-norm."""
+        h = self.stream_in()
+        return normalize(h, self.norm) if self.pre else h
+
+    def projection(self, name: Literal["q", "k", "v"], head: int) -> tuple[np.ndarray, np.ndarray]:
+        """This head's slice of W_Q / W_K / W_V as the paper writes it, (D, d), and of its bias (d,)."""
+        k, v = self.attn.kv.linears  # the reference path's weights: one matrix each
+        _, weight, bias = {"q": self.attn.q, "k": k, "v": v}[name]
+        size = self.d_value if name == "v" else self.d_head
+        rows = slice(head * size, (head + 1) * size)
+        return as_numpy(weight[rows], 0).T, as_numpy(None if bias is None else bias[rows], size)
+
+    def output_projection(self) -> tuple[np.ndarray, np.ndarray]:
+        """W_O as the paper writes it, (H·d_v, D), and b_O (D,) (zeros without a bias)."""
+        _, weight, bias = self.attn.out
+        return as_numpy(weight, 0).T, as_numpy(bias, int(weight.shape[0]))
+
+    def project_heads(self, heads: np.ndarray) -> np.ndarray:
+        """Heads' outputs (H, T, d_v) joined (T, H·d_v) and projected: · W_O + b_O -> (T, D)."""
+        w, b = self.output_projection()
+        return np.concatenate(list(heads), axis=-1) @ w + b
+
+    def after(self, y: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
+        """The stream after this sub-layer by hand from its output y (Tq, D) — h + y with pre-norm, norm(h + y) with
+        post-norm — and as recorded: (description, by hand, recorded)."""
+        h = self.stream_in()
+        by_hand = h + y if self.pre else normalize(h + y, self.norm)
+        block = {"encoder": "self-attention", "decoder": "masked self-attention", "cross": "cross-attention"}[self.kind]
+        return (
+            f"the stream after the {block} sub-layer of {self.stack} layer {self.layer + 1}",
+            by_hand,
+            self.recorded(self.sites.out),
+        )
 
     def position_bias(self, head: int, query: int, n_keys: int) -> np.ndarray | None:
         """(Tk,) the relative position bias ``head`` adds to ``query``'s scores, looked up in the model's learned
         table by each key's distance (None for cross-attention, or a model without one)."""
         if self.kind == "cross":
             return None
-        found = relative_bias(self.model, "encoder" if self.kind == "encoder" else "decoder", 1)
+        found = relative_bias(self._model, self.stack, 1)
         if found is None:
             return None
         buckets = found.bucket_map(max(n_keys, query + 1))[query, :n_keys]  # (Tk,)
         return found.table[head, buckets]
 
-    def after(self, y: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
-        """What the model does next with the sub-layer's output y (Tq, D), computed by hand, and the recorded
-        value it must equal: (description, by hand, recorded)."""
-        s = self.sub_out(self.residual(), y, self.norm)
-        if self.kind == "decoder":  # the next sub-layer, cross-attention, reads this: its queries must match
-            dec = self.model.decoder_layers[self.layer]
-            x = self.sub_in(s, dec.cross_attn_norm)
-            weight = dec.cross_attn.q_proj.weight  # (H·dh, D)
-            q = x @ as_numpy(weight, 0).T + as_numpy(dec.cross_attn.q_proj.bias, int(weight.shape[0]))  # (Tq, H·dh)
-            recorded = np.concatenate(
-                list(np.asarray(self.trace[attention_array("cross", self.layer, "q")])), axis=-1
-            )  # (Tq, H·dh)
-            return "the queries of the cross-attention that reads this stream next", q, recorded
-        block = (
-            self.model.encoder_layers[self.layer] if self.kind == "encoder" else self.model.decoder_layers[self.layer]
-        )
-        h = torch.from_numpy(self.sub_in(s, block.ffn_norm)).to(block.ffn.linear1.weight)
-        with torch.inference_mode():
-            ffn = block.ffn(h).double().cpu().numpy()  # the model's own feed-forward module
-        out = self.sub_out(s, ffn, block.ffn_norm)
-        stack = "encoder" if self.kind == "encoder" else "decoder"
-        return (
-            f"the output of {stack} layer {self.layer + 1} (after the feed-forward sub-layer)",
-            out,
-            np.asarray(self.trace[f"{stack}.{self.layer}.out"], dtype=np.float64),
-        )
+    def embedding(self, side: Side, position: int) -> np.ndarray:
+        """The token embedding at ``position`` of ``side``, times √d_model when the model scales it (D,); zeros for
+        a decoder that starts from a zero vector."""
+        table = self._model.src_embed if side == "src" else self._model.tgt_embed
+        row = as_numpy(table.weight[int(self.trace[ids_site(side)][position])], 0) * self._model.embed_scale
+        return np.zeros_like(row) if side == "tgt" and position == 0 and self.cfg.start == "zeros" else row
+
+    def embedding_norm(self, side: Side, h: np.ndarray) -> np.ndarray:
+        """The side's embedding norm (BART's layernorm_embedding) applied by hand to h (..., D)."""
+        return normalize(h, norm_of(self._model.src_embed_norm if side == "src" else self._model.tgt_embed_norm))

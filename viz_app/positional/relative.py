@@ -7,7 +7,7 @@ import streamlit as st
 
 import core
 from core.anatomy.positions import relative_bias
-from core.sites import position_bias_site
+from core.sites import Side, Stack, position_bias_site
 from viz_app import claims
 from viz_app.figures import relative_bias as figures
 from viz_app.figures import style
@@ -15,7 +15,8 @@ from viz_app.positional import describe
 from viz_app.session import server
 from viz_app.widgets import export
 
-STACKS = {"encoder": "src", "decoder": "tgt"}  # stack -> the side it reads (and its position_bias_site)
+# stack -> the side it reads (and its position_bias_site)
+STACKS: dict[Stack, Side] = {"encoder": "src", "decoder": "tgt"}
 
 
 def table_tab(path: str) -> None:
@@ -68,7 +69,7 @@ def table_tab(path: str) -> None:
 def run_tab(out: core.Translation, note: str) -> None:
     """The bias each head of each stack added to this run's scores (zeros when switched off), from the trace."""
     for stack, side in STACKS.items():
-        site = position_bias_site(side)  # type: ignore[arg-type]
+        site = position_bias_site(side)
         tokens = out.src_tokens if side == "src" else out.tgt_tokens
         if site not in out.trace:
             st.info(f"This trace holds no {stack} position bias (it was recorded before the lab kept it).")

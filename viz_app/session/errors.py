@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import streamlit as st
 
 import core
 
+T = TypeVar("T")
 
-def guarded(call: Callable[[], Any], refused: str = "Cannot translate this text.") -> Any:
+
+def guarded(call: Callable[[], T], refused: str = "Cannot translate this text.") -> T | None:
     """Run ``call``; show a friendly message instead of a traceback and return None if it fails. ``refused``
     heads the message of an input the call refuses (what the input was for)."""
     try:

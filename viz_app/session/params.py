@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from core.analysis import FUSIONS
 from core.analysis.heads import STATS
+from core.sites import ATTENTION_KINDS, AttentionKind
 
 KINDS = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "cross-attention"}
 
@@ -63,10 +64,17 @@ HEAD_VIEWS = {SINGLE_HEAD: "one head", "mean": "mean of all heads", "max": "max 
 BEAMS = (1, 2, 4, 8)  # the beam sizes the Steps page offers
 
 
-_BOOL = dict(parse=_bool, dump=lambda v: "1" if v else "0")
+class _Codec(TypedDict):
+    """How a ``Param`` is read from and written into a link, shared by several params (``Param(x, **codec)``)."""
+
+    parse: Callable[[str], Any]
+    dump: Callable[[Any], str]
 
 
-_INDEX = dict(parse=_one_based, dump=lambda v: str(int(v) + 1))  # layers, heads, positions: 1-based in links
+_BOOL: _Codec = {"parse": _bool, "dump": lambda v: "1" if v else "0"}
+
+
+_INDEX: _Codec = {"parse": _one_based, "dump": lambda v: str(int(v) + 1)}  # layers, heads, positions: 1-based in links
 
 
 PARAMS: dict[str, Param] = {
@@ -110,9 +118,11 @@ def head_label(kind: str, layer: int, head: int) -> str:
     return f"{kind} L{layer + 1} H{head + 1}"
 
 
-def parse_head_label(label: str) -> tuple[str, int, int]:
+def parse_head_label(label: str) -> tuple[AttentionKind, int, int]:
     """Inverse of ``head_label``: 'cross L2 H3' -> ('cross', 1, 2)."""
     kind, layer, head = label.split()
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(label)
     return kind, int(layer[1:]) - 1, int(head[1:]) - 1
 
 

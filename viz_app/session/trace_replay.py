@@ -9,6 +9,7 @@ import logging
 import streamlit as st
 
 import core
+from core.sites import OUTPUT_ARRAYS, ids_site, output_site
 
 REPLAY = "_replay"  # session state: the Translation of a trace file this session opened (never shared)
 
@@ -19,7 +20,7 @@ def replay() -> core.Translation | None:
     return out if isinstance(out, core.Translation) else None
 
 
-REPLAYED = ("ids.tgt", "output.ids", "output.probs", "output.top_ids", "output.top_probs")  # a translation's
+REPLAYED = (ids_site("tgt"), *(output_site(what) for what in OUTPUT_ARRAYS))  # a translation's
 
 
 # the largest JSON trace opened for replay: reading JSON takes about eight times its size in memory (a 106 MB

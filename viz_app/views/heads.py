@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import core
-from core.analysis.alignment import AlignmentScores, links, word_matrix, word_spans
+from core.analysis.alignment import AlignmentScores, Method, links, word_matrix, word_spans
 from core.analysis.heads import ALIGNMENT_AER, LABEL_RULES, STAT_TITLES, STATS, HeadStatistics, sentence_statistics
 from viz_app.figures import head_roles
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
@@ -128,7 +128,8 @@ if out is not None:
 
     c1, c2, c3 = st.columns([2, 1, 1])
     by = c1.selectbox("Read the alignment from", choices, key="align_by", format_func=_name)
-    method = c2.radio("Links", ["argmax", "threshold"], key="align_method", horizontal=True)
+    methods: list[Method] = ["argmax", "threshold"]
+    method = c2.radio("Links", methods, key="align_method", horizontal=True)
     shift = c3.radio(
         "Row", [0, 1], key="align_shift", horizontal=True, format_func=lambda s: "predicting" if s == 0 else "input"
     )
@@ -143,7 +144,7 @@ if out is not None:
         cross = trace.attention("cross", int(layer_s[1:]) - 1)[int(head_s[1:]) - 1]
     src, tgt = trace.src_tokens, trace.output_tokens
     matrix = word_matrix(cross, src, tgt, shift=int(shift))
-    found = links(matrix, method)  # type: ignore[arg-type]
+    found = links(matrix, method)
     src_words = ["".join(src[i] for i in w).replace("▁", "") for w in word_spans(src)]
     tgt_words = ["".join(tgt[i] for i in w).replace("▁", "") for w in word_spans(tgt)]
     if not tgt_words or not src_words:

@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 
 import core
-from core.sites import position_bias_site
+from core.sites import attention_array, embed_site, position_bias_site
 from viz_app.figures import style
 from viz_app.learn import arithmetic, sections
 from viz_app.learn.arithmetic import Arithmetic, scale_of_recorded
@@ -84,7 +84,7 @@ if out is not None and trace_replay.replay() is None:
         )
     )
     bundle = selection.bundle()
-if run is not None and "encoder.0.self.q" not in run.trace:  # a saved trace from another page
+if run is not None and attention_array("encoder", 0, "q") not in run.trace:  # a saved trace from another page
     st.info(
         "This saved trace holds no queries, keys and values (only this page records them, to keep traces "
         "small); close it in the sidebar to recompute this page with the model.",
@@ -97,7 +97,8 @@ elif run is not None:
     q, keys, values = Q[head, i].astype(np.float64), K[head].astype(np.float64), V[head].astype(np.float64)
     mask = run.trace.mask(kind)[i]
     recorded = run.trace.attention(kind, layer)[head, i]
-    walk = Walkthrough(bundle, run.trace, kind, layer) if bundle is not None and "embed.src" in run.trace else None
+    stream = embed_site("src")  # recorded: the walk-through carries the residual stream on by hand
+    walk = Walkthrough(bundle, run.trace, kind, layer) if bundle is not None and stream in run.trace else None
     if walk is not None:
         sections.query_projection(walk, focus, sections.input_vector(walk, focus), q)
     else:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import streamlit as st
 
 import core
-from core.sites import position_bias_site
+from core.sites import keep_site, position_bias_site
 from viz_app import claims
 from viz_app.figures import masking, style
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
@@ -45,7 +47,7 @@ if out is not None:
     second = "" if replaying else selection.with_target_code(st.session_state.get("text2", "").strip())
     trace, texts = out.trace, [out.text]
     texts_in = (selection.sentence(), second)
-    batch = None
+    batch: list[core.Translation] | None = None
     if second:
         batch = errors.guarded(
             lambda: runs.translate_batch(
@@ -55,12 +57,13 @@ if out is not None:
         )
         if batch is not None:
             texts = [one.text for one in batch]
+            pieces = [int(one.trace[keep_site("src")].sum()) for one in batch]  # each sentence's, for the labels
             item = st.radio(
                 "Look at",
                 [0, 1],
                 horizontal=True,
                 key="mask_item",
-                format_func=lambda i: f"sentence {i + 1} ({int(batch[i].trace['keep.src'].sum())} pieces)",
+                format_func=lambda i: f"sentence {i + 1} ({pieces[i]} pieces)",
             )
             trace = batch[item].trace
             note = selection.options_note(opts) + ", batch of 2 (greedy)"
@@ -101,7 +104,8 @@ if out is not None:
     bundle = selection.bundle() if batch is not None else None
     if bundle is not None:  # the batch's sentences are truncated like single ones: say so for each
         for i, text in enumerate(texts_in):
-            for notice in errors.guarded(lambda t=text: bundle.encode_source(t, truncate=True)[1]) or ():
+            encoded = errors.guarded(partial(bundle.encode_source, text, truncate=True))
+            for notice in encoded[1] if encoded is not None else ():
                 st.warning(f"Sentence {i + 1}: {notice}", icon=":material/info:")
     if PAD not in src:
         if second:

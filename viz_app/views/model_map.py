@@ -11,6 +11,7 @@ import streamlit as st
 
 import core
 from core.anatomy import check_parameters, measure_steps, parameter_table, table_3, tensor_shapes, translation_cost
+from core.sites import heads_of, ids_site, layer_name, output_site, site_stack
 from viz_app.cache import cached
 from viz_app.figures import model_accounting, model_flow, model_map, style
 from viz_app.session import checkpoints, errors, runs, selection, server, trace_replay
@@ -24,7 +25,6 @@ PAGE_FILES = {  # the page that explains a block
     "explain": ("views/explain.py", "Why this word?"),
     "steps": ("views/steps.py", "Step-by-step decoding"),
 }
-SOURCE_SIDE = ("ids.src", "embed.src", "pe.src", "encoder.")
 
 st.title("Model map")
 st.caption(
@@ -42,7 +42,7 @@ def map_run(path: str, text: str, key: runs.OptionsKey, beam: int) -> core.Trans
 
 
 def _tokens(site: str, out: core.Translation) -> list[str]:
-    return out.src_tokens if site.startswith(SOURCE_SIDE) else out.tgt_tokens
+    return out.src_tokens if site_stack(site) == "encoder" else out.tgt_tokens
 
 
 def _values(node: model_flow.FlowNode, out: core.Translation) -> None:
@@ -57,12 +57,12 @@ def _values(node: model_flow.FlowNode, out: core.Translation) -> None:
         return
     values = np.asarray(trace[site])
     tokens = _tokens(site, out)
-    if site in ("ids.src", "ids.tgt"):  # a column per position, counted from 1
+    if site in (ids_site("src"), ids_site("tgt")):  # a column per position, counted from 1
         frame = pd.DataFrame({"piece": [style.token_text(t) for t in tokens], "id": values})
         st.dataframe(frame.set_axis(range(1, len(frame) + 1)).T)
         return
-    if site == "output.ids":  # a column per step, counted from 1
-        probs = np.asarray(trace["output.probs"])
+    if site == output_site("ids"):  # a column per step, counted from 1
+        probs = np.asarray(trace[output_site("probs")])
         pieces = [style.token_text(t) for t in out.output_tokens]
         frame = pd.DataFrame({"piece": pieces, "id": values, "probability": probs.round(4)})
         st.dataframe(frame.set_axis(range(1, len(frame) + 1)).T)
@@ -72,14 +72,14 @@ def _values(node: model_flow.FlowNode, out: core.Translation) -> None:
     stage = ".".join(site.split(".")[:2])
     place = model_accounting.layer_name(stage)
     where = "" if place == stage else f" ({place})"
-    if site.endswith(".heads"):  # (h, T, d_v) -> (T, h·d_v): the heads side by side, as W_O reads them
+    if heads_of(site) is not None:  # (h, T, d_v) -> (T, h·d_v): the heads side by side, as W_O reads them
         values = values.transpose(1, 0, 2).reshape(values.shape[1], -1)
         what, columns = f"each head's output, concatenated{where}", "head·d_v (head 1 first)"
-    elif site == "output.top_probs":
+    elif site == output_site("top_probs"):
         what, columns = "the probabilities of the most likely pieces at each step", "rank"
     else:
         what, columns = f"{node.label}{where}", "dimension"
-    scale = "Blues" if site == "output.top_probs" else style.DIVERGING_SCALE
+    scale = "Blues" if site == output_site("top_probs") else style.DIVERGING_SCALE
     fig = model_map.activation_figure(values, tokens, title=f"Recorded: {what}", columns=columns, scale=scale)
     export.chart(fig, f"map_{site}", key="map_values")
 
@@ -222,7 +222,7 @@ elif out is not None and bundle is not None:
             horizontal=True,
             key="map_layers",
         )
-        expanded = None if every == "every layer" else {"encoder.0", "decoder.0"}
+        expanded = None if every == "every layer" else {layer_name("encoder", 0), layer_name("decoder", 0)}
         nodes = model_flow.flow_nodes(
             shapes, table, expanded=expanded, src_tokens=full.src_tokens, out_tokens=full.output_tokens
         )

@@ -45,10 +45,10 @@ def _generation_rows(out: core.Translation, kind: str) -> tuple[list[np.ndarray]
         return None
     if trace.step_rows(kind, 0) is None:
         return None
-    maps = [trace.step_rows(kind, layer) for layer in range(trace.n_layers[kind])]
+    maps = [np.asarray(trace.step_rows(kind, layer)) for layer in range(trace.n_layers[kind])]
     n_q, n_k = maps[0].shape[1:]
     mask = np.tril(np.ones((n_q, n_k), dtype=bool)) if kind == "decoder" else None
-    return [np.asarray(m) for m in maps], mask
+    return maps, mask
 
 
 out = sentence_bar.sentence_bar()
@@ -114,7 +114,7 @@ if out is not None:
                 continue
             q_tokens, k_tokens = axes[kind]
             maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
-            mask = trace.mask(kind)
+            mask: np.ndarray | None = trace.mask(kind)  # None: no mask drawn
             as_generated = _generation_rows(out, kind)
             if as_generated is not None and show != "difference":
                 rows = st.radio(
@@ -156,7 +156,7 @@ if out is not None:
                 else None
             )
             title = style.titled(f"{params.KINDS[kind].capitalize()}: every layer × head", note)
-            labels = {h: ", ".join(x) for h, x in pickers.head_labels(kind).items()}
+            roles = {h: ", ".join(x) for h, x in pickers.head_labels(kind).items()}
             if show == "difference":
                 title = f"{params.KINDS[kind].capitalize()}: every layer × head — change made by {note}"
             fig = attention_maps.attention_grid(
@@ -168,7 +168,7 @@ if out is not None:
                 options=attention_maps.GridOptions(
                     ablated=ablated,
                     selected=selected,
-                    head_labels=labels,
+                    head_labels=roles,
                     diverging=show == "difference",
                     fixed_scale=fixed,
                 ),

@@ -3,12 +3,15 @@ live comparison of the model with and without it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
+
 import numpy as np
 import streamlit as st
 
 import core
 from core.anatomy.positions import position_rows
-from core.sites import position_bias_site
+from core.sites import Side, position_bias_site
 from viz_app import claims
 from viz_app.figures import attention_maps, positional, style
 from viz_app.positional import describe, relative
@@ -99,7 +102,11 @@ def _table_tab(path: str, cfg: core.ModelConfig) -> None:
 
 def _run_tab(out: core.Translation, note: str) -> None:
     """The PE rows actually added to this sentence's tokens (zeros when switched off on that side)."""
-    for side, tokens, label in (("src", out.src_tokens, "source"), ("tgt", out.tgt_tokens, "decoder input")):
+    sides: tuple[tuple[Side, Sequence[str], str], ...] = (
+        ("src", out.src_tokens, "source"),
+        ("tgt", out.tgt_tokens, "decoder input"),
+    )
+    for side, tokens, label in sides:
         added = out.trace.positional_encoding(side)
         fig = positional.pe_matrix(
             added, tokens=tokens, title=style.titled(f"PE values added to the {label} tokens", note)
@@ -169,6 +176,13 @@ def _compare_grids(a: core.Translation, b: core.Translation, compared: claims.PE
                 st.caption(claims.maps_change(maps_a, maps_b))
 
 
+def _encoder_outputs(
+    path: str, pair: tuple[str, str], keys: Sequence[runs.OptionsKey]
+) -> list[list[tuple[list[str], np.ndarray]]]:
+    """Each sentence of ``pair`` through the encoder, for each switch setting in ``keys``: [setting][sentence]."""
+    return [[runs.encoder_output(path, s, k) for s in pair] for k in keys]
+
+
 def _word_order(out: core.Translation) -> None:
     """Built-in pairs whose meaning is in the word order alone, translated as trained and with PE switched off,
     and what the encoder makes of each pair: its two outputs matched piece by piece, with and without positions."""
@@ -200,7 +214,7 @@ def _word_order(out: core.Translation) -> None:
     if legend:
         st.caption(legend)
     for pair in pairs:
-        found = errors.guarded(lambda p=pair: [[runs.encoder_output(path, s, k) for s in p] for k in keys])
+        found = errors.guarded(partial(_encoder_outputs, path, pair, keys))
         if not found:
             continue
         (a_with, b_with), (a_off, b_off) = found

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import streamlit as st
 
 import core
-from core.bundle import BeamTree
+from core.results import BeamTree
+from core.sites import output_site
 from viz_app import claims, claims_rules
 from viz_app.cache import cached
 from viz_app.explain import sources as explain_sources
@@ -55,7 +56,8 @@ if "_next_step" in ss:
 
 
 def _ids(out: core.Translation) -> list[int]:
-    return [int(i) for i in out.trace["output.ids"]] if "output.ids" in out.trace else []
+    chosen = output_site("ids")
+    return [int(i) for i in out.trace[chosen]] if chosen in out.trace else []
 
 
 def _pick_what_if(own: tuple[int, ...], step: int, candidates: tuple[int, ...]) -> None:
@@ -80,7 +82,7 @@ def _valid_what_if(out: core.Translation, own: Sequence[int]) -> tuple[int, ...]
     n = len(prefix)
     if n > len(own) or list(prefix[:-1]) != list(own[: n - 1]) or prefix[-1] == own[n - 1]:
         return ()
-    if prefix[-1] not in {int(i) for i in out.trace["output.top_ids"][n - 1]}:
+    if prefix[-1] not in {int(i) for i in out.trace[output_site("top_ids")][n - 1]}:
         return ()
     return tuple(prefix)
 
@@ -119,14 +121,14 @@ def _what_if_picker(shown: core.Translation, own: tuple[int, ...], step: int, br
             "the forced piece this translation is the model's greedy continuation."
         )
         return
-    top = shown.trace["output.top_ids"][step]
+    top = shown.trace[output_site("top_ids")][step]
     own_piece = int(own[step]) if step < len(own) else -1
     candidates = tuple(int(i) for i in top if int(i) != own_piece)
-    probs = {int(i): float(p) for i, p in zip(top, shown.trace["output.top_probs"][step], strict=True)}
+    probs = {int(i): float(p) for i, p in zip(top, shown.trace[output_site("top_probs")][step], strict=True)}
     if not candidates:
         return
     mine = claims.own_choice(shown.trace, own, step)  # the model's own translation, not the forced alternative
-    forced = shown.trace.piece(int(shown.trace["output.ids"][step])) if branch == step else None
+    forced = shown.trace.piece(int(shown.trace[output_site("ids")][step])) if branch == step else None
     placeholder = claims.what_if_placeholder(
         None if mine is None else style.token_text(mine), None if forced is None else style.token_text(forced)
     )
@@ -257,9 +259,8 @@ elif out is not None:
         ss["whatif"] = ()
     alt = None
     if prefix:
-        alt = errors.guarded(
-            lambda: steps_what_if(checkpoints.ckpt_path(), selection.sentence(), runs.options_key(out.options), prefix)
-        )
+        opts_key = runs.options_key(out.options)  # bound here: a lambda does not see that ``out`` is not None
+        alt = errors.guarded(lambda: steps_what_if(checkpoints.ckpt_path(), selection.sentence(), opts_key, prefix))
     if prefix and alt is None:
         ss["whatif"] = ()  # it could not be decoded (the message above says why)
     branch = len(prefix) - 1 if alt is not None else None

@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 
 import core
+from core.sites import output_site
 from viz_app import claims, claims_rules
 from viz_app.figures import overview
 from viz_app.figures.style import token_text
@@ -81,8 +82,8 @@ def before_after(out: core.Translation) -> None:
         return
     with st.expander("How likely is the as-trained translation with these switches? (token by token)"):
         tokens = [token_text(t) for t in trained.output_tokens]
-        p_trained = np.asarray(trained.trace["output.probs"], dtype=np.float64)
-        p_switched = np.asarray(forced.trace["output.probs"], dtype=np.float64)
+        p_trained = np.asarray(trained.trace[output_site("probs")], dtype=np.float64)
+        p_switched = np.asarray(forced.trace[output_site("probs")], dtype=np.float64)
         n = min(len(tokens), len(p_trained), len(p_switched))
         chart(
             overview.token_logprob_bars(tokens[:n], p_trained[:n], p_switched[:n], note=note),

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 import streamlit as st
 
 import core
+from core.sites import AttentionKind
 from viz_app.session import checkpoints, params, runs, trace_replay, url
 
 
-def kind_picker(kinds: Sequence[str], key: str = "kind") -> str:
+def kind_picker(kinds: Sequence[AttentionKind], key: str = "kind") -> AttentionKind:
     """Radio of the attention kinds this model has."""
     url.clamp(key, list(kinds))
     return st.radio("Attention", list(kinds), key=key, horizontal=True, format_func=lambda k: params.KINDS[k])

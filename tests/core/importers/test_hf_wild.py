@@ -20,9 +20,9 @@ from safetensors.torch import load_file, save_file
 
 import core
 from core import CheckpointError, InputError
-from core.bundle import clean_text
 from core.cli import main
 from core.importers import hf_families
+from core.inputs import clean_text
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 
@@ -65,7 +65,7 @@ def test_source_ids_equal_autotokenizers_on_hard_strings(case):
     for text in HARD:  # the reader itself, on the raw text
         assert tokenizer.frame_source(tokenizer.encode(text), eos) == case.tok(case.prefix + text).input_ids, text
     framing = len(tokenizer.frame_source([], eos))
-    for text in HARD:  # what the lab feeds the model: the text with its whitespace tidied (core.bundle.clean_text)
+    for text in HARD:  # what the lab feeds the model: the text with its whitespace tidied (core.inputs.clean_text)
         theirs = case.tok(case.prefix + clean_text(text)).input_ids
         if len(theirs) == framing:  # the fixture's 21-piece BART vocabulary has no piece for most characters
             with pytest.raises(InputError, match="Nothing translatable is left"):
