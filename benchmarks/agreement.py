@@ -51,13 +51,13 @@ def main() -> int:
         out = bundle.translate(pair.en)
         src = [int(i) for i in out.trace["ids.src"]]
         ids = [int(i) for i in out.trace["output.ids"]]
-        importance = head_importance(bundle.model, src, ids, kinds=("cross",), fast=bundle.fast)
+        importance = head_importance(bundle, src, ids, kinds=("cross",))
         heads = [(e.layer, e.head) for e in importance.effects]
         relied = np.array([-e.delta_logprob for e in importance.effects])
         top_layer, top_head = max(heads, key=lambda lh: relied[heads.index(lh)])
         per_head: dict[tuple[int, int], list[float]] = {lh: [] for lh in heads}
         for t in range(max(len(ids) - 1, 1)):  # the final eos is left out
-            ig = np.abs(attribute(bundle.model, src, ids, t, steps=args.steps, fast=bundle.fast).source_ig)
+            ig = np.abs(attribute(bundle, src, ids, t, steps=args.steps).source_ig)
             for layer, h in heads:
                 row = out.trace.attention("cross", layer)[h, t]
                 rho = spearman(ig, row)

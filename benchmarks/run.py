@@ -453,9 +453,7 @@ def importance_section(rep: Report, rounds: int) -> None:
     st = interleaved(
         {
             "translate (traced, the app's)": lambda: bundle.translate(IMPORTANCE_SENTENCE),
-            "whole ranking (log-probability and 'output changes')": lambda: head_importance(
-                bundle.model, src_ids, out_ids, fast=bundle.fast
-            ),
+            "whole ranking (log-probability and 'output changes')": lambda: head_importance(bundle, src_ids, out_ids),
         },
         rounds=max(3, rounds // 3),
     )
@@ -464,9 +462,7 @@ def importance_section(rep: Report, rounds: int) -> None:
     long_out = bundle.translate(IMPORTANCE_LONG)
     long_src = [int(i) for i in long_out.trace["ids.src"]]
     long_ids = [int(i) for i in long_out.trace["output.ids"]]
-    long = interleaved(
-        {"long": lambda: head_importance(bundle.model, long_src, long_ids, fast=bundle.fast)}, rounds=3, warmup=1
-    )["long"]
+    long = interleaved({"long": lambda: head_importance(bundle, long_src, long_ids)}, rounds=3, warmup=1)["long"]
     rows.append([f"whole ranking, a long sentence ({len(long_src)} → {len(long_ids)} tokens)", long.ms, "–"])
     # the app's ~200-piece case: the one-pass estimate it opens with, and the measurement it runs on request
     very_long = bundle.translate(" ".join([IMPORTANCE_LONG.rstrip(".") + ","] * 4).rstrip(",") + ".", truncate=True)
@@ -474,8 +470,8 @@ def importance_section(rep: Report, rounds: int) -> None:
     v_ids = [int(i) for i in very_long.trace["output.ids"]]
     both = interleaved(
         {
-            "exact": lambda: head_importance(bundle.model, v_src, v_ids, fast=bundle.fast),
-            "estimate": lambda: head_importance_estimate(bundle.model, v_src, v_ids),
+            "exact": lambda: head_importance(bundle, v_src, v_ids),
+            "estimate": lambda: head_importance_estimate(bundle, v_src, v_ids),
         },
         rounds=3,
         warmup=1,
@@ -497,10 +493,8 @@ def importance_section(rep: Report, rounds: int) -> None:
         c_ids, _ = bundle.encode_source(corrupt)
         timed = interleaved(
             {
-                "patching": lambda s=s_ids, c=c_ids, o=o_ids: activation_patching(
-                    bundle.model, s, c, o, fast=bundle.fast
-                ),
-                "attribution": lambda s=s_ids, o=o_ids: attribute(bundle.model, s, o, 1, steps=32, fast=bundle.fast),
+                "patching": lambda s=s_ids, c=c_ids, o=o_ids: activation_patching(bundle, s, c, o),
+                "attribution": lambda s=s_ids, o=o_ids: attribute(bundle, s, o, 1, steps=32),
             },
             rounds=3,
             warmup=1,

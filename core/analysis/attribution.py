@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..bundle import Bundle
 from ..call import Call
 from ..config import InferenceOptions
 from ..errors import InputError
-from ..fast import FastWeights
 from ..interventions import Patch
-from ..model import Transformer
 from ..recorder import Recorder
+from ..sites import analysis_site, embed_site, pe_site
 from ..trace import Trace
 
 MAX_IG_STEPS = 512  # the path's points are one batch: more only fills the memory (the error then shrinks slowly)
@@ -109,7 +109,7 @@ class Attribution:
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """For ``Trace.with_analysis``: this output position's four vectors, and the details."""
-        arrays = {f"analysis.attribution.{self.position}.{k}": getattr(self, k) for k in self.ARRAYS}
+        arrays = {analysis_site("attribution", str(self.position), k): getattr(self, k) for k in self.ARRAYS}
         details = {k: v for k, v in self.__dict__.items() if k not in self.ARRAYS}
         return arrays, {f"attribution.{self.position}": details}
 
@@ -117,14 +117,14 @@ class Attribution:
     def from_trace(cls, trace: Trace, position: int) -> Attribution | None:
         """The attribution of output ``position`` stored in ``trace``, or None."""
         details = dict(trace.meta.get("analysis", {})).get(f"attribution.{position}")
-        if not details or f"analysis.attribution.{position}.source_ig" not in trace:
+        if not details or analysis_site("attribution", str(position), "source_ig") not in trace:
             return None
-        vectors = {k: np.asarray(trace[f"analysis.attribution.{position}.{k}"]) for k in cls.ARRAYS}
+        vectors = {k: np.asarray(trace[analysis_site("attribution", str(position), k)]) for k in cls.ARRAYS}
         return cls(**{**details, **vectors})
 
 
 def attribute(
-    model: Transformer,
+    bundle: Bundle,
     src_ids: list[int],
     out_ids: list[int],
     position: int,
@@ -132,16 +132,15 @@ def attribute(
     steps: int = 32,
     baseline: str = "position",
     options: InferenceOptions = InferenceOptions(),
-    fast: FastWeights | None = None,
 ) -> Attribution:
-    """Gradient × input and integrated gradients of log p(out_ids[position]) over the source and target prefix."""
+    """Gradient × input and integrated gradients of log p(out_ids[position]) over the source and target prefix,
+    through ``bundle``'s model and fast weights (as its runs)."""
     options.whole_vocabulary("attribution")
     if not 0 <= position < len(out_ids):
         raise InputError(f"position must be from 0 to {len(out_ids) - 1}, got {position}")
     if baseline not in ("position", "zero"):
         raise InputError(f"baseline must be 'position' or 'zero', got {baseline!r}")
-    cfg = model.config
-    device = next(model.parameters()).device
+    model, fast, cfg, device = bundle.model, bundle.fast, bundle.config, bundle.device
     src = torch.tensor([src_ids], device=device)
     tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=device)  # (1, Tt)
     if options.causal_mask:
@@ -167,14 +166,15 @@ def attribute(
         return torch.log_softmax(logits.float(), -1)[:, token_id]  # (rows,)
 
     # gradient x input: one pass with gradient leaves at both embeddings
-    rec = Recorder(model, keep_grad=("embed.src", "embed.tgt"))
+    rec = Recorder(model, keep_grad=(embed_site("src"), embed_site("tgt")))
     with torch.enable_grad():
         value = logp(rec, 1)
         value.sum().backward()
     trace = rec.freeze()
-    pe = torch.from_numpy(np.concatenate([trace["pe.src"], trace["pe.tgt"]])).to(device)  # (Ts + t + 1, D)
-    x_src, x_tgt = rec.leaf("embed.src").detach()[0], rec.leaf("embed.tgt").detach()[0]  # (Ts, D), (t + 1, D)
-    g_src, g_tgt = rec.leaf("embed.src").grad, rec.leaf("embed.tgt").grad
+    pe = torch.from_numpy(np.concatenate([trace[pe_site("src")], trace[pe_site("tgt")]])).to(device)  # (Ts + t + 1, D)
+    src_leaf, tgt_leaf = rec.leaf(embed_site("src")), rec.leaf(embed_site("tgt"))
+    x_src, x_tgt = src_leaf.detach()[0], tgt_leaf.detach()[0]  # (Ts, D), (t + 1, D)
+    g_src, g_tgt = src_leaf.grad, tgt_leaf.grad
     assert g_src is not None and g_tgt is not None
     gxi_src, gxi_tgt = (g_src[0] * x_src).sum(-1), (g_tgt[0] * x_tgt).sum(-1)
 
@@ -211,8 +211,8 @@ def _row_patches(path: Tensor, n_src: int) -> list[Patch]:
         p
         for row in range(path.shape[0])
         for p in (
-            _GradPatch("embed.src", path[row, :n_src], rows=(row,)),
-            _GradPatch("embed.tgt", path[row, n_src:], rows=(row,)),
+            _GradPatch(embed_site("src"), path[row, :n_src], rows=(row,)),
+            _GradPatch(embed_site("tgt"), path[row, n_src:], rows=(row,)),
         )
     ]
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..bundle import Bundle
 from ..call import Call
 from ..config import InferenceOptions
 from ..decoding import suppress
@@ -31,7 +32,7 @@ from ..fast import FastWeights
 from ..interventions import ScaleHeads
 from ..model import Transformer
 from ..recorder import Recorder
-from ..sites import AttentionKind, attention_site, layer_input_site, parse_attention_site
+from ..sites import AttentionKind, analysis_site, array_of, attention_site, layer_input_site, parse_attention_site
 from ..trace import ModelShape, Trace
 
 Head = tuple[AttentionKind, int, int]
@@ -87,8 +88,8 @@ class HeadImportance:
             for e in self.effects:
                 if e.kind == kind and e.first_change is not None:
                     first[e.layer, e.head] = e.first_change
-            arrays[f"analysis.importance.{kind}.delta"] = self.matrix(kind)
-            arrays[f"analysis.importance.{kind}.first_change"] = first
+            arrays[analysis_site("importance", kind, "delta")] = self.matrix(kind)
+            arrays[analysis_site("importance", kind, "first_change")] = first
         meta = {"base_logprob": self.base_logprob, "n_tokens": self.n_tokens, "exact": self.exact}
         return arrays, {"importance": meta}
 
@@ -101,10 +102,10 @@ class HeadImportance:
         exact = bool(info.get("exact", True))
         effects = []
         for kind in trace.shape.kinds:
-            name = f"analysis.importance.{kind}.delta"
+            name = analysis_site("importance", kind, "delta")
             if name not in trace:
                 continue
-            delta, first = trace[name], trace[f"analysis.importance.{kind}.first_change"]
+            delta, first = trace[name], trace[analysis_site("importance", kind, "first_change")]
             for layer in range(delta.shape[0]):
                 for h in range(delta.shape[1]):
                     change = int(first[layer, h])
@@ -190,13 +191,12 @@ def _inputs(model: Transformer, src_ids: list[int], out_ids: list[int]) -> tuple
 
 @torch.no_grad()
 def head_importance(
-    model: Transformer,
+    bundle: Bundle,
     src_ids: list[int],
     out_ids: list[int],
     *,
     options: InferenceOptions = InferenceOptions(),
     kinds: tuple[AttentionKind, ...] | None = None,
-    fast: FastWeights | None = None,
 ) -> HeadImportance:
     """Switch off each head alone and measure the greedy translation ``out_ids`` (eos included) of ``src_ids``.
 
@@ -204,9 +204,10 @@ def head_importance(
     positions at a time (no (rows, Tt, V) logits). The encoder runs once for the decoder and cross-attention
     kinds (their switches leave it unchanged), and an encoder head's rows resume at its own layer. ``options``
     are the other switches in effect (heads they switch off stay off in every row). kinds: which kinds
-    (default: all the model has).
+    (default: all the model has). Runs through ``bundle``'s model and fast weights (as its runs).
     """
     options.whole_vocabulary("head importance")
+    model, fast = bundle.model, bundle.fast
     shape = ModelShape.of(model.config)
     kinds = _kinds(shape, kinds)
     src1, tgt1 = _inputs(model, src_ids, out_ids)
@@ -264,7 +265,7 @@ def head_importance(
 
 
 def head_importance_estimate(
-    model: Transformer,
+    bundle: Bundle,
     src_ids: list[int],
     out_ids: list[int],
     *,
@@ -274,20 +275,25 @@ def head_importance_estimate(
     """Every head's effect on log p(``out_ids`` | ``src_ids``) estimated from ONE forward and backward pass: a gate g
     of ones multiplies each head's output, and switching the head off (g: 1 -> 0) is estimated to first order as
     -d log p / d g. ``exact`` is False on the result; ``output_changed`` is None (not measured). Costs about three
-    teacher-forced passes, against one row per head for ``head_importance``."""
+    teacher-forced passes, against one row per head for ``head_importance``. Runs through ``bundle``'s model and fast
+    weights (with gradients on, every matrix takes the reference ``F.linear``)."""
     options.whole_vocabulary("head importance")
+    model = bundle.model
     shape = ModelShape.of(model.config)
     kinds = _kinds(shape, kinds)
     src1, tgt1 = _inputs(model, src_ids, out_ids)
     sites = [attention_site(kind, layer) for kind in kinds for layer in range(shape.n_layers[kind])]
-    rec = Recorder(model, record=False, keep_grad=[f"{site}.heads" for site in sites])
+    rec = Recorder(model, record=False, keep_grad=[array_of(site, "heads") for site in sites])
     with torch.enable_grad():
         logits = model(
-            src1, tgt1, call=Call(options=options, recorder=rec), src_keep=torch.ones_like(src1, dtype=torch.bool)
+            src1,
+            tgt1,
+            call=Call(options=options, recorder=rec, fast=bundle.fast),
+            src_keep=torch.ones_like(src1, dtype=torch.bool),
         )
         target = torch.tensor(out_ids, device=logits.device)
         logp = torch.log_softmax(logits[0].float(), -1).gather(-1, target[:, None]).sum()  # log p(translation)
-        grads = torch.autograd.grad(logp, [rec.leaf(f"{site}.heads") for site in sites])
+        grads = torch.autograd.grad(logp, [rec.leaf(array_of(site, "heads")) for site in sites])
     effects: list[HeadEffect] = []
     for site, grad in zip(sites, grads, strict=True):
         kind, layer = parse_attention_site(site)

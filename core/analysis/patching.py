@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..bundle import Bundle
 from ..call import Call
 from ..config import InferenceOptions
 from ..errors import InputError
@@ -23,7 +24,7 @@ from ..fast import FastWeights
 from ..interventions import Patch
 from ..model import Transformer
 from ..recorder import Recorder
-from ..sites import attention_array, embed_site, layer_site
+from ..sites import analysis_site, attention_array, embed_site, layer_site
 from ..trace import ModelShape, Trace
 
 
@@ -49,7 +50,7 @@ class PatchingResult:
 
     def to_arrays(self, corrupt_text: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """For ``Trace.with_analysis``: the three probability tables, and the details."""
-        arrays = {f"analysis.patching.{k}": getattr(self, k) for k in ("encoder", "cross_heads", "decoder")}
+        arrays = {analysis_site("patching", k): getattr(self, k) for k in ("encoder", "cross_heads", "decoder")}
         details = {k: v for k, v in self.to_dict().items() if k not in ("encoder", "cross_heads", "decoder")}
         return arrays, {"patching": {**details, "corrupt_text": corrupt_text}}
 
@@ -57,10 +58,10 @@ class PatchingResult:
     def from_trace(cls, trace: Trace) -> tuple[PatchingResult, str] | None:
         """The patching result stored in ``trace`` and its corrupted sentence, or None."""
         info = dict(trace.meta.get("analysis", {})).get("patching")
-        if not info or "analysis.patching.encoder" not in trace:
+        if not info or analysis_site("patching", "encoder") not in trace:
             return None
         encoder, cross_heads, decoder = (
-            np.asarray(trace[f"analysis.patching.{k}"]) for k in ("encoder", "cross_heads", "decoder")
+            np.asarray(trace[analysis_site("patching", k)]) for k in ("encoder", "cross_heads", "decoder")
         )
         result = cls(
             int(info["position"]),
@@ -114,7 +115,7 @@ def _probs(
 
 @torch.no_grad()
 def activation_patching(
-    model: Transformer,
+    bundle: Bundle,
     clean_ids: list[int],
     corrupt_ids: list[int],
     out_ids: list[int],
@@ -122,9 +123,9 @@ def activation_patching(
     position: int | None = None,
     options: InferenceOptions = InferenceOptions(),
     batch_rows: int = 64,
-    fast: FastWeights | None = None,
 ) -> PatchingResult:
-    """Patch every site, one at a time, from the clean run (source ``clean_ids``) into the corrupted one.
+    """Patch every site, one at a time, from the clean run (source ``clean_ids``) into the corrupted one, through
+    ``bundle``'s model and fast weights (as its runs).
 
     out_ids: the clean translation (eos included); both runs are teacher-forced on it. position: the output
     position to explain (default: where the corruption lowers the clean token's probability most).
@@ -140,8 +141,7 @@ def activation_patching(
         raise InputError("the corrupted sentence is the same as the clean one: change a word")
     if not out_ids:
         raise InputError("patching needs a translation of at least one token")
-    cfg = model.config
-    device = next(model.parameters()).device
+    model, fast, cfg, device = bundle.model, bundle.fast, bundle.config, bundle.device
     shape = ModelShape.of(cfg)
     clean = torch.tensor([clean_ids], device=device)
     corrupt = torch.tensor([corrupt_ids], device=device)

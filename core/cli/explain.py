@@ -14,9 +14,11 @@ from ..analysis.contributions import contributions
 from ..analysis.importance import head_importance, head_importance_estimate
 from ..analysis.patching import activation_patching
 from ..analysis.rollout import FUSIONS, trace_rollout
-from ..bundle import Bundle, Translation, load
+from ..bundle import Bundle, load
 from ..config import InferenceOptions
 from ..errors import InputError
+from ..results import Translation
+from ..sites import ids_site, output_site
 
 WHAT = ("importance", "rollout", "patching", "attribution", "sources")
 
@@ -70,11 +72,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {notice}", file=sys.stderr)
     if args.what == "importance":
         src_ids, _ = bundle.encode_source(out.source_text, truncate=True)  # as the translation was cut
-        out_ids = [int(i) for i in out.trace["output.ids"]]
+        out_ids = [int(i) for i in out.trace[output_site("ids")]]
         if args.estimate:
-            result = head_importance_estimate(bundle.model, src_ids, out_ids)
+            result = head_importance_estimate(bundle, src_ids, out_ids)
         else:
-            result = head_importance(bundle.model, src_ids, out_ids, fast=bundle.fast)
+            result = head_importance(bundle, src_ids, out_ids)
         if args.json:
             print(json.dumps({"text": out.text, "output_tokens": out.output_tokens, **result.to_dict()}))
             return 0
@@ -135,12 +137,10 @@ def _patching(args: argparse.Namespace, bundle: Bundle, out: Translation) -> int
 
     if not args.corrupt:
         raise InputError("patching needs --corrupt 'the sentence with one word replaced'")
-    clean = [int(i) for i in out.trace["ids.src"]]
+    clean = [int(i) for i in out.trace[ids_site("src")]]
     corrupt, _ = bundle.encode_source(args.corrupt, truncate=True)
-    out_ids = [int(i) for i in out.trace["output.ids"]]
-    r = activation_patching(
-        bundle.model, clean, corrupt, out_ids, position=_position(args, len(out_ids)), fast=bundle.fast
-    )
+    out_ids = [int(i) for i in out.trace[output_site("ids")]]
+    r = activation_patching(bundle, clean, corrupt, out_ids, position=_position(args, len(out_ids)))
     if args.json:
         print(
             json.dumps(
@@ -168,11 +168,11 @@ def _attribution(args: argparse.Namespace, bundle: Bundle, out: Translation) -> 
 
     if args.steps < 1:
         raise InputError(f"--steps must be at least 1, got {args.steps}")
-    src = [int(i) for i in out.trace["ids.src"]]
-    out_ids = [int(i) for i in out.trace["output.ids"]]
+    src = [int(i) for i in out.trace[ids_site("src")]]
+    out_ids = [int(i) for i in out.trace[output_site("ids")]]
     position = _position(args, len(out_ids))
     position = 0 if position is None else position
-    a = attribute(bundle.model, src, out_ids, position, steps=args.steps, fast=bundle.fast)
+    a = attribute(bundle, src, out_ids, position, steps=args.steps)
     if args.json:
         print(
             json.dumps(

@@ -97,11 +97,10 @@ def test_analyses_on_cuda_match_cpu(tiny_checkpoint: Path) -> None:
     options = SWITCHES[3]
 
     def run(b: core.Bundle) -> dict[str, object]:
-        m, fast = b.model, b.fast
-        exact = head_importance(m, src_ids, out_ids, options=options, fast=fast)
-        estimate = head_importance_estimate(m, src_ids, out_ids, options=options)
-        patching = activation_patching(m, src_ids, corrupt, out_ids, options=options, fast=fast)
-        attribution = attribute(m, src_ids, out_ids, 1, steps=8, options=options, fast=fast)
+        exact = head_importance(b, src_ids, out_ids, options=options)
+        estimate = head_importance_estimate(b, src_ids, out_ids, options=options)
+        patching = activation_patching(b, src_ids, corrupt, out_ids, options=options)
+        attribution = attribute(b, src_ids, out_ids, 1, steps=8, options=options)
         gold = gold_cross_attention(b, [(SENTENCES[0], "the cat"), (SENTENCES[2], "we read")])[0]
         return {
             "importance": np.array([e.delta_logprob for e in exact.effects]),

@@ -217,11 +217,10 @@ def test_fast_weights_and_the_step_plan_of_a_cuda_model_live_on_its_device(decod
     assert plan is not None and mode.violations == []
     tensors = [plan.zeros, *plan.output[1:]]
     for lp in plan.layers:
-        for linear in (lp.qkv, lp.ssru, lp.self_out, lp.cross_q, lp.cross_out, lp.ffn_in, lp.ffn_out):
-            if linear is not None:
-                assert linear[0] is F.linear  # not the CPU kernel
-                tensors += linear[1:]
-        for norm in (lp.self_norm, lp.cross_norm, lp.ffn_norm):
+        for linear in lp.linears():
+            assert linear[0] in (F.linear, fw.linear)  # not the CPU kernel (the memory's keys and values: as a call)
+            tensors += linear[1:]
+        for norm in lp.norms():
             tensors += norm[:2]
     fused = fw.fused_qkv if decoder_self == "attention" else fw.fused_ssru
     tensors += [t for pair in fused.values() for t in pair]
@@ -345,12 +344,11 @@ def test_the_analyses_on_cuda_stay_on_the_device_and_equal_the_cpu_run(tiny_chec
     options = InferenceOptions(ablate=frozenset({("cross", 0, 1)}))  # a switch in effect, as the page passes it
 
     def run(b: Bundle) -> dict[str, Any]:
-        m, fast = b.model, b.fast
         return {
-            "exact": head_importance(m, src_ids, out_ids, options=options, fast=fast),
-            "estimate": head_importance_estimate(m, src_ids, out_ids, options=options),
-            "patching": activation_patching(m, src_ids, corrupt, out_ids, options=options, fast=fast),
-            "attribution": attribute(m, src_ids, out_ids, 1, steps=4, options=options, fast=fast),
+            "exact": head_importance(b, src_ids, out_ids, options=options),
+            "estimate": head_importance_estimate(b, src_ids, out_ids, options=options),
+            "patching": activation_patching(b, src_ids, corrupt, out_ids, options=options),
+            "attribution": attribute(b, src_ids, out_ids, 1, steps=4, options=options),
             "more": b.record_more(b.translate("the cat sat on the mat", max_len=6)).trace,
             "gold": gold_cross_attention(b, pairs)[0],
         }

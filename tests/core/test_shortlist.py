@@ -209,10 +209,10 @@ def test_analyses_that_score_every_id_refuse_the_shortlist(listed):
     src, _ = listed.encode_source("the cat sat")
     out = [5, 6, listed.config.eos_id]
     for call, what in [
-        (lambda: attribute(listed.model, src, out, 0, options=SL), "attribution"),
-        (lambda: head_importance(listed.model, src, out, options=SL), "head importance"),
-        (lambda: head_importance_estimate(listed.model, src, out, options=SL), "head importance"),
-        (lambda: activation_patching(listed.model, src, src, out, options=SL), "activation patching"),
+        (lambda: attribute(listed, src, out, 0, options=SL), "attribution"),
+        (lambda: head_importance(listed, src, out, options=SL), "head importance"),
+        (lambda: head_importance_estimate(listed, src, out, options=SL), "head importance"),
+        (lambda: activation_patching(listed, src, src, out, options=SL), "activation patching"),
     ]:
         with pytest.raises(InputError, match=f"{what} scores the whole vocabulary"):
             call()

@@ -135,7 +135,7 @@ def test_analyses_exported_with_the_trace_replay_on_why_this_word(tiny_checkpoin
     out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
     src = [int(i) for i in out.trace["ids.src"]]
     ids = [int(i) for i in out.trace["output.ids"]]
-    path = out.trace.with_analysis(*head_importance(bundle.model, src, ids).to_arrays()).save(tmp_path / "t.json")
+    path = out.trace.with_analysis(*head_importance(bundle, src, ids).to_arrays()).save(tmp_path / "t.json")
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.session_state["_replay"] = core.Translation(core.Trace.load(path))
     at.session_state["explain_tab"] = "Head importance"

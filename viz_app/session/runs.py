@@ -9,7 +9,6 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-import torch
 
 import core
 from core.analysis import HeadImportance, head_importance, head_importance_estimate
@@ -22,7 +21,8 @@ from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.sentences import builtin_sentences
 from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
 from core.analysis.value_norms import ValueNorms, value_norms
-from core.call import Call
+from core.inputs import MAX_CHARS
+from core.sites import ids_site, output_site
 from viz_app.cache import cached, peek
 from viz_app.session.server import load_bundle
 
@@ -89,11 +89,8 @@ def encoder_output(path: str, text: str, key: OptionsKey) -> tuple[list[str], np
     """The source pieces (eos included) and the encoder's output (Ts, D) for ``text`` with these switches: what
     the decoder reads (the Positional-encoding page compares it across word orders)."""
     bundle = load_bundle(path)
-    ids, _ = bundle.encode_source(text, truncate=True)
-    src, keep = bundle.padded([ids])
-    with torch.inference_mode():
-        memory = bundle.model.encode(src, keep, call=Call(options=options_from_key(key)))  # (1, Ts, D)
-    return [bundle.tokenizer.piece(i) for i in ids], memory[0].float().cpu().numpy()
+    ids, memory = bundle.encode(text, options_from_key(key), truncate=True)  # memory (Ts, D)
+    return [bundle.tokenizer.piece(i) for i in ids], memory.float().cpu().numpy()
 
 
 @cached("Translating the batch …")
@@ -103,7 +100,7 @@ def translate_batch(path: str, texts: tuple[str, ...], key: OptionsKey) -> list[
 
     Texts are cut to the characters the encoder reads (``truncate`` cuts them there too, and the page says so),
     since the batch's record of its texts refuses longer ones."""
-    cut = [text[: core.bundle.MAX_CHARS] for text in texts]
+    cut = [text[:MAX_CHARS] for text in texts]
     return load_bundle(path).translate_batch(cut, options=options_from_key(key), truncate=True, record=NO_QKV)
 
 
@@ -116,7 +113,7 @@ IMPORTANCE_EXACT_PIECES = 64
 def _ids(path: str, text: str, key: OptionsKey) -> tuple[list[int], list[int]]:
     """The source ids and greedy output ids (eos included) of the current translation."""
     out = translate(path, text, key, 1)
-    return [int(i) for i in out.trace["ids.src"]], [int(i) for i in out.trace["output.ids"]]
+    return [int(i) for i in out.trace[ids_site("src")]], [int(i) for i in out.trace[output_site("ids")]]
 
 
 @cached("Switching every head off, one at a time …")
@@ -124,14 +121,14 @@ def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
     """Cached head importance of the current (greedy) translation: each head switched off alone."""
     src_ids, out_ids = _ids(path, text, key)
     bundle = load_bundle(path)
-    return head_importance(bundle.model, src_ids, out_ids, options=_analysis_options(key), fast=bundle.fast)
+    return head_importance(bundle, src_ids, out_ids, options=_analysis_options(key))
 
 
 @cached("Estimating every head's effect from one gradient pass …")
 def importance_estimate(path: str, text: str, key: OptionsKey) -> HeadImportance:
     """Cached first-order estimate of the same (one forward and backward pass)."""
     src_ids, out_ids = _ids(path, text, key)
-    return head_importance_estimate(load_bundle(path).model, src_ids, out_ids, options=_analysis_options(key))
+    return head_importance_estimate(load_bundle(path), src_ids, out_ids, options=_analysis_options(key))
 
 
 @cached("Patching every site from the clean run into the corrupted one …")
@@ -141,13 +138,12 @@ def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int 
     bundle = load_bundle(path)
     corrupt_ids, _ = bundle.encode_source(corrupt, truncate=True)
     return activation_patching(
-        bundle.model,
+        bundle,
         src_ids,
         corrupt_ids,
         out_ids,
         position=position,
         options=_analysis_options(key),
-        fast=bundle.fast,
     )
 
 
@@ -157,13 +153,12 @@ def attribution(path: str, text: str, key: OptionsKey, position: int, steps: int
     src_ids, out_ids = _ids(path, text, key)
     bundle = load_bundle(path)
     return attribute(
-        bundle.model,
+        bundle,
         src_ids,
         out_ids,
         position,
         steps=steps,
         options=_analysis_options(key),
-        fast=bundle.fast,
     )
 
 

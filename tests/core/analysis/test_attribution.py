@@ -42,7 +42,7 @@ def test_attribution_on_the_model(bundle):
     src_ids = [int(i) for i in out.trace["ids.src"]]
     out_ids = [int(i) for i in out.trace["output.ids"]]
     position = min(2, len(out_ids) - 1)
-    a = attribute(bundle.model, src_ids, out_ids, position, steps=48)
+    a = attribute(bundle, src_ids, out_ids, position, steps=48)
     assert a.source_ig.shape == (len(src_ids),) and a.target_ig.shape == (position + 1,)
     assert a.logprob == pytest.approx(float(np.log(out.trace["output.probs"][position])), abs=1e-4)
     # completeness: the attributions add up to f(input) - f(baseline): the delta is small with enough steps
@@ -54,7 +54,7 @@ def test_attribution_on_the_model(bundle):
     assert total - a.difference == pytest.approx(a.ig_delta, abs=1e-3)
     assert a.relative_delta == pytest.approx(abs(a.ig_delta) / abs(a.difference))
     # the all-zero baseline meets LayerNorm's jump at 0: the delta says so (the integral misses it)
-    z = attribute(bundle.model, src_ids, out_ids, position, steps=48, baseline="zero")
+    z = attribute(bundle, src_ids, out_ids, position, steps=48, baseline="zero")
     assert abs(z.ig_delta) > abs(a.ig_delta)
     assert np.abs(a.source_grad_x_input).sum() > 0 and np.isfinite(a.source_grad_x_input).all()
     # gradient x input is the gradient at the input times the input: check one token against autograd directly
@@ -67,7 +67,7 @@ def test_attribution_on_the_model(bundle):
     leaf = rec.leaf("embed.src")
     np.testing.assert_allclose(a.source_grad_x_input, (leaf.grad[0] * leaf.detach()[0]).sum(-1).numpy(), atol=1e-5)
     with pytest.raises(InputError, match="position"):
-        attribute(bundle.model, src_ids, out_ids, 99)
+        attribute(bundle, src_ids, out_ids, 99)
 
 
 def test_spearman():
@@ -82,6 +82,6 @@ def test_with_the_causal_mask_off_every_decoder_input_is_attributed(bundle):
     out = bundle.translate("The cat sleeps on the warm chair.", opts, max_len=6)
     src_ids = [int(i) for i in out.trace["ids.src"]]
     out_ids = [int(i) for i in out.trace["output.ids"]]
-    a = attribute(bundle.model, src_ids, out_ids, 0, steps=8, options=opts)
+    a = attribute(bundle, src_ids, out_ids, 0, steps=8, options=opts)
     assert a.target_ig.shape == (len(out_ids),)  # later inputs can change position 0 now
     assert np.abs(a.target_grad_x_input[1:]).sum() > 0

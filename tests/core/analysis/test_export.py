@@ -16,11 +16,11 @@ def test_importance_patching_and_attribution_round_trip(tiny_checkpoint, tmp_pat
     out = bundle.translate("The cat sleeps on the warm chair.", max_len=5)
     src = [int(i) for i in out.trace["ids.src"]]
     ids = [int(i) for i in out.trace["output.ids"]]
-    importance = head_importance(bundle.model, src, ids)
+    importance = head_importance(bundle, src, ids)
     corrupt = list(src)
     corrupt[1] = next(i for i in range(4, 100) if i not in src)
-    patching = activation_patching(bundle.model, src, corrupt, ids)
-    attribution = attribute(bundle.model, src, ids, 1, steps=4)
+    patching = activation_patching(bundle, src, corrupt, ids)
+    attribution = attribute(bundle, src, ids, 1, steps=4)
     arrays, meta = {}, {}
     for a, m in (importance.to_arrays(), patching.to_arrays("the corrupted text"), attribution.to_arrays()):
         arrays.update(a)

@@ -31,7 +31,7 @@ def test_batched_rows_equal_each_head_switched_off_alone(bundle):
     out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
     src_ids, _ = bundle.encode_source(out.source_text)
     out_ids = [int(i) for i in out.trace["output.ids"]]
-    result = head_importance(bundle.model, src_ids, out_ids, fast=bundle.fast)
+    result = head_importance(bundle, src_ids, out_ids)
     base = logprob(bundle.model, src_ids, out_ids, InferenceOptions())
     assert result.base_logprob == pytest.approx(base, abs=1e-4)
     assert len(result.effects) == 3 * 2 * 2  # 3 kinds x 2 layers x 2 heads
@@ -62,7 +62,7 @@ def test_heads_the_options_switch_off_stay_off_in_every_row(bundle):
     src_ids, _ = bundle.encode_source(out.source_text)
     out_ids = [int(i) for i in out.trace["output.ids"]]
     opts = InferenceOptions(ablate=frozenset({("encoder", 0, 0)}))
-    r = head_importance(bundle.model, src_ids, out_ids, options=opts, kinds=("cross", "encoder"))
+    r = head_importance(bundle, src_ids, out_ids, options=opts, kinds=("cross", "encoder"))
     assert r.base_logprob == pytest.approx(logprob(bundle.model, src_ids, out_ids, opts), abs=1e-4)
     for e in r.effects:  # the encoder rows resume at their layer with the options' switch still in effect
         both = InferenceOptions(ablate=opts.ablate | {(e.kind, e.layer, e.head)})
@@ -75,7 +75,7 @@ def test_heads_the_options_switch_off_stay_off_in_every_row(bundle):
 def test_keep_only_the_top_heads(bundle):
     out = bundle.translate("The cat sleeps.", max_len=5)
     src_ids, _ = bundle.encode_source(out.source_text)
-    r = head_importance(bundle.model, src_ids, [int(i) for i in out.trace["output.ids"]])
+    r = head_importance(bundle, src_ids, [int(i) for i in out.trace["output.ids"]])
     off = all_heads_but(r.shape, r.top(3))
     assert len(off) == 12 - 3 and not off & set(r.top(3))
     kept = bundle.translate("The cat sleeps.", InferenceOptions(ablate=off), max_len=5)
@@ -86,10 +86,10 @@ def test_bad_requests_are_named(bundle, tmp_path):
     from conftest import build_tiny_checkpoint
 
     with pytest.raises(ValueError, match="at least one token"):
-        head_importance(bundle.model, [5, 6, 2], [])
+        head_importance(bundle, [5, 6, 2], [])
     ssru = core.load(build_tiny_checkpoint(tmp_path / "ssru", decoder_self="ssru"), device="cpu")
     with pytest.raises(ValueError, match="no decoder attention"):
-        head_importance(ssru.model, [5, 6, 2], [7, 2], kinds=("decoder",))
+        head_importance(ssru, [5, 6, 2], [7, 2], kinds=("decoder",))
 
 
 def test_the_base_score_is_the_greedy_translation_probability_on_a_model_whose_pad_is_its_eos():
@@ -101,7 +101,7 @@ def test_the_base_score_is_the_greedy_translation_probability_on_a_model_whose_p
     assert b.model.keep_flags(src).all()  # the final eos is a real token
     src_ids = [int(i) for i in out.trace["ids.src"]]
     out_ids = [int(i) for i in out.trace["output.ids"]]
-    r = head_importance(b.model, src_ids, out_ids, kinds=("cross",), fast=b.fast)
+    r = head_importance(b, src_ids, out_ids, kinds=("cross",))
     assert r.base_logprob == pytest.approx(float(np.log(out.trace["output.probs"]).sum()), abs=1e-3)
 
 
@@ -149,8 +149,8 @@ def test_the_gradient_estimate_is_the_first_order_change_of_switching_a_head_off
     out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
     src_ids, _ = bundle.encode_source(out.source_text)
     out_ids = [int(i) for i in out.trace["output.ids"]]
-    est = head_importance_estimate(bundle.model, src_ids, out_ids)
-    exact = head_importance(bundle.model, src_ids, out_ids)
+    est = head_importance_estimate(bundle, src_ids, out_ids)
+    exact = head_importance(bundle, src_ids, out_ids)
     assert not est.exact and exact.exact
     assert est.base_logprob == pytest.approx(exact.base_logprob, abs=1e-4)
     assert [e.label for e in est.effects] == [e.label for e in exact.effects]

@@ -39,7 +39,7 @@ def prob(model, src_ids, out_ids, position, *interventions):
 
 def test_every_site_equals_its_own_single_patch(bundle, case):
     clean, corrupt, out_ids = case
-    r = activation_patching(bundle.model, clean, corrupt, out_ids, batch_rows=7)  # several chunks
+    r = activation_patching(bundle, clean, corrupt, out_ids, batch_rows=7)  # several chunks
     assert r.changed_positions == (1,)
     assert r.p_clean == pytest.approx(prob(bundle.model, clean, out_ids, r.position), abs=1e-5)
     assert r.p_corrupt == pytest.approx(prob(bundle.model, corrupt, out_ids, r.position), abs=1e-5)
@@ -67,7 +67,7 @@ def test_every_site_equals_its_own_single_patch(bundle, case):
 
 def test_the_replaced_embedding_restores_the_clean_run_and_the_others_do_nothing(bundle, case):
     clean, corrupt, out_ids = case
-    r = activation_patching(bundle.model, clean, corrupt, out_ids)
+    r = activation_patching(bundle, clean, corrupt, out_ids)
     restored = r.restored(r.encoder)
     assert r.p_clean != pytest.approx(r.p_corrupt, abs=1e-4)  # the corruption mattered at this position
     assert restored[0, 1] == pytest.approx(1.0, abs=1e-4)  # the clean embedding at the replaced position
@@ -80,17 +80,17 @@ def test_the_replaced_embedding_restores_the_clean_run_and_the_others_do_nothing
 def test_bad_pairs_are_named(bundle, case):
     clean, corrupt, out_ids = case
     with pytest.raises(InputError, match="same number of pieces"):
-        activation_patching(bundle.model, clean, corrupt[:-1], out_ids)
+        activation_patching(bundle, clean, corrupt[:-1], out_ids)
     with pytest.raises(InputError, match="change a word"):
-        activation_patching(bundle.model, clean, clean, out_ids)
+        activation_patching(bundle, clean, clean, out_ids)
     with pytest.raises(InputError, match="position must be"):
-        activation_patching(bundle.model, clean, corrupt, out_ids, position=99)
+        activation_patching(bundle, clean, corrupt, out_ids, position=99)
 
 
 def test_patching_with_the_causal_mask_off_reads_the_whole_prefix(bundle, case):
     clean, corrupt, out_ids = case
     opts = core.InferenceOptions(causal_mask=False)
-    r = activation_patching(bundle.model, clean, corrupt, out_ids, position=0, options=opts)
+    r = activation_patching(bundle, clean, corrupt, out_ids, position=0, options=opts)
     src, tgt = torch.tensor([corrupt]), torch.tensor([[bundle.config.bos_id] + out_ids[:-1]])
     with torch.no_grad():
         logits = bundle.model(src, tgt, call=Call(options=opts), src_keep=torch.ones_like(src, dtype=torch.bool))
