@@ -143,7 +143,7 @@ def engine_section(rep: Any, rounds: int, source: str = "en", target: str = "pt"
             f"best translations of each source piece and the source pieces themselves, padded to a multiple of 8 — "
             f"a median {statistics.median(ours_rows):.0f} rows ({min(ours_rows)}–{max(ours_rows)}) of the "
             f"{vocab:,}-row output layer here). Ours with `InferenceOptions(shortlist=True)` scores those rows "
-            f"(`core/shortlist.py`) and renormalises over them, as the engine does; the Trace then records "
+            f"(`core/decoding/shortlist.py`) and renormalises over them, as the engine does; the Trace then records "
             f"top-k probabilities over the shortlist. Same translation as the "
             f"engine: {same_sl} of {len(texts)} with the shortlist, {same} of {len(texts)} over the whole "
             "vocabulary.",

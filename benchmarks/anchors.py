@@ -30,9 +30,9 @@ import torch
 
 import core
 from core.analysis.sentences import builtin_sentences
-from core.call import Call
-from core.decoding import DecodeResult, default_max_len, greedy
+from core.decoding.search import DecodeResult, default_max_len, greedy
 from core.importers.bergamot_wheel import WHEEL_GLOB
+from core.recording.call import Call
 
 from .limits import Shape, matmul_work, shape_flops, shape_weight_bytes, stream_work
 from .timing import Stat, interleaved, paired_ratio

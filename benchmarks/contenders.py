@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import core
-from core.call import Call
-from core.decoding import beam_search, greedy
-from core.plan import DecoderState
+from core.decoding.search import beam_search, greedy
+from core.fast.plan import DecoderState
+from core.recording.call import Call
 
 Work = Callable[[], object]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 import core
-from core.call import Call
-from core.decoding import default_max_len, greedy, output_text
+from core.decoding.search import default_max_len, greedy, output_text
+from core.recording.call import Call
 
 from .anchors import ours
 from .timing import interleaved

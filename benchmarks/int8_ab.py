@@ -26,7 +26,7 @@ import core
 from .anchors import WARMUP, groups, lengths, ours
 from .limits import Shape, matmul_work, shape_flops
 
-ROWS = 32  # at most this many rows take the int8 kernel (as the float16 one: core.fast.ROWS_MAX)
+ROWS = 32  # at most this many rows take the int8 kernel (as the float16 one: core.fast.weights.ROWS_MAX)
 
 
 def int8_copy(path: Path) -> core.Bundle:
@@ -35,7 +35,7 @@ def int8_copy(path: Path) -> core.Bundle:
     fast, packed = bundle.fast, {}
     bind = fast.bind
 
-    def int8_bind(weight: torch.Tensor, bias: torch.Tensor | None, rows: int):  # noqa: ANN202 — core.fast.Linear
+    def int8_bind(weight: torch.Tensor, bias: torch.Tensor | None, rows: int):  # noqa: ANN202 — core.fast.weights.Linear
         if rows > ROWS:
             return bind(weight, bias, rows)
         if id(weight) not in packed:

@@ -123,7 +123,7 @@ def lab_float16_run(checkpoint: Path) -> Callable[[], list[int]]:
     """The same, with every weight rounded to float16 (what ``import-hf --dtype float16`` stores): the fast path then
     reads the matrices at half the bytes (fbgemm's float16-weight kernel, float32 sums)."""
     import core
-    from core.checkpoint import load_checkpoint
+    from core.storage.checkpoint import load_checkpoint
 
     model, tokenizer, info = load_checkpoint(checkpoint, "cpu")
     with torch.no_grad():
@@ -143,11 +143,11 @@ def floor_run(checkpoint: Path, half: bool) -> Callable[[], None]:
     decoding step reads (each decoder layer's self-attention, cross-attention query and output, FFN; the output
     layer; the cross-attention keys and values are made once per sentence, so left out) and nothing else: the
     memory-streaming floor, in float32 (``F.linear`` on torch's threads), or with float16 weights through the fast
-    path's kernel (``core.fast``, as the lab runs a float16 checkpoint)."""
+    path's kernel (``core.fast.weights``, as the lab runs a float16 checkpoint)."""
     import torch.nn.functional as F
 
-    from core.checkpoint import load_checkpoint
-    from core.fast import FastWeights
+    from core.fast.weights import FastWeights
+    from core.storage.checkpoint import load_checkpoint
 
     model = load_checkpoint(checkpoint, "cpu")[0]
     skip = ("cross_attn.k_proj", "cross_attn.v_proj")

@@ -165,7 +165,7 @@ def peers_section(rep: Report, rounds: Rounds) -> None:
     )
     rows.append(
         [
-            "floor: only the weight matmuls, as ours runs them (`core.fast`: float16 weights, float32 sums)",
+            "floor: only the weight matmuls, as ours runs them (`core.fast.weights`: float16 weights, float32 sums)",
             matmuls_fast.ms,
             x(matmuls_fast, st[names[0]]),
         ]
@@ -194,7 +194,8 @@ def peers_section(rep: Report, rounds: Rounds) -> None:
             f"this machine's rate, would be {best:.2f}× faster than generate with attentions; one that did nothing but "
             f"the float32 weight matmuls, {best_mm:.2f}×. Ours traced spends "
             f"{paired_ratio(matmuls_fast, st[names[0]]) * 100:.0f}% of its time in its own (float16-weight) matmuls.)",
-            "Ours reads each decoder matrix as float16 through fbgemm's kernel (`core.fast`) because the weights "
+            "Ours reads each decoder matrix as float16 through fbgemm's kernel (`core.fast.weights`) because the "
+            "weights "
             "ARE float16 numbers — every committed checkpoint is stored in float16, and this benchmark's random "
             "weights are rounded to float16 values for all of ours; products and sums stay float32, and a test checks "
             "that tokens match and attention agrees to 1e-4 with the plain float32 path. The peers read their own "
@@ -288,7 +289,7 @@ def limit_section(rep: Report, rounds: Rounds) -> None:
             f"layers × {S.heads} heads) on a model with d_model 16, FFN 16 and a 16-word vocabulary, whose arithmetic "
             f"is nearly free, takes {st['probe'].ms} = {paired_ratio(st['probe'], st['traced']) * 100:.0f}% of ours "
             "traced: the fixed cost of eager PyTorch's small ops (norms, views, attention, recording) and our Python. "
-            "Decoding steps already run on a per-call plan (`core.plan`: weights bound once, no module calls, "
+            "Decoding steps already run on a per-call plan (`core.fast.plan`: weights bound once, no module calls, "
             "`bmm` over heads); what is left is about 30 small ops per layer and step, which only a compiled "
             "step would fuse.",
         ],

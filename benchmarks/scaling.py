@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 import core
-from core.call import Call
-from core.decoding import beam_search, greedy
+from core.decoding.search import beam_search, greedy
+from core.recording.call import Call
 
 from . import contenders as C
 from .timing import interleaved, paired_ratio

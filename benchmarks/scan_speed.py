@@ -7,7 +7,7 @@ On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portugu
 
 1. the per-pair cost: for each pair in turn (interleaved, so both see the same load), the wall time of
    ``Bundle.translate`` (greedy, every attention recorded, as the lab translates), of untraced greedy decoding
-   (``core.decoding.greedy`` with the bundle's fast weights, no recorder), of ``contributions`` on the given
+   (``core.decoding.search.greedy`` with the bundle's fast weights, no recorder), of ``contributions`` on the given
    translation and of ``contributions`` of the model's own translation (no translation given);
    medians, and the ratio of the medians;
 2. whole scans of the pairs (``core.analysis.scan.scan``, into a fresh file each): in this process with torch on 1
@@ -37,8 +37,8 @@ from benchmarks.hallucination import teacher_table
 from core.analysis.contributions import contributions
 from core.analysis.scan import Runner, local_records, scan
 from core.analysis.scan_ray import ray_records
-from core.call import Call
-from core.decoding import greedy
+from core.decoding.search import greedy
+from core.recording.call import Call
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,19 +11,19 @@ Per-call recording and interventions: ``core.Recorder(model, interventions=[core
 """
 
 from .bundle import Bundle, load
-from .call import Call
-from .checkpoint import CheckpointMeta, default_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from .config import InferenceOptions, ModelConfig, Record
 from .errors import CheckpointError, InputError, LabError
-from .fast import FastWeights
+from .fast.weights import FastWeights
 from .inputs import clean_text
-from .interventions import Intervention, Patch, ScaleHeads
-from .model import Transformer
-from .recorder import Recorder
+from .recording.call import Call
+from .recording.interventions import Intervention, Patch, ScaleHeads
+from .recording.recorder import Recorder
+from .recording.trace import ModelShape, Trace
 from .results import Step, Translation
 from .sites import ATTENTION_KINDS, AttentionKind, attention_site
-from .tokenizer import Tokenizer
-from .trace import ModelShape, Trace
+from .storage.checkpoint import CheckpointMeta, default_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from .text.tokenizer import Tokenizer
+from .transformer.model import Transformer
 
 __all__ = [
     "Call",

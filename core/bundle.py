@@ -13,14 +13,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .call import Call
-from .checkpoint import load_checkpoint
 from .config import InferenceOptions, ModelConfig, Record
-from .decoding import BeamStep, beam_search, greedy, max_steps, output_text, padded
+from .decoding.generation_rules import rules_in_force
+from .decoding.search import BeamStep, beam_search, greedy, max_steps, output_text, padded
+from .decoding.shortlist import Shortlist, as_vocab, load_beside
 from .errors import CheckpointError, InputError
-from .fast import FastWeights
+from .fast.weights import FastWeights
 from .forcing import forced_pass
-from .generation_rules import rules_in_force
 from .inputs import (
     MAX_BEAM,
     MAX_CHARS,
@@ -33,13 +32,14 @@ from .inputs import (
     clean_text,
     pick_device,
 )
-from .model import Transformer
-from .recorder import Recorder
+from .recording.call import Call
+from .recording.recorder import Recorder
+from .recording.trace import ModelShape
 from .results import BeamTree, Translation
-from .shortlist import Shortlist, as_vocab, load_beside
 from .sites import ids_site, output_site
-from .tokenizer import Tokenizer
-from .trace import ModelShape
+from .storage.checkpoint import load_checkpoint
+from .text.tokenizer import Tokenizer
+from .transformer.model import Transformer
 
 
 class Bundle:
@@ -191,14 +191,15 @@ class Bundle:
         return {"shortlist_rows": int(vocab.shape[0]), "shortlist_of": self.config.tgt_vocab_size}
 
     def _rules(self) -> dict[str, Any]:
-        """The trace's note of the generation rules the decoding ran with (``core.generation_rules``), when any is
+        """The trace's note of the generation rules the decoding ran with (``core.decoding.generation_rules``), when
+        any is
         on: ``meta['generation_rules']``, e.g. {'min_length': 56, 'eos_banned_steps': 55, ...}."""
         rules = rules_in_force(self.config)
         return {"generation_rules": rules} if rules else {}
 
     def _limit(self, call: Call) -> dict[str, Any]:
         """The trace's note of the output steps the call allowed (``meta['max_len']``), when it decoded: the step
-        a forced eos falls on (``core.generation_rules.forced_id``)."""
+        a forced eos falls on (``core.decoding.generation_rules.forced_id``)."""
         return {} if call.max_len is None else {"max_len": call.max_len}
 
     # ----------------------------------------------------------------- the run path
@@ -359,7 +360,7 @@ class Bundle:
             eos_id=self.config.eos_id,
             meta={
                 "model": self.name,
-                "beam": self.config.beam,  # how hypotheses finish (core.beam_finish), for the page's words
+                "beam": self.config.beam,  # how hypotheses finish (core.decoding.beam_finish), for the page's words
                 **self._rules(),
                 **self._limit(call),
                 "source_text": source.text,

@@ -36,7 +36,8 @@ class ModelConfig:
     ``norm_kind``, ``gated_ffn``, ``linear_bias``, ``relative_buckets``, ``relative_max_distance``,
     ``scale_decoder_output``, with ``positional='relative'``) does the same for T5 / Flan-T5 / mT5; ``beam``,
     ``length_penalty``, ``early_stopping`` and the generation rules (``min_length``, ``no_repeat_ngram_size``,
-    ``encoder_no_repeat_ngram_size``, ``repetition_penalty``, ``forced_eos_id``: ``core.generation_rules``) decode an
+    ``encoder_no_repeat_ngram_size``, ``repetition_penalty``, ``forced_eos_id``: ``core.decoding.generation_rules``)
+    decode an
     imported folder as transformers' ``generate`` does.
     """
 
@@ -54,7 +55,8 @@ class ModelConfig:
     norm_eps: float = 1e-5
     positional: Literal["sinusoidal", "learned", "relative"] = "sinusoidal"  # relative: T5's bias (relative_* below)
     # interleaved: the paper's; concatenated: sines then cosines, tensor2tensor / Marian C++ frequencies;
-    # concatenated_hf: sines then cosines at the paper's frequencies (Hugging Face's MarianMTModel). core.positional
+    # concatenated_hf: sines then cosines at the paper's frequencies (Hugging Face's MarianMTModel).
+    # core.transformer.positional
     pe_layout: Literal["interleaved", "concatenated", "concatenated_hf"] = "interleaved"
     max_positions: int = 1024
     scale_embedding: bool = True  # token embeddings times sqrt(d_model) before the positions are added
@@ -84,12 +86,14 @@ class ModelConfig:
     relative_buckets: int = 32  # positional="relative": buckets of T5's relative position bias ...
     relative_max_distance: int = 128  # ... and the distance from which every relative position shares a bucket
     scale_decoder_output: bool = False  # decoder output * d_model**-0.5 before the output projection (T5 v1.0)
-    # How beam search finishes hypotheses (``core.beam_finish``); the defaults keep every earlier checkpoint as it was.
+    # How beam search finishes hypotheses (``core.decoding.beam_finish``); the defaults keep every earlier checkpoint
+    # as it was.
     # lab: beam_size best extensions a step, those ending in eos finished; transformers: ``generate``'s (imported)
     beam: Literal["lab", "transformers"] = "lab"
     length_penalty: float = 1.0  # finished hypotheses rank by log-prob / length**length_penalty (a call may override)
     early_stopping: bool | Literal["never"] = False  # beam="transformers": generate's early_stopping
-    # Generation rules an imported folder sets (``core.generation_rules``); the defaults (off) keep every earlier
+    # Generation rules an imported folder sets (``core.decoding.generation_rules``); the defaults (off) keep every
+    # earlier
     # checkpoint as it was.
     min_length: int = 0  # eos banned while the decoder's input (start token included) is shorter than this
     no_repeat_ngram_size: int = 0  # an id that would repeat an n-gram of this size in the decoder's input is banned
@@ -282,7 +286,8 @@ class InferenceOptions:
     ``positional_encoding=False`` removes positions on both sides; ``encoder_pe`` / ``decoder_pe`` remove them
     on one side only (the source embeddings / the decoder inputs). Defaults reproduce training.
     ``shortlist=True`` scores only the model's lexical shortlist at each step, as the production engine of an
-    imported Marian model does (``core.shortlist``; only checkpoints that ship one accept it). ``Bundle`` applies it
+    imported Marian model does (``core.decoding.shortlist``; only checkpoints that ship one accept it). ``Bundle``
+    applies it
     (it holds the shortlist and passes its rows down as ``vocab``); the analyses, which score the whole vocabulary,
     refuse it (``whole_vocabulary``).
     """

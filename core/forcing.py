@@ -11,10 +11,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .call import Call
-from .decoding import apply_bans, suppress, vocab_ids
-from .generation_rules import bans_on, columns_of, penalise
-from .model import Transformer
+from .decoding.generation_rules import bans_on, columns_of, penalise
+from .decoding.search import apply_bans, suppress, vocab_ids
+from .recording.call import Call
+from .transformer.model import Transformer
 
 
 def forced_pass(model: Transformer, src: Tensor, keep: Tensor, rows: Sequence[Sequence[int]], call: Call) -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from .config import InferenceOptions
-from .decoding import BeamStep
+from .decoding.search import BeamStep
+from .recording.trace import Trace
 from .sites import AttentionKind, output_site
-from .trace import Trace
 
 
 @dataclass(frozen=True)

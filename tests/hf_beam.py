@@ -25,7 +25,8 @@ from core.results import BeamTree
 
 BEAMS, MAX_NEW = 4, 10
 # (length_penalty, early_stopping): generate's defaults first, then each other way a search stops
-# (core.beam_finish.TransformersFinish.done: True stops on a full pool; False bounds the live beams at their own
+# (core.decoding.beam_finish.TransformersFinish.done: True stops on a full pool; False bounds the live beams at their
+# own
 # length, "never" with a positive penalty at max_len), with a penalty above 1 and one below. (1.0, True) and
 # (0.5, False) were dropped: they took the same branches as (2.0, True) and (1.0, False), the penalty a number there.
 SETTINGS: tuple[tuple[float, bool | str], ...] = ((1.0, False), (2.0, True), (0.5, "never"))

@@ -18,7 +18,7 @@ import sentencepiece as spm
 import torch
 from conftest import FIXTURES, tiny_config
 
-from core.shortlist import MAGIC
+from core.decoding.shortlist import MAGIC
 
 LINES = (FIXTURES / "tiny_corpus.txt").read_text(encoding="utf-8").splitlines()
 ENGLISH, GERMAN = LINES[0::2], LINES[1::2]

@@ -23,7 +23,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from core.trace import Trace
+from core.recording.trace import Trace
 
 DEFAULT_MB = 512
 P = ParamSpec("P")

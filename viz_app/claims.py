@@ -286,7 +286,8 @@ def word_order(sentences: tuple[str, str], with_pe: OrderComparison, switched: O
 
 def beam_rule(beam_size: int, policy: str, alpha: float) -> tuple[str, str]:
     """What the beam tree's caption says the search keeps, and what ranks the finished translations, for the
-    finishing policy the model decoded with (``ModelConfig.beam``; ``core.beam_finish``) and its length penalty."""
+    finishing policy the model decoded with (``ModelConfig.beam``; ``core.decoding.beam_finish``) and its length
+    penalty."""
     if alpha == 0:
         rank = "score"
     elif alpha == 1:

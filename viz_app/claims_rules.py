@@ -1,4 +1,4 @@
-"""Sentences about the generation rules an imported model's folder sets (``core.generation_rules``: min_length,
+"""Sentences about the generation rules an imported model's folder sets (``core.decoding.generation_rules``: min_length,
 no_repeat_ngram_size, encoder_no_repeat_ngram_size, repetition_penalty, forced_eos_token_id), each computed from
 what the trace says: which rules held (``meta['generation_rules']``), the step limit of the call (``meta['max_len']``)
 and the ids it wrote.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import core
-from core.generation_rules import is_penalty, repeating_ids
+from core.decoding.generation_rules import is_penalty, repeating_ids
 from core.sites import ids_site, output_site
 from viz_app.claims import first_upper, quote
 
@@ -25,7 +25,7 @@ LISTED = 5  # at most this many banned pieces are named in one sentence
 
 @dataclass(frozen=True)
 class Rules:
-    """The rules a run decoded with (off: 0 / None), as ``core.generation_rules.rules_in_force`` wrote them."""
+    """The rules a run decoded with (off: 0 / None), as ``core.decoding.generation_rules.rules_in_force`` wrote them."""
 
     min_length: int = 0
     eos_banned_steps: int = 0  # eos was banned at output steps 0 .. eos_banned_steps - 1

@@ -25,13 +25,13 @@ import torch
 from torch import Tensor
 
 from ..bundle import Bundle
-from ..call import Call
 from ..config import InferenceOptions
 from ..errors import InputError
-from ..interventions import Patch
-from ..recorder import Recorder
+from ..recording.call import Call
+from ..recording.interventions import Patch
+from ..recording.recorder import Recorder
+from ..recording.trace import Trace
 from ..sites import analysis_site, embed_site, pe_site
-from ..trace import Trace
 
 MAX_IG_STEPS = 512  # the path's points are one batch: more only fills the memory (the error then shrinks slowly)
 

@@ -29,8 +29,8 @@ from torch import Tensor
 
 from ..bundle import Bundle
 from ..config import InferenceOptions
+from ..recording.trace import Trace
 from ..sites import AttentionKind, analysis_site
-from ..trace import Trace
 from .alti import alti, compose_decoder, compose_encoder
 from .decomposition import iter_blocks, recorded_pass, scored_ids
 

@@ -16,17 +16,17 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
 from ..bundle import Bundle
-from ..call import Call
 from ..config import InferenceOptions, Record
-from ..decoding import suppress
+from ..decoding.search import suppress
 from ..errors import InputError
-from ..layers import SSRU
-from ..model import Transformer
-from ..recorder import Recorder
+from ..recording.call import Call
+from ..recording.recorder import Recorder
+from ..recording.trace import Trace
 from ..sites import AttentionKind, attention_array, layer_input_site, output_site
-from ..trace import Trace
+from ..transformer.attention import MultiHeadAttention
+from ..transformer.layers import SSRU
+from ..transformer.model import Transformer
 from .alti import Block, attention_block, ssru_block
 
 BlockKey = tuple[AttentionKind, int]  # ('encoder', 0), ('decoder', 1) (an SSRU too), ('cross', 1)

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..config import AttentionKind
+from ..recording.trace import Trace
 from ..sites import analysis_site
-from ..trace import Trace
 
 STATS = ("entropy", "distance", "diagonal", "previous", "next", "eos", "first", "punctuation")
 STAT_TITLES = {

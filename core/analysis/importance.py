@@ -25,15 +25,15 @@ import numpy as np
 import torch
 
 from ..bundle import Bundle
-from ..call import Call
 from ..config import InferenceOptions
-from ..decoding import suppress
-from ..fast import FastWeights
-from ..interventions import ScaleHeads
-from ..model import Transformer
-from ..recorder import Recorder
+from ..decoding.search import suppress
+from ..fast.weights import FastWeights
+from ..recording.call import Call
+from ..recording.interventions import ScaleHeads
+from ..recording.recorder import Recorder
+from ..recording.trace import ModelShape, Trace
 from ..sites import AttentionKind, analysis_site, array_of, attention_site, layer_input_site, parse_attention_site
-from ..trace import ModelShape, Trace
+from ..transformer.model import Transformer
 
 Head = tuple[AttentionKind, int, int]
 

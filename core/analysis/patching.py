@@ -17,15 +17,15 @@ import numpy as np
 import torch
 
 from ..bundle import Bundle
-from ..call import Call
 from ..config import InferenceOptions
 from ..errors import InputError
-from ..fast import FastWeights
-from ..interventions import Patch
-from ..model import Transformer
-from ..recorder import Recorder
+from ..fast.weights import FastWeights
+from ..recording.call import Call
+from ..recording.interventions import Patch
+from ..recording.recorder import Recorder
+from ..recording.trace import ModelShape, Trace
 from ..sites import analysis_site, attention_array, embed_site, layer_site
-from ..trace import ModelShape, Trace
+from ..transformer.model import Transformer
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from typing import Literal
 
 import numpy as np
 
+from ..recording.trace import Trace
 from ..sites import keep_site
-from ..trace import Trace
 
 Fusion = Literal["mean", "max", "min"]
 FUSIONS: tuple[Fusion, ...] = ("mean", "max", "min")

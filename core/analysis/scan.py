@@ -28,9 +28,9 @@ from tqdm import tqdm
 
 from ..bundle import Bundle, load
 from ..config import InferenceOptions
-from ..durable import fsync_path
 from ..errors import InputError, LabError
 from ..inputs import MAX_CHARS, clean_text
+from ..storage.durable import fsync_path
 from .contributions import contributions
 
 # The flag threshold on a translation's mean source share, chosen by a stated rule on held-out data: the largest

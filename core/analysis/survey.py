@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..call import Call
 from ..config import Record
-from ..recorder import Recorder
+from ..recording.call import Call
+from ..recording.recorder import Recorder
 from ..sites import attention_array
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
 from .heads import HeadStatistics, sentence_statistics, total

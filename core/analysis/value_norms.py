@@ -19,8 +19,8 @@ import torch
 
 from ..bundle import Bundle
 from ..config import InferenceOptions
-from ..model import Transformer
-from ..trace import Trace
+from ..recording.trace import Trace
+from ..transformer.model import Transformer
 from .alti import head_vectors, value_vectors
 from .decomposition import BlockKey, as_float64, attention_of, head_scale, recorded_pass, scored_ids
 

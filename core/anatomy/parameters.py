@@ -275,7 +275,8 @@ def ffn_block(arch: Architecture, name: str, group: str, key: str) -> ParameterB
 
 
 def ssru_block(arch: Architecture, name: str, group: str, key: str) -> ParameterBlock:
-    """core.layers.SSRU: c_t = f_t·c_{t-1} + (1 - f_t)·(x_t W), f_t = sigmoid(x_t W_f + b_f) — W without a bias."""
+    """core.transformer.layers.SSRU: c_t = f_t·c_{t-1} + (1 - f_t)·(x_t W), f_t = sigmoid(x_t W_f + b_f) — W without a
+    bias."""
     terms: list[Term] = [(2, ("d_model", "d_model")), (1, ("d_model",))]
     d = arch.d_model
     pieces = [Piece("W", (d, d), f"{key}.W.weight")] + _linear("f", f"{key}.W_f", d, d, True)

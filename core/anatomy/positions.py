@@ -13,9 +13,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from ..model import Transformer
-from ..positional import relative_bucket
 from ..sites import Side
+from ..transformer.model import Transformer
+from ..transformer.positional import relative_bucket
 
 Stack = Literal["encoder", "decoder"]
 

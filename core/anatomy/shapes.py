@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config import ModelConfig
+from ..recording.trace import Trace
 from ..results import Translation
 from ..sites import (
     array_of,
@@ -31,7 +32,6 @@ from ..sites import (
     output_site,
     pe_site,
 )
-from ..trace import Trace
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..model import Transformer
-from ..plan import DecoderState
+from ..fast.plan import DecoderState
 from ..results import Translation
 from ..sites import ids_site
+from ..transformer.model import Transformer
 
 
 @dataclass(frozen=True)

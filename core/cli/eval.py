@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import load_checkpoint
 from ..distill.fidelity import (
     HEADER,
     corpus_words,
@@ -21,10 +20,11 @@ from ..distill.fidelity import (
 from ..distill.invented import dictionary, invented_section, measure
 from ..errors import InputError
 from ..inputs import MAX_BEAM
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import load_checkpoint
+from ..text.tokenizer import Tokenizer
 from ..training.corpus import split_or_prepare, text_lines
 from ..training.evaluate import evaluate_split
+from ..transformer.model import Transformer
 
 
 def beam_sizes(text: str) -> list[int]:

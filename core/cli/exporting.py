@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..checkpoint import check_output_folder
 from ..errors import CheckpointError
+from ..storage.checkpoint import check_output_folder
 
 
 def add_export_arguments(parser: argparse.ArgumentParser, what: str, verify_help: str) -> None:

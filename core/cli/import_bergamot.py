@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import folder_mb
 from ..importers.bergamot import convert, loads, obtain_models
 from ..importers.bergamot_wheel import DIRECTIONS, DOWNLOAD_TIMEOUT, ImportFailed, one_line
+from ..storage.checkpoint import folder_mb
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

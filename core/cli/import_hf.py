@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import check_output_folder, folder_mb, load_checkpoint
 from ..errors import CheckpointError
 from ..importers.hf_families import checkpoint_name, convert
+from ..storage.checkpoint import check_output_folder, folder_mb, load_checkpoint
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..durable import replace_durably
 from ..errors import InputError
+from ..storage.durable import replace_durably
 
 EVERYDAY = [  # written for this card; not from any corpus
     "Good morning, how did you sleep?",
@@ -145,7 +145,7 @@ this card is not legal advice."""
 
 def write_card_file(folder: Path, text: str) -> None:
     """``folder/card.md`` written to a temporary name, made world-readable and renamed durably (never half a
-    card, also across a crash: ``core.durable``, as checkpoints are saved)."""
+    card, also across a crash: ``core.storage.durable``, as checkpoints are saved)."""
     tmp = folder / ".card.md.tmp"
     tmp.write_text(text, encoding="utf-8")
     os.chmod(tmp, 0o644)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from ..training.corpus import fetch_deb, leak_key, split_or_prepare, text_lines
 from ..training.evaluate import translate_many
+from ..transformer.model import Transformer
 
 
 # ----------------------------------------------------------------------------- English text

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from ..training.corpus import fetch_deb
 from ..training.evaluate import score, translate_many
+from ..transformer.model import Transformer
 from .data import english_sources
 
 BUCKETS: tuple[tuple[int, int], ...] = ((1, 15), (16, 30), (31, 60), (61, 120))

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from ..training.evaluate import translate_many
+from ..transformer.model import Transformer
 from .fidelity import BUCKETS, CLITICS, WORDLISTS
 
 LETTERS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")

@@ -39,14 +39,14 @@ import torch
 from safetensors.torch import load_file
 
 from ..bundle import weights_digest
-from ..checkpoint import CheckpointMeta, check_output_folder, load_checkpoint, save_checkpoint
 from ..errors import CheckpointError
 from ..inputs import pick_device
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import CheckpointMeta, check_output_folder, load_checkpoint, save_checkpoint
+from ..text.tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
 from ..training.train import best_eval_step, fit, read_log, seed_everything
+from ..transformer.model import Transformer
 from .data import read_lines
 from .long_card import publish
 from .long_inputs import copy_inputs, load_pairs, make_inputs, teacher_stage

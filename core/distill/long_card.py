@@ -21,12 +21,12 @@ import torch
 
 from ..analysis.survey import measured_alignment_section
 from ..bundle import Bundle
-from ..checkpoint import CheckpointMeta, folder_mb, load_checkpoint, read_config, save_checkpoint
 from ..errors import InputError
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import CheckpointMeta, folder_mb, load_checkpoint, read_config, save_checkpoint
+from ..text.tokenizer import Tokenizer
 from ..training.evaluate import translate_many
 from ..training.train import plot_curves
+from ..transformer.model import Transformer
 from .card import EVERYDAY, Card, columns_table, compose, md_table, section, switches_table, write_card_file
 from .data import read_lines
 from .fidelity import (

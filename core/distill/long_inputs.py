@@ -7,9 +7,9 @@ import json
 import random
 from pathlib import Path
 
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from ..training.corpus import leak_key
+from ..transformer.model import Transformer
 from .data import english_sources, fetch_fortunes, fortune_sentences, read_lines, translate_file, write_lines
 from .fidelity import BUCKETS, inputs_by_length
 from .student import usable_pair

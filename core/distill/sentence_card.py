@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import load_checkpoint
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import load_checkpoint
+from ..text.tokenizer import Tokenizer
 from ..training.evaluate import translate_many
+from ..transformer.model import Transformer
 from .card import EVERYDAY, Card, columns_table, md_table, switches_table
 from .data import read_lines
 from .settings import SentenceRecipe
@@ -74,7 +74,7 @@ def _made(recipe: SentenceRecipe, summary: dict) -> str:
     )
     return f"""\
 * **Teacher**: `checkpoints/bergamot-en-pt` (imported by `python -m core import-bergamot`, float32; decoder
-  self-part = SSRU). Greedy decoding in core's batched KV-cached decoder (`core.decoding.greedy`, batches
+  self-part = SSRU). Greedy decoding in core's batched KV-cached decoder (`core.decoding.search.greedy`, batches
   sorted by length, ≤ 2,000 padded source tokens per batch).
 * **Student**: the teacher's `ModelConfig` with `decoder_self="attention"` (8 heads of 32). Copied from the
   teacher: shared embedding / tied output projection and output bias, the 6-layer encoder, each decoder

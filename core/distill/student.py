@@ -24,14 +24,21 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CONFIG, CheckpointMeta, check_output_folder, folder_mb, load_checkpoint, save_checkpoint
 from ..config import InferenceOptions, ModelConfig, heads
 from ..errors import CheckpointError, InputError
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import (
+    CONFIG,
+    CheckpointMeta,
+    check_output_folder,
+    folder_mb,
+    load_checkpoint,
+    save_checkpoint,
+)
+from ..text.tokenizer import Tokenizer
 from ..training.batching import Batch, collate, token_batches
 from ..training.evaluate import score, translate_many
 from ..training.train import Trainer, best_eval_step, fit, plot_curves, read_log, seed_everything
+from ..transformer.model import Transformer
 from .card import compose, write_card_file
 from .data import make_data, read_lines
 from .sentence_card import build_card, side_by_side

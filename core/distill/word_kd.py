@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..model import Transformer
 from ..training.batching import Batch
 from ..training.train import TrainConfig, Trainer
+from ..transformer.model import Transformer
 
 
 def word_kd_loss(

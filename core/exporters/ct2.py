@@ -21,12 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import CONFIG, load_checkpoint, read_config
 from ..config import ModelConfig
 from ..errors import CheckpointError, LabError
 from ..importers.staging import staging_folder
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import CONFIG, load_checkpoint, read_config
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .hf_families import WRITERS, family_of
 from .hf_marian import PAD_PIECE
 from .verify import publish, verify_ct2

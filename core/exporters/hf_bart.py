@@ -22,17 +22,17 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..beam_finish import generation_settings
-from ..checkpoint import CONFIG, load_checkpoint
 from ..config import ModelConfig
+from ..decoding.beam_finish import generation_settings
+from ..decoding.generation_rules import hf_settings
 from ..errors import CheckpointError
-from ..generation_rules import hf_settings
-from ..hf_tokenizers import FastTokenizer, M2M100VocabTokenizer
 from ..importers.hf_bart import SPM
 from ..importers.hf_bart_config import ARCHITECTURES, BIAS, HEAD, POSITION_OFFSET, SHARED, bart_names
 from ..importers.hf_folder import TOKENIZER_JSON, VOCAB
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import CONFIG, load_checkpoint
+from ..text.hf_tokenizers import FastTokenizer, M2M100VocabTokenizer
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .hf_marian import finish_folder, shape_fields
 
 TOKENIZER_CLASSES = {

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import read_config
 from ..config import ModelConfig
 from ..importers.staging import staging_folder
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import read_config
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from . import hf_bart, hf_marian, hf_t5
 from .verify import publish, verify_hf  # transformers is imported inside, when a check runs
 

@@ -24,16 +24,16 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..beam_finish import generation_settings
-from ..checkpoint import CARD, CONFIG, load_checkpoint
 from ..config import ModelConfig
+from ..decoding.beam_finish import generation_settings
+from ..decoding.generation_rules import hf_settings
 from ..errors import CheckpointError
-from ..generation_rules import hf_settings
 from ..importers.hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, SHARED, layer_names
 from ..importers.hf_marian_config import POSITIONS
-from ..model import Transformer
-from ..positional import sinusoidal_table
-from ..tokenizer import MarianVocabTokenizer, Tokenizer
+from ..storage.checkpoint import CARD, CONFIG, load_checkpoint
+from ..text.tokenizer import MarianVocabTokenizer, Tokenizer
+from ..transformer.model import Transformer
+from ..transformer.positional import sinusoidal_table
 
 PAD_PIECE = "<pad>"
 NEVER = -1e4  # the appended <pad>'s logit bias: exp(-1e4) is 0 in float32, so probabilities equal core's

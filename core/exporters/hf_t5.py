@@ -22,17 +22,17 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..beam_finish import generation_settings
-from ..checkpoint import CONFIG, load_checkpoint
 from ..config import ModelConfig
+from ..decoding.beam_finish import generation_settings
+from ..decoding.generation_rules import hf_settings
 from ..errors import CheckpointError
-from ..generation_rules import hf_settings
-from ..hf_tokenizers import FastTokenizer
 from ..importers.hf_t5 import SPIECE
 from ..importers.hf_t5_config import ARCHITECTURES, HEAD, SHARED, t5_names
-from ..model import Transformer
-from ..t5_tokenizer import T5Tokenizer
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import CONFIG, load_checkpoint
+from ..text.hf_tokenizers import FastTokenizer
+from ..text.t5_tokenizer import T5Tokenizer
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .hf_marian import finish_folder
 
 

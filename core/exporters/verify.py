@@ -12,14 +12,14 @@ from typing import Any
 import torch
 
 from ..bundle import Bundle
-from ..checkpoint import place
 from ..config import ModelConfig, Record
-from ..decoding import max_steps
-from ..durable import fsync_tree
+from ..decoding.search import max_steps
 from ..errors import CheckpointError
-from ..model import Transformer
 from ..sites import ids_site, output_site
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import place
+from ..storage.durable import fsync_tree
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 
 DEFAULT_TEXT = "The weather is nice today, so we went for a walk in the park."
 MAX_TOKENS = 24
@@ -147,7 +147,8 @@ def verify_ct2(
 
 def ct2_decoding(cfg: ModelConfig, out_ids: Sequence[int], max_len: int) -> tuple[dict[str, Any], list[int]]:
     """How CTranslate2 decodes what core's greedy ``out_ids`` (a call of ``max_len`` steps) decoded: its
-    ``translate_batch`` options for the model's generation rules (``core.generation_rules``: ``min_length`` counts
+    ``translate_batch`` options for the model's generation rules (``core.decoding.generation_rules``: ``min_length``
+    counts
     the start token, CTranslate2's ``min_decoding_length`` does not; the same ``no_repeat_ngram_size``) and length,
     and core's ids to compare with its output. CTranslate2 has no forced eos: where core forced one at its last
     step, CTranslate2 stops a step earlier and the ids before the eos are compared."""

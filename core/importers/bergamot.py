@@ -26,13 +26,13 @@ import torch
 
 from ..analysis.survey import measured_alignment_section
 from ..bundle import Bundle
-from ..checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
 from ..config import ModelConfig, Record
+from ..decoding.shortlist import FILE_NAME as SHORTLIST_FILE
+from ..decoding.shortlist import Shortlist
 from ..errors import CheckpointError, LabError
-from ..model import Transformer
-from ..shortlist import FILE_NAME as SHORTLIST_FILE
-from ..shortlist import Shortlist
-from ..tokenizer import Tokenizer
+from ..storage.checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .bergamot_wheel import (
     DIRECTIONS,
     EXTRACT_DIR,
@@ -272,7 +272,7 @@ def _card(
     shortlist_line = (
         f"The lexical shortlist `{lex.name}` is kept as `{SHORTLIST_FILE}`: with `InferenceOptions(shortlist=True)` "
         "(`python -m core translate --shortlist`) each step scores only its rows, as the production "
-        "engine does (`core/shortlist.py`)."
+        "engine does (`core/decoding/shortlist.py`)."
         if lex is not None
         else "The folder had no lexical shortlist (`lex.*.bin`): every step scores the whole vocabulary."
     )

@@ -24,9 +24,9 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer, byte_level_bpe
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..text.hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer, byte_level_bpe
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .hf_bart_config import (
     ARCHITECTURES,
     BIAS,

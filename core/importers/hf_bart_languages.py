@@ -9,8 +9,8 @@ import json
 import re
 
 from ..errors import CheckpointError, InputError
-from ..hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer
-from ..tokenizer import Tokenizer
+from ..text.hf_tokenizers import FastTokenizer, Framing, M2M100VocabTokenizer
+from ..text.tokenizer import Tokenizer
 from .hf_common import one_id, setting, setting_from
 from .hf_entry import HFFolder, Languages
 from .hf_folder import CONFIG, TOKENIZER_CONFIG

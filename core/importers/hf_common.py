@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import CheckpointMeta
 from ..config import ModelConfig
+from ..decoding.generation_rules import is_penalty
 from ..errors import CheckpointError
-from ..generation_rules import is_penalty
-from ..progress import Progress
-from ..tokenizer import first_id_beyond
-from ..weights import parameter_shapes
+from ..storage.checkpoint import CheckpointMeta
+from ..storage.progress import Progress
+from ..storage.weights import parameter_shapes
+from ..text.tokenizer import first_id_beyond
 from .hf_entry import HFFolder, Setup, Tensors
 from .hf_folder import CONFIG, GENERATION_CONFIG, WEIGHTS
 
@@ -87,7 +87,7 @@ def setting(f: HFFolder, name: str, default: Any = None) -> Any:
 
 def beam_settings(f: HFFolder) -> dict[str, Any]:
     """``ModelConfig``'s beam fields for an imported folder: beam search as ``generate`` runs it ("transformers",
-    ``core.beam_finish``), with ``length_penalty`` and ``early_stopping`` as generate reads them
+    ``core.decoding.beam_finish``), with ``length_penalty`` and ``early_stopping`` as generate reads them
     (``generation_source``), else ``GenerationConfig``'s defaults (1.0, False)."""
     source, where = generation_source(f)
     penalty = source.get("length_penalty", 1.0)
@@ -100,7 +100,7 @@ def beam_settings(f: HFFolder) -> dict[str, Any]:
 
 
 def generation_rules(f: HFFolder) -> dict[str, Any]:
-    """``ModelConfig``'s generation rules for an imported folder (``core.generation_rules``): ``min_length``,
+    """``ModelConfig``'s generation rules for an imported folder (``core.decoding.generation_rules``): ``min_length``,
     ``no_repeat_ngram_size``, ``encoder_no_repeat_ngram_size``, ``repetition_penalty`` and ``forced_eos_token_id``
     as generate reads them (``generation_source``); absent or
     null = off (``GenerationConfig``'s defaults)."""

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import torch
 
 from ..config import ModelConfig
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 
 Languages = tuple[str | None, str | None]  # (source, target) as asked for; None: the folder's own
 

@@ -20,9 +20,9 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
-from ..model import Transformer
-from ..progress import ImportSteps, Progress
-from ..weights import assign_weights, empty_model
+from ..storage.progress import ImportSteps, Progress
+from ..storage.weights import assign_weights, empty_model
+from ..transformer.model import Transformer
 from . import hf_bart, hf_marian, hf_t5
 from .hf_card import card_text
 from .hf_common import check_rows, imported_meta, mapped_state, provenance

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError
-from ..progress import Progress
-from ..tokenizer import read_vocab
-from ..weights import read_safetensors
+from ..storage.progress import Progress
+from ..storage.weights import read_safetensors
+from ..text.tokenizer import read_vocab
 
 CONFIG, WEIGHTS, TOKENIZER_CONFIG, GENERATION_CONFIG = (
     "config.json",

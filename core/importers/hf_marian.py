@@ -24,8 +24,8 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from ..model import Transformer
-from ..tokenizer import MarianVocabTokenizer
+from ..text.tokenizer import MarianVocabTokenizer
+from ..transformer.model import Transformer
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, SHARED, layer_names
 from .hf_entry import Card, HFFolder, Languages, ModelType, Setup, Tensors
 from .hf_folder import CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG, VOCAB, WEIGHTS, read_vocab_file

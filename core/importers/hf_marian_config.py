@@ -12,7 +12,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from ..positional import sinusoidal_table
+from ..transformer.positional import sinusoidal_table
 from .hf_bart_config import BIAS, DEC_EMB, ENC_EMB, HEAD, NORM_EPS, SHAPE_DEFAULTS, SHARED, check_shape, shape_fields
 from .hf_common import field, imported_config, one_id
 from .hf_entry import HFFolder

@@ -25,10 +25,10 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
-from ..hf_tokenizers import FastTokenizer, Framing
-from ..model import Transformer
-from ..t5_tokenizer import T5Tokenizer
-from ..tokenizer import Tokenizer
+from ..text.hf_tokenizers import FastTokenizer, Framing
+from ..text.t5_tokenizer import T5Tokenizer
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .hf_common import one_id
 from .hf_entry import Card, HFFolder, Languages, ModelType, Setup, Tensors
 from .hf_folder import CONFIG, TOKENIZER_CONFIG, TOKENIZER_JSON, WEIGHTS

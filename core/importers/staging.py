@@ -1,8 +1,9 @@
 """Write a folder whole: build it under a hidden name beside its destination, sync it, rename it into place.
 
-``save_with_files`` is ``core.checkpoint.save_checkpoint`` for checkpoints whose tokenizer is more than one file (a
+``save_with_files`` is ``core.storage.checkpoint.save_checkpoint`` for checkpoints whose tokenizer is more than one
+file (a
 Marian vocabulary: source.spm, target.spm, vocab.json); finished folders go into place with
-``core.checkpoint.place``, the swap every whole-folder writer shares.
+``core.storage.checkpoint.place``, the swap every whole-folder writer shares.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import TMP_SUFFIX, TOKENIZER, CheckpointMeta, hidden_sibling, place, save_checkpoint
-from ..durable import fsync_tree
-from ..model import Transformer
+from ..storage.checkpoint import TMP_SUFFIX, TOKENIZER, CheckpointMeta, hidden_sibling, place, save_checkpoint
+from ..storage.durable import fsync_tree
+from ..transformer.model import Transformer
 
 
 def staging_folder(directory: Path, purpose: str) -> Path:

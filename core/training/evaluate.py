@@ -10,13 +10,13 @@ import sacrebleu
 import torch
 from torch import nn
 
-from ..call import Call
 from ..config import InferenceOptions
-from ..decoding import beam_search, default_max_len, greedy, output_text, padded
+from ..decoding.search import beam_search, default_max_len, greedy, output_text, padded
 from ..errors import InputError
-from ..fast import FastWeights
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..fast.weights import FastWeights
+from ..recording.call import Call
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 
 # model -> (its matrices' (id, data_ptr) when copied, the copies): packing a model's weights costs about a second
 # at d_model 512, paid once per model instead of once per call (training and distillation call again and again)

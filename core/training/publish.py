@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointMeta, check_output_folder, folder_mb, load_checkpoint, save_checkpoint
 from ..errors import InputError, not_utf8
+from ..storage.checkpoint import CheckpointMeta, check_output_folder, folder_mb, load_checkpoint, save_checkpoint
 from .evaluate import evaluate_split, translate_many
 from .recipes import PROBE_SENTENCES
 from .train import read_log

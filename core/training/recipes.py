@@ -15,13 +15,13 @@ from typing import Literal
 
 import torch
 
-from ..call import Call
-from ..checkpoint import CheckpointMeta, save_checkpoint
 from ..config import InferenceOptions, ModelConfig
-from ..decoding import greedy
+from ..decoding.search import greedy
 from ..errors import InputError
-from ..model import Transformer
-from ..tokenizer import Tokenizer
+from ..recording.call import Call
+from ..storage.checkpoint import CheckpointMeta, save_checkpoint
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .batching import Batch, collate, token_batches
 from .corpus import prepare
 from .evaluate import score, translate_many

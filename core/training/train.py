@@ -26,9 +26,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..config import ModelConfig
-from ..durable import replace_durably
 from ..errors import InputError, ResumeError
-from ..model import Transformer
+from ..storage.durable import replace_durably
+from ..transformer.model import Transformer
 from .batching import Batch, collate, token_batches
 
 

@@ -6,8 +6,8 @@ from conftest import tiny_config
 from torch import nn
 
 from core import InferenceOptions, Recorder, ScaleHeads, Transformer
-from core.attention import MultiHeadAttention, attend, tap
-from core.masks import causal_mask, to_pytorch_key_padding
+from core.transformer.attention import MultiHeadAttention, attend, tap
+from core.transformer.masks import causal_mask, to_pytorch_key_padding
 
 
 def _model(d_model: int, n_heads: int, seed: int) -> Transformer:

@@ -11,10 +11,10 @@ import torch
 from conftest import tiny_config
 
 from core import FastWeights, InferenceOptions, ModelConfig, Patch, Recorder, ScaleHeads, Transformer
-from core.call import Call
-from core.decoding import beam_search, greedy
-from core.plan import DecoderState
-from core.positional import sinusoidal_table
+from core.decoding.search import beam_search, greedy
+from core.fast.plan import DecoderState
+from core.recording.call import Call
+from core.transformer.positional import sinusoidal_table
 
 FORCED = 9  # the forced first output id of the families that have one (a target language code)
 BART = dict(

@@ -1,4 +1,5 @@
-"""Beam search's finishing policies (``core.beam_finish``): which candidates end and go on, the pool, when to stop,
+"""Beam search's finishing policies (``core.decoding.beam_finish``): which candidates end and go on, the pool, when to
+stop,
 the winner; chosen by ``ModelConfig.beam``. Parity of the "transformers" policy with ``generate`` itself is tested
 on every imported family (tests/core/importers/test_hf_*.py)."""
 
@@ -6,8 +7,8 @@ import pytest
 import torch
 
 from core import InputError
-from core.beam_finish import LabFinish, TransformersFinish, finishing
 from core.config import ModelConfig
+from core.decoding.beam_finish import LabFinish, TransformersFinish, finishing
 
 EOS = 2
 

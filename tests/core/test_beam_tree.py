@@ -12,8 +12,8 @@ from conftest import build_tiny_checkpoint, tiny_config
 
 import core
 from core import InferenceOptions, InputError, Recorder, Transformer
-from core.call import Call
-from core.decoding import BeamStep, beam_search, greedy, suppress
+from core.decoding.search import BeamStep, beam_search, greedy, suppress
+from core.recording.call import Call
 from core.results import BeamTree
 
 OPTS = InferenceOptions()

@@ -14,9 +14,9 @@ import torch
 
 import core
 from core import CheckpointError, InferenceOptions, InputError, Recorder, Trace
-from core.call import Call
 from core.cli import main
-from core.decoding import beam_search, greedy
+from core.decoding.search import beam_search, greedy
+from core.recording.call import Call
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -195,7 +195,7 @@ def test_checkpoint_round_trip_and_half_precision(tmp_path, bundle):
     w = h.model.src_embed.weight
     assert w.dtype == torch.float32 and torch.allclose(w, bundle.model.src_embed.weight, atol=1e-2)
     assert (half / "model.safetensors").stat().st_size < (path / "model.safetensors").stat().st_size * 0.6
-    if core.fast.kernel_available():  # float16 numbers: the bundle's fast path packs them, and changes nothing
+    if core.fast.weights.kernel_available():  # float16 numbers: the bundle's fast path packs them, and changes nothing
         lin = h.model.decoder_layers[0].ffn.linear1
         with torch.no_grad():
             assert h.fast.bind(lin.weight, lin.bias, 1)[0] is torch.fbgemm_linear_fp16_weight

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import build_tiny_checkpoint
 
-import core.checkpoint as ckpt
+import core.storage.checkpoint as ckpt
 from core import CheckpointMeta, Transformer, list_checkpoints, load_checkpoint, save_checkpoint
 
 

@@ -5,12 +5,12 @@ import pytest
 import torch
 from conftest import tiny_config
 
-import core.model
+import core.transformer.model
 from core import FastWeights, InferenceOptions, Recorder, Transformer
-from core.call import Call
-from core.decoding import beam_search, greedy, iter_greedy
-from core.layers import LayerState
-from core.plan import DecoderState
+from core.decoding.search import beam_search, greedy, iter_greedy
+from core.fast.plan import DecoderState
+from core.recording.call import Call
+from core.transformer.layers import LayerState
 
 OPTS = InferenceOptions()
 
@@ -132,8 +132,8 @@ def test_a_cached_step_builds_no_mask_and_no_source_mask_equals_all_real(monkeyp
     tgt = torch.tensor([[1], [1]])
     expected = model.decode(tgt, memory, keep, call=Call(options=OPTS), state=DecoderState.empty(2))
     calls = []
-    real = core.model.causal_mask
-    monkeypatch.setattr(core.model, "causal_mask", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = core.transformer.model.causal_mask
+    monkeypatch.setattr(core.transformer.model, "causal_mask", lambda *a, **k: calls.append(a) or real(*a, **k))
     got = model.decode(tgt, memory, None, call=Call(options=OPTS), state=DecoderState.empty(2))
     assert calls == []  # one new position sees every cached key: no causal mask is built
     torch.testing.assert_close(got, expected)

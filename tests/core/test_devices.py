@@ -25,9 +25,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import core
 from core import Bundle, FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads, Transformer
-from core.call import Call
-from core.decoding import beam_search, greedy
-from core.plan import DecoderState, make_plan
+from core.decoding.search import beam_search, greedy
+from core.fast.plan import DecoderState, make_plan
+from core.recording.call import Call
 
 CUDA = torch.device("cuda", 0)
 FACTORIES = {
@@ -261,7 +261,7 @@ def test_the_shortlist_on_cuda_stays_on_the_device_and_equals_the_cpu_run(tiny_c
 
     from marian_folders import write_marian_shortlist
 
-    from core.shortlist import Shortlist
+    from core.decoding.shortlist import Shortlist
 
     cpu_plain = core.load(tiny_checkpoint, device="cpu")
     V = cpu_plain.config.tgt_vocab_size

@@ -1,4 +1,5 @@
-"""core.fast.FastWeights: the float16-weight kernel is used only where it changes nothing, and then equals F.linear;
+"""core.fast.weights.FastWeights: the float16-weight kernel is used only where it changes nothing, and then equals
+F.linear;
 the fast path (``fast=FastWeights(model)``) decodes and records what the reference path (``fast=None``) does."""
 
 import gc
@@ -11,9 +12,9 @@ import torch.nn.functional as F
 from conftest import tiny_config
 
 from core import FastWeights, InferenceOptions, Recorder, Transformer
-from core.call import Call
-from core.decoding import greedy
-from core.fast import LARGE, SPLIT, kernel_available
+from core.decoding.search import greedy
+from core.fast.weights import LARGE, SPLIT, kernel_available
+from core.recording.call import Call
 
 needs_kernel = pytest.mark.skipif(not kernel_available(), reason="this torch build has no fbgemm fp16 kernel")
 OPTS = InferenceOptions()

@@ -1,4 +1,4 @@
-"""The generation rules an imported folder sets (``core.generation_rules``: min_length, no_repeat_ngram_size,
+"""The generation rules an imported folder sets (``core.decoding.generation_rules``: min_length, no_repeat_ngram_size,
 forced_eos_token_id), checked against transformers 5.23 itself: the n-gram rule against its logits processor, and
 greedy and beam-4 ids against ``generate`` on tiny folders built here (``tests/hf_bart_folders.py``,
 ``tests/marian_folders.py``), each rule written into the folder's generation_config.json, imported, and shown to
@@ -25,10 +25,10 @@ from marian_folders import marian_model, save_folder, write_tokenizer
 import core
 from core import InputError, ModelConfig
 from core.cli import main
-from core.decoding import forced_ids
+from core.decoding.generation_rules import banned, forced_id, penalise, rules_in_force
+from core.decoding.search import forced_ids
 from core.exporters.ct2 import export_ct2
 from core.exporters.verify import ct2_decoding, ct2_target_prefix, ct2_translate, ct2_vocabulary
-from core.generation_rules import banned, forced_id, penalise, rules_in_force
 from core.importers import hf_families
 from core.inputs import clean_text
 

@@ -8,8 +8,8 @@ import torch
 
 import core
 from core import FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads
-from core.call import Call
-from core.decoding import greedy
+from core.decoding.search import greedy
+from core.recording.call import Call
 from core.sites import attention_array, layer_site
 
 

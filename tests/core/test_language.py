@@ -1,11 +1,11 @@
-"""core.language: whether a text looks like the model's source language — both branches, the short-text rule,
+"""core.text.language: whether a text looks like the model's source language — both branches, the short-text rule,
 the copied-words evidence."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.language import MIN_WORDS, check_language
+from core.text.language import MIN_WORDS, check_language
 
 
 def test_english_into_a_portuguese_model_warns_naming_both_languages() -> None:

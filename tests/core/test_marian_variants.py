@@ -12,10 +12,10 @@ from conftest import build_tiny_checkpoint, tiny_config
 
 import core
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
-from core.call import Call
-from core.decoding import beam_search, greedy
-from core.fast import FastWeights
-from core.positional import sinusoidal_table
+from core.decoding.search import beam_search, greedy
+from core.fast.weights import FastWeights
+from core.recording.call import Call
+from core.transformer.positional import sinusoidal_table
 
 OPTIONS = InferenceOptions()
 

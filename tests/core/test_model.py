@@ -9,9 +9,9 @@ import torch
 from conftest import tiny_config
 
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
-from core.call import Call
-from core.positional import sinusoidal_table
+from core.recording.call import Call
 from core.sites import layer_input_site
+from core.transformer.positional import sinusoidal_table
 
 DEFAULTS = InferenceOptions()
 

@@ -1,4 +1,4 @@
-"""core.plan: the planned decoding step (``fast=FastWeights(model)``) computes what the decoder modules compute on
+"""core.fast.plan: the planned decoding step (``fast=FastWeights(model)``) computes what the decoder modules compute on
 the reference path (``fast=None``), and records the same."""
 
 import numpy as np
@@ -7,27 +7,27 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_config
 
-import core.model
+import core.transformer.model
 from core import FastWeights, InferenceOptions, Recorder, Transformer
-from core.call import Call
-from core.decoding import beam_search, greedy
-from core.fast import kernel_available
-from core.plan import DecoderState, make_plan
+from core.decoding.search import beam_search, greedy
+from core.fast.plan import DecoderState, make_plan
+from core.fast.weights import kernel_available
+from core.recording.call import Call
 
 needs_kernel = pytest.mark.skipif(not kernel_available(), reason="this torch build has no fbgemm fp16 kernel")
 
 
 @pytest.fixture
 def plan_calls(monkeypatch):
-    """Counts the steps that ran on the plan (``core.plan.run_layers`` as ``Transformer.decode`` calls it)."""
+    """Counts the steps that ran on the plan (``core.fast.plan.run_layers`` as ``Transformer.decode`` calls it)."""
     count = {"n": 0}
-    real = core.model.run_layers
+    real = core.transformer.model.run_layers
 
     def counting(*args, **kwargs):
         count["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(core.model, "run_layers", counting)
+    monkeypatch.setattr(core.transformer.model, "run_layers", counting)
     return count
 
 

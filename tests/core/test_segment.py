@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.segment import split_sentences
+from core.text.segment import split_sentences
 
 
 @pytest.mark.parametrize(

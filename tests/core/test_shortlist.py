@@ -16,9 +16,9 @@ from marian_folders import write_marian_shortlist
 
 import core
 from core import CheckpointError, InferenceOptions, InputError, Transformer
-from core.call import Call
-from core.decoding import beam_search, greedy
-from core.shortlist import FILE_NAME, Shortlist
+from core.decoding.search import beam_search, greedy
+from core.decoding.shortlist import FILE_NAME, Shortlist
+from core.recording.call import Call
 
 OPTS = InferenceOptions()
 SL = InferenceOptions(shortlist=True)
@@ -219,7 +219,7 @@ def test_analyses_that_score_every_id_refuse_the_shortlist(listed):
 
 
 def test_a_decoding_state_rebuilds_its_plan_when_the_vocabulary_changes(peaked):
-    from core.plan import DecoderState
+    from core.fast.plan import DecoderState
 
     src, keep = _src()
     fw = core.FastWeights(peaked)

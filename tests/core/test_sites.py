@@ -15,8 +15,8 @@ from conftest import REPO, tiny_config
 
 import core
 from core import InferenceOptions, Recorder, Trace, Transformer
-from core.call import Call
-from core.decoding import greedy
+from core.decoding.search import greedy
+from core.recording.call import Call
 from core.sites import (
     ANALYSIS,
     ATTENTION_ARRAYS,

@@ -14,8 +14,8 @@ from hf_folders import build_t5_folder
 
 import core
 from core import Recorder, Trace, Transformer
-from core.call import Call
 from core.cli import main
+from core.recording.call import Call
 
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 BUILDERS = {"t5": lambda path: build_t5_folder(path, "1.1", seed=1), "bart": lambda path: build_bart_folder(path)}

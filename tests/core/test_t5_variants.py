@@ -16,13 +16,13 @@ from hf_folders import T5_V10, T5_V11
 
 import core
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
-from core.call import Call
-from core.decoding import beam_search, greedy
-from core.fast import FastWeights
-from core.interventions import Patch, ScaleHeads
-from core.layers import make_norm
-from core.positional import relative_bucket
-from core.trace import Trace
+from core.decoding.search import beam_search, greedy
+from core.fast.weights import FastWeights
+from core.recording.call import Call
+from core.recording.interventions import Patch, ScaleHeads
+from core.recording.trace import Trace
+from core.transformer.layers import make_norm
+from core.transformer.positional import relative_bucket
 
 T5_IDS = dict(pad_id=0, bos_id=0, eos_id=1, unk_id=2)  # <pad> is also the decoder's start
 VERSIONS = {"v1.0": dict(T5_V10, **T5_IDS), "v1.1": dict(T5_V11, **T5_IDS)}

@@ -57,7 +57,7 @@ def test_switches_compare_on_the_same_ids(bart: core.Bundle) -> None:
 
 def test_decoding_stays_within_the_learned_table(bart: core.Bundle) -> None:
     src_len = len(bart.encode_source(LONG, truncate=True)[0])
-    assert core.decoding.default_max_len(src_len) > 64  # without the cap the 65th step would need row 64
+    assert core.decoding.search.default_max_len(src_len) > 64  # without the cap the 65th step would need row 64
     for beam in (1, 2):
         out = bart.translate(LONG, beam_size=beam, truncate=True, record=core.Record(qkv=False))
         assert 0 < len(out.output_ids) <= 64

@@ -13,8 +13,8 @@ from conftest import tiny_config
 
 import core
 from core import InferenceOptions, Recorder, Trace, Transformer, Translation
-from core.call import Call
-from core.decoding import greedy
+from core.decoding.search import greedy
+from core.recording.call import Call
 from core.sites import attention_array, gate_site, mask_site, migrate_site_name
 
 

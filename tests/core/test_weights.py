@@ -1,4 +1,4 @@
-"""core.weights: a safetensors file's tensors become a model's parameters without a copy (the parameters are the
+"""core.storage.weights: a safetensors file's tensors become a model's parameters without a copy (the parameters are the
 file's mapped pages), ties kept, the same outputs as load_state_dict; every tensor checked one at a time; and
 loading a checkpoint peaks at about one copy of its weights (measured in a fresh process)."""
 
@@ -17,9 +17,9 @@ from safetensors.torch import save_file
 
 import core
 from core import CheckpointError
-from core.checkpoint import CheckpointMeta, save_checkpoint
-from core.model import Transformer
-from core.weights import assign_weights, empty_model, parameter_shapes, read_safetensors
+from core.storage.checkpoint import CheckpointMeta, save_checkpoint
+from core.storage.weights import assign_weights, empty_model, parameter_shapes, read_safetensors
+from core.transformer.model import Transformer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,7 +157,7 @@ PEAK = textwrap.dedent(
     """
     import json, sys
     import core
-    from core.checkpoint import load_checkpoint
+    from core.storage.checkpoint import load_checkpoint
 
     def hwm():
         status = dict(line.split(":", 1) for line in open("/proc/self/status"))
@@ -182,7 +182,7 @@ def test_loading_a_checkpoint_peaks_at_about_one_copy_and_imports_no_dynamo(tmp_
     )
     peak = json.loads(done.stdout)
     # nothing but the check's one tensor at a time (the parameters are the file's pages, read when used); building
-    # a model and copying the file into it held both: 2.8x these weights, measured before core.weights
+    # a model and copying the file into it held both: 2.8x these weights, measured before core.storage.weights
     assert peak["after"] - peak["before"] < 1.0 * weights, (peak, weights)
     # and quickly: the model built on the meta device ran no meta normal_ or arange, which import torch._dynamo
     # (2.4 s of every process that loaded a checkpoint)

@@ -141,7 +141,7 @@ def test_the_beam_caption_says_how_hypotheses_finish_for_each_policy() -> None:
     lab, _ = claims.beam_rule(3, "lab", 1.0)
     hf, _ = claims.beam_rule(3, "transformers", 1.0)
     assert "3 best extensions" in lab and "finished instead and not extended" in lab and "pool" not in lab
-    assert "narrows" not in lab  # every step keeps 3 again (core.beam_finish.LabFinish.width)
+    assert "narrows" not in lab  # every step keeps 3 again (core.decoding.beam_finish.LabFinish.width)
     assert "do not end the sentence" in hf and "pool of the 3 best finished" in hf and "narrows" not in hf
 
 

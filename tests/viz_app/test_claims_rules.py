@@ -10,7 +10,7 @@ import pytest
 from conftest import build_tiny_checkpoint
 
 import core
-from core.generation_rules import repeating_ids
+from core.decoding.generation_rules import repeating_ids
 from viz_app.claims import quote
 from viz_app.claims_rules import (
     LISTED,

@@ -278,7 +278,7 @@ def test_ssru_gates_shape_and_mean() -> None:
 
 
 def test_positional_encoding_figures() -> None:
-    from core.positional import sinusoidal_table
+    from core.transformer.positional import sinusoidal_table
 
     table = sinusoidal_table(20, 16).numpy()
     matrix = positional.pe_matrix(table, title="PE")

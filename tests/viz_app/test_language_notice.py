@@ -1,4 +1,4 @@
-"""The page says when the text does not look like the model's source language (core.language): never on a
+"""The page says when the text does not look like the model's source language (core.text.language): never on a
 sentence the app itself offers, for any checkpoint; once, naming both languages, on a German sentence typed into
 an English model."""
 
@@ -16,8 +16,8 @@ from streamlit.testing.v1 import AppTest
 import core
 from core.analysis.sentences import builtin_sentences
 from core.analysis.survey import gold_pairs
-from core.checkpoint import read_config
-from core.language import check_language
+from core.storage.checkpoint import read_config
+from core.text.language import check_language
 from core.training.recipes import PROBE_SENTENCES
 from viz_app.session.selection import EXAMPLES
 

@@ -79,7 +79,7 @@ def test_a_shortlist_trace_replays_the_steps_page(tmp_path: Path, tiny_checkpoin
 
     from marian_folders import write_marian_shortlist
 
-    from core.shortlist import FILE_NAME, Shortlist
+    from core.decoding.shortlist import FILE_NAME, Shortlist
 
     folder = shutil.copytree(tiny_checkpoint, tmp_path / "listed")
     V = core.load(folder, device="cpu").config.tgt_vocab_size

@@ -16,7 +16,7 @@ from conftest import build_tiny_checkpoint, plotly_array
 from streamlit.testing.v1 import AppTest
 
 import core
-from core.decoding import BeamStep
+from core.decoding.search import BeamStep
 from core.results import BeamTree
 from viz_app.figures import decoding, learn, style
 from viz_app.widgets.markup import marked_words, md
@@ -266,7 +266,7 @@ def test_the_shortlist_switch_appears_for_a_model_that_ships_one(tmp_path: Path,
 
     from marian_folders import write_marian_shortlist
 
-    from core.shortlist import FILE_NAME, Shortlist
+    from core.decoding.shortlist import FILE_NAME, Shortlist
 
     root = tmp_path / "root"
     folder = build_tiny_checkpoint(root / "listed", seed=3)

@@ -15,9 +15,9 @@ import torch
 
 import core
 from core.anatomy.positions import relative_bias
-from core.blocks import DecoderWeights, Norm
-from core.layers import norm_of
 from core.sites import AttentionKind, Side, Stack, attention_array, ids_site, layer_input_site, memory_site, stack_of
+from core.transformer.blocks import DecoderWeights, Norm
+from core.transformer.layers import norm_of
 from viz_app.figures import learn
 
 
@@ -27,7 +27,7 @@ def as_numpy(t: torch.Tensor | None, n: int) -> np.ndarray:
 
 
 def normalize(h: np.ndarray, norm: Norm) -> np.ndarray:
-    """A norm of the model (``core.blocks.Norm``: LayerNorm or RMSNorm) applied by hand to h (..., D)."""
+    """A norm of the model (``core.transformer.blocks.Norm``: LayerNorm or RMSNorm) applied by hand to h (..., D)."""
     d = int(norm.weight.shape[0])
     if norm.rms:
         return learn.rms_norm(h, as_numpy(norm.weight, d), norm.eps)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import core
 from core.anatomy.positions import RelativeBias
 
-PE_FORMULAS = {  # the formula this model really uses, by layout (core.positional.sinusoidal_table); two lines
+# the formula this model really uses, by layout (core.transformer.positional.sinusoidal_table), on two lines
+PE_FORMULAS = {
     "interleaved": r"\begin{gathered}PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \\ "
     r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)\end{gathered}",
     "concatenated_hf": r"\begin{gathered}PE_{(pos,\,i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \\ "

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import core
-from core.checkpoint import folder_mb, load_checkpoint
 from core.importers.hf_families import OPENED, checkpoint_name, convert, family, snapshot
-from core.progress import Progress, part
+from core.storage.checkpoint import folder_mb, load_checkpoint
+from core.storage.progress import Progress, part
 from viz_app.session import checkpoints
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 import core
-from core.segment import split_sentences
+from core.text.segment import split_sentences
 from viz_app.session.checkpoints import checkpoint_root, selected
 from viz_app.session.errors import guarded
 from viz_app.session.params import parse_head_label

@@ -9,6 +9,7 @@ import logging
 import streamlit as st
 
 import core
+from core.recording.trace import MAX_ARCHIVE_BYTES
 from core.sites import OUTPUT_ARRAYS, ids_site, output_site
 
 REPLAY = "_replay"  # session state: the Translation of a trace file this session opened (never shared)
@@ -25,7 +26,7 @@ REPLAYED = (ids_site("tgt"), *(output_site(what) for what in OUTPUT_ARRAYS))  # 
 
 # the largest JSON trace opened for replay: reading JSON takes about eight times its size in memory (a 106 MB
 # trace peaked at 0.8 GB more), so one upload may cost the server ~0.5 GB; the app's longest runs (256 pieces, with
-# q/k/v) export ~100 MB of JSON but ~50 MB of .npz, which opens up to core.trace.MAX_ARCHIVE_BYTES unpacked
+# q/k/v) export ~100 MB of JSON but ~50 MB of .npz, which opens up to core.recording.trace.MAX_ARCHIVE_BYTES unpacked
 MAX_JSON_TRACE_BYTES = 64 << 20
 
 
@@ -38,7 +39,7 @@ def open_trace(data: bytes) -> str | None:
             f"This trace is too large to open as JSON: the file is {len(data) / 2**20:,.0f} MiB, and a JSON trace "
             f"is opened up to {MAX_JSON_TRACE_BYTES >> 20} MiB (reading JSON takes about eight times its size in "
             "memory). Export the run as NPZ instead: exact, smaller, and opened up to "
-            f"{core.trace.MAX_ARCHIVE_BYTES >> 30} GiB unpacked."
+            f"{MAX_ARCHIVE_BYTES >> 30} GiB unpacked."
         )
     try:
         trace = core.Trace.load(data)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 import core
-from core.language import check_language
-from core.segment import split_sentences
+from core.text.language import check_language
+from core.text.segment import split_sentences
 from viz_app.session import checkpoints, errors, runs, selection, trace_replay, url
 from viz_app.widgets.markup import md
 
@@ -45,7 +45,7 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
     if out is not None:
         errors.show_notices(out)
         other = check_language(out.source_text, *bundle.languages, output=out.text).message()
-        if other:  # the text does not look like the model's source language (core.language)
+        if other:  # the text does not look like the model's source language (core.text.language)
             st.warning(other, icon=":material/translate:")
     return out
 

@@ -7,7 +7,7 @@ import torch
 import core
 from core import InputError, Recorder
 from core.analysis.attribution import attribute, integrated_gradients, spearman
-from core.call import Call
+from core.recording.call import Call
 
 
 def test_integrated_gradients_of_a_linear_function_is_gradient_times_input():

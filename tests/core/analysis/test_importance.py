@@ -9,8 +9,8 @@ import torch
 import core
 from core import InferenceOptions
 from core.analysis import all_heads_but, head_importance
-from core.call import Call
-from core.decoding import greedy
+from core.decoding.search import greedy
+from core.recording.call import Call
 from core.sites import attention_site
 
 
@@ -143,8 +143,8 @@ def test_the_gradient_estimate_is_the_first_order_change_of_switching_a_head_off
     """One backward pass: each head's estimate is -d log p / d(scale) at scale 1, i.e. the measured change of
     scaling that head by 1 - eps, divided by eps; it is marked as an estimate and says nothing about the output."""
     from core.analysis import head_importance_estimate
-    from core.interventions import ScaleHeads
-    from core.recorder import Recorder
+    from core.recording.interventions import ScaleHeads
+    from core.recording.recorder import Recorder
 
     out = bundle.translate("The cat sleeps on the warm chair.", max_len=6)
     src_ids, _ = bundle.encode_source(out.source_text)

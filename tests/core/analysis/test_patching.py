@@ -7,7 +7,7 @@ import torch
 import core
 from core import InputError, Patch, Recorder
 from core.analysis.patching import activation_patching
-from core.call import Call
+from core.recording.call import Call
 
 
 @pytest.fixture(scope="module")

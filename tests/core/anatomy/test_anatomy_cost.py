@@ -15,7 +15,7 @@ import core
 from core import Transformer
 from core.anatomy.cost import decoding_cost, translation_cost
 from core.anatomy.timing import measure_steps
-from core.plan import DecoderState
+from core.fast.plan import DecoderState
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -9,7 +9,7 @@ from conftest import tiny_config
 
 from core import InferenceOptions, Transformer
 from core.anatomy.positions import position_rows, relative_bias
-from core.call import Call
+from core.recording.call import Call
 
 
 def _t5_like() -> Transformer:

@@ -12,10 +12,9 @@ import torch
 from conftest import FIXTURES, build_tiny_checkpoint, tiny_config
 
 from core import CheckpointMeta, InferenceOptions, Transformer, load_checkpoint, save_checkpoint
-from core.call import Call
 from core.cli.distill import add_arguments, run
 from core.config import heads
-from core.decoding import greedy
+from core.decoding.search import greedy
 from core.distill.data import english_sources, fortune_sentences
 from core.distill.student import (
     build_student,
@@ -25,6 +24,7 @@ from core.distill.student import (
     trainable_names,
 )
 from core.errors import CheckpointError
+from core.recording.call import Call
 from core.training.batching import collate
 from core.training.corpus import Pair, Split, write_split
 from core.training.train import TrainConfig, Trainer

@@ -16,7 +16,6 @@ from safetensors.torch import save_file
 from test_distill import MARIAN, ssru_teacher
 
 from core import load_checkpoint
-from core.checkpoint import CheckpointMeta, save_checkpoint
 from core.cli import distill_long as long_mod  # the distill-long command (distill --recipe long)
 from core.distill.fidelity import BUCKETS, bucket_of
 from core.distill.long import assemble_student
@@ -24,6 +23,7 @@ from core.distill.long_inputs import copy_inputs, joined_runs
 from core.distill.student import build_student
 from core.distill.word_kd import DistillTrainer, word_kd_loss
 from core.errors import CheckpointError
+from core.storage.checkpoint import CheckpointMeta, save_checkpoint
 from core.training.batching import collate
 from core.training.train import TrainConfig
 

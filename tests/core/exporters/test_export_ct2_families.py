@@ -19,7 +19,7 @@ from core import CheckpointError
 from core.cli import main
 from core.exporters.ct2 import export_ct2
 from core.exporters.verify import ct2_target_prefix, ct2_translate, ct2_vocabulary
-from core.hf_tokenizers import FastTokenizer, byte_level_text
+from core.text.hf_tokenizers import FastTokenizer, byte_level_text
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[ct2]'")
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")

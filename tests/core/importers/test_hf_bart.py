@@ -3,7 +3,8 @@ transformers itself on folders built here (``tests/hf_bart_folders.py``): source
 greedy and beam-4 ids equal ``generate``'s (the target language forced first where the family does that); every
 layer's encoder, decoder and cross-attention equal ``output_attentions`` within 1e-4.
 
-Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``, ``core.beam_finish``);
+Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``,
+``core.decoding.beam_finish``);
 the beam test makes eos likely so that hypotheses end early and compares several length penalties and early_stopping
 values (``tests/hf_beam.py``)."""
 

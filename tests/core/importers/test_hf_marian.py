@@ -3,7 +3,8 @@ on folders built here (random MarianMTModel weights, SentencePiece models traine
 tokenizer ids and text, greedy and beam ids of ``generate``, logits (1e-4) and every head's attention in eager mode
 (1e-5), for several configurations; and every bad input refused with a CheckpointError naming the file and field.
 
-Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``, ``core.beam_finish``;
+Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``,
+``core.decoding.beam_finish``;
 a Bergamot / Marian C++ import keeps the lab's: the beam_size best extensions a step, those ending finished);
 the beam test makes eos likely so that hypotheses end early and compares several length penalties and early_stopping
 values (``tests/hf_beam.py``). Banned ids (``<pad>``) are taken out after the softmax in both, so the other ids keep
@@ -29,7 +30,7 @@ import core
 from core import CheckpointError
 from core.cli import main
 from core.importers import hf_families
-from core.positional import sinusoidal_table
+from core.transformer.positional import sinusoidal_table
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")

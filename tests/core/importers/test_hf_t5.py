@@ -5,7 +5,8 @@ fixture corpus): source ids equal the folder's own tokenizer's (task prefix incl
 (1e-4), for v1.0 (ReLU, tied head rescaled by d_model**-0.5), v1.1 (gated GELU, a head of its own) and mT5; every bad
 folder refused with a CheckpointError naming the file and field.
 
-Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``, ``core.beam_finish``);
+Beam search: an imported folder decodes with transformers' beam policy (``ModelConfig.beam``,
+``core.decoding.beam_finish``);
 the beam test makes eos likely so that hypotheses end early and compares several length penalties and early_stopping
 values (``tests/hf_beam.py``).
 """

@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from core import load
 from core.importers.hf_families import convert
-from core.progress import part
+from core.storage.progress import part
 
 pytest.importorskip("transformers", reason="transformers is a test extra: pip install -e '.[test]'")
 BUILDERS = {"t5": lambda path: build_t5_folder(path, "1.1", seed=1), "bart": lambda path: build_bart_folder(path)}

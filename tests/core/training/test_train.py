@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from core.model import Transformer
 from core.training.batching import collate, token_batches
 from core.training.recipes import run_synthetic
 from core.training.train import TrainConfig, Trainer, best_eval_step, fit, noam_lr, read_log
+from core.transformer.model import Transformer
 
 ROOT = Path(__file__).resolve().parents[3]
 

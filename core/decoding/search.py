@@ -15,15 +15,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..config import ModelConfig
+from ..fast.plan import DecoderState
+from ..recording.call import Call
+from ..recording.recorder import Recorder
+from ..sites import attention_array
+from ..text.tokenizer import Tokenizer
+from ..transformer.model import Transformer
 from .beam_finish import finishing
-from .call import Call
-from .config import ModelConfig
 from .generation_rules import banned, bans_on, columns_of, forced_id, penalise
-from .model import Transformer
-from .plan import DecoderState
-from .recorder import Recorder
-from .sites import attention_array
-from .tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,8 @@ def apply_bans(
     scores: Tensor, config: ModelConfig, tokens: Tensor, fill: float, vocab: Tensor | None, source: Tensor | None
 ) -> Tensor:
     """``scores`` (N, V|S), probabilities or log-probabilities of the next id after the decoder inputs ``tokens``
-    (N, t), start token first, with the ids the model's generation rules ban there (``core.generation_rules.banned``:
+    (N, t), start token first, with the ids the model's generation rules ban there
+    (``core.decoding.generation_rules.banned``:
     eos before ``min_length``, a repeated n-gram's last id, a source n-gram's last id) set to ``fill`` (0 or -inf),
     after the softmax as ``suppress`` does; ``scores`` itself when no rule is on. vocab: the ids of the last axis
     (S,) for a shortlist; source: (N | 1, Ts) the source ids each row translates."""
@@ -175,12 +176,13 @@ def iter_greedy(
 ) -> Iterator[StepOutput]:
     """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
 
-    call: the per-call context (``core.call``): options, recorder, fast weights, shortlist ids and the decoding
+    call: the per-call context (``core.recording.call``): options, recorder, fast weights, shortlist ids and the
+    decoding
     settings: at most ``call.max_len`` steps (None: ``default_max_len`` of the source), ``call.top_k``
     alternatives per step, ``call.prefix`` output ids forced at the first steps (every item; greedy after them: a
     forced step records the forced id and its probability, and the model's own top-k; without a prefix the model's
     ``forced_bos_id``, when it has one, is forced at the first step: ``forced_ids``; its ``forced_eos_id`` at the
-    last step: ``core.generation_rules``), ``call.cache``. The model's generation rules ban ids per step
+    last step: ``core.decoding.generation_rules``), ``call.cache``. The model's generation rules ban ids per step
     (``apply_bans``): the recorded probabilities and top-k are what the model chose among.
     What each step chose is recorded too (``output.*`` sites), so the Trace alone can replay the steps.
     memory: the encoder's output for ``src`` (B, Ts, D) when the caller has it already (e.g. one source shared by
@@ -258,7 +260,8 @@ def beam_search(
     """Beam search for one sentence (src (1, Ts)). Returns the generated ids (eos included if produced).
 
     One loop for every checkpoint; how hypotheses finish, when the search stops and which finished one wins is
-    the model's finishing policy (``ModelConfig.beam``, ``core.beam_finish``): "lab" keeps the ``call.beam_size``
+    the model's finishing policy (``ModelConfig.beam``, ``core.decoding.beam_finish``): "lab" keeps the
+    ``call.beam_size``
     best extensions at every step and finishes those ending in eos (they are not extended);
     "transformers" reproduces ``generate(num_beams=...)`` (``beam_size`` hypotheses always live, a pool of the best
     finished ones, ``early_stopping``). Finished hypotheses rank by log-prob / length**``call.alpha`` (None: the

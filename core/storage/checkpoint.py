@@ -21,13 +21,13 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from .config import ModelConfig
+from ..config import ModelConfig
+from ..errors import CheckpointError, InputError
+from ..text.hf_tokenizers import FAMILY_TOKENIZERS, open_family_tokenizer
+from ..text.t5_tokenizer import T5_SENTENCEPIECE, T5Tokenizer
+from ..text.tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, first_id_beyond, read_vocab
+from ..transformer.model import Transformer
 from .durable import fsync_path, fsync_tree
-from .errors import CheckpointError, InputError
-from .hf_tokenizers import FAMILY_TOKENIZERS, open_family_tokenizer
-from .model import Transformer
-from .t5_tokenizer import T5_SENTENCEPIECE, T5Tokenizer
-from .tokenizer import MARIAN_VOCAB, MarianVocabTokenizer, Tokenizer, first_id_beyond, read_vocab
 from .weights import assign_weights, empty_model, read_safetensors
 
 WEIGHTS, CONFIG, TOKENIZER, CARD = "model.safetensors", "config.json", "tokenizer.model", "card.md"
@@ -229,7 +229,7 @@ def open_tokenizer(directory: str | Path, spec: Any = TOKENIZER) -> Tokenizer:
             return T5Tokenizer.from_spec(model, spec)
         except ValueError as exc:
             raise CheckpointError(f"{where}: {exc}") from None
-    if spec.get("type") in FAMILY_TOKENIZERS:  # BART / mBART / NLLB / M2M100 (core.hf_tokenizers)
+    if spec.get("type") in FAMILY_TOKENIZERS:  # BART / mBART / NLLB / M2M100 (core.text.hf_tokenizers)
         try:
             return open_family_tokenizer(
                 spec, lambda key: _tokenizer_file(directory, spec.get(key), f"'tokenizer.{key}'")

@@ -29,9 +29,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch.overrides import TorchFunctionMode
 
-from .config import ModelConfig
-from .errors import CheckpointError
-from .model import Transformer, make_positions
+from ..config import ModelConfig
+from ..errors import CheckpointError
+from ..transformer.model import Transformer, make_positions
 from .progress import Progress
 
 

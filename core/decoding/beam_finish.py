@@ -1,4 +1,4 @@
-"""How beam search finishes hypotheses: the one part of ``core.decoding.beam_search`` that varies by checkpoint.
+"""How beam search finishes hypotheses: the one part of ``core.decoding.search.beam_search`` that varies by checkpoint.
 
 ``beam_search`` runs one loop; at every step it asks the call's finishing policy which of the best extensions
 (best first) end there and which go on, hands it the ones that end, asks whether to stop, and at the end asks it for
@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from torch import Tensor
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 
 @dataclass

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .sites import heads_of, parse_attention_site
+from ..sites import heads_of, parse_attention_site
 
 
 def _ints(name: str, values: Any, what: str) -> tuple[int, ...] | None:  # anything: checked here

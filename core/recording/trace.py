@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import InferenceOptions, ModelConfig
-from .sites import (
+from ..config import InferenceOptions, ModelConfig
+from ..sites import (
     ANALYSIS,
     ATTENTION_KINDS,
     ATTENTION_MAPS,

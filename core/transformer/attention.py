@@ -6,7 +6,7 @@ decoding step, beam search), and the multi-head projections around it.
 With no ``Tap`` (no per-call ``Recorder``) the computation is ``F.scaled_dot_product_attention`` (same result, fused).
 ``AttentionWeights`` is one block's projections resolved for a path (``MultiHeadAttention.weights``): each an
 ``(fn, weight, bias)`` triple, Q/K/V as one fused product where the path fused them (``Projections``); the layer
-functions of ``core.blocks`` read it.
+functions of ``core.transformer.blocks`` read it.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
-    from .recorder import Recorder
+    from ..config import ModelConfig
+    from ..recording.recorder import Recorder
 
 KV = tuple[Tensor, Tensor]
 LinearFn = Callable[..., Tensor]  # (x, weight, bias) -> x W^T + b: F.linear, or FastWeights.linear

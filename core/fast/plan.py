@@ -4,7 +4,8 @@ A decoding step multiplies one row per sentence by every decoder matrix, so the 
 eager PyTorch's per-call costs dominate: nn.Module calls, attribute look-ups, 4-D ``matmul`` around a
 ``bmm``. ``make_plan`` resolves each decoder layer's weights once per decoding call (``DecoderLayer.weights``, bound
 to the packed float16 copies of a ``FastWeights`` where they apply, Q/K/V and the SSRU's W / W_f fused into one
-matrix each), and ``run_layers`` runs the one decoder layer, ``core.blocks.decoder_layer``, on them: the same lines
+matrix each), and ``run_layers`` runs the one decoder layer, ``core.transformer.blocks.decoder_layer``, on them: the
+same lines
 as ``DecoderLayer.forward``, the same ``attend`` (with ``bmm`` operands when recording; untraced, its fused
 ``scaled_dot_product_attention``), the same recorder calls and KV buffers (tests/core/test_plan.py compares them).
 Only in eval mode without grad; the model runs the module path otherwise.
@@ -19,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .blocks import DecoderWeights, Masks, Norm, decoder_layer, normalize
-from .fast import FastModel, FastWeights, Linear
-from .layers import norm_of
-from .state import LayerState
+from ..transformer.blocks import DecoderWeights, Masks, Norm, decoder_layer, normalize
+from ..transformer.layers import norm_of
+from ..transformer.state import LayerState
+from .weights import FastModel, FastWeights, Linear
 
 if TYPE_CHECKING:
-    from .recorder import Recorder
+    from ..recording.recorder import Recorder
 
 
 class PlanModel(FastModel, Protocol):

@@ -23,7 +23,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 MAGIC = 0xF11A48D5013417F5  # the first 8 bytes of a binary shortlist (Marian's BINARY_SHORTLIST_MAGIC)
 HEADER = 6  # uint64 fields: magic, checksum, frequent, best, offsets' length, targets' length

@@ -1,6 +1,6 @@
 """A decoder layer's incremental decoding state for one call (``LayerState``): its KV cache, SSRU cell and the
-memory's keys and values, kept across decoding steps by ``core.plan.DecoderState`` and read and written by the one
-layer function, ``core.blocks.decoder_layer``."""
+memory's keys and values, kept across decoding steps by ``core.fast.plan.DecoderState`` and read and written by the one
+layer function, ``core.transformer.blocks.decoder_layer``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ class LayerState:
     self_len: int = 0
     ssru_cell: Tensor | None = None  # (B, 1, D)
     cross_kv: KV | None = None  # (B, H, Ts, dh) each
-    cross_flat: KV | None = None  # the same as bmm operands, keys (B*H, dh, Ts) and values (B*H, Ts, dh) (core.plan)
+    cross_flat: KV | None = (
+        None  # the same as bmm operands, keys (B*H, dh, Ts) and values (B*H, Ts, dh) (core.fast.plan)
+    )
 
     @property
     def self_kv(self) -> KV | None:

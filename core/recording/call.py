@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import torch.nn.functional as F
 from torch import Tensor
 
-from .config import InferenceOptions
+from ..config import InferenceOptions
 from .recorder import HasConfig, Recorder
 
 if TYPE_CHECKING:
-    from .attention import LinearFn
-    from .fast import FastWeights
+    from ..fast.weights import FastWeights
+    from ..transformer.attention import LinearFn
 
 
 @dataclass(frozen=True, eq=False)  # tensors and a recorder inside: compared by identity
@@ -29,9 +29,9 @@ class Call:
     options: the per-call switches (masks, positional encoding, heads off, shortlist).
     recorder: records the call and applies its interventions; None = nothing recorded (the fast path), unless the
         options switch heads off (``begin`` then makes a non-recording one: ablation is an intervention).
-    fast: the fast path's weights (``core.fast``); None = plain ``F.linear`` everywhere (the reference path).
-    vocab: (S,) sorted ids, the only ones scored (a lexical shortlist, ``core.shortlist``); None = every id.
-    max_len, top_k, prefix, beam_size, alpha, use_cache: decoding's settings (``core.decoding``): at most
+    fast: the fast path's weights (``core.fast.weights``); None = plain ``F.linear`` everywhere (the reference path).
+    vocab: (S,) sorted ids, the only ones scored (a lexical shortlist, ``core.decoding.shortlist``); None = every id.
+    max_len, top_k, prefix, beam_size, alpha, use_cache: decoding's settings (``core.decoding.search``): at most
         ``max_len`` output ids (None: ``default_max_len`` of the source), the ``top_k`` alternatives recorded per
         step, output ids forced at the first steps, the beam's width and length penalty (None: the model's own,
         ``ModelConfig.length_penalty``), the KV cache (None: on with the causal mask; off, each step recomputes the

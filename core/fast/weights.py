@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Linear
+from ..transformer.attention import Linear
 
 if TYPE_CHECKING:
-    from .layers import DecoderLayer, LayerStack
+    from ..transformer.layers import DecoderLayer, LayerStack
 
 Scale = float | Tensor  # one scale for a whole matrix, or one per output row (out,) for fused matrices
 INT8_MAX = 127  # Marian's int8 matrices: integers -127..127 times max|W| / 127
@@ -262,7 +262,7 @@ class FastWeights:
 
     def bind(self, weight: Tensor, bias: Tensor | None, rows: int) -> Linear:
         """What ``linear(x, weight, bias)`` runs for inputs of ``rows`` rows, resolved once: ``(fn, w, b)`` with
-        ``fn(x, w, b)`` equal to it. For a loop that calls the same matrices many times (``core.plan``)."""
+        ``fn(x, w, b)`` equal to it. For a loop that calls the same matrices many times (``core.fast.plan``)."""
         packed = self._packed.get(id(weight))
         if packed is not None and self._rows_ok(rows, weight):
             if len(packed) == 2:

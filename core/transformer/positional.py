@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """(n_positions, d_model) float32 table, computed on the CPU in float64 whatever the default device (on the meta
-    device, where ``core.weights`` builds models to be loaded, torch's ``arange`` would import ``torch._dynamo``:
+    device, where ``core.storage.weights`` builds models to be loaded, torch's ``arange`` would import
+    ``torch._dynamo``:
     seconds of every process that loads a checkpoint).
 
     ``interleaved`` (the paper): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).

@@ -1,8 +1,9 @@
 """The layers' modules: feed-forward, SSRU, encoder layer and decoder layer (post-norm, the paper's, or pre-norm).
 
-A module holds parameters and resolves them (``weights``) into ``core.blocks``' weights objects; its ``forward``
+A module holds parameters and resolves them (``weights``) into ``core.transformer.blocks``' weights objects; its
+``forward``
 runs the one implementation of its math there (``encoder_layer``, ``decoder_layer``, ...), which the decoding plan
-(``core.plan``) runs too on its own resolved copies."""
+(``core.fast.plan``) runs too on its own resolved copies."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ModelConfig
+from ..sites import AttentionKind, attention_array, attention_site, layer_site, ssru_array, ssru_site
 from .attention import Bind, LinearFn, MultiHeadAttention, binder
 from .blocks import (
     DecoderWeights,
@@ -26,12 +29,10 @@ from .blocks import (
     feed_forward,
     ssru,
 )
-from .config import ModelConfig
-from .sites import AttentionKind, attention_array, attention_site, layer_site, ssru_array, ssru_site
 from .state import LayerState
 
 if TYPE_CHECKING:
-    from .recorder import Recorder
+    from ..recording.recorder import Recorder
 
 L = TypeVar("L", bound=nn.Module)
 
@@ -68,7 +69,7 @@ def norm_of(norm: nn.Module) -> Norm:
 
 
 class LayerCall(Protocol):
-    """What a layer reads of its call (a ``core.call.Call`` is one): the linear function and the recorder."""
+    """What a layer reads of its call (a ``core.recording.call.Call`` is one): the linear function and the recorder."""
 
     @property
     def linear(self) -> LinearFn: ...
@@ -109,7 +110,7 @@ class FeedForward(nn.Module):
         )
 
     def forward(self, x: Tensor, lin: LinearFn = F.linear) -> Tensor:
-        """x (B, T, D) -> (B, T, D) (``core.blocks.feed_forward``)."""
+        """x (B, T, D) -> (B, T, D) (``core.transformer.blocks.feed_forward``)."""
         return feed_forward(self.weights(binder(lin)), x, self.dropout.p if self.training else 0.0)
 
 
@@ -134,7 +135,7 @@ class SSRU(nn.Module):
 
     def forward(self, x: Tensor, state: Tensor | None, lin: LinearFn = F.linear) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, D), the previous cell (B, 1, D) or None -> h (B, T, D), last cell (B, 1, D), forget gates (B, T, D)
-        (``core.blocks.ssru``)."""
+        (``core.transformer.blocks.ssru``)."""
         return ssru(self.weights(binder(lin)), x, state)
 
 
@@ -165,7 +166,7 @@ class EncoderLayer(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None, call: LayerCall, bias: Tensor | None = None) -> Tensor:
         """x (B, Ts, D); mask broadcastable to (B, Ts, Ts), True = may attend -> (B, Ts, D). bias: (1, H, Ts, Ts)
         added to the scores (T5's relative position bias, made once for the stack), None = none. Records its output
-        'encoder.{index}.out' (``core.blocks.encoder_layer``)."""
+        'encoder.{index}.out' (``core.transformer.blocks.encoder_layer``)."""
         dropout = self.dropout.p if self.training else 0.0
         return encoder_layer(
             self.weights(binder(call.linear)), x, mask, bias=bias, recorder=call.recorder, dropout=dropout
@@ -233,7 +234,8 @@ class DecoderLayer(nn.Module):
     ) -> Tensor:
         """x (B, T, D) target positions [offset, offset + T); memory (B, Ts, D). With ``state`` keys and values
         are cached (incremental decoding). masks: the self- and cross-attention masks and the self-attention's
-        position bias (``Masks``). Records its output 'decoder.{index}.out' (``core.blocks.decoder_layer``)."""
+        position bias (``Masks``). Records its output 'decoder.{index}.out'
+        (``core.transformer.blocks.decoder_layer``)."""
         return decoder_layer(
             self.weights(binder(call.linear)),
             x,

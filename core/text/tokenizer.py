@@ -1,6 +1,6 @@
 """Text <-> ids: one SentencePiece model shared by source and target (``Tokenizer``), or a Marian vocabulary as
 Hugging Face's Marian folders hold it — a SentencePiece model per side and one piece -> id map
-(``MarianVocabTokenizer``). A checkpoint's config.json says which (``core.checkpoint``)."""
+(``MarianVocabTokenizer``). A checkpoint's config.json says which (``core.storage.checkpoint``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from .errors import CheckpointError, InputError
+from ..errors import CheckpointError, InputError
 
 SPACE = "\u2581"  # SentencePiece's word-start mark
 LANGUAGE_CODE = re.compile(r">>[^<>\s]+<<")  # a multilingual Opus-MT model's target-language token: '>>pt<<'
@@ -68,7 +68,7 @@ class Tokenizer:
 
     def frame_source(self, ids: list[int], eos_id: int) -> list[int]:
         """A source text's ids as the encoder reads them: eos appended here (other families add language codes or
-        <s>: ``core.hf_tokenizers``)."""
+        <s>: ``core.text.hf_tokenizers``)."""
         return ids + [eos_id]
 
     def encode_target(self, text: str) -> list[int]:

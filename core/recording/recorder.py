@@ -7,7 +7,7 @@ together (keys padded with 0 weight / -inf score / False mask), which yields the
 teacher-forced pass over the same output records — except the decoder's ``scores_raw`` for keys a step had
 not seen yet: a cached step never computes them, so they stay -inf.
 
-It also carries the call's interventions (``core.interventions``) and the heads that ``InferenceOptions``
+It also carries the call's interventions (``core.recording.interventions``) and the heads that ``InferenceOptions``
 switches off, and can keep gradients at a site (``keep_grad=("embed.src",)``) for attribution.
 Nothing is stored on the model, so calls on one shared model stay independent under threads.
 """
@@ -21,10 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import InferenceOptions, ModelConfig
-from .interventions import Intervention, Patch, ScaleHeads
-from .masks import causal_mask
-from .sites import (
+from ..config import InferenceOptions, ModelConfig
+from ..sites import (
     OUTPUT_ARRAYS,
     WEIGHTS,
     AttentionKind,
@@ -45,6 +43,8 @@ from .sites import (
     site_stack,
     spec_of,
 )
+from ..transformer.masks import causal_mask
+from .interventions import Intervention, Patch, ScaleHeads
 from .trace import ModelShape, Trace
 
 

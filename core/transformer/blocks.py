@@ -6,9 +6,9 @@ their matrices from small resolved-weights objects (``DecoderWeights``, ``Encode
 ``FFNWeights``), in which every projection is a ``Linear`` triple ``(fn, weight, bias)`` that computes
 ``fn(x, weight, bias) = x W^T + b``. Two callers resolve them:
 
-* the modules of ``core.layers``, at each call: their own tensors with the call's linear (``F.linear``, or
+* the modules of ``core.transformer.layers``, at each call: their own tensors with the call's linear (``F.linear``, or
   ``FastWeights.linear``): the reference path, training, teacher-forced passes, the encoder;
-* the decoding plan of ``core.plan``, once per decoding call: ``FastWeights``' packed float16 copies, Q/K/V and the
+* the decoding plan of ``core.fast.plan``, once per decoding call: ``FastWeights``' packed float16 copies, Q/K/V and the
   SSRU's W / W_f fused into one matrix each, and ``bmm`` operands for recorded attention (``zeros``).
 
 How a matrix is stored or fused belongs to the weights (``Projections``: one fused product and a split, or one
@@ -28,7 +28,7 @@ from torch import Tensor
 from .attention import AttentionWeights, Linear, Projections, Scoring, Tap, apply, attend, flat_kv
 
 if TYPE_CHECKING:
-    from .recorder import Recorder
+    from ..recording.recorder import Recorder
     from .state import LayerState
 
 

@@ -24,7 +24,7 @@ from tokenizers import AddedToken, decoders, pre_tokenizers
 from tokenizers import Tokenizer as FastBackend
 from tokenizers.models import BPE
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 from .tokenizer import Tokenizer, read_vocab
 
 HF_TOKENIZER_JSON = "hf-tokenizer-json"  # config.json's {"tokenizer": {"type": ...}} for a FastTokenizer

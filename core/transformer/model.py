@@ -8,15 +8,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ModelConfig
+from ..fast.plan import DecoderState, make_plan, run_layers
+from ..recording.call import DEFAULT_CALL, Call
+from ..sites import Side, Stack, embed_site, memory_site
 from .attention import binder
 from .blocks import DecoderWeights, EncoderWeights, Masks
-from .call import DEFAULT_CALL, Call
-from .config import ModelConfig
 from .layers import DecoderLayer, EncoderLayer, LayerStack, make_norm
 from .masks import causal_mask, combine, full_mask, padding_mask
-from .plan import DecoderState, make_plan, run_layers
 from .positional import LearnedPositions, NoPositions, RelativePositionBias, SinusoidalPositions
-from .sites import Side, Stack, embed_site, memory_site
 
 
 def make_positions(cfg: ModelConfig) -> nn.Module:
@@ -38,7 +38,8 @@ def relative_bias(cfg: ModelConfig, *, bidirectional: bool) -> RelativePositionB
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
-    Every method takes one per-call ``Call`` (``core.call``): the ``InferenceOptions``, an optional ``Recorder``
+    Every method takes one per-call ``Call`` (``core.recording.call``): the ``InferenceOptions``, an optional
+    ``Recorder``
     (records and intervenes at named sites, ``core.sites``), optional ``FastWeights`` (the fast path) and the
     shortlist's ids; nothing is stored on the module during a call, so one instance can serve many threads.
     """
@@ -91,12 +92,13 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ pieces
     def side_positions(self, side: Side) -> nn.Module:
-        """The positions ``side`` adds: (length, offset) -> (T, D) (``core.positional``)."""
+        """The positions ``side`` adds: (length, offset) -> (T, D) (``core.transformer.positional``)."""
         return self.tgt_positions if side == "tgt" and self.tgt_positions is not None else self.positions
 
     def layer_weights(self, stack: Stack, layer: int) -> EncoderWeights | DecoderWeights:
         """Layer ``layer`` of ``stack`` resolved as the reference path runs it (its own tensors, ``F.linear``): the
-        matrices, norms and sites the one layer function of ``core.blocks`` reads (what teaching pages show)."""
+        matrices, norms and sites the one layer function of ``core.transformer.blocks`` reads (what teaching pages
+        show)."""
         if stack == "encoder":
             return list(self.encoder_layers)[layer].weights(binder(F.linear))
         return list(self.decoder_layers)[layer].weights(binder(F.linear))
@@ -166,7 +168,7 @@ class Transformer(nn.Module):
         start: tuple[int, Tensor] | None = None,
     ) -> Tensor:
         """src (B, Ts) token ids -> memory (B, Ts, D). src_keep (B, Ts) True = real token (None: ``keep_flags``).
-        call: the per-call context (``core.call``: options, recorder, fast weights).
+        call: the per-call context (``core.recording.call``: options, recorder, fast weights).
 
         start: (i, x) resumes at encoder layer i with x (B, Ts, D) as its input (the site 'encoder.{i-1}.out', or
         'embed.src' for i = 0, of a run with the same options and the same padding): the layers before it are not
@@ -214,13 +216,14 @@ class Transformer(nn.Module):
         tgt_keep: Tensor | None = None,
     ) -> Tensor:
         """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V), or (B, T, S)
-        when ``call.vocab`` (S,) names the ids to score (a lexical shortlist, ``core.shortlist``): position j then
+        when ``call.vocab`` (S,) names the ids to score (a lexical shortlist, ``core.decoding.shortlist``): position j
+        then
         scores id vocab[j]. One decoding call passes the same Call at every step.
 
         src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
         tgt_keep (B, offset + T): True = real target token (padding mask on decoder keys); None = all real.
         state: the call's incremental state (KV cache); with ``call.fast`` a one-position step runs the per-call
-        plan of ``core.plan``.
+        plan of ``core.fast.plan``.
         """
         return self._decoder(tgt, memory, (src_keep, tgt_keep), call, state, False)
 
