@@ -47,12 +47,13 @@ def streamlit_server(
     cwd: Path | None = None,
     flags: tuple[str, ...] = ("--browser.gatherUsageStats", "false"),
     on_start: Callable[[subprocess.Popen], None] | None = None,
+    app: Path = APP,
 ) -> Iterator[str]:
     """Yield the base URL of a running app on ``root``/``checkpoint``; stop the server on exit.
 
     It starts from the repository's root (where ``.streamlit/config.toml`` is read) unless ``cwd`` says
     otherwise; ``flags`` are extra ``streamlit run`` options; ``on_start`` receives the server process (e.g. to
-    watch its memory).
+    watch its memory); ``app`` another tree's app (``benchmarks/page_ab.py`` serves an earlier commit's).
 
     Raises RuntimeError (naming the log file) if the server does not become healthy in ``timeout`` seconds.
     """
@@ -66,14 +67,14 @@ def streamlit_server(
                 "-m",
                 "streamlit",
                 "run",
-                str(APP),
+                str(app),
                 "--server.port",
                 str(port),
                 "--server.headless",
                 "true",
                 *flags,
             ],
-            cwd=cwd or APP.parents[1],
+            cwd=cwd or app.parents[1],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
