@@ -19,6 +19,7 @@ token is then decomposed in a pass over its own prefix (one pass per token), as 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +30,11 @@ from torch import Tensor
 
 from ..bundle import Bundle
 from ..config import InferenceOptions
+from ..errors import InputError
 from ..recording.trace import Trace
 from ..sites import AttentionKind, analysis_site
 from .alti import alti, compose_decoder, compose_encoder
-from .decomposition import iter_blocks, recorded_pass, scored_ids
+from .decomposition import iter_blocks, recorded_batch, recorded_pass, scored_ids, unpadded
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,12 @@ class _Pass:
 
 @torch.no_grad()
 def _analyse(bundle: Bundle, src_ids: list[int], out_ids: list[int], options: InferenceOptions) -> _Pass:
-    trace, logprob = recorded_pass(bundle, src_ids, out_ids, options)
+    return _decompose(bundle, *recorded_pass(bundle, src_ids, out_ids, options))
+
+
+@torch.no_grad()
+def _decompose(bundle: Bundle, trace: Trace, logprob: np.ndarray) -> _Pass:
+    """ALTI+ of one recorded pass (one sentence's trace): every block decomposed, composed through the layers."""
     found: dict[AttentionKind, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
     error = 0.0
     for (kind, _), b in iter_blocks(bundle.model, trace):  # one block's vectors at a time
@@ -168,12 +175,7 @@ def contributions(
     as ``Bundle.translate`` cuts it (the app does); else InputError, as on unusable text or options."""
     options = bundle.check_options(options)
     src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options, truncate)
-    notes: list[str] = []
-    if bundle.config.decoder_self == "ssru":
-        notes.append(
-            "This decoder reads the target with an SSRU (a gated recurrence), not attention: its prefix "
-            "contributions decompose the recurrence with its gates held fixed."
-        )
+    notes = _notes(bundle)
     if per_step:
         passes = [_analyse(bundle, src_ids, out_ids[: t + 1], options) for t in range(len(out_ids))]
         notes.append(
@@ -183,7 +185,22 @@ def contributions(
         run = _rows(passes)
     else:
         run = _analyse(bundle, src_ids, out_ids, options)
-    S = len(src_ids)
+    return _result(bundle, run, out_ids, options, forced=translation is not None, notes=notes)
+
+
+def _notes(bundle: Bundle) -> list[str]:
+    if bundle.config.decoder_self != "ssru":
+        return []
+    return [
+        "This decoder reads the target with an SSRU (a gated recurrence), not attention: its prefix "
+        "contributions decompose the recurrence with its gates held fixed."
+    ]
+
+
+def _result(
+    bundle: Bundle, run: _Pass, out_ids: list[int], options: InferenceOptions, *, forced: bool, notes: list[str]
+) -> Contributions:
+    S = len(run.trace.src_tokens)
     matrix = run.layers[-1].numpy()
     token_source = matrix[:, :S].sum(-1)
     return Contributions(
@@ -200,11 +217,39 @@ def contributions(
         cross_layers=_np(run.cross_layers),
         layers=_np(run.layers),
         options=options,
-        forced=translation is not None,
+        forced=forced,
         decoder_self=bundle.config.decoder_self,
         reconstruction_error=run.error,
         notes=tuple(notes),
     )
+
+
+def batch_contributions(
+    bundle: Bundle,
+    rows: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    options: InferenceOptions | None = None,
+    forced: Sequence[bool] | None = None,
+) -> list[Contributions]:
+    """``contributions`` of several (source ids, output ids) rows — ids as ``Bundle.encode_source`` /
+    ``encode_target`` give them, or a greedy translation's ``output_ids`` — from ONE recorded padded pass
+    (``recorded_batch``), each row decomposed on its own unpadded slice (``unpadded``): the same records as one
+    ``contributions`` call per row, up to the arithmetic's rounding (tested within 1e-4). ``forced[i]``: row i's
+    output was given (default True). Needs the padding and causal masks on (InputError otherwise: padding would leak
+    into the real positions, and a greedy translation without the causal mask needs a pass per token)."""
+    options = bundle.check_options(options)
+    options.whole_vocabulary("contributions")
+    if not (options.padding_mask and options.causal_mask):
+        raise InputError("batch_contributions needs the padding and causal masks on; score each pair alone instead")
+    forced = [True] * len(rows) if forced is None else list(forced)
+    if len(forced) != len(rows):
+        raise ValueError(f"{len(rows)} rows but {len(forced)} forced flags")
+    trace, logprobs = recorded_batch(bundle, rows, options)
+    out = []
+    for i, (src_ids, out_ids) in enumerate(rows):
+        run = _decompose(bundle, unpadded(trace, i, len(src_ids), len(out_ids)), logprobs[i])
+        out.append(_result(bundle, run, list(out_ids), options, forced=forced[i], notes=_notes(bundle)))
+    return out
 
 
 def _rows(passes: list[_Pass]) -> _Pass:

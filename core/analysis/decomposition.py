@@ -9,8 +9,8 @@ Shared by ``contributions`` and ``value_norms``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -23,11 +23,36 @@ from ..errors import InputError
 from ..recording.call import Call
 from ..recording.recorder import Recorder
 from ..recording.trace import Trace
-from ..sites import AttentionKind, attention_array, layer_input_site, output_site
+from ..sites import (
+    AttentionKind,
+    attention_array,
+    is_batched,
+    is_site,
+    layer_input_site,
+    output_site,
+    site_axes,
+)
 from ..transformer.attention import MultiHeadAttention
 from ..transformer.layers import SSRU
 from ..transformer.model import Transformer
 from .alti import Block, attention_block, ssru_block
+
+
+def unpadded(trace: Trace, item: int, n_src: int, n_tgt: int) -> Trace:
+    """Batch element ``item`` of ``trace`` alone (a batch of 1), every array cut to its first ``n_src`` source and
+    ``n_tgt`` target positions (its own lengths in a padded batch): the axes come from the site registry
+    (``sites.site_axes``). What one pass over that element alone records, up to the arithmetic's rounding, where
+    padding was masked and the causal mask hid the later target positions."""
+    trace.select(item)  # IndexError when out of range
+    cut = {"Ts": slice(0, n_src), "Tt": slice(0, n_tgt), "B": slice(item, item + 1)}
+    arrays = {}
+    for name, a in trace.arrays.items():
+        axes = site_axes(name) if is_site(name) else ()
+        if not axes and is_batched(name):
+            axes = ("B",)
+        arrays[name] = a[tuple(cut.get(d, slice(None)) for d in axes)]
+    return replace(trace, arrays=arrays, item=0)
+
 
 BlockKey = tuple[AttentionKind, int]  # ('encoder', 0), ('decoder', 1) (an SSRU too), ('cross', 1)
 
@@ -141,15 +166,33 @@ def recorded_pass(
 ) -> tuple[Trace, np.ndarray]:
     """One teacher-forced pass over ``out_ids`` recorded with q/k/v and activations, through a ``Call`` with
     ``options`` and the bundle's fast weights (as its runs): the trace and log p of each output id (T,)."""
+    trace, (logprob,) = recorded_batch(bundle, [(src_ids, out_ids)], options)
+    return trace, logprob
+
+
+def recorded_batch(
+    bundle: Bundle, rows: Sequence[tuple[Sequence[int], Sequence[int]]], options: InferenceOptions
+) -> tuple[Trace, list[np.ndarray]]:
+    """``recorded_pass`` of several (source ids, output ids) rows as ONE padded batch: sources and decoder inputs
+    padded on the right, the source padding masked (``options.padding_mask``), later target positions hidden by the
+    causal mask. The batch's trace (``unpadded(trace, i, len(src_i), len(out_i))`` is row i's own pass, up to
+    rounding, when both masks are on) and each row's log p of its output ids (T_i,)."""
+    if not rows or any(not out_ids for _, out_ids in rows):
+        raise ValueError("recorded_batch needs at least one row, each with at least one output id")
     model, cfg = bundle.model, bundle.config
     recorder = Recorder(model, qkv=True, activations=True)
-    src = torch.tensor([src_ids], device=bundle.device)  # (1, Ts)
-    tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=bundle.device)  # (1, T)
+    src, keep = bundle.padded([list(src_ids) for src_ids, _ in rows])  # (B, Ts) each
+    tgt, _ = bundle.padded([[cfg.bos_id, *out_ids[:-1]] for _, out_ids in rows])  # (B, Tt)
+    width = tgt.shape[1]
+    chosen_ids = torch.tensor(
+        [[*out_ids, *[cfg.pad_id] * (width - len(out_ids))] for _, out_ids in rows], device=bundle.device
+    )  # (B, Tt)
     with torch.inference_mode():
-        logits = model(src, tgt, Call(options, recorder, bundle.fast), src_keep=torch.ones_like(src, dtype=torch.bool))
-        logp = suppress(torch.log_softmax(logits[0].float(), -1), cfg, float("-inf"))  # (T, V)
-        chosen = logp.gather(-1, torch.tensor(out_ids, device=logp.device)[:, None])[:, 0]
-    return recorder.freeze(bundle.tokenizer.piece), chosen.cpu().numpy().astype(np.float64)
+        logits = model(src, tgt, Call(options, recorder, bundle.fast), src_keep=keep)  # (B, Tt, V)
+        logp = suppress(torch.log_softmax(logits.float(), -1), cfg, float("-inf"))  # (B, Tt, V)
+        chosen = logp.gather(-1, chosen_ids[..., None])[..., 0].cpu().numpy().astype(np.float64)  # (B, Tt)
+    logprobs = [chosen[b, : len(out_ids)] for b, (_, out_ids) in enumerate(rows)]
+    return recorder.freeze(bundle.tokenizer.piece), logprobs
 
 
 def scored_ids(

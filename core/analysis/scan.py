@@ -10,8 +10,11 @@ every line it wrote, and the same call goes on from there (``resume_point`` chec
 this input's and this model's, and drops a last line cut in half). A line that cannot be scored (not UTF-8, no
 source text, too long) gets an ``error`` naming the problem and its line number; the scan goes on.
 
+Pairs are scored ``batch_size`` at a time (``batches``: consecutive pairs within a padded-token budget;
+``score_batch``: one greedy batch for the pairs without a translation, one recorded padded pass for all, each pair
+decomposed on its own unpadded slice), giving ``score_pair``'s record for each within 1e-4 (equal text and flags).
 Where the pairs are scored is a ``Runner``: ``local_records`` here, ``core.analysis.scan_ray.ray_records`` on a Ray
-cluster; both call ``score_pair``, so their lines are the same.
+cluster; both score each batch with ``score_batch``, so their lines are the same.
 """
 
 from __future__ import annotations
@@ -27,17 +30,22 @@ import numpy as np
 from tqdm import tqdm
 
 from ..bundle import Bundle, load
-from ..config import InferenceOptions
+from ..config import InferenceOptions, Record
+from ..decoding.search import max_steps, output_text
 from ..errors import InputError, LabError
 from ..inputs import MAX_CHARS, clean_text
 from ..storage.durable import fsync_path
-from .contributions import contributions
+from .contributions import Contributions, batch_contributions, contributions
 
 # The flag threshold on a translation's mean source share, chosen by a stated rule on held-out data: the largest
 # value (rounded down to 3 decimals) that flags at most 1 % of the correct pairs of each distilled checkpoint in the
 # detached-hallucination set of `python -m benchmarks.hallucination --n 200` (distilled-en-pt 0.8535,
 # distilled-pt-en 0.7980; results in benchmarks/hallucination.md, docs/scan.md).
 DEFAULT_THRESHOLD = 0.797
+# Pairs scored by one recorded pass, and that pass's padded size (pairs x (longest source + longest target), in
+# pieces): the budget bounds the recorded arrays, which grow with the square of the lengths (docs/scan.md, Speed).
+DEFAULT_BATCH_SIZE = 16
+DEFAULT_BATCH_TOKENS = 4096
 DIGITS = 6  # decimals of every number written: the same line from any machine that computes the same floats
 
 
@@ -147,6 +155,13 @@ def score_pair(bundle: Bundle, pair: Pair, settings: ScanSettings, model: str) -
             translation = bundle.translate(pair.source, settings.options).text
     except InputError as exc:
         return error_record(pair, f"line {pair.line}: {exc}", model)
+    return scored_record(pair, result, translation, settings, model)
+
+
+def scored_record(
+    pair: Pair, result: Contributions, translation: str, settings: ScanSettings, model: str
+) -> dict[str, Any]:
+    """The output record of a scored pair: ``result`` its contributions, ``translation`` the text scored."""
     share = float(result.source_share)
     return {
         "line": pair.line,
@@ -184,21 +199,135 @@ def error_record(pair: Pair, error: str, model: str) -> dict[str, Any]:
     }
 
 
-def score_pairs(bundle: Bundle, pairs: Iterable[Pair], settings: ScanSettings, model: str) -> list[dict[str, Any]]:
-    """``score_pair`` of each pair, in order (what one Ray worker does with one batch)."""
-    return [score_pair(bundle, pair, settings, model) for pair in pairs]
+def batches(bundle: Bundle, pairs: Sequence[Pair], batch_size: int, batch_tokens: int) -> Iterator[list[Pair]]:
+    """``pairs`` in runs of consecutive pairs (input order kept) of at most ``batch_size`` pairs whose padded
+    batch, pairs x (longest source + longest target, in pieces), stays within ``batch_tokens``; a pair over the
+    budget alone is a batch of its own. A pair without a translation counts its source's length for its output
+    (not known before it is decoded); a line that will not be scored counts nothing."""
+    if batch_size < 1 or batch_tokens < 1:
+        raise InputError(f"the batch size and the batch tokens are at least 1 (got {batch_size}, {batch_tokens})")
+    batch: list[Pair] = []
+    longest = (0, 0)
+    for pair in pairs:
+        n_src, n_tgt = _pieces(bundle, pair)
+        wider = (max(longest[0], n_src), max(longest[1], n_tgt))
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * sum(wider) > batch_tokens):
+            yield batch
+            batch, wider = [], (n_src, n_tgt)
+        batch.append(pair)
+        longest = wider
+    if batch:
+        yield batch
+
+
+def _pieces(bundle: Bundle, pair: Pair) -> tuple[int, int]:
+    """(source, target) lengths in pieces, eos included, that ``batches`` budgets a pair for."""
+    if pair.error is not None or pair.source is None:
+        return 0, 0
+    try:
+        n_src = len(bundle.tokenizer.encode(clean_text(pair.source))) + 1
+        n_tgt = len(bundle.tokenizer.encode_target(clean_text(pair.translation))) + 1 if pair.translation else n_src
+    except InputError:
+        return 0, 0
+    return n_src, n_tgt
+
+
+def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, model: str) -> list[dict[str, Any]]:
+    """``score_pair`` of each pair, in order, with one greedy batch for the pairs without a translation
+    (``Bundle.translate_batch``, each output cut at its own eos and at its own step limit, as ``translate`` stops
+    it) and ONE recorded pass for all the pairs' contributions (``batch_contributions``): the same records, up to
+    the last of the written decimals. Without the padding or causal mask, batching would change the numbers:
+    each pair is then scored alone (``score_pair``)."""
+    options = settings.options
+    if not (options.padding_mask and options.causal_mask):
+        return [score_pair(bundle, pair, settings, model) for pair in pairs]
+    records: list[dict[str, Any] | None] = [None] * len(pairs)
+    rows: dict[int, tuple[list[int], list[int] | None]] = {}  # index in pairs -> (source ids, given output ids)
+    for i, pair in enumerate(pairs):
+        problem = pair.error or length_problem(bundle, pair)
+        if problem is None:
+            assert pair.source is not None
+            try:
+                bundle.check_options(options).whole_vocabulary("contributions")
+                src_ids, _ = bundle.encode_source(pair.source)
+                given = None if pair.translation is None else bundle.encode_target(pair.translation)
+                rows[i] = (src_ids, given)
+            except InputError as exc:
+                problem = f"line {pair.line}: {exc}"
+        if problem is not None:
+            records[i] = error_record(pair, problem, model)
+    own = [i for i, (_, given) in rows.items() if given is None]
+    decoded: dict[int, list[int]] = {}
+    if own:
+        texts = [pairs[i].source or "" for i in own]
+        for i, out in zip(own, bundle.translate_batch(texts, options, record=Record(qkv=False)), strict=True):
+            decoded[i] = own_ids(bundle, out.output_ids, len(rows[i][0]))
+    order = list(rows)
+    if order:
+        scored: list[tuple[Sequence[int], Sequence[int]]] = []
+        for i in order:
+            src_ids, given = rows[i]
+            scored.append((src_ids, decoded[i] if given is None else given))
+        forced = [rows[i][1] is not None for i in order]
+        for i, result in zip(order, batch_contributions(bundle, scored, options=options, forced=forced), strict=True):
+            pair = pairs[i]
+            text = pair.translation
+            if text is None:  # the model's own: its text as translate gives it
+                text = output_text(bundle.tokenizer, decoded[i], bundle.config.eos_id)
+            records[i] = scored_record(pair, result, text, settings, model)
+    return [r for r in records if r is not None]
+
+
+def own_ids(bundle: Bundle, batch_ids: Sequence[int], n_src: int) -> list[int]:
+    """A greedy batch item's output ids as ``translate`` decodes that source alone: up to its first eos (included)
+    and no more than its own step limit (a batch runs to the limit of its longest source)."""
+    ids = list(batch_ids)[: max_steps(bundle.config, None, n_src)]
+    eos = bundle.config.eos_id
+    return ids[: ids.index(eos) + 1] if eos in ids else ids
+
+
+def score_pairs(
+    bundle: Bundle,
+    pairs: Iterable[Pair],
+    settings: ScanSettings,
+    model: str,
+    *,
+    batch_size: int = 1,
+    batch_tokens: int | None = None,
+) -> list[dict[str, Any]]:
+    """Every pair scored, in order (what one Ray worker does with what it is sent): ``score_batch`` over
+    ``batches`` of ``batch_size`` pairs within ``batch_tokens`` (default ``DEFAULT_BATCH_TOKENS``); with
+    ``batch_size`` 1, ``score_pair`` of each."""
+    pairs = list(pairs)
+    if batch_size == 1:
+        return [score_pair(bundle, pair, settings, model) for pair in pairs]
+    budget = DEFAULT_BATCH_TOKENS if batch_tokens is None else batch_tokens
+    return [
+        r for batch in batches(bundle, pairs, batch_size, budget) for r in score_batch(bundle, batch, settings, model)
+    ]
 
 
 def local_records(
-    checkpoint: Path, pairs: Sequence[Pair], settings: ScanSettings, *, device: str | None = None
+    checkpoint: Path,
+    pairs: Sequence[Pair],
+    settings: ScanSettings,
+    *,
+    device: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
 ) -> Iterator[dict[str, Any]]:
-    """The ``Runner`` of this process: loads the checkpoint once and scores the pairs one by one."""
+    """The ``Runner`` of this process: loads the checkpoint once and scores the pairs ``batch_size`` at a time
+    within ``batch_tokens`` padded positions a batch (``batches``, ``score_batch``; 1: one by one)."""
     if not pairs:
         return
     bundle = load(checkpoint, device=device)
     model = model_id(checkpoint)
-    for pair in pairs:
-        yield score_pair(bundle, pair, settings, model)
+    if batch_size == 1:
+        for pair in pairs:
+            yield score_pair(bundle, pair, settings, model)
+        return
+    for batch in batches(bundle, pairs, batch_size, batch_tokens):
+        yield from score_batch(bundle, batch, settings, model)
 
 
 # ----------------------------------------------------------------------------- output

@@ -1,10 +1,11 @@
 """The corpus scan on a Ray cluster: the pairs in batches over a pool of actors, each loading the checkpoint once.
 
 ``ray_records`` is a ``scan.Runner``: it yields the same records as ``scan.local_records``, in input order (each
-actor runs ``scan.score_pairs``; batches go out round-robin, at most ``IN_FLIGHT`` per actor, and come back in the
-order they went out), so ``scan.scan`` writes, flushes and resumes them the same way. The checkpoint's files travel
-through Ray's object store, so the cluster's machines need the lab installed but not the checkpoint. Each actor asks
-for one GPU when the cluster has GPUs, else for one CPU (and then runs torch on one thread).
+actor scores a batch as the local scan does, ``scan.score_pairs``; batches go out round-robin, at most ``IN_FLIGHT``
+per actor, and come back in the order they went out), so ``scan.scan`` writes, flushes and resumes them the same
+way. The checkpoint's files travel through Ray's object store, so the cluster's machines need the lab installed but
+not the checkpoint. Each actor asks for one GPU when the cluster has GPUs, else for one CPU (and then runs torch on
+one thread).
 
 Ray is an optional extra (``pip install -c constraints.txt -e '.[scale]'``): it is imported inside ``ray_records``
 only, so ``core`` and a scan without ``--ray`` never need it.
@@ -23,7 +24,7 @@ import torch
 
 from ..bundle import load
 from ..errors import LabError
-from .scan import Pair, ScanSettings, model_id, score_pairs
+from .scan import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, Pair, ScanSettings, model_id, score_pairs
 
 IN_FLIGHT = 2  # batches queued per actor: one running, one ready to start
 PROBE_SECONDS = 5.0  # ray.init retries an address nobody answers at for minutes; a socket says so at once
@@ -34,7 +35,14 @@ class ScanWorker:
     """One actor: the checkpoint loaded once (from the files the driver sent), then batches of pairs scored."""
 
     def __init__(
-        self, files: dict[str, bytes], folder: str, settings: ScanSettings, model: str, device: str, threads: int
+        self,
+        files: dict[str, bytes],
+        folder: str,
+        settings: ScanSettings,
+        model: str,
+        device: str,
+        threads: int,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
     ) -> None:
         torch.set_num_threads(threads)  # this process is the actor's own: as many threads as CPUs it asked for
         with tempfile.TemporaryDirectory(prefix="scan-checkpoint-") as tmp:
@@ -43,10 +51,13 @@ class ScanWorker:
             for name, data in files.items():
                 (path / name).write_bytes(data)
             self.bundle = load(path, device=device)  # weights, tokenizer and shortlist are in memory after this
-        self.settings, self.model = settings, model
+        self.settings, self.model, self.batch_tokens = settings, model, batch_tokens
 
     def score(self, pairs: Sequence[Pair]) -> list[dict[str, Any]]:
-        return score_pairs(self.bundle, pairs, self.settings, self.model)
+        """The pairs sent (one batch of ``--batch-size``) scored by ``score_batch`` within the token budget."""
+        return score_pairs(
+            self.bundle, pairs, self.settings, self.model, batch_size=len(pairs), batch_tokens=self.batch_tokens
+        )
 
 
 def checkpoint_files(checkpoint: Path) -> dict[str, bytes]:
@@ -61,14 +72,20 @@ def ray_records(
     *,
     address: str,
     workers: int | None = None,
-    batch_size: int = 8,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
 ) -> Iterator[dict[str, Any]]:
     """Score ``pairs`` on the Ray cluster at ``address`` (``host:port``, ``ray://host:port``, ``auto`` for the one
     running here or named by ``RAY_ADDRESS``, ``local`` to start one in this process) with ``workers`` actors
     (default: one per GPU of the cluster, else one per CPU). In a process where Ray is already initialised, that
-    instance is used as it is. Records come in input order."""
-    if batch_size < 1 or (workers is not None and workers < 1):
-        raise LabError(f"the batch size and the number of workers are at least 1 (got {batch_size}, {workers})")
+    instance is used as it is. Each batch of ``batch_size`` pairs goes to one actor, which scores it as the local
+    scan scores a batch (``scan.score_batch``, split where it is over ``batch_tokens``). Records come in input
+    order."""
+    if batch_size < 1 or batch_tokens < 1 or (workers is not None and workers < 1):
+        raise LabError(
+            f"the batch size, batch tokens and number of workers are at least 1 (got {batch_size}, {batch_tokens}, "
+            f"{workers})"
+        )
     try:
         import ray  # the optional extra: only a scan on Ray needs it (see the module's docstring)
     except ImportError:
@@ -87,7 +104,7 @@ def ray_records(
         files = ray.put(checkpoint_files(checkpoint))
         folder, model = checkpoint.resolve().name, model_id(checkpoint)
         device = "cuda" if gpus else "cpu"
-        actors = [remote.remote(files, folder, settings, model, device, 1) for _ in range(n)]
+        actors = [remote.remote(files, folder, settings, model, device, 1, batch_tokens) for _ in range(n)]
         batches = [pairs[i : i + batch_size] for i in range(0, len(pairs), batch_size)]
         pending: deque[Any] = deque()
         sent = 0

@@ -7,7 +7,15 @@ import functools
 import sys
 from pathlib import Path
 
-from ..analysis.scan import DEFAULT_THRESHOLD, Runner, ScanSettings, local_records, scan
+from ..analysis.scan import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_THRESHOLD,
+    Runner,
+    ScanSettings,
+    local_records,
+    scan,
+)
 from ..analysis.scan_ray import ray_records  # imports Ray only when called (an optional extra)
 from ..errors import InputError
 from ..training.train import use_threads
@@ -43,7 +51,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "or local (start one here); needs the optional extra: pip install -e '.[scale]'",
     )
     p.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per GPU, else per CPU)")
-    p.add_argument("--batch-size", type=int, default=8, help="pairs sent to a Ray actor at a time (default 8)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"pairs scored by one forward pass (with --ray: sent to an actor at a time; default {DEFAULT_BATCH_SIZE}"
+        "; 1 scores each pair alone); the records equal one pair's at a time within 1e-4",
+    )
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=DEFAULT_BATCH_TOKENS,
+        help="at most this many padded positions in one pass: pairs x (longest source + longest target, in pieces; "
+        f"a pair without a translation counts its source twice); bounds the memory (default {DEFAULT_BATCH_TOKENS})",
+    )
     p.add_argument("--device", default=None, help="cpu or cuda, without --ray (default: cuda if available)")
     p.add_argument(
         "--threads",
@@ -60,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--workers {args.workers}: at least 1")
     if args.batch_size < 1:
         raise InputError(f"--batch-size {args.batch_size}: at least 1")
+    if args.batch_tokens < 1:
+        raise InputError(f"--batch-tokens {args.batch_tokens}: at least 1")
     if args.ray is None and (args.workers is not None):
         raise InputError("--workers is the number of Ray actors: give --ray ADDRESS too")
     if args.ray is not None and (args.device is not None or args.threads):
@@ -74,9 +97,17 @@ def run(args: argparse.Namespace) -> int:
     use_threads(args.threads)
     runner: Runner
     if args.ray is not None:
-        runner = functools.partial(ray_records, address=args.ray, workers=args.workers, batch_size=args.batch_size)
+        runner = functools.partial(
+            ray_records,
+            address=args.ray,
+            workers=args.workers,
+            batch_size=args.batch_size,
+            batch_tokens=args.batch_tokens,
+        )
     else:
-        runner = functools.partial(local_records, device=args.device)
+        runner = functools.partial(
+            local_records, device=args.device, batch_size=args.batch_size, batch_tokens=args.batch_tokens
+        )
     summary = scan(args.checkpoint, args.pairs, args.out, settings, runner=runner, progress=not args.no_progress)
     resumed = f", {summary.resumed} already done" if summary.resumed else ""
     print(

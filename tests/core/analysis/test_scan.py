@@ -118,10 +118,16 @@ def test_bad_lines_get_an_error_and_the_rest_goes_on(tiny_checkpoint, full, tmp_
     )
     assert got[4]["error"].startswith("line 5: 3 tab-separated fields")
     assert all(got[i]["source_share"] is None and got[i]["flagged"] is None for i in (1, 2, 3, 4))
-    # the good lines score as they do in a file of good lines only
+    # the good lines score as they do in a file of good lines only (in other batches: within 1e-4)
     clean = {r["source"]: r for r in records(full[1])}
-    assert got[0] | {"line": 1} == clean[GOOD[0].split("\t")[0]] | {"line": 1}
-    assert got[5] | {"line": 3} == clean[GOOD[2].split("\t")[0]]
+    for scored, line in ((got[0], GOOD[0]), (got[5], GOOD[2])):
+        want = clean[line.split("\t")[0]]
+        numbers = ("source_share", "mean_logprob", "token_source_share")
+        assert {k: v for k, v in scored.items() if k not in (*numbers, "line")} == {
+            k: v for k, v in want.items() if k not in (*numbers, "line")
+        }
+        for key in numbers:
+            assert scored[key] == pytest.approx(want[key], abs=1e-4)
 
 
 def test_ctrl_c_loses_no_written_line_and_the_same_call_goes_on(full, tiny_checkpoint, tmp_path) -> None:

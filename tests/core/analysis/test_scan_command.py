@@ -50,6 +50,7 @@ def test_scan_writes_every_line_and_says_what_it_found(tiny_checkpoint, tmp_path
         (["--workers", "2"], "--workers is the number of Ray actors: give --ray ADDRESS too"),
         (["--ray", "auto", "--workers", "0"], "--workers 0: at least 1"),
         (["--ray", "auto", "--batch-size", "0"], "--batch-size 0: at least 1"),
+        (["--batch-tokens", "0"], "--batch-tokens 0: at least 1"),
         (["--ray", "auto", "--device", "cpu"], "--device and --threads are for a scan in this process"),
         (["--ray", "auto", "--threads", "1"], "--device and --threads are for a scan in this process"),
         (["--threads", "100000"], "--threads must be 0 (torch's default) to"),
