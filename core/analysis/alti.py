@@ -27,6 +27,7 @@ no SSRU).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +37,8 @@ from torch import Tensor, nn
 
 @dataclass(frozen=True)
 class Block:
-    """One block's output as vectors: ``vectors.sum(1) + constant`` is the output (Tq, D).
+    """One block's output as vectors: ``vectors.sum(-2) + constant`` is the output (Tq, D); every function here also
+    takes leading batch axes (B, ...) on all its tensors.
 
     vectors: (Tq, K, D) the transformed vector of each input (self-attention: K = Tk tokens, the residual inside
         token i's own; cross-attention: K = Ts + 1, the sources then the residual). constant: (Tq, D), what no token
@@ -47,7 +49,7 @@ class Block:
 
     @property
     def output(self) -> Tensor:
-        return self.vectors.sum(1) + self.constant  # (Tq, D)
+        return self.vectors.sum(-2) + self.constant  # (Tq, D)
 
 
 def head_vectors(weights: Tensor, values: Tensor, out_weight: Tensor, scale: Tensor) -> Tensor:
@@ -56,26 +58,25 @@ def head_vectors(weights: Tensor, values: Tensor, out_weight: Tensor, scale: Ten
     weights (H, Tq, Tk); values (H, Tk, dv) (bias included); out_weight (D, H*dv), the output projection's weight;
     scale (H,) each head's multiplier (0 for a head switched off) -> (Tq, Tk, D)."""
     per_head = value_vectors(values, out_weight)  # (H, Tk, D)
-    return torch.einsum("hqk,hkd->qkd", weights * scale[:, None, None], per_head)
+    return torch.einsum("...hqk,...hkd->...qkd", weights * scale[:, None, None], per_head)
 
 
 def value_vectors(values: Tensor, out_weight: Tensor) -> Tensor:
     """f_h(x_j) = v^h_j W_o^h: values (H, Tk, dv), out_weight (D, H*dv) -> (H, Tk, D)."""
-    H, _, dv = values.shape
+    H, _, dv = values.shape[-3:]
     w_o = out_weight.T.reshape(H, dv, -1)  # (H, dv, D): head h's rows of the output projection
-    return torch.einsum("hke,hed->hkd", values, w_o)
+    return torch.einsum("...hke,hed->...hkd", values, w_o)
 
 
 def with_residual(vectors: Tensor, residual: Tensor, cross: bool) -> Tensor:
     """vectors (Tq, Tk, D) and the residual stream (Tq, D): self-attention adds x_i to token i's own vector
     (Tq == Tk); cross-attention appends it as one more vector -> (Tq, Tk + 1, D)."""
     if cross:
-        return torch.cat([vectors, residual[:, None]], dim=1)
-    if vectors.shape[0] != vectors.shape[1]:
-        raise ValueError(f"self-attention needs as many queries as keys, got {tuple(vectors.shape[:2])}")
+        return torch.cat([vectors, residual.unsqueeze(-2)], dim=-2)
+    if vectors.shape[-3] != vectors.shape[-2]:
+        raise ValueError(f"self-attention needs as many queries as keys, got {tuple(vectors.shape[-3:-1])}")
     out = vectors.clone()
-    idx = torch.arange(vectors.shape[0])
-    out[idx, idx] += residual
+    out.diagonal(dim1=-3, dim2=-2).add_(residual.transpose(-1, -2))  # (..., D, Tq): token i's own vector
     return out
 
 
@@ -94,17 +95,21 @@ def norm_parts(norm: nn.Module) -> tuple[bool, Tensor | None, Tensor | None, flo
 def fold_norm(norm: nn.Module, vectors: Tensor, constant: Tensor) -> Block:
     """``norm(vectors.sum(1) + constant)`` as a Block: the norm applied to each vector linearly, with each token's
     scale (1 / sqrt(var + eps), of the whole sum) held fixed. vectors (Tq, K, D), constant (Tq, D)."""
+    centre, scale, w, bias = _folding(norm, vectors.sum(-2) + constant)
+    return Block(centre(vectors) * scale.unsqueeze(-2) * w, centre(constant) * scale * w + bias)
+
+
+def _folding(norm: nn.Module, total: Tensor) -> tuple[Callable[[Tensor], Tensor], Tensor, Tensor, Tensor | float]:
+    """What ``norm`` does to each vector of a sum ``total`` (Tq, D), with each token's scale held fixed:
+    v -> centre(v) * scale * w (+ bias, once, in the constant). (centre, scale (Tq, 1), w (D,), bias)."""
     centres, weight, bias, eps = norm_parts(norm)
-    total = vectors.sum(1) + constant  # (Tq, D)
 
     def centre(t: Tensor) -> Tensor:
         return t - t.mean(-1, keepdim=True) if centres else t
 
     scale = centre(total).pow(2).mean(-1, keepdim=True).add(eps).rsqrt()  # (Tq, 1)
-    w = torch.ones_like(total[0]) if weight is None else weight.to(total)
-    folded = centre(vectors) * scale[:, None] * w
-    folded_constant = centre(constant) * scale * w + (0.0 if bias is None else bias.to(total))
-    return Block(folded, folded_constant)
+    w = torch.ones_like(total[..., 0, :]) if weight is None else weight.to(total)
+    return centre, scale, w, 0.0 if bias is None else bias.to(total)
 
 
 def attention_block(
@@ -119,13 +124,22 @@ def attention_block(
 ) -> Block:
     """One attention block decomposed: weights (H, Tq, Tk), values (H, Tk, dv), the block's output projection,
     the residual stream entering it (Tq, D), each head's scale (H,); ``norm`` the post-norm to fold in (None with
-    pre-norm). Computed in ``residual``'s dtype, on its device."""
+    pre-norm). Computed in ``residual``'s dtype, on its device. The norm is folded into the per-head vectors
+    (H, Tk, D) and the weights before the (Tq, Tk, D) vectors are made: ``fold_norm``'s result, in one pass."""
     like = residual  # every operand in the residual's dtype and on its device
-    vectors = head_vectors(weights.to(like), values.to(like), out_proj.weight.to(like), scale.to(like))
-    vectors = with_residual(vectors, residual, cross)
+    mix = weights.to(like) * scale.to(like)[:, None, None]  # (H, Tq, Tk)
+    per_head = value_vectors(values.to(like), out_proj.weight.to(like))  # (H, Tk, D)
     bias = out_proj.bias
     constant = (torch.zeros_like(residual) if bias is None else bias.to(like).expand_as(residual)).clone()
-    return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
+    if norm is not None:
+        total = torch.einsum("...hqk,...hkd->...qd", mix, per_head) + residual + constant  # (Tq, D)
+        centre, token_scale, w, norm_bias = _folding(norm, total)
+        mix = mix * token_scale.unsqueeze(-3)  # query i's scale on its row of every head
+        per_head = centre(per_head) * w
+        residual = centre(residual) * token_scale * w
+        constant = centre(constant) * token_scale * w + norm_bias
+    vectors = with_residual(torch.einsum("...hqk,...hkd->...qkd", mix, per_head), residual, cross)
+    return Block(vectors, constant)
 
 
 def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm: nn.Module | None) -> Block:
@@ -148,15 +162,17 @@ def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm:
     return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
 
 
-def alti(block: Block) -> Tensor:
+def alti(block: Block, keep: Tensor | None = None) -> Tensor:
     """(Tq, K) contributions: max(0, ||y_i||_1 - ||y_i - v_ij||_1), rows divided by their sum. A row where no vector
     is nearer the output than the output's own L1 norm (the authors' code divides by 0 there) gives all of it to
-    the nearest vector."""
+    the nearest vector. ``keep`` (K,) or (B, 1, K) bool: the vectors that count (a padded batch's padding gets 0)."""
     output = block.output  # (Tq, D)
-    distance = (block.vectors - output[:, None]).abs().sum(-1)  # (Tq, K)
+    distance = (block.vectors - output.unsqueeze(-2)).abs().sum(-1)  # (Tq, K)
+    if keep is not None:
+        distance = distance.masked_fill(~keep, torch.inf)
     score = (output.abs().sum(-1, keepdim=True) - distance).clamp(min=0)
     total = score.sum(-1, keepdim=True)
-    nearest = F.one_hot(distance.argmin(-1), distance.shape[1]).to(score)
+    nearest = F.one_hot(distance.argmin(-1), distance.shape[-1]).to(score)
     return torch.where(total > 0, score / total.clamp(min=torch.finfo(score.dtype).tiny), nearest)
 
 

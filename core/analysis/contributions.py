@@ -19,8 +19,8 @@ token is then decomposed in a pass over its own prefix (one pass per token), as 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,15 @@ from ..errors import InputError
 from ..recording.trace import Trace
 from ..sites import AttentionKind, analysis_site
 from .alti import alti, compose_decoder, compose_encoder
-from .decomposition import iter_blocks, recorded_batch, recorded_pass, scored_ids, unpadded
+from .decomposition import (
+    iter_batch_blocks,
+    iter_blocks,
+    padded_rows,
+    recorded_batch,
+    recorded_pass,
+    scored_ids,
+    unpadded,
+)
 
 
 @dataclass(frozen=True)
@@ -233,7 +241,7 @@ def batch_contributions(
 ) -> list[Contributions]:
     """``contributions`` of several (source ids, output ids) rows — ids as ``Bundle.encode_source`` /
     ``encode_target`` give them, or a greedy translation's ``output_ids`` — from ONE recorded padded pass
-    (``recorded_batch``), each row decomposed on its own unpadded slice (``unpadded``): the same records as one
+    (``recorded_batch``), rows of like lengths decomposed together (``_decompose_rows``): the same records as one
     ``contributions`` call per row, up to the arithmetic's rounding (tested within 1e-4). ``forced[i]``: row i's
     output was given (default True). Needs the padding and causal masks on (InputError otherwise: padding would leak
     into the real positions, and a greedy translation without the causal mask needs a pass per token)."""
@@ -245,11 +253,74 @@ def batch_contributions(
     if len(forced) != len(rows):
         raise ValueError(f"{len(rows)} rows but {len(forced)} forced flags")
     trace, logprobs = recorded_batch(bundle, rows, options)
-    out = []
-    for i, (src_ids, out_ids) in enumerate(rows):
-        run = _decompose(bundle, unpadded(trace, i, len(src_ids), len(out_ids)), logprobs[i])
-        out.append(_result(bundle, run, list(out_ids), options, forced=forced[i], notes=_notes(bundle)))
-    return out
+    lengths = [(len(src_ids), len(out_ids)) for src_ids, out_ids in rows]
+    runs: dict[int, _Pass] = {}
+    for chunk in _chunks(lengths, bundle.config.d_model):
+        runs.update(zip(chunk, _decompose_rows(bundle, trace, chunk, [lengths[i] for i in chunk]), strict=True))
+    return [
+        _result(bundle, replace(runs[i], logprob=logprobs[i]), list(rows[i][1]), options, forced=forced[i],
+                notes=_notes(bundle))
+        for i in range(len(rows))
+    ]  # fmt: skip
+
+
+# The most float64 numbers one block's vectors (B, Tq, K, D) may hold when several rows are decomposed at once
+# (128 MiB; a row over it is decomposed alone), and how much of them padding may be (rows of like lengths go
+# together).
+CHUNK_NUMBERS = 1 << 24
+CHUNK_PADDING = 1.5
+
+
+def _chunks(lengths: list[tuple[int, int]], d_model: int) -> Iterator[list[int]]:
+    """The rows (indices into ``lengths``, (source, output) lengths) in groups of like lengths, shortest first,
+    whose padded blocks stay within ``CHUNK_NUMBERS`` and ``CHUNK_PADDING`` times their rows' own."""
+
+    def size(n: tuple[int, int]) -> int:
+        return max(n) * (max(n) + 1) * d_model
+
+    chunk: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: max(lengths[i])):
+        wider = chunk + [i]
+        padded = len(wider) * size(lengths[i])  # the longest so far is the last
+        if chunk and (padded > CHUNK_NUMBERS or padded > CHUNK_PADDING * sum(size(lengths[j]) for j in wider)):
+            yield chunk
+            wider = [i]
+        chunk = wider
+    if chunk:
+        yield chunk
+
+
+@torch.no_grad()
+def _decompose_rows(bundle: Bundle, trace: Trace, chunk: list[int], lengths: list[tuple[int, int]]) -> list[_Pass]:
+    """``_decompose`` of the rows ``chunk`` ((source, output) ``lengths``) of a padded pass, every block
+    decomposed for all of them at once (``iter_batch_blocks``), then each row's real positions taken and composed
+    alone (the log-probabilities are left empty)."""
+    Ts, Tt = max(s for s, _ in lengths), max(t for _, t in lengths)
+    part = padded_rows(trace, chunk, Ts, Tt)
+    n_src = torch.tensor([s for s, _ in lengths])[:, None, None]  # (B, 1, 1)
+    n_tgt = torch.tensor([t for _, t in lengths])[:, None, None]
+    keep: dict[AttentionKind, Tensor] = {  # (B, 1, K) the keys that are not padding
+        "encoder": torch.arange(Ts) < n_src,
+        "decoder": torch.arange(Tt) < n_tgt,
+        "cross": torch.cat([torch.arange(Ts) < n_src, torch.ones(len(lengths), 1, 1, dtype=torch.bool)], -1),
+    }
+    found: dict[AttentionKind, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
+    errors = torch.zeros(len(lengths), dtype=torch.float64)
+    for (kind, _), b in iter_batch_blocks(bundle.model, part, slice(None)):
+        found[kind].append(alti(b.block, keep[kind]))
+        query = (n_src if kind == "encoder" else n_tgt)[:, 0]  # (B, 1) each row's real queries
+        wrong = (b.block.output - b.actual).abs().amax(-1)  # (B, Tq)
+        errors = torch.maximum(errors, wrong.masked_fill(torch.arange(wrong.shape[1]) >= query, 0).amax(-1))
+    runs = []
+    for r, (ns, nt) in enumerate(lengths):
+        enc = [c[r, :ns, :ns] for c in found["encoder"]]
+        self_c = [c[r, :nt, :nt] for c in found["decoder"]]
+        cross_c = [torch.cat([c[r, :nt, :ns], c[r, :nt, Ts:]], -1) for c in found["cross"]]
+        encoder = compose_encoder(enc)
+        layers = compose_decoder(self_c, cross_c, encoder)
+        row = unpadded(trace, chunk[r], ns, nt)
+        runs.append(_Pass(row, np.empty(0), enc, encoder, self_c, cross_c, layers, float(errors[r])))
+    return runs
 
 
 def _rows(passes: list[_Pass]) -> _Pass:

@@ -26,6 +26,7 @@ from ..recording.trace import Trace
 from ..sites import (
     AttentionKind,
     attention_array,
+    gate_site,
     is_batched,
     is_site,
     layer_input_site,
@@ -44,7 +45,13 @@ def unpadded(trace: Trace, item: int, n_src: int, n_tgt: int) -> Trace:
     (``sites.site_axes``). What one pass over that element alone records, up to the arithmetic's rounding, where
     padding was masked and the causal mask hid the later target positions."""
     trace.select(item)  # IndexError when out of range
-    cut = {"Ts": slice(0, n_src), "Tt": slice(0, n_tgt), "B": slice(item, item + 1)}
+    return padded_rows(trace, slice(item, item + 1), n_src, n_tgt)
+
+
+def padded_rows(trace: Trace, items: slice | list[int], n_src: int, n_tgt: int) -> Trace:
+    """Batch elements ``items`` of ``trace`` (a smaller padded batch), every array cut to its first ``n_src``
+    source and ``n_tgt`` target positions (the longest of those elements; ``unpadded`` for one)."""
+    cut = {"Ts": slice(0, n_src), "Tt": slice(0, n_tgt), "B": items}
     arrays = {}
     for name, a in trace.arrays.items():
         axes = site_axes(name) if is_site(name) else ()
@@ -104,36 +111,55 @@ def decompose(model: Transformer, trace: Trace) -> dict[BlockKey, Decomposed]:
 def iter_blocks(model: Transformer, trace: Trace) -> Iterator[tuple[BlockKey, Decomposed]]:
     """Each attention block (and SSRU) of one recorded pass decomposed, one at a time, in the model's order.
 
-    ``trace``: a teacher-forced pass recorded with ``qkv=True, activations=True`` (``recorded_pass``)."""
+    ``trace``: a teacher-forced pass recorded with ``qkv=True, activations=True`` (``recorded_pass``); its batch
+    element ``trace.item``."""
+    one = slice(trace.item, trace.item + 1)
+    for key, d in iter_batch_blocks(model, trace, one):
+        yield key, Decomposed(Block(d.block.vectors[0], d.block.constant[0]), d.actual[0])
+
+
+@torch.no_grad()
+def iter_batch_blocks(model: Transformer, trace: Trace, items: slice) -> Iterator[tuple[BlockKey, Decomposed]]:
+    """``iter_blocks`` of the batch elements ``items`` of a padded pass (``recorded_batch``) at once: every tensor
+    with a leading batch axis (B, Tq, K, D) at the batch's padded lengths. With the padding and causal masks on, a
+    padded key gets attention weight 0 (its vector is 0) and padded queries are never read by real ones, so each
+    element's real rows and keys are its own pass's (``alti(..., keep=...)`` gives padding no share)."""
     cfg = model.config
     pre = cfg.norm == "pre"
     options = trace.options
 
+    def rows(name: str) -> Tensor:
+        return as_float64(trace.arrays[name][items])
+
     def attend(kind: AttentionKind, layer: int, norm: nn.Module, x: Tensor) -> Decomposed:
         attn = attention_of(model, kind, layer)
-        values = as_float64(trace.qkv(kind, layer)[2])  # (H, Tk, dv)
+        values = rows(attention_array(kind, layer, "v"))  # (B, H, Tk, dv)
         block = attention_block(
-            as_float64(trace.attention(kind, layer)),
+            rows(attention_array(kind, layer, "weights")),
             values,
             attn.out_proj,
             x,
-            head_scale(options, kind, layer, values.shape[0]),
+            head_scale(options, kind, layer, values.shape[1]),
             cross=kind == "cross",
             norm=None if pre else norm,
         )
-        with torch.no_grad():
-            heads = torch.from_numpy(np.array(trace[attention_array(kind, layer, "heads")]))[None].to(model_device)
-            a = attn.output(heads)[0].double().cpu()  # (Tq, D)
-            return Decomposed(block, _finish(norm, x, a, pre))
+        heads = torch.from_numpy(np.array(trace.arrays[attention_array(kind, layer, "heads")][items]))
+        a = attn.output(heads.to(model_device)).double().cpu()  # (B, Tq, D)
+        return Decomposed(block, _finish(norm, x, a, pre))
 
     model_device = next(model.parameters()).device
     for layer, enc in enumerate(model.encoder_layers):
-        x = as_float64(trace[layer_input_site("encoder", layer)])
+        x = rows(layer_input_site("encoder", layer))
         yield ("encoder", layer), attend("encoder", layer, enc.self_attn_norm, x)
     for layer, dec in enumerate(model.decoder_layers):
-        x = as_float64(trace[layer_input_site("decoder", layer)])
+        x = rows(layer_input_site("decoder", layer))
         if dec.ssru is not None:
-            own = _ssru(dec.ssru, dec.self_attn_norm, x, as_float64(trace.gates(layer)), pre)
+            gates = rows(gate_site(layer))
+            each = [_ssru(dec.ssru, dec.self_attn_norm, x[b], gates[b], pre) for b in range(x.shape[0])]
+            own = Decomposed(
+                Block(torch.stack([d.block.vectors for d in each]), torch.stack([d.block.constant for d in each])),
+                torch.stack([d.actual for d in each]),
+            )
         else:
             own = attend("decoder", layer, dec.self_attn_norm, x)
         yield ("decoder", layer), own

@@ -12,7 +12,7 @@ source text, too long) gets an ``error`` naming the problem and its line number;
 
 Pairs are scored ``batch_size`` at a time (``batches``: consecutive pairs within a padded-token budget;
 ``score_batch``: one greedy batch for the pairs without a translation, one recorded padded pass for all, each pair
-decomposed on its own unpadded slice), giving ``score_pair``'s record for each within 1e-4 (equal text and flags).
+decomposed with rows of like lengths), giving ``score_pair``'s record for each within 1e-4 (equal text and flags).
 Where the pairs are scored is a ``Runner``: ``local_records`` here, ``core.analysis.scan_ray.ray_records`` on a Ray
 cluster; both score each batch with ``score_batch``, so their lines are the same.
 """
