@@ -29,6 +29,7 @@ from ..sites import (
     layer_name,
     layer_site,
     mask_site,
+    memory_site,
     output_site,
     pe_site,
 )
@@ -102,8 +103,8 @@ def tensor_shapes(translation: Translation | Trace, config: ModelConfig) -> tupl
         _attention(add, stage, attention_site("encoder", i), "Ts", "Ts", "self-attention")
         _ffn(add, stage, "Ts")
         add(stage, "layer output (add & norm)", ("Ts", "d_model"), layer_site("encoder", i))
-    last = layer_site("encoder", config.n_encoder_layers - 1)
-    add("memory", "memory (the encoder's output)", ("Ts", "d_model"), last if config.norm == "post" else None)
+    # the encoder's output as the decoder reads it (after a pre-norm encoder's final norm), recorded with activations
+    add("memory", "memory (the encoder's output)", ("Ts", "d_model"), memory_site())
 
     add("target", "decoder inputs (start, then the outputs)", ("Tt",), ids_site("tgt"))
     add("target", "positional encoding", ("Tt", "d_model"), pe_site("tgt"))

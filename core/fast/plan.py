@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..transformer.attention import Linear
 from ..transformer.blocks import DecoderWeights, Masks, Norm, decoder_layer, normalize
 from ..transformer.layers import norm_of
 from ..transformer.state import LayerState
-from .weights import FastModel, FastWeights, Linear
+from .weights import FastModel, FastWeights
 
 if TYPE_CHECKING:
     from ..recording.recorder import Recorder

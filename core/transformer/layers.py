@@ -15,14 +15,13 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..sites import AttentionKind, attention_array, attention_site, layer_site, ssru_array, ssru_site
-from .attention import Bind, LinearFn, MultiHeadAttention, binder
+from .attention import Bind, LinearFn, MultiHeadAttention, Projections, binder
 from .blocks import (
     DecoderWeights,
     EncoderWeights,
     FFNWeights,
     Masks,
     Norm,
-    Projections,
     Sites,
     decoder_layer,
     encoder_layer,

@@ -10,7 +10,7 @@ from core import FastWeights, InferenceOptions, Recorder, Transformer
 from core.decoding.search import beam_search, greedy, iter_greedy
 from core.fast.plan import DecoderState
 from core.recording.call import Call
-from core.transformer.layers import LayerState
+from core.transformer.state import LayerState
 
 OPTS = InferenceOptions()
 

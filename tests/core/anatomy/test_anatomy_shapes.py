@@ -9,6 +9,7 @@ from conftest import build_tiny_checkpoint
 
 import core
 from core.anatomy.shapes import tensor_shapes
+from core.sites import memory_site
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -40,7 +41,7 @@ def test_tiny_checkpoints(tmp_path, overrides):
     assert by_name["encoder.0", "feed-forward hidden act(x·W1 + b1)"].shape == (Ts, 32)
     assert by_name["output", "next-word probabilities softmax(logits)"].shape == (bundle.config.tgt_vocab_size,)
     memory = by_name["memory", "memory (the encoder's output)"]
-    assert (memory.site is None) == (overrides.get("norm") == "pre")  # pre-norm: after a final norm, unrecorded
+    assert memory.site == memory_site()  # recorded with activations, after a pre-norm encoder's final norm too
     ssru = overrides.get("decoder_self") == "ssru"
     assert any(r.site == "decoder.0.ssru.gate" for r in rows) == ssru
     assert any(r.site == "decoder.0.self.q" for r in rows) != ssru
