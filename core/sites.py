@@ -86,6 +86,18 @@ def layer_name(stack: Stack, layer: int) -> str:
     return f"{stack}.{layer}"
 
 
+def parse_layer(name: str) -> tuple[Stack, int] | None:
+    """The layer a name inside the layers belongs to: 'decoder.1.cross.weights' -> ('decoder', 1), 'encoder.0' ->
+    ('encoder', 0); None for a name outside them ('embed.src', 'encoder.out')."""
+    stack, _, rest = name.partition(".")
+    index = rest.partition(".")[0]
+    if stack == "encoder" and index.isdigit():
+        return "encoder", int(index)
+    if stack == "decoder" and index.isdigit():
+        return "decoder", int(index)
+    return None
+
+
 def attention_site(kind: AttentionKind, layer: int) -> str:
     """'encoder.3.self', 'decoder.1.self' or 'decoder.0.cross'."""
     if kind not in ATTENTION_KINDS:

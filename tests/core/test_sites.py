@@ -244,3 +244,11 @@ def test_no_site_name_is_typed_outside_the_registry() -> None:
     """Site names are built by ``core.sites``' functions (``attention_array``, ``ids_site`` ...), so that adding
     or renaming a site is one registry entry: a literal elsewhere would silently miss the change."""
     assert site_literals() == []
+
+
+def test_parse_layer_names_the_layer_of_a_name_inside_one() -> None:
+    from core.sites import embed_site, memory_site, parse_layer
+
+    assert parse_layer(attention_array("cross", 1, "weights")) == ("decoder", 1)
+    assert parse_layer(layer_name("encoder", 0)) == ("encoder", 0)
+    assert parse_layer(embed_site("src")) is None and parse_layer(memory_site()) is None

@@ -23,9 +23,10 @@ SELF_KV, CROSS_KV, STATE = "#457b9d", "#a8dadc", "#f4a261"
 
 # ----------------------------------------------------------------------------- parameters
 def layer_name(group: str) -> str:
-    """A block's group as the pages count layers: 'encoder.0' -> 'encoder layer 1'; 'embeddings' stays."""
-    side, dot, index = group.partition(".")
-    return f"{side} layer {int(index) + 1}" if dot and index.isdigit() else group
+    """A block's group (or any name inside a layer) as the pages count layers: 'encoder.0' -> 'encoder layer 1',
+    'decoder.1.cross.heads' -> 'decoder layer 2'; a name outside the layers ('embeddings') stays."""
+    where = sites.parse_layer(group)
+    return f"{where[0]} layer {where[1] + 1}" if where else group
 
 
 def block_frame(table: ParameterTable) -> pd.DataFrame:

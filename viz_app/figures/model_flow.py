@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from core.anatomy import ParameterTable, TensorShape
-from core.sites import AttentionKind, Stack, attention_array, embed_site, layer_name, ssru_site
+from core.sites import AttentionKind, Stack, attention_array, embed_site, layer_name, parse_layer, ssru_site
 from viz_app.figures.style import token_labels
 
 Column = str  # 'encoder' (left) or 'decoder' (right)
@@ -252,7 +252,7 @@ def flow_nodes(
     shown = set(layers) if expanded is None else set(layers) & set(expanded)
 
     def like(stack: str) -> int | None:
-        drawn = [int(s.split(".")[1]) for s in sorted(shown) if s.startswith(stack + ".")]
+        drawn = [where[1] for s in sorted(shown) if (where := parse_layer(s)) is not None and where[0] == stack]
         return drawn[0] if drawn else None
 
     _side(b, "source", "encoder", cut("|".join(token_labels(src_tokens))))

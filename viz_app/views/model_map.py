@@ -69,9 +69,8 @@ def _values(node: model_flow.FlowNode, out: core.Translation) -> None:
         return
     # where it was recorded, counted as the pages count layers ('encoder layer 1'; the site's name in code, in the
     # table above, counts from 0)
-    stage = ".".join(site.split(".")[:2])
-    place = model_accounting.layer_name(stage)
-    where = "" if place == stage else f" ({place})"
+    place = model_accounting.layer_name(site)
+    where = "" if place == site else f" ({place})"
     if heads_of(site) is not None:  # (h, T, d_v) -> (T, h·d_v): the heads side by side, as W_O reads them
         values = values.transpose(1, 0, 2).reshape(values.shape[1], -1)
         what, columns = f"each head's output, concatenated{where}", "head·d_v (head 1 first)"
@@ -111,9 +110,8 @@ def _block_panel(node: model_flow.FlowNode, out: core.Translation) -> None:
 def _block_name(node: model_flow.FlowNode) -> str:
     """'encoder layer 1 · self-attention · 8 heads → 7×256': the block's layer counted from 1 (every layer's blocks
     have the same label)."""
-    stage = ".".join(node.key.split(".")[:2])
-    place = model_accounting.layer_name(stage)
-    where = node.column if place == stage or node.label.startswith(place) else place
+    place = model_accounting.layer_name(node.key)
+    where = node.column if place == node.key or node.label.startswith(place) else place
     return f"{where} · {node.label} → {node.shape_text}"
 
 
