@@ -192,8 +192,7 @@ class Bundle:
 
     def _rules(self) -> dict[str, Any]:
         """The trace's note of the generation rules the decoding ran with (``core.decoding.generation_rules``), when
-        any is
-        on: ``meta['generation_rules']``, e.g. {'min_length': 56, 'eos_banned_steps': 55, ...}."""
+        any is on: ``meta['generation_rules']``, e.g. {'min_length': 56, 'eos_banned_steps': 55, ...}."""
         rules = rules_in_force(self.config)
         return {"generation_rules": rules} if rules else {}
 

@@ -37,8 +37,7 @@ class ModelConfig:
     ``scale_decoder_output``, with ``positional='relative'``) does the same for T5 / Flan-T5 / mT5; ``beam``,
     ``length_penalty``, ``early_stopping`` and the generation rules (``min_length``, ``no_repeat_ngram_size``,
     ``encoder_no_repeat_ngram_size``, ``repetition_penalty``, ``forced_eos_id``: ``core.decoding.generation_rules``)
-    decode an
-    imported folder as transformers' ``generate`` does.
+    decode an imported folder as transformers' ``generate`` does.
     """
 
     src_vocab_size: int
@@ -287,9 +286,8 @@ class InferenceOptions:
     on one side only (the source embeddings / the decoder inputs). Defaults reproduce training.
     ``shortlist=True`` scores only the model's lexical shortlist at each step, as the production engine of an
     imported Marian model does (``core.decoding.shortlist``; only checkpoints that ship one accept it). ``Bundle``
-    applies it
-    (it holds the shortlist and passes its rows down as ``vocab``); the analyses, which score the whole vocabulary,
-    refuse it (``whole_vocabulary``).
+    applies it (it holds the shortlist and passes its rows down as ``vocab``); the analyses, which score the whole
+    vocabulary, refuse it (``whole_vocabulary``).
     """
 
     positional_encoding: bool = True

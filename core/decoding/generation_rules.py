@@ -10,10 +10,9 @@ search and the teacher-forced pass that records a beam's winner all go through t
     (N, t), the start token included (transformers' ``input_ids`` of an encoder-decoder model), eos is banned while
     t < ``min_length`` (so at the first ``min_length - 1`` output steps), and every id that would complete an n-gram
     of ``no_repeat_ngram_size`` tokens already in ``tokens`` is banned. ``core.decoding.search.apply_bans`` gives a
-    banned
-    id probability 0 (greedy, the recorded probabilities) or log-probability -inf (beam search), after the softmax:
-    the other ids keep the model's own probabilities, as transformers' beam search applies its processors to the
-    log-softmax (greedy picks the same id either way).
+    banned id probability 0 (greedy, the recorded probabilities) or log-probability -inf (beam search), after the
+    softmax: the other ids keep the model's own probabilities, as transformers' beam search applies its processors to
+    the log-softmax (greedy picks the same id either way).
 
 ``banned`` also bans, with ``encoder_no_repeat_ngram_size`` (``EncoderNoRepeatNGramLogitsProcessor``), every id that
     would complete an n-gram of that size of the SOURCE ids (the encoder's input, framing included) whose first

@@ -177,8 +177,7 @@ def iter_greedy(
     """Greedy decoding of src (B, Ts), one step at a time. Stops when every item has produced eos.
 
     call: the per-call context (``core.recording.call``): options, recorder, fast weights, shortlist ids and the
-    decoding
-    settings: at most ``call.max_len`` steps (None: ``default_max_len`` of the source), ``call.top_k``
+    decoding settings: at most ``call.max_len`` steps (None: ``default_max_len`` of the source), ``call.top_k``
     alternatives per step, ``call.prefix`` output ids forced at the first steps (every item; greedy after them: a
     forced step records the forced id and its probability, and the model's own top-k; without a prefix the model's
     ``forced_bos_id``, when it has one, is forced at the first step: ``forced_ids``; its ``forced_eos_id`` at the
@@ -261,8 +260,7 @@ def beam_search(
 
     One loop for every checkpoint; how hypotheses finish, when the search stops and which finished one wins is
     the model's finishing policy (``ModelConfig.beam``, ``core.decoding.beam_finish``): "lab" keeps the
-    ``call.beam_size``
-    best extensions at every step and finishes those ending in eos (they are not extended);
+    ``call.beam_size`` best extensions at every step and finishes those ending in eos (they are not extended);
     "transformers" reproduces ``generate(num_beams=...)`` (``beam_size`` hypotheses always live, a pool of the best
     finished ones, ``early_stopping``). Finished hypotheses rank by log-prob / length**``call.alpha`` (None: the
     model's ``length_penalty``). With beam_size=1 the lab policy is exactly greedy decoding. At most ``max_steps``

@@ -148,9 +148,8 @@ def verify_ct2(
 def ct2_decoding(cfg: ModelConfig, out_ids: Sequence[int], max_len: int) -> tuple[dict[str, Any], list[int]]:
     """How CTranslate2 decodes what core's greedy ``out_ids`` (a call of ``max_len`` steps) decoded: its
     ``translate_batch`` options for the model's generation rules (``core.decoding.generation_rules``: ``min_length``
-    counts
-    the start token, CTranslate2's ``min_decoding_length`` does not; the same ``no_repeat_ngram_size``) and length,
-    and core's ids to compare with its output. CTranslate2 has no forced eos: where core forced one at its last
+    counts the start token, CTranslate2's ``min_decoding_length`` does not; the same ``no_repeat_ngram_size``) and
+    length, and core's ids to compare with its output. CTranslate2 has no forced eos: where core forced one at its last
     step, CTranslate2 stops a step earlier and the ids before the eos are compared."""
     forced_end = int(cfg.forced_eos_id is not None and len(out_ids) == max_len)
     options = {

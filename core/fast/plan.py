@@ -5,8 +5,7 @@ eager PyTorch's per-call costs dominate: nn.Module calls, attribute look-ups, 4-
 ``bmm``. ``make_plan`` resolves each decoder layer's weights once per decoding call (``DecoderLayer.weights``, bound
 to the packed float16 copies of a ``FastWeights`` where they apply, Q/K/V and the SSRU's W / W_f fused into one
 matrix each), and ``run_layers`` runs the one decoder layer, ``core.transformer.blocks.decoder_layer``, on them: the
-same lines
-as ``DecoderLayer.forward``, the same ``attend`` (with ``bmm`` operands when recording; untraced, its fused
+same lines as ``DecoderLayer.forward``, the same ``attend`` (with ``bmm`` operands when recording; untraced, its fused
 ``scaled_dot_product_attention``), the same recorder calls and KV buffers (tests/core/test_plan.py compares them).
 Only in eval mode without grad; the model runs the module path otherwise.
 """

@@ -47,8 +47,7 @@ def unapplied_settings(f: HFFolder, cfg: ModelConfig) -> list[str]:
 def generation_text(f: HFFolder, cfg: ModelConfig, piece: Callable[[int], str]) -> str:
     """The card's paragraph on the folder's generation settings (as generate reads them: ``generation_source``):
     the rules core applies as generate does (``core.decoding.generation_rules``, ``core.decoding.beam_finish``, the
-    banned and forced
-    ids), those it does not, and those each call chooses."""
+    banned and forced ids), those it does not, and those each call chooses."""
     settings, where = generation_source(f)
     applied = [f"`length_penalty={cfg.length_penalty:g}` and `early_stopping={cfg.early_stopping!r}` (beam search)"]
     if cfg.forced_bos_id is not None:

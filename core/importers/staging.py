@@ -1,8 +1,7 @@
 """Write a folder whole: build it under a hidden name beside its destination, sync it, rename it into place.
 
 ``save_with_files`` is ``core.storage.checkpoint.save_checkpoint`` for checkpoints whose tokenizer is more than one
-file (a
-Marian vocabulary: source.spm, target.spm, vocab.json); finished folders go into place with
+file (a Marian vocabulary: source.spm, target.spm, vocab.json); finished folders go into place with
 ``core.storage.checkpoint.place``, the swap every whole-folder writer shares.
 """
 

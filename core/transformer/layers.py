@@ -1,9 +1,8 @@
 """The layers' modules: feed-forward, SSRU, encoder layer and decoder layer (post-norm, the paper's, or pre-norm).
 
 A module holds parameters and resolves them (``weights``) into ``core.transformer.blocks``' weights objects; its
-``forward``
-runs the one implementation of its math there (``encoder_layer``, ``decoder_layer``, ...), which the decoding plan
-(``core.fast.plan``) runs too on its own resolved copies."""
+``forward`` runs the one implementation of its math there (``encoder_layer``, ``decoder_layer``, ...), which the
+decoding plan (``core.fast.plan``) runs too on its own resolved copies."""
 
 from __future__ import annotations
 

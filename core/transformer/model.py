@@ -39,9 +39,8 @@ class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
     Every method takes one per-call ``Call`` (``core.recording.call``): the ``InferenceOptions``, an optional
-    ``Recorder``
-    (records and intervenes at named sites, ``core.sites``), optional ``FastWeights`` (the fast path) and the
-    shortlist's ids; nothing is stored on the module during a call, so one instance can serve many threads.
+    ``Recorder`` (records and intervenes at named sites, ``core.sites``), optional ``FastWeights`` (the fast path) and
+    the shortlist's ids; nothing is stored on the module during a call, so one instance can serve many threads.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -217,8 +216,7 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Decoder inputs tgt (B, T) (new positions only when ``state`` is given) -> logits (B, T, V), or (B, T, S)
         when ``call.vocab`` (S,) names the ids to score (a lexical shortlist, ``core.decoding.shortlist``): position j
-        then
-        scores id vocab[j]. One decoding call passes the same Call at every step.
+        then scores id vocab[j]. One decoding call passes the same Call at every step.
 
         src_keep (B, Ts): True = real source token; None = all real (lets a decoding loop check once).
         tgt_keep (B, offset + T): True = real target token (padding mask on decoder keys); None = all real.
