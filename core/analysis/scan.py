@@ -8,7 +8,8 @@ own greedy translation is scored.
 The output is written one line per input line, in input order, flushed after each line: an interrupted scan keeps
 every line it wrote, and the same call goes on from there (``resume_point`` checks that the lines already there are
 this input's and this model's, and drops a last line cut in half). A line that cannot be scored (not UTF-8, no
-source text, too long) gets an ``error`` naming the problem and its line number; the scan goes on.
+source text, too long) gets an ``error`` naming the problem and its line number; the scan goes on. The fields
+beside the source share (chrF against a third-column reference, invented words, ...) are ``scan_fields``'.
 
 Pairs are scored ``batch_size`` at a time (``batches``: consecutive pairs within a padded-token budget;
 ``score_batch``: one greedy batch for the pairs without a translation, one recorded padded pass for all, each pair
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,7 @@ from ..errors import InputError, LabError
 from ..inputs import MAX_CHARS, clean_text
 from ..storage.durable import fsync_path
 from .contributions import Contributions, batch_contributions, contributions
+from .scan_fields import EMPTY, field_context, pair_fields
 
 # The flag threshold on a translation's mean source share, chosen by a stated rule on held-out data: the largest
 # value (rounded down to 3 decimals) that flags at most 1 % of the correct pairs of each distilled checkpoint in the
@@ -51,10 +54,12 @@ DIGITS = 6  # decimals of every number written: the same line from any machine t
 
 @dataclass(frozen=True)
 class ScanSettings:
-    """What every scored line depends on besides the model: the flag threshold and the inference switches."""
+    """What every scored line depends on besides the model: the flag threshold and the inference switches; with
+    ``timing``, each record says the seconds spent on its pair (then two runs no longer write the same bytes)."""
 
     threshold: float = DEFAULT_THRESHOLD
     options: InferenceOptions = field(default_factory=InferenceOptions)
+    timing: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.threshold, int | float) and 0.0 <= self.threshold <= 1.0):
@@ -63,13 +68,14 @@ class ScanSettings:
 
 @dataclass(frozen=True)
 class Pair:
-    """One input line: its number (from 1), the source, the translation to score (None: the model's own), and the
-    reason it cannot be scored, if any."""
+    """One input line: its number (from 1), the source, the translation to score (None: the model's own), the
+    reason it cannot be scored, if any, and the reference translation of a third column (for ``chrf``)."""
 
     line: int
     source: str | None
     translation: str | None
     error: str | None = None
+    reference: str | None = None
 
 
 class Runner(Protocol):
@@ -81,9 +87,9 @@ class Runner(Protocol):
 
 # ----------------------------------------------------------------------------- input
 def read_pairs(path: str | Path) -> list[Pair]:
-    """Every line of a ``source<TAB>translation`` file as a ``Pair`` (an empty or missing translation: the model's
-    own is scored). Lines are split on ``\\n`` (a ``\\r`` before it is dropped) and decoded one by one, so bytes that
-    are not UTF-8 spoil their line only."""
+    """Every line of a ``source<TAB>translation[<TAB>reference]`` file as a ``Pair`` (an empty or missing
+    translation: the model's own is scored). Lines are split on ``\\n`` (a ``\\r`` before it is dropped) and
+    decoded one by one, so bytes that are not UTF-8 spoil their line only."""
     data = Path(path).read_bytes()
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
@@ -98,16 +104,19 @@ def parse_line(number: int, raw: bytes) -> Pair:
     except UnicodeDecodeError as exc:
         return Pair(number, None, None, f"line {number}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     fields = text.split("\t")
-    if len(fields) > 2:
+    if len(fields) > 3:
         return Pair(number, fields[0], None, f"line {number}: {len(fields)} tab-separated fields; expected "
-                    "source<TAB>translation (or the source alone)")  # fmt: skip
-    source, translation = fields[0], (fields[1] if len(fields) == 2 and fields[1].strip() else None)
+                    "source<TAB>translation<TAB>reference (or fewer)")  # fmt: skip
+    source = fields[0]
+    translation, reference = (fields[i] if len(fields) > i and fields[i].strip() else None for i in (1, 2))
     if not source.strip():
-        return Pair(number, source, translation, f"line {number}: no source text")
-    if len(source) > MAX_CHARS or (translation is not None and len(translation) > MAX_CHARS):
-        side = "source" if len(source) > MAX_CHARS else "translation"
-        return Pair(number, source, translation, f"line {number}: the {side} is longer than {MAX_CHARS:,} characters")
-    return Pair(number, source, translation)
+        return Pair(number, source, translation, f"line {number}: no source text", reference)
+    sides = {"source": source, "translation": translation or "", "reference": reference or ""}
+    for side, value in sides.items():
+        if len(value) > MAX_CHARS:
+            problem = f"line {number}: the {side} is longer than {MAX_CHARS:,} characters"
+            return Pair(number, source, translation, problem, reference)
+    return Pair(number, source, translation, None, reference)
 
 
 def length_problem(bundle: Bundle, pair: Pair) -> str | None:
@@ -142,6 +151,12 @@ def model_id(checkpoint: str | Path) -> str:
 def score_pair(bundle: Bundle, pair: Pair, settings: ScanSettings, model: str) -> dict[str, Any]:
     """The output record of one pair: its source share and per-token shares, mean log-probability, flag — or the
     ``error`` that kept it from being scored. ``model`` is ``model_id`` of the bundle's checkpoint."""
+    start = time.perf_counter()
+    record = _score_pair(bundle, pair, settings, model)
+    return timed([record], settings, time.perf_counter() - start)[0]
+
+
+def _score_pair(bundle: Bundle, pair: Pair, settings: ScanSettings, model: str) -> dict[str, Any]:
     problem = pair.error or length_problem(bundle, pair)
     if problem is not None:
         return error_record(pair, problem, model)
@@ -155,26 +170,41 @@ def score_pair(bundle: Bundle, pair: Pair, settings: ScanSettings, model: str) -
             translation = bundle.translate(pair.source, settings.options).text
     except InputError as exc:
         return error_record(pair, f"line {pair.line}: {exc}", model)
-    return scored_record(pair, result, translation, settings, model)
+    return scored_record(bundle, pair, result, translation, settings, model)
 
 
 def scored_record(
-    pair: Pair, result: Contributions, translation: str, settings: ScanSettings, model: str
+    bundle: Bundle, pair: Pair, result: Contributions, translation: str, settings: ScanSettings, model: str
 ) -> dict[str, Any]:
     """The output record of a scored pair: ``result`` its contributions, ``translation`` the text scored."""
+    assert pair.source is not None
     share = float(result.source_share)
+    context = field_context(*bundle.languages)
+    fields = pair_fields(
+        context, source=pair.source, translation=translation, reference=pair.reference, result=result, digits=DIGITS
+    )
     return {
         "line": pair.line,
         "source": pair.source,
         "translation": translation,
+        "reference": pair.reference,
         "own_translation": pair.translation is None,
         "target_pieces": list(result.target_pieces),
         "source_share": round(share, DIGITS),
         "token_source_share": [round(float(x), DIGITS) for x in result.token_source_share],
         "mean_logprob": round(float(np.mean(result.token_logprob)), DIGITS),
         "flagged": is_flagged(share, settings.threshold),
+        **fields,
         "model": model,
     }
+
+
+def timed(records: list[dict[str, Any]], settings: ScanSettings, seconds: float) -> list[dict[str, Any]]:
+    """``records`` (scored together in ``seconds``) each with its share of the time, when ``settings.timing``."""
+    if settings.timing:
+        for record in records:
+            record["seconds"] = round(seconds / len(records), DIGITS)
+    return records
 
 
 def is_flagged(source_share: float, threshold: float) -> bool:
@@ -188,12 +218,14 @@ def error_record(pair: Pair, error: str, model: str) -> dict[str, Any]:
         "line": pair.line,
         "source": pair.source,
         "translation": pair.translation,
+        "reference": pair.reference,
         "own_translation": pair.translation is None,
         "target_pieces": None,
         "source_share": None,
         "token_source_share": None,
         "mean_logprob": None,
         "flagged": None,
+        **EMPTY,
         "model": model,
         "error": error,
     }
@@ -237,10 +269,12 @@ def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, m
     (``Bundle.translate_batch``, each output cut at its own eos and at its own step limit, as ``translate`` stops
     it) and ONE recorded pass for all the pairs' contributions (``batch_contributions``): the same records, up to
     the last of the written decimals. Without the padding or causal mask, batching would change the numbers:
-    each pair is then scored alone (``score_pair``)."""
+    each pair is then scored alone (``score_pair``). With ``settings.timing`` each record's ``seconds`` is the
+    batch's time over its pairs."""
     options = settings.options
     if not (options.padding_mask and options.causal_mask):
         return [score_pair(bundle, pair, settings, model) for pair in pairs]
+    start = time.perf_counter()
     records: list[dict[str, Any] | None] = [None] * len(pairs)
     rows: dict[int, tuple[list[int], list[int] | None]] = {}  # index in pairs -> (source ids, given output ids)
     for i, pair in enumerate(pairs):
@@ -274,8 +308,8 @@ def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, m
             text = pair.translation
             if text is None:  # the model's own: its text as translate gives it
                 text = output_text(bundle.tokenizer, decoded[i], bundle.config.eos_id)
-            records[i] = scored_record(pair, result, text, settings, model)
-    return [r for r in records if r is not None]
+            records[i] = scored_record(bundle, pair, result, text, settings, model)
+    return timed([r for r in records if r is not None], settings, time.perf_counter() - start)
 
 
 def own_ids(bundle: Bundle, batch_ids: Sequence[int], n_src: int) -> list[int]:

@@ -16,6 +16,7 @@ from ..analysis.scan import (
     local_records,
     scan,
 )
+from ..analysis.scan_parquet import write_parquet
 from ..analysis.scan_ray import ray_records  # imports Ray only when called (an optional extra)
 from ..errors import InputError
 from ..training.train import use_threads
@@ -27,8 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pairs",
         required=True,
         type=Path,
-        help="UTF-8 text, one pair a line: source<TAB>translation (the source alone: the model's own greedy "
-        "translation is scored)",
+        help="UTF-8 text, one pair a line: source<TAB>translation[<TAB>reference] (the source alone: the model's own "
+        "greedy translation is scored; a reference: its chrF is written)",
     )
     p.add_argument(
         "--out",
@@ -72,11 +73,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="torch CPU threads without --ray (0 = torch's default; on a busy machine 1 can be several times faster)",
     )
+    p.add_argument(
+        "--timing",
+        action="store_true",
+        help="write each pair's seconds (a batch's time over its pairs); off by default: the output is then the same "
+        "bytes from run to run",
+    )
+    p.add_argument("--parquet", type=Path, default=None, help="also write the records as a Parquet table here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = ScanSettings(threshold=args.threshold)
+    settings = ScanSettings(threshold=args.threshold, timing=args.timing)
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers {args.workers}: at least 1")
     if args.batch_size < 1:
@@ -94,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--checkpoint {args.checkpoint}: no such folder")
     if not args.pairs.is_file():
         raise InputError(f"--pairs {args.pairs}: no such file")
+    if args.parquet is not None and args.parquet.resolve() in (args.out.resolve(), args.pairs.resolve()):
+        raise InputError(f"--parquet {args.parquet}: would overwrite --out or --pairs; choose another file")
     use_threads(args.threads)
     runner: Runner
     if args.ray is not None:
@@ -115,4 +125,7 @@ def run(args: argparse.Namespace) -> int:
         f"{settings.threshold}), {summary.errors} not scored (see their error field) -> {args.out}",
         file=sys.stderr,
     )
+    if args.parquet is not None:
+        rows = write_parquet(args.out, args.parquet)
+        print(f"{rows} records -> {args.parquet}", file=sys.stderr)
     return 0

@@ -46,7 +46,7 @@ def test_read_pairs_names_each_bad_line_and_keeps_the_numbering(tmp_path) -> Non
             "",
             "\tonly a translation",
             b"caf\xe9 latin-1\tx",
-            "a\tb\tc",
+            "a\tb\tc\td",
             "x" * 6000,
             "source only",
             "windows line\tjanela\r",
@@ -58,7 +58,7 @@ def test_read_pairs_names_each_bad_line_and_keeps_the_numbering(tmp_path) -> Non
     assert pairs[1].error == "line 2: no source text"
     assert pairs[2].error == "line 3: no source text"
     assert pairs[3].error is not None and pairs[3].error.startswith("line 4: not UTF-8 text")
-    assert pairs[4].error is not None and "line 5: 3 tab-separated fields" in pairs[4].error
+    assert pairs[4].error is not None and "line 5: 4 tab-separated fields" in pairs[4].error
     assert pairs[5].error == "line 6: the source is longer than 5,000 characters"
     assert pairs[6].error is None and pairs[6].translation is None
     assert pairs[7].translation == "janela"  # the \r of a CRLF file is not part of the text
@@ -103,7 +103,7 @@ def test_the_threshold_decides_the_flag(full, tiny_checkpoint, tmp_path) -> None
 def test_bad_lines_get_an_error_and_the_rest_goes_on(tiny_checkpoint, full, tmp_path) -> None:
     pairs = write_pairs(
         tmp_path / "p.tsv",
-        [GOOD[0], "", b"\xff\xfe broken", " ".join(["word"] * 400), "a\tb\tc", GOOD[2]],
+        [GOOD[0], "", b"\xff\xfe broken", " ".join(["word"] * 400), "a\tb\tc\td", GOOD[2]],
     )
     out = tmp_path / "out.jsonl"
     summary = scan(tiny_checkpoint, pairs, out, progress=False)
@@ -116,18 +116,21 @@ def test_bad_lines_get_an_error_and_the_rest_goes_on(tiny_checkpoint, full, tmp_
         got[3]["error"].startswith("line 4: the source is ")
         and "pieces long; this model takes at most" in (got[3]["error"])
     )
-    assert got[4]["error"].startswith("line 5: 3 tab-separated fields")
+    assert got[4]["error"].startswith("line 5: 4 tab-separated fields")
     assert all(got[i]["source_share"] is None and got[i]["flagged"] is None for i in (1, 2, 3, 4))
     # the good lines score as they do in a file of good lines only (in other batches: within 1e-4)
     clean = {r["source"]: r for r in records(full[1])}
     for scored, line in ((got[0], GOOD[0]), (got[5], GOOD[2])):
         want = clean[line.split("\t")[0]]
-        numbers = ("source_share", "mean_logprob", "token_source_share")
+        numbers = ("source_share", "mean_logprob", "token_source_share", "lowest_share_words")
         assert {k: v for k, v in scored.items() if k not in (*numbers, "line")} == {
             k: v for k, v in want.items() if k not in (*numbers, "line")
         }
-        for key in numbers:
+        for key in numbers[:3]:
             assert scored[key] == pytest.approx(want[key], abs=1e-4)
+        for got_word, want_word in zip(scored["lowest_share_words"], want["lowest_share_words"], strict=True):
+            assert got_word["piece"] == want_word["piece"]
+            assert got_word["share"] == pytest.approx(want_word["share"], abs=1e-4)
 
 
 def test_ctrl_c_loses_no_written_line_and_the_same_call_goes_on(full, tiny_checkpoint, tmp_path) -> None:

@@ -50,7 +50,7 @@ def bundle(tiny_checkpoint: Path) -> core.Bundle:
 def pairs(bundle: core.Bundle) -> list[Pair]:
     longest = longest_source(bundle)
     lines = [
-        "the cat sleeps\tthe cat sleeps",
+        "the cat sleeps\tthe cat sleeps\tthe cat is asleep",  # a reference: chrf
         "a dog runs in the park",  # the model's own translation
         f"{longest}\tthe cat",  # the longest accepted source, a translation given
         "",  # no source: named and skipped
@@ -58,7 +58,7 @@ def pairs(bundle: core.Bundle) -> list[Pair]:
         " ".join(["word"] * 400),  # too many pieces: named and skipped
         longest,  # the longest accepted source, the model's own translation
         "we eat bread\t",
-        "a\tb\tc",  # three fields
+        "a\tb\tc\td",  # four fields
         "it rains\tit rains today and the cat sleeps in the house",
     ]
     return [parse_line(n, line.encode()) for n, line in enumerate(lines, start=1)]
@@ -73,6 +73,9 @@ def assert_same(batched: list[dict[str, Any]], alone: list[dict[str, Any]]) -> N
                 assert b[key] == pytest.approx(a[key], abs=1e-4), (a["line"], key)
             elif key == "token_source_share" and a[key] is not None:
                 assert b[key] == pytest.approx(a[key], abs=1e-4), a["line"]
+            elif key == "lowest_share_words" and a[key] is not None:
+                assert [w["piece"] for w in b[key]] == [w["piece"] for w in a[key]], a["line"]
+                assert [w["share"] for w in b[key]] == pytest.approx([w["share"] for w in a[key]], abs=1e-4)
             else:
                 assert b[key] == a[key], (a["line"], key)  # text, pieces, flags, errors
 
