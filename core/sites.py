@@ -212,7 +212,7 @@ def migrate_site_name(name: str) -> str:
 
 
 # ---------------------------------------------------------------- builders for the remaining names
-AttentionArray = Literal["weights", "scores", "scores_raw", "q", "k", "v", "step_rows", "heads"]
+AttentionArray = Literal["weights", "scores", "scores_raw", "q", "k", "v", "step_rows", "heads", "x", "out"]
 OutputArray = Literal["ids", "probs", "top_ids", "top_probs"]
 MaskPart = Literal["padding", "causal"]
 

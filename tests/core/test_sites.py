@@ -75,7 +75,7 @@ def test_the_builders_name_what_the_registry_describes() -> None:
     assert spec_of(attention_array("cross", 1, "weights")) is WEIGHTS
     assert spec_of(array_of(attention_site("decoder", 0), "heads")) is HEADS
     assert parse_attention_array("decoder.1.cross.heads") == ("decoder.1.cross", "heads")
-    with pytest.raises(ValueError, match="not an array of an attention site"):
+    with pytest.raises(ValueError, match="not an (array of an )?attention site"):
         parse_attention_array("decoder.1.out")
     assert heads_of("decoder.1.cross.heads") == "decoder.1.cross" and heads_of("embed.src") is None
     assert spec_of(gate_site(1)) is GATE and spec_of(layer_name("encoder", 3)) is LAYER
@@ -252,3 +252,10 @@ def test_parse_layer_names_the_layer_of_a_name_inside_one() -> None:
     assert parse_layer(attention_array("cross", 1, "weights")) == ("decoder", 1)
     assert parse_layer(layer_name("encoder", 0)) == ("encoder", 0)
     assert parse_layer(embed_site("src")) is None and parse_layer(memory_site()) is None
+
+
+def test_a_sub_layers_input_and_output_parse_as_attention_arrays() -> None:
+    from core.sites import parse_attention_array
+
+    assert parse_attention_array(attention_array("cross", 0, "x")) == (attention_site("cross", 0), "x")
+    assert parse_attention_array(attention_array("encoder", 2, "out")) == (attention_site("encoder", 2), "out")
