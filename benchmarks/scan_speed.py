@@ -1,6 +1,6 @@
 """How fast the corpus scan goes, here and on Ray, and what the contributions cost beside a plain translation.
 
-    python -m benchmarks.scan_speed [--pairs 120] [--checkpoint distilled-en-pt]
+    python -m benchmarks.scan_speed [--pairs 120] [--checkpoint distilled-en-pt] [--sentences 32] [--rounds 3]
 
 On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portuguese, the first rows of
 ``benchmarks.hallucination``'s table), for the checkpoint:
@@ -13,7 +13,17 @@ On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portugu
 2. whole scans of the pairs (``core.analysis.scan.scan``, into a fresh file each): in this process with torch on 1
    and on 2 threads, and on a local Ray instance (2 CPUs) with 1 and with 2 workers (one torch thread each); wall
    time from the call to the last line written, worker start and checkpoint load included (and to the first line
-   written: the start-up), and whether each output is byte-identical to the 1-thread local one.
+   written: the start-up), and whether each output is byte-identical to the 1-thread local one;
+3. the batched scan against its unit (issue 45's goal: a pair's marginal cost at most 0.1x a traced translation on
+   one thread, bar 0.25x): on ``--sentences`` built-in sentences of the model's source language
+   (``core.analysis.sentences.builtin_sentences``), in ``--rounds`` interleaved rounds (``benchmarks.timing``, one
+   warm-up round dropped) of every contender at 1 and at 2 torch threads: ``Bundle.translate`` (traced) of each
+   sentence, the unit; ``score_pairs`` over all of them at batch size 1, 8 and 32 (the token budget out of the way),
+   with the model's own translations *given* on each line and without a translation (the model's own, greedy
+   decoding batched and included); and CTranslate2's int8 translation of the same sources in one
+   ``translate_batch`` (the production anchor: the checkpoint exported with ``benchmarks.anchors.export_ct2``,
+   greedy, ``intra_threads`` = the thread count). Per pair = a contender's time over the sentences; the ratio is
+   the median over rounds of its time over the same round's traced translations (``timing.paired_ratio``).
 
 Writes ``benchmarks/scan_speed.md``.
 """
@@ -25,19 +35,24 @@ import functools
 import os
 import platform
 import statistics
+import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
 import core
+from benchmarks.anchors import export_ct2
 from benchmarks.hallucination import teacher_table
+from benchmarks.timing import Stat, interleaved, paired_ratio
 from core.analysis.contributions import contributions
-from core.analysis.scan import Runner, local_records, scan
+from core.analysis.scan import Pair, Runner, ScanSettings, local_records, model_id, scan, score_pairs
 from core.analysis.scan_ray import ray_records
-from core.decoding.search import greedy
+from core.analysis.sentences import builtin_sentences
+from core.decoding.search import default_max_len, greedy
 from core.recording.call import Call
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +81,116 @@ def per_pair_costs(checkpoint: Path, pairs: list[tuple[str, str]]) -> dict[str, 
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+BATCH_SIZES = (1, 8, 32)
+THREADS = (1, 2)
+NO_BUDGET = 1 << 30  # batch tokens: only the batch size bounds a batch
+
+
+def ct2_batch(folder: Path, bundle: core.Bundle, threads: int) -> Callable[[list[str]], list[str]]:
+    """CTranslate2 int8, greedy, every source in one ``translate_batch`` on ``threads`` threads; text to text with
+    our tokenizer's pieces (as ``benchmarks.anchors.ct2``)."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        str(folder), device="cpu", compute_type="int8", intra_threads=threads, inter_threads=1
+    )
+    tok = bundle.tokenizer
+    id_of = {piece: i for i, piece in enumerate(tok.pieces(range(bundle.config.tgt_vocab_size)))}
+
+    def run(texts: list[str]) -> list[str]:
+        ids = [bundle.encode_source(text)[0] for text in texts]
+        results = translator.translate_batch(
+            [tok.pieces(i) for i in ids], beam_size=1, max_decoding_length=default_max_len(max(map(len, ids)))
+        )
+        return [tok.decode([id_of[p] for p in r.hypotheses[0]]) for r in results]
+
+    return run
+
+
+def on_threads(threads: int, work: Callable[[], object]) -> Callable[[], object]:
+    """``work`` run with torch on ``threads`` threads (set before each call: contenders of both counts share rounds)."""
+
+    def run() -> object:
+        torch.set_num_threads(threads)
+        return work()
+
+    return run
+
+
+def batched_costs(checkpoint: Path, n: int, rounds: int) -> tuple[dict[tuple[int, str], Stat], str, int, str]:
+    """Section 3's stats keyed (threads, contender), the CTranslate2 note ("" when it ran, else why not), how many
+    of CTranslate2 int8's translations equal ours, and the sources' language."""
+    bundle = core.load(checkpoint, device="cpu")
+    sources, language = builtin_sentences(bundle.languages[0], n)
+    torch.set_num_threads(1)
+    own = [bundle.translate(s).text for s in sources]
+    model, settings = model_id(checkpoint), ScanSettings()
+    given = [Pair(i + 1, s, t) for i, (s, t) in enumerate(zip(sources, own, strict=True))]
+    alone = [Pair(i + 1, s, None) for i, s in enumerate(sources)]
+    contenders: dict[str, Callable[[], object]] = {"translate": lambda: [bundle.translate(s) for s in sources]}
+    for size in BATCH_SIZES:
+        for kind, pairs in (("given", given), ("own", alone)):
+            contenders[f"{kind} {size}"] = functools.partial(
+                score_pairs, bundle, pairs, settings, model, batch_size=size, batch_tokens=NO_BUDGET
+            )
+    note, same = "", 0
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="scan-speed-ct2-")) / "model"
+        export_ct2(checkpoint, folder)
+        engines = {t: ct2_batch(folder, bundle, t) for t in THREADS}
+        same = sum(a == b for a, b in zip(engines[1](sources), own, strict=True))
+    except (ImportError, subprocess.CalledProcessError) as exc:
+        note = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        engines = {}
+    works: dict[str, Callable[[], object]] = {}
+    for t in THREADS:
+        for name, work in contenders.items():
+            works[f"{t} {name}"] = on_threads(t, work)
+        if t in engines:
+            works[f"{t} ct2"] = on_threads(t, functools.partial(engines[t], sources))
+    stats = interleaved(works, rounds=rounds, warmup=1)
+    torch.set_num_threads(1)
+    keyed = {(int(key.split(" ", 1)[0]), key.split(" ", 1)[1]): stat for key, stat in stats.items()}
+    return keyed, note, same, language
+
+
+def batched_lines(stats: dict[tuple[int, str], Stat], note: str, same: int, language: str, n: int, rounds: int
+                  ) -> list[str]:  # fmt: skip
+    """Section 3 of the report: the table of per-pair costs, ratios and pairs/s."""
+    lines = [
+        "",
+        f"## The batched scan against a traced translation ({n} built-in {language} sentences, "
+        f"{len(next(iter(stats.values())).samples)} of {rounds} interleaved rounds kept after one warm-up)",
+        "",
+        "Goal (issue 45): a pair's marginal cost **≤ 0.1×** a traced translation on one thread (bar 0.25×). "
+        "Per pair = the contender's time over the sentences, median over rounds (range); × = median over rounds of "
+        "its time ÷ the same round's traced translations at the same thread count.",
+        "",
+        "| contender | 1 thread: ms a pair | × traced | pairs / s | 2 threads: ms a pair | × traced | pairs / s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    labels = {"translate": "`Bundle.translate`, traced (the unit)"}
+    for size in BATCH_SIZES:
+        labels[f"given {size}"] = f"scan, translations given, batch size {size}"
+    for size in BATCH_SIZES:
+        labels[f"own {size}"] = f"scan, the model's own translations, batch size {size}"
+    labels["ct2"] = "CTranslate2 int8, one `translate_batch` of all (the production anchor)"
+    for name, label in labels.items():
+        if (THREADS[0], name) not in stats:
+            continue
+        cells = [label]
+        for t in THREADS:
+            stat = stats[(t, name)]
+            per = Stat(tuple(s / n for s in stat.samples))
+            cells += [per.ms, f"{paired_ratio(stat, stats[(t, 'translate')]):.2f}×", f"{n / stat.median:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if note:
+        lines += ["", f"CTranslate2: {note}."]
+    else:
+        lines += ["", f"CTranslate2 int8's translations equal the lab's (traced greedy) for {same} of {n} sentences."]
+    return lines
+
+
 def timed_scan(checkpoint: Path, pairs_file: Path, out: Path, runner: Runner) -> tuple[float, float]:
     """(seconds to the first line written: start-up and checkpoint load included, seconds to the last)."""
     start = time.perf_counter()
@@ -79,6 +204,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scan_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=120)
     parser.add_argument("--checkpoint", default="distilled-en-pt")
+    parser.add_argument("--sentences", type=int, default=32, help="section 3: built-in sentences per round")
+    parser.add_argument("--rounds", type=int, default=3, help="section 3: interleaved rounds kept")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "scan_speed.md")
     args = parser.parse_args()
     import ray  # the optional extra (make test installs it); only this benchmark's Ray rows need it
@@ -89,6 +216,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     torch.set_num_threads(1)
     costs = per_pair_costs(checkpoint, pairs)
+    batched = batched_costs(checkpoint, args.sentences, args.rounds)
     work = Path(tempfile.mkdtemp(prefix="scan-speed-"))
     pairs_file = work / "pairs.tsv"
     pairs_file.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
@@ -116,7 +244,8 @@ def main() -> None:
     lines = [
         "# Scan speed",
         "",
-        f"Made by `python -m benchmarks.scan_speed --pairs {args.pairs} --checkpoint {args.checkpoint}` on "
+        f"Made by `python -m benchmarks.scan_speed --pairs {args.pairs} --checkpoint {args.checkpoint} "
+        f"--sentences {args.sentences} --rounds {args.rounds}` on "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {os.cpu_count()} CPUs ({platform.machine()}), "
         f"torch {torch.__version__}, Ray {ray.__version__}, load average {load:.1f} at the start (a shared machine: "
         "compare rows of this one run only). The method is in the script's docstring.",
@@ -134,11 +263,14 @@ def main() -> None:
     ]
     for name, (first, seconds) in runs.items():
         same = (work / f"{files[name]}.jsonl").read_bytes() == reference
-        steady = (args.pairs - 1) / (seconds - first)
+        # the scan writes a batch at a time: when the first batch holds nearly every pair there is no steady rate
+        after = seconds - first
+        steady = f"{(args.pairs - 1) / after:.2f}" if after > 0.2 * seconds else "— (one batch)"
         lines.append(
-            f"| {name} | {seconds:.1f} s | {first:.1f} s | {args.pairs / seconds:.2f} | {steady:.2f} "
+            f"| {name} | {seconds:.1f} s | {first:.1f} s | {args.pairs / seconds:.2f} | {steady} "
             f"| {'yes' if same else 'no'} |"
         )
+    lines += batched_lines(*batched, args.sentences, args.rounds)
     text = "\n".join(lines) + "\n"
     args.out.write_text(text, encoding="utf-8")
     print(text)
