@@ -51,13 +51,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="score on a Ray cluster: host:port, ray://host:port, auto (the running one, or RAY_ADDRESS), "
         "or local (start one here); needs the optional extra: pip install -e '.[scale]'",
     )
-    p.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per GPU, else per CPU)")
+    p.add_argument(
+        "--workers", type=int, default=None, help="actors of the Ray Data pool (default: one per GPU, else per CPU)"
+    )
     p.add_argument(
         "--batch-size",
         type=int,
         default=DEFAULT_BATCH_SIZE,
-        help=f"pairs scored by one forward pass (with --ray: sent to an actor at a time; default {DEFAULT_BATCH_SIZE}"
-        "; 1 scores each pair alone); the records equal one pair's at a time within 1e-4",
+        help="pairs scored by one forward pass (with --ray: the same batches, one to an actor at a time; default "
+        f"{DEFAULT_BATCH_SIZE}; 1 scores each pair alone); the records equal one pair's at a time within 1e-4",
     )
     p.add_argument(
         "--batch-tokens",
