@@ -117,6 +117,17 @@ class FramedTokenizer(Tokenizer):
     translation by its target prefix, and the framing's ids in use."""
 
     framing: Framing
+    unk_id: int
+    _special: set[int]  # the ids ``is_special`` names: added special tokens, language codes
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.piece(i) for i in ids]
+
+    def is_unknown(self, token_id: int) -> bool:
+        return int(token_id) == self.unk_id
+
+    def is_special(self, token_id: int) -> bool:
+        return int(token_id) in self._special
 
     def _ids(self, text: str) -> list[int]:
         """Text -> ids, nothing added."""
@@ -217,15 +228,6 @@ class FastTokenizer(FramedTokenizer):
             return str(found)
         return byte_level_text(str(found)).replace(" ", "\u2581")
 
-    def pieces(self, ids: Iterable[int]) -> list[str]:
-        return [self.piece(i) for i in ids]
-
-    def is_unknown(self, token_id: int) -> bool:
-        return int(token_id) == self.unk_id
-
-    def is_special(self, token_id: int) -> bool:
-        return int(token_id) in self._special
-
     def spec(self, *, file: str) -> dict[str, Any]:
         """What a checkpoint's config.json says about this tokenizer, given its file name in the folder."""
         prefix = {"text_prefix": self.source_prefix} if self.source_prefix else {}
@@ -285,15 +287,6 @@ class M2M100VocabTokenizer(FramedTokenizer):
 
     def piece(self, token_id: int) -> str:
         return self.piece_of.get(int(token_id), "<unk>")
-
-    def pieces(self, ids: Iterable[int]) -> list[str]:
-        return [self.piece(i) for i in ids]
-
-    def is_unknown(self, token_id: int) -> bool:
-        return int(token_id) == self.unk_id
-
-    def is_special(self, token_id: int) -> bool:
-        return int(token_id) in self._special
 
     def spec(self, *, model: str, vocab: str) -> dict[str, Any]:
         return {
