@@ -23,6 +23,7 @@ from ..text.language import check_language
 from .contributions import Contributions
 
 LOWEST = 3  # pieces named in lowest_share_words
+CHRF_SCORE = CHRF()  # sacreBLEU's default chrF (character 6-grams, β = 2); made once, not for every pair
 EOS_PIECE = "</s>"  # the end of a scored output: not a word, left out of lowest_share_words
 EMPTY: dict[str, Any] = {
     "chrf": None,
@@ -76,7 +77,7 @@ def pair_fields(
         ]
     check = check_language(source, context.source_language, context.target_language)
     return {
-        "chrf": None if reference is None else round(CHRF().sentence_score(translation, [reference]).score, digits),
+        "chrf": None if reference is None else round(CHRF_SCORE.sentence_score(translation, [reference]).score, digits),
         "invented_words": invented,
         "language_mismatch": check.warns,
         "length_ratio": round(len(pieces) / len(result.source_pieces), digits),
