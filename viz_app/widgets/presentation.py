@@ -22,34 +22,36 @@ HELP = (
 )
 FONT_SCALE = 1.25  # presentation: text and figure fonts this much larger
 
+# Columns holding a figure or a table, stacked: each across the whole width.
+_STACKED = """
+[data-testid="stHorizontalBlock"]:has([data-testid="stPlotlyChart"], [data-testid="stDataFrame"]) { flex-wrap: wrap; }
+[data-testid="stHorizontalBlock"]:has([data-testid="stPlotlyChart"], [data-testid="stDataFrame"])
+  > [data-testid="stColumn"] { min-width: 100%; }
+"""
 # Always: narrower side margins than Streamlit's 5rem below 1440 px (at 1024 px with the sidebar open they left a
-# 564 px column); below 1200 px, columns holding a figure or a table stack, each across the whole width (side by
-# side they were 280 px each); metric values, widget labels and checkboxes
-# wrap rather than end in '…'.
-PAGE_CSS = """
+# 564 px column); below 1200 px, the columns stack (side by side they were 280 px each); metric values, widget
+# labels and checkboxes wrap rather than end in '…'.
+PAGE_CSS = (
+    """
 @media (max-width: 1440px) {
   [data-testid="stMainBlockContainer"] { padding-left: 2rem; padding-right: 2rem; }
 }
-@media (max-width: 1200px) {
-  [data-testid="stHorizontalBlock"]:has([data-testid="stPlotlyChart"], [data-testid="stDataFrame"]) {
-    flex-wrap: wrap;
-  }
-  [data-testid="stHorizontalBlock"]:has([data-testid="stPlotlyChart"], [data-testid="stDataFrame"])
-    > [data-testid="stColumn"] { min-width: 100%; }
-  [data-testid="stMetricValue"] { font-size: 1.6rem; }
+@media (max-width: 1200px) {"""
+    + _STACKED
+    + """  [data-testid="stMetricValue"] { font-size: 1.6rem; }
 }
 [data-testid="stMetricValue"] > div, [data-testid="stMetricLabel"] p { white-space: normal; overflow-wrap: anywhere; }
 [data-testid="stWidgetLabel"] .stMarkdownEllipsis,
   [data-testid="stWidgetLabel"] .stMarkdownEllipsis p { white-space: normal; }
 """
-# Presentation: larger text (Streamlit sizes text in rem), figures stacked at every width.
-PRESENT_CSS = f"""
+)
+# Presentation: larger text (Streamlit sizes text in rem), the columns stacked at every width.
+PRESENT_CSS = (
+    f"""
 html {{ font-size: {16 * FONT_SCALE:.0f}px; }}
-[data-testid="stMainBlockContainer"] {{ padding-left: 2rem; padding-right: 2rem; max-width: none; }}
-[data-testid="stHorizontalBlock"]:has([data-testid="stPlotlyChart"], [data-testid="stDataFrame"]) {{ flex-wrap: wrap; }}
-[data-testid="stHorizontalBlock"]:has([data-testid="stPlotlyChart"], [data-testid="stDataFrame"])
-  > [data-testid="stColumn"] {{ min-width: 100%; }}
-"""
+[data-testid="stMainBlockContainer"] {{ padding-left: 2rem; padding-right: 2rem; max-width: none; }}"""
+    + _STACKED
+)
 
 
 def on() -> bool:
