@@ -90,7 +90,11 @@ def read_pairs(path: str | Path) -> list[Pair]:
     """Every line of a ``source<TAB>translation[<TAB>reference]`` file as a ``Pair`` (an empty or missing
     translation: the model's own is scored). Lines are split on ``\\n`` (a ``\\r`` before it is dropped) and
     decoded one by one, so bytes that are not UTF-8 spoil their line only."""
-    data = Path(path).read_bytes()
+    return parse_pairs(Path(path).read_bytes())
+
+
+def parse_pairs(data: bytes) -> list[Pair]:
+    """``read_pairs`` of a file's bytes (an uploaded file, a built-in set)."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline ending the last line
