@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
@@ -47,9 +48,9 @@ class Block:
     vectors: Tensor
     constant: Tensor
 
-    @property
+    @cached_property
     def output(self) -> Tensor:
-        return self.vectors.sum(-2) + self.constant  # (Tq, D)
+        return self.vectors.sum(-2) + self.constant  # (Tq, D), summed once (``alti`` and the checks read it)
 
 
 def head_vectors(weights: Tensor, values: Tensor, out_weight: Tensor, scale: Tensor) -> Tensor:
@@ -70,14 +71,14 @@ def value_vectors(values: Tensor, out_weight: Tensor) -> Tensor:
 
 def with_residual(vectors: Tensor, residual: Tensor, cross: bool) -> Tensor:
     """vectors (Tq, Tk, D) and the residual stream (Tq, D): self-attention adds x_i to token i's own vector
-    (Tq == Tk); cross-attention appends it as one more vector -> (Tq, Tk + 1, D)."""
+    (Tq == Tk), in ``vectors`` itself (the callers pass a tensor they just made); cross-attention appends it as one
+    more vector -> (Tq, Tk + 1, D)."""
     if cross:
         return torch.cat([vectors, residual.unsqueeze(-2)], dim=-2)
     if vectors.shape[-3] != vectors.shape[-2]:
         raise ValueError(f"self-attention needs as many queries as keys, got {tuple(vectors.shape[-3:-1])}")
-    out = vectors.clone()
-    out.diagonal(dim1=-3, dim2=-2).add_(residual.transpose(-1, -2))  # (..., D, Tq): token i's own vector
-    return out
+    vectors.diagonal(dim1=-3, dim2=-2).add_(residual.transpose(-1, -2))  # (..., D, Tq): token i's own vector
+    return vectors
 
 
 def norm_parts(norm: nn.Module) -> tuple[bool, Tensor | None, Tensor | None, float]:
@@ -167,7 +168,7 @@ def alti(block: Block, keep: Tensor | None = None) -> Tensor:
     is nearer the output than the output's own L1 norm (the authors' code divides by 0 there) gives all of it to
     the nearest vector. ``keep`` (K,) or (B, 1, K) bool: the vectors that count (a padded batch's padding gets 0)."""
     output = block.output  # (Tq, D)
-    distance = (block.vectors - output.unsqueeze(-2)).abs().sum(-1)  # (Tq, K)
+    distance = (block.vectors - output.unsqueeze(-2)).abs_().sum(-1)  # (Tq, K)
     if keep is not None:
         distance = distance.masked_fill(~keep, torch.inf)
     score = (output.abs().sum(-1, keepdim=True) - distance).clamp(min=0)

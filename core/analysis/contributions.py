@@ -37,11 +37,9 @@ from .alti import alti, compose_decoder, compose_encoder
 from .decomposition import (
     iter_batch_blocks,
     iter_blocks,
-    padded_rows,
     recorded_batch,
     recorded_pass,
     scored_ids,
-    unpadded,
 )
 
 
@@ -137,7 +135,8 @@ class Contributions:
 
 @dataclass(frozen=True)
 class _Pass:
-    trace: Trace
+    source_pieces: tuple[str, ...]  # the pass's source tokens (eos included)
+    prefix_pieces: tuple[str, ...]  # its decoder inputs
     logprob: np.ndarray
     encoder_layers: list[Tensor]
     encoder: Tensor
@@ -163,7 +162,8 @@ def _decompose(bundle: Bundle, trace: Trace, logprob: np.ndarray) -> _Pass:
     enc, self_c, cross_c = found["encoder"], found["decoder"], found["cross"]
     encoder = compose_encoder(enc)
     layers = compose_decoder(self_c, cross_c, encoder)
-    return _Pass(trace, logprob, enc, encoder, self_c, cross_c, layers, error)
+    pieces = tuple(trace.src_tokens), tuple(trace.tgt_tokens)
+    return _Pass(*pieces, logprob, enc, encoder, self_c, cross_c, layers, error)
 
 
 def _np(ts: list[Tensor]) -> np.ndarray:
@@ -208,13 +208,13 @@ def _notes(bundle: Bundle) -> list[str]:
 def _result(
     bundle: Bundle, run: _Pass, out_ids: list[int], options: InferenceOptions, *, forced: bool, notes: list[str]
 ) -> Contributions:
-    S = len(run.trace.src_tokens)
+    S = len(run.source_pieces)
     matrix = run.layers[-1].numpy()
     token_source = matrix[:, :S].sum(-1)
     return Contributions(
-        source_pieces=tuple(run.trace.src_tokens),
+        source_pieces=run.source_pieces,
         target_pieces=tuple(bundle.tokenizer.piece(i) for i in out_ids),
-        prefix_pieces=tuple(run.trace.tgt_tokens),
+        prefix_pieces=run.prefix_pieces,
         matrix=matrix,
         token_source_share=token_source,
         source_share=float(token_source.mean()),
@@ -240,11 +240,12 @@ def batch_contributions(
     forced: Sequence[bool] | None = None,
 ) -> list[Contributions]:
     """``contributions`` of several (source ids, output ids) rows — ids as ``Bundle.encode_source`` /
-    ``encode_target`` give them, or a greedy translation's ``output_ids`` — from ONE recorded padded pass
-    (``recorded_batch``), rows of like lengths decomposed together (``_decompose_rows``): the same records as one
-    ``contributions`` call per row, up to the arithmetic's rounding (tested within 1e-4). ``forced[i]``: row i's
-    output was given (default True). Needs the padding and causal masks on (InputError otherwise: padding would leak
-    into the real positions, and a greedy translation without the causal mask needs a pass per token)."""
+    ``encode_target`` give them, or a greedy translation's ``output_ids`` — rows of like lengths together
+    (``_chunks``): ONE recorded padded pass of each group (``recorded_batch``), decomposed for all its rows at once
+    (``_decompose_rows``). The same records as one ``contributions`` call per row, up to the arithmetic's rounding
+    (tested within 1e-4). ``forced[i]``: row i's output was given (default True). Needs the padding and causal
+    masks on (InputError otherwise: padding would leak into the real positions, and a greedy translation without
+    the causal mask needs a pass per token)."""
     options = bundle.check_options(options)
     options.whole_vocabulary("contributions")
     if not (options.padding_mask and options.causal_mask):
@@ -252,20 +253,19 @@ def batch_contributions(
     forced = [True] * len(rows) if forced is None else list(forced)
     if len(forced) != len(rows):
         raise ValueError(f"{len(rows)} rows but {len(forced)} forced flags")
-    trace, logprobs = recorded_batch(bundle, rows, options)
     lengths = [(len(src_ids), len(out_ids)) for src_ids, out_ids in rows]
-    runs: dict[int, _Pass] = {}
+    found: dict[int, Contributions] = {}
     for chunk in _chunks(lengths, bundle.config.d_model):
-        runs.update(zip(chunk, _decompose_rows(bundle, trace, chunk, [lengths[i] for i in chunk]), strict=True))
-    return [
-        _result(bundle, replace(runs[i], logprob=logprobs[i]), list(rows[i][1]), options, forced=forced[i],
-                notes=_notes(bundle))
-        for i in range(len(rows))
-    ]  # fmt: skip
+        trace, logprobs = recorded_batch(bundle, [rows[i] for i in chunk], options)
+        runs = _decompose_rows(bundle, trace, [lengths[i] for i in chunk])
+        for i, run, logprob in zip(chunk, runs, logprobs, strict=True):
+            found[i] = _result(bundle, replace(run, logprob=logprob), list(rows[i][1]), options, forced=forced[i],
+                               notes=_notes(bundle))  # fmt: skip
+    return [found[i] for i in range(len(rows))]
 
 
-# The most float64 numbers one block's vectors (B, Tq, K, D) may hold when several rows are decomposed at once
-# (128 MiB; a row over it is decomposed alone), and how much of them padding may be (rows of like lengths go
+# The most float64 numbers one block's vectors (B, Tq, K, D) may hold when several rows are recorded and decomposed
+# at once (128 MiB; a row over it is done alone), and how much of them padding may be (rows of like lengths go
 # together).
 CHUNK_NUMBERS = 1 << 24
 CHUNK_PADDING = 1.5
@@ -291,12 +291,11 @@ def _chunks(lengths: list[tuple[int, int]], d_model: int) -> Iterator[list[int]]
 
 
 @torch.no_grad()
-def _decompose_rows(bundle: Bundle, trace: Trace, chunk: list[int], lengths: list[tuple[int, int]]) -> list[_Pass]:
-    """``_decompose`` of the rows ``chunk`` ((source, output) ``lengths``) of a padded pass, every block
-    decomposed for all of them at once (``iter_batch_blocks``), then each row's real positions taken and composed
-    alone (the log-probabilities are left empty)."""
+def _decompose_rows(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]]) -> list[_Pass]:
+    """``_decompose`` of every row of a padded pass ((source, output) ``lengths``, the trace padded to the longest),
+    every block decomposed for all of them at once (``iter_batch_blocks``), then each row's real positions taken and
+    composed alone (the log-probabilities are left empty)."""
     Ts, Tt = max(s for s, _ in lengths), max(t for _, t in lengths)
-    part = padded_rows(trace, chunk, Ts, Tt)
     n_src = torch.tensor([s for s, _ in lengths])[:, None, None]  # (B, 1, 1)
     n_tgt = torch.tensor([t for _, t in lengths])[:, None, None]
     keep: dict[AttentionKind, Tensor] = {  # (B, 1, K) the keys that are not padding
@@ -306,7 +305,7 @@ def _decompose_rows(bundle: Bundle, trace: Trace, chunk: list[int], lengths: lis
     }
     found: dict[AttentionKind, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
     errors = torch.zeros(len(lengths), dtype=torch.float64)
-    for (kind, _), b in iter_batch_blocks(bundle.model, part, slice(None)):
+    for (kind, _), b in iter_batch_blocks(bundle.model, trace, slice(None)):
         found[kind].append(alti(b.block, keep[kind]))
         query = (n_src if kind == "encoder" else n_tgt)[:, 0]  # (B, 1) each row's real queries
         wrong = (b.block.output - b.actual).abs().amax(-1)  # (B, Tq)
@@ -318,8 +317,9 @@ def _decompose_rows(bundle: Bundle, trace: Trace, chunk: list[int], lengths: lis
         cross_c = [torch.cat([c[r, :nt, :ns], c[r, :nt, Ts:]], -1) for c in found["cross"]]
         encoder = compose_encoder(enc)
         layers = compose_decoder(self_c, cross_c, encoder)
-        row = unpadded(trace, chunk[r], ns, nt)
-        runs.append(_Pass(row, np.empty(0), enc, encoder, self_c, cross_c, layers, float(errors[r])))
+        row = trace.select(r)  # its pieces, cut to its own lengths
+        pieces = tuple(row.src_tokens[:ns]), tuple(row.tgt_tokens[:nt])
+        runs.append(_Pass(*pieces, np.empty(0), enc, encoder, self_c, cross_c, layers, float(errors[r])))
     return runs
 
 
@@ -335,7 +335,8 @@ def _rows(passes: list[_Pass]) -> _Pass:
         ]
 
     return _Pass(
-        trace=last.trace,
+        source_pieces=last.source_pieces,
+        prefix_pieces=last.prefix_pieces,
         logprob=np.array([p.logprob[t] for t, p in enumerate(passes)]),
         encoder_layers=last.encoder_layers,
         encoder=last.encoder,

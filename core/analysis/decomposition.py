@@ -10,7 +10,7 @@ Shared by ``contributions`` and ``value_norms``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..bundle import Bundle
 from ..config import InferenceOptions, Record
-from ..decoding.search import suppress
+from ..decoding.search import suppressed_columns
 from ..errors import InputError
 from ..recording.call import Call
 from ..recording.recorder import Recorder
@@ -27,39 +27,13 @@ from ..sites import (
     AttentionKind,
     attention_array,
     gate_site,
-    is_batched,
-    is_site,
     layer_input_site,
     output_site,
-    site_axes,
 )
 from ..transformer.attention import MultiHeadAttention
 from ..transformer.layers import SSRU
 from ..transformer.model import Transformer
 from .alti import Block, attention_block, ssru_block
-
-
-def unpadded(trace: Trace, item: int, n_src: int, n_tgt: int) -> Trace:
-    """Batch element ``item`` of ``trace`` alone (a batch of 1), every array cut to its first ``n_src`` source and
-    ``n_tgt`` target positions (its own lengths in a padded batch): the axes come from the site registry
-    (``sites.site_axes``). What one pass over that element alone records, up to the arithmetic's rounding, where
-    padding was masked and the causal mask hid the later target positions."""
-    trace.select(item)  # IndexError when out of range
-    return padded_rows(trace, slice(item, item + 1), n_src, n_tgt)
-
-
-def padded_rows(trace: Trace, items: slice | list[int], n_src: int, n_tgt: int) -> Trace:
-    """Batch elements ``items`` of ``trace`` (a smaller padded batch), every array cut to its first ``n_src``
-    source and ``n_tgt`` target positions (the longest of those elements; ``unpadded`` for one)."""
-    cut = {"Ts": slice(0, n_src), "Tt": slice(0, n_tgt), "B": items}
-    arrays = {}
-    for name, a in trace.arrays.items():
-        axes = site_axes(name) if is_site(name) else ()
-        if not axes and is_batched(name):
-            axes = ("B",)
-        arrays[name] = a[tuple(cut.get(d, slice(None)) for d in axes)]
-    return replace(trace, arrays=arrays, item=0)
-
 
 BlockKey = tuple[AttentionKind, int]  # ('encoder', 0), ('decoder', 1) (an SSRU too), ('cross', 1)
 
@@ -201,24 +175,33 @@ def recorded_batch(
 ) -> tuple[Trace, list[np.ndarray]]:
     """``recorded_pass`` of several (source ids, output ids) rows as ONE padded batch: sources and decoder inputs
     padded on the right, the source padding masked (``options.padding_mask``), later target positions hidden by the
-    causal mask. The batch's trace (``unpadded(trace, i, len(src_i), len(out_i))`` is row i's own pass, up to
-    rounding, when both masks are on) and each row's log p of its output ids (T_i,)."""
+    causal mask. The batch's trace (with both masks on, row i's first len(src_i) source and len(out_i) target
+    positions are its own pass's, up to rounding) and each row's log p of its output ids (T_i,); only the real
+    positions are projected on the vocabulary (``forced_logprob``)."""
     if not rows or any(not out_ids for _, out_ids in rows):
         raise ValueError("recorded_batch needs at least one row, each with at least one output id")
     model, cfg = bundle.model, bundle.config
     recorder = Recorder(model, qkv=True, activations=True)
     src, keep = bundle.padded([list(src_ids) for src_ids, _ in rows])  # (B, Ts) each
-    tgt, _ = bundle.padded([[cfg.bos_id, *out_ids[:-1]] for _, out_ids in rows])  # (B, Tt)
-    width = tgt.shape[1]
-    chosen_ids = torch.tensor(
-        [[*out_ids, *[cfg.pad_id] * (width - len(out_ids))] for _, out_ids in rows], device=bundle.device
-    )  # (B, Tt)
+    tgt, real = bundle.padded([[cfg.bos_id, *out_ids[:-1]] for _, out_ids in rows])  # (B, Tt)
+    chosen_ids = torch.tensor([i for _, out_ids in rows for i in out_ids], device=bundle.device)  # (N,) real only
     with torch.inference_mode():
-        logits = model(src, tgt, Call(options, recorder, bundle.fast), src_keep=keep)  # (B, Tt, V)
-        logp = suppress(torch.log_softmax(logits.float(), -1), cfg, float("-inf"))  # (B, Tt, V)
-        chosen = logp.gather(-1, chosen_ids[..., None])[..., 0].cpu().numpy().astype(np.float64)  # (B, Tt)
-    logprobs = [chosen[b, : len(out_ids)] for b, (_, out_ids) in enumerate(rows)]
-    return recorder.freeze(bundle.tokenizer.piece), logprobs
+        call = Call(options, recorder, bundle.fast).begin(model)  # one recorder for both halves
+        memory = model.encode(src, keep, call)  # (B, Ts, D)
+        states = model.decoder_states(tgt, memory, keep, call)  # (B, Tt, D)
+        chosen = forced_logprob(model, states[real], chosen_ids, call)  # (N,): no padded position projected
+    ends = np.cumsum([len(out_ids) for _, out_ids in rows])[:-1]
+    return recorder.freeze(bundle.tokenizer.piece), np.split(chosen.cpu().numpy().astype(np.float64), ends)
+
+
+def forced_logprob(model: Transformer, states: Tensor, ids: Tensor, call: Call) -> Tensor:
+    """log p of ``ids`` (N,) after the final decoder states ``states`` (N, D) (the real positions only: no padded
+    one is projected on the vocabulary); -inf for an id decoding never chooses (``suppress``: applied after the
+    softmax, the others not renormalised)."""
+    logp = model.logits(states, call).float().log_softmax(-1)  # (N, V); faster here than logsumexp
+    chosen = logp.gather(-1, ids[:, None])[:, 0]  # (N,)
+    banned = suppressed_columns(model.config, None, ids.device)
+    return chosen if banned is None else chosen.masked_fill(torch.isin(ids, banned), float("-inf"))
 
 
 def scored_ids(
