@@ -12,10 +12,11 @@ source text, too long) gets an ``error`` naming the problem and its line number;
 beside the source share (chrF against a third-column reference, invented words, ...) are ``scan_fields``'.
 
 Pairs are scored ``batch_size`` at a time (``batches``: consecutive pairs within a padded-token budget;
-``score_batch``: one greedy batch for the pairs without a translation, one recorded padded pass for all, each pair
-decomposed with rows of like lengths), giving ``score_pair``'s record for each within 1e-4 (equal text and flags).
-Where the pairs are scored is a ``Runner``: ``local_records`` here, ``core.analysis.scan_ray.ray_records`` on a Ray
-cluster; both score each batch with ``score_batch``, so their lines are the same.
+``score_batch``: one greedy batch for the pairs without a translation, then one recorded padded pass and one
+decomposition per group of pairs of like lengths), giving ``score_pair``'s record for each within 1e-4 (equal
+text and flags). Where the pairs are scored is a ``Runner``: ``local_records`` here,
+``core.analysis.scan_ray.ray_records`` on a Ray cluster; both score each batch with ``score_batch``, so their lines
+are the same.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def _pieces(bundle: Bundle, pair: Pair) -> tuple[int, int]:
 def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, model: str) -> list[dict[str, Any]]:
     """``score_pair`` of each pair, in order, with one greedy batch for the pairs without a translation
     (``Bundle.translate_batch``, each output cut at its own eos and at its own step limit, as ``translate`` stops
-    it) and ONE recorded pass for all the pairs' contributions (``batch_contributions``): the same records, up to
+    it) and one recorded pass per group of pairs of like lengths (``batch_contributions``): the same records, up to
     the last of the written decimals. Without the padding or causal mask, batching would change the numbers:
     each pair is then scored alone (``score_pair``). With ``settings.timing`` each record's ``seconds`` is the
     batch's time over its pairs."""
