@@ -24,6 +24,7 @@ PAGE_ROWS: tuple[PageRow, ...] = (
     PageRow("steps", "steps", "Step-by-step decoding", "play_circle"),
     PageRow("explain", "explain", "Why this word?", "psychology_alt"),
     PageRow("heads", "heads", "What does each head do?", "category"),
+    PageRow("corpus", "corpus", "Corpus", "dataset"),
     PageRow("learn", "learn", "Learn: attention by hand", "calculate"),
     PageRow("map", "model_map", "Model map", "account_tree"),
 )

@@ -241,6 +241,25 @@ SESSION_KEYS: dict[str, str] = {
     ),
     "learn_stages": "learn/sections.py",
     **dict.fromkeys(
+        (
+            "_corpus_running",
+            "corpus_source",
+            "corpus_set",
+            "corpus_file",
+            "corpus_threshold",
+            "corpus_scan",
+            "corpus_cancel",
+            "corpus_show",
+            "corpus_contains",
+            "corpus_table",
+            "corpus_open_{page}",
+            "corpus_scatter",
+            "corpus_hist_{field}",
+            "corpus_dl_{ext}",
+        ),
+        "views/corpus.py",
+    ),
+    **dict.fromkeys(
         ("hf_folder", "hf_name", "hf_import", "_import_selected", "_import_result"), "widgets/open_folder.py"
     ),
 }

@@ -1,0 +1,58 @@
+"""Sentences the Corpus page states about a scan, each computed from the scan's records (``scan_summary.totals``).
+
+One function per claim, a test for each branch (tests/viz_app/test_claims_corpus.py). Pure: no Streamlit, no
+model.
+"""
+
+from __future__ import annotations
+
+from core.analysis.scan_summary import ScanTotals
+
+
+def _n(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 pair', '1,000 pairs' (thousands separated)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def scan_summary(t: ScanTotals, total: int, threshold: float) -> str:
+    """'1,000 pairs scanned: 12 flagged (mean source share below 0.797), 3 in the wrong language, 5 with invented
+    words; chrF 41.2 against 1,000 references; 2 lines not scored.' — ``t`` counted from the records so far,
+    ``total`` the pairs of the input (more than ``t.lines`` while the scan is stopped part-way)."""
+    head = (
+        f"{_n(t.lines, 'pair')} scanned"
+        if t.lines == total
+        else f"Stopped after {t.lines:,} of {_n(total, 'pair')} (these figures count those {t.lines:,})"
+    )
+    if t.scored == 0:
+        return f"{head}: none could be scored ({_n(t.errors, 'line')} with a problem, listed below)."
+    parts = [f"{t.flagged:,} flagged (mean source share below {threshold:g})"]
+    parts.append(
+        "none in the wrong language" if t.wrong_language == 0 else f"{t.wrong_language:,} in the wrong language"
+    )
+    parts.append("none with invented words" if t.with_invented == 0 else f"{t.with_invented:,} with invented words")
+    text = f"{head}: " + ", ".join(parts)
+    if t.chrf is not None:
+        text += f"; chrF {t.chrf:.1f} against {_n(t.with_reference, 'reference')}"
+    if t.errors:
+        text += f"; {_n(t.errors, 'line')} not scored (listed below)"
+    return text + "."
+
+
+def sample_note(shown: int, total: int, flagged: int) -> str | None:
+    """Said under the scatter when it draws a sample of the points rather than all of them."""
+    if shown >= total:
+        return None
+    return (
+        f"The scatter draws {shown:,} of the {total:,} scored pairs: every flagged one ({flagged:,}) and an even "
+        "sample of the rest, in line order. The table and the histograms hold all of them."
+    )
+
+
+def opened_note(line: int, own: bool) -> str:
+    """What opening a row on the other pages shows."""
+    if own:
+        return f"Line {line:,}: the pages run the model on this source; its translation is the one scanned here."
+    return (
+        f"Line {line:,}: the pages run the model on this source and show the model's own translation; the "
+        "translation this line gave was the one scored here."
+    )

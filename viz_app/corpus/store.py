@@ -1,0 +1,97 @@
+"""The Corpus page's scans, kept by the server for every session: keyed by the input's digest, the model and the
+settings, so a second visit (or another session with the same file) finds the rows already scored.
+
+A ``CorpusScan`` grows one batch at a time (``advance``): the records scored so far stay when the script is stopped
+(Cancel, another widget, another page), and the next ``advance`` goes on from there. At most ``MAX_SCANS`` scans
+are kept, the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+import core
+from core.analysis.scan import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TOKENS,
+    Pair,
+    ScanSettings,
+    batches,
+    model_id,
+    score_batch,
+)
+
+MAX_SCANS = 8  # scans kept for all sessions (10,000 rows are about 20 MB of records)
+
+
+@dataclass
+class CorpusScan:
+    """One input scanned by one model with one setting: its pairs and the records scored so far, in input order."""
+
+    key: str
+    label: str  # what was scanned, as the page names it: a built-in set's title or the uploaded file's name
+    pairs: list[Pair]
+    settings: ScanSettings
+    model: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return len(self.records) >= len(self.pairs)
+
+
+@st.cache_resource(show_spinner=False)
+def _scans() -> tuple[OrderedDict[str, CorpusScan], threading.Lock]:
+    return OrderedDict(), threading.Lock()
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def model_of(path: str, _mtime: float) -> str:
+    """``scan.model_id`` of a checkpoint folder (its files' digest: read once per folder and modification time)."""
+    return model_id(path)
+
+
+def scan_key(data: bytes, model: str, settings: ScanSettings) -> str:
+    """The key of a scan: the input's SHA-256, the model's id and the settings (threshold, switches)."""
+    digest = hashlib.sha256(data).hexdigest()
+    return f"{digest}|{model}|{settings.threshold}|{settings.options.describe()}"
+
+
+def scan_for(
+    checkpoint: Path, data: bytes, label: str, pairs: Callable[[], list[Pair]], threshold: float
+) -> CorpusScan:
+    """The scan of ``data`` by the checkpoint with the threshold, started (no record yet) when there is none."""
+    model = model_of(str(checkpoint), (checkpoint / "model.safetensors").stat().st_mtime)
+    settings = ScanSettings(threshold=threshold)
+    key = scan_key(data, model, settings)
+    scans, lock = _scans()
+    with lock:
+        found = scans.get(key)
+        if found is None:
+            found = CorpusScan(key, label, pairs(), settings, model)
+            scans[key] = found
+            while len(scans) > MAX_SCANS:
+                scans.popitem(last=False)
+        scans.move_to_end(key)
+    return found
+
+
+def advance(bundle: core.Bundle, scan: CorpusScan, on_batch: Callable[[int], None]) -> None:
+    """Score ``scan``'s remaining pairs a batch at a time (the CLI's batches: ``scan.batches``, ``scan.score_batch``),
+    calling ``on_batch(records so far)`` after each: the place where Streamlit stops the script when asked."""
+    while not scan.done:
+        with scan.lock:  # two sessions on one scan take turns; each batch is appended whole
+            start = len(scan.records)
+            if start < len(scan.pairs):
+                batch = next(batches(bundle, scan.pairs[start:], DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS))
+                scan.records.extend(score_batch(bundle, batch, scan.settings, scan.model))
+        on_batch(len(scan.records))
