@@ -9,7 +9,8 @@ rows come back in input order (``preserve_order``), one record each, streamed, s
 resumes them the same way. The checkpoint's files travel through Ray's object store, so the cluster's machines need
 the lab installed but not the checkpoint. Each actor asks for one GPU when the cluster has GPUs, else for one CPU
 (and then runs torch on one thread). An actor that dies is restarted and its batch run again (Ray Data's actor
-pool: ``max_restarts``, ``max_task_retries``).
+pool's ``max_restarts=-1`` and ``max_task_retries=-1``, unlimited: its defaults, passed all the same; tested by
+killing an actor's process mid-batch).
 
 Ray is an optional extra (``pip install -c constraints.txt -e '.[scale]'``): it is imported inside ``ray_records``
 only, so ``core`` and a scan without ``--ray`` never need it.
@@ -100,12 +101,14 @@ def ray_records(
     workers: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    worker_class: type[ScanWorker] = ScanWorker,
 ) -> Iterator[dict[str, Any]]:
     """Score ``pairs`` on the Ray cluster at ``address`` (``host:port``, ``ray://host:port``, ``auto`` for the one
     running here or named by ``RAY_ADDRESS``, ``local`` to start one in this process) with a pool of ``workers``
     actors (default: one per GPU of the cluster, else one per CPU). In a process where Ray is already initialised,
     that instance is used as it is. The pairs are cut into the local scan's batches (``batch_size`` pairs within
-    ``batch_tokens``), each scored by one actor as the local scan scores it. Records come in input order."""
+    ``batch_tokens``), each scored by one actor as the local scan scores it. Records come in input order.
+    ``worker_class`` is the actors' class: ``ScanWorker`` or a subclass (the fault test's kills its process once)."""
     if batch_size < 1 or batch_tokens < 1 or (workers is not None and workers < 1):
         raise LabError(
             f"the batch size, batch tokens and number of workers are at least 1 (got {batch_size}, {batch_tokens}, "
@@ -131,7 +134,7 @@ def ray_records(
             raise LabError(f"{n} workers asked for, but the Ray cluster has {have} {unit}s (one worker takes one)")
         groups = local_batches(checkpoint, pairs, batch_size, batch_tokens)
         rows = [{"batch": json.dumps([dataclasses.asdict(pair) for pair in group])} for group in groups]
-        worker = {
+        arguments = {
             "files": ray.put(checkpoint_files(checkpoint)),
             "folder": checkpoint.resolve().name,
             "settings": settings,
@@ -143,13 +146,15 @@ def ray_records(
         context.enable_progress_bars = context.print_on_execution_start = False  # scan.scan says what it does
         log.setLevel(logging.ERROR)
         scored = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            ScanWorker,
-            fn_constructor_kwargs=worker,
+            worker_class,
+            fn_constructor_kwargs=arguments,
             batch_size=1,  # one row, one of the local scan's batches
             compute=ray.data.ActorPoolStrategy(size=n),
             num_cpus=0 if gpus else 1,
             num_gpus=1 if gpus else 0,
-        )  # Ray Data's actor pool restarts a dead actor and runs its batch again (max_restarts, max_task_retries)
+            max_restarts=-1,  # a dead actor is restarted (Ray Data's default, said here: the scan counts on it)
+            max_task_retries=-1,  # and the batch it held run again, on it or another
+        )
         try:
             for row in scored.iter_rows():
                 yield json.loads(row["record"])
