@@ -20,7 +20,13 @@ from xdist.scheduler import LoadFileScheduling
 BROWSER_FILES = "test_browser"  # every browser test lives in a file named so (marked browser too)
 # the browser files, longest first: the first worker done with its other files takes the claims sweep, the other the
 # rest (a name not listed runs after these)
-BROWSER_ORDER = ("test_browser_claims.py", "test_browser.py", "test_browser_widths.py", "test_browser_guard.py")
+BROWSER_ORDER = (
+    "test_browser_claims.py",
+    "test_browser.py",
+    "test_browser_widths.py",
+    "test_browser_corpus.py",
+    "test_browser_guard.py",
+)
 
 
 def is_browser_file(scope: str) -> bool:
