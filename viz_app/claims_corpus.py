@@ -1,4 +1,6 @@
-"""Sentences the Corpus page states about a scan, each computed from the scan's records (``scan_summary.totals``).
+"""Sentences the lab states about many sentences at once: the Corpus page's about a scan (computed from its records,
+``scan_summary.totals``) and "What does each head do?"'s about how steady the heads' labels are over a set
+(``head_spread.LabelStability``).
 
 One function per claim, a test for each branch (tests/viz_app/test_claims_corpus.py). Pure: no Streamlit, no
 model.
@@ -6,6 +8,9 @@ model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from core.analysis.head_spread import LabelStability
 from core.analysis.scan_summary import ScanTotals
 
 
@@ -55,4 +60,25 @@ def opened_note(line: int, own: bool) -> str:
     return (
         f"Line {line:,}: the pages run the model on this source and show the model's own translation; the "
         "translation this line gave was the one scored here."
+    )
+
+
+def stability_note(stabilities: Sequence[LabelStability], n_sentences: int) -> str:
+    """What the label-stability table says in one sentence: how many of the set's labels hold on at least half of
+    the sentences taken one at a time, and which do not."""
+    if not stabilities:
+        return (
+            f"No head has a label over these {n_sentences:,} sentences, so there is no label to check sentence by "
+            "sentence."
+        )
+    unsteady = [x for x in stabilities if not x.steady]
+    head = f"Of the {_n(len(stabilities), 'label')} the set's averages give, "
+    if not unsteady:
+        return head + f"every one holds on at least half of the {n_sentences:,} sentences taken one at a time."
+    names = ", ".join(f"{x.kind} L{x.layer + 1} H{x.head + 1} {x.label} ({x.share:.0%})" for x in unsteady[:5])
+    more = f" and {len(unsteady) - 5:,} more" if len(unsteady) > 5 else ""
+    verb = "holds" if len(unsteady) == 1 else "hold"
+    return (
+        head + f"{len(unsteady):,} {verb} on fewer than half of the {n_sentences:,} sentences taken one at a time "
+        f"(marked “?” in the maps): {names}{more}."
     )

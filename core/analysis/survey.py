@@ -7,6 +7,7 @@ kept on disk in a user cache (``$LAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attenti
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,10 +20,13 @@ import numpy as np
 import torch
 
 from ..config import Record
+from ..errors import LabError
 from ..recording.call import Call
 from ..recording.recorder import Recorder
 from ..sites import attention_array
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
+from .contributions import batch_contributions
+from .head_spread import HeadSpread, alti_agreement, sentence_means, spread
 from .heads import HeadStatistics, sentence_statistics, total
 from .sentences import builtin_sentences
 
@@ -50,8 +54,59 @@ def set_statistics(bundle: Bundle, sentences: list[str]) -> HeadStatistics:
     )
 
 
+SPREAD_BATCH = 16  # sentences per batched ALTI+ pass of ``survey_sentences``
+
+
+def survey_sentences(bundle: Bundle, sentences: list[str]) -> tuple[HeadStatistics, HeadSpread]:
+    """``set_statistics`` and each sentence's own means (``HeadSpread``) from one greedy translation each, with
+    every cross head's agreement with ALTI+ on each sentence (batched ``batch_contributions`` of the same
+    translations; left out, NaN, for a model or sentence ALTI+ cannot score here)."""
+    outs = [bundle.translate(s, truncate=True, record=Record(qkv=False)) for s in sentences]
+    stats = [sentence_statistics(out.trace) for out in outs]
+    means = [sentence_means(x) for x in stats]
+    if all("cross" in out.trace.kinds for out in outs):
+        try:
+            rows = [(bundle.encode_source(s)[0], list(out.output_ids)) for s, out in zip(sentences, outs, strict=True)]
+            found = []
+            for i in range(0, len(rows), SPREAD_BATCH):
+                chunk = rows[i : i + SPREAD_BATCH]
+                found += batch_contributions(bundle, chunk, forced=[False] * len(chunk))
+        except LabError:
+            found = []
+        for mean, out, result in zip(means, outs, found, strict=False):
+            maps = [out.trace.attention("cross", layer) for layer in range(out.trace.n_layers["cross"])]
+            if maps[0].shape[-2:] == result.source_matrix.shape:
+                mean["cross"]["alti"] = alti_agreement(maps, result.source_matrix)
+    return total(stats), spread(means)
+
+
 def _cache_file(bundle: Bundle, n: int) -> Path:
     return cache_dir() / f"head-stats-v{STATS_VERSION}-{bundle.digest}-{n}.json"
+
+
+def _spread_file(bundle: Bundle, n: int) -> Path:
+    return cache_dir() / f"head-spread-v{STATS_VERSION}-{bundle.digest}-{n}.npz"
+
+
+def builtin_spread(bundle: Bundle) -> tuple[HeadStatistics, HeadSpread, str]:
+    """(statistics, each sentence's means, language) over the built-in sentences, from the disk cache when both are
+    there; otherwise measured (one translation each) and kept."""
+    sentences, language = builtin_sentences(bundle.languages[0])
+    path = _spread_file(bundle, len(sentences))
+    found = cached_builtin_statistics(bundle)
+    if found is not None and path.is_file():
+        try:
+            return found[0], HeadSpread.load(path), found[1]
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged cache entry: measured again
+    stats, spread_ = survey_sentences(bundle, sentences)
+    _write_json(_cache_file(bundle, len(sentences)), {"language": language, "stats": stats.to_dict()})
+    with contextlib.suppress(OSError):  # a read-only home only means the figures are not kept
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp.npz")
+        spread_.save(tmp)
+        os.replace(tmp, path)
+    return stats, spread_, language
 
 
 def cached_builtin_statistics(bundle: Bundle) -> tuple[HeadStatistics, str] | None:

@@ -56,3 +56,23 @@ def test_the_scatter_sample_and_the_opened_row() -> None:
     )
     assert "its translation is the one scanned here" in claims_corpus.opened_note(3, own=True)
     assert "the translation this line gave was the one scored here" in claims_corpus.opened_note(3, own=False)
+
+
+def _label(share_holds: int, defined: int = 10, label: str = "EOS sink"):
+    from core.analysis.head_spread import LabelStability
+
+    return LabelStability("encoder", 2, 0, label, share_holds, defined)
+
+
+def test_the_stability_note_names_the_unsteady_labels() -> None:
+    assert claims_corpus.stability_note([], 240).startswith("No head has a label over these 240 sentences")
+    steady = claims_corpus.stability_note([_label(5), _label(9)], 240)
+    assert steady == (
+        "Of the 2 labels the set's averages give, every one holds on at least half of the 240 sentences taken one "
+        "at a time."
+    )
+    one = claims_corpus.stability_note([_label(4), _label(9)], 240)
+    assert one.endswith("1 holds on fewer than half of the 240 sentences taken one at a time (marked “?” in the "
+                        "maps): encoder L3 H1 EOS sink (40%).")  # fmt: skip
+    many = claims_corpus.stability_note([_label(i, defined=20) for i in range(7)], 20)
+    assert "7 hold on fewer than half" in many and many.endswith("and 2 more.")

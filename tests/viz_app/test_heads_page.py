@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from apptest_helpers import chart_titles, ok
+from apptest_helpers import chart_titles, ok, specs
 from conftest import build_tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
@@ -133,3 +133,31 @@ def test_the_shipped_students_name_their_guided_alignment_head(name: str, monkey
     at = ok(_page(name, monkeypatch))
     best = next(m for m in at.metric if m.label.startswith("Best head"))
     assert best.value == "L2 H1" and float(best.label.split("AER ")[1]) < 0.1
+
+
+def test_over_the_set_the_spread_the_alti_agreement_and_unsteady_labels_are_shown(monkeypatch) -> None:
+    from core.analysis import head_spread, survey
+    from viz_app import claims_corpus
+
+    # the tiny model's decoder heads keep their label on 5 and 6 of the 8 sentences: unsteady at a stricter bar
+    monkeypatch.setattr(head_spread, "STABLE", 0.9)
+    at = ok(_page("tiny", monkeypatch))
+    at.radio(key="heads_scope").set_value("set").run(timeout=TIMEOUT)
+    stats, spread, _ = survey.builtin_spread(core.load(Path(_env_root()) / "tiny"))  # the page's, read from disk
+    stabilities = spread.stability(stats)
+    unsteady = {(x.layer, x.head) for x in stabilities if x.kind == "decoder" and not x.steady}
+    assert unsteady, "some label must be unsteady for the marks below to be checked"
+    assert claims_corpus.stability_note(stabilities, 8) in [m.value for m in ok(at).markdown]
+    titles = chart_titles(at)
+    assert "Encoder self-attention: entropy, spread over the sentences (75th − 25th percentile)" in titles
+    assert any(t.startswith("Cross-attention: agreement with ALTI+") for t in titles)
+    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Decoder masked self-attention: entr"))
+    marked = {
+        (layer, head)
+        for layer, row in enumerate(spec["data"][0]["text"])
+        for head, cell in enumerate(row)
+        if any(word.endswith("?") for word in cell.split())
+    }
+    assert marked == unsteady
+    frame = next(d.value for d in at.dataframe if "holds on" in d.value.columns)
+    assert sorted(frame["holds on"]) == sorted(x.share for x in stabilities)

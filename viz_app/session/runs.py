@@ -16,10 +16,17 @@ from core.analysis.alignment import AlignmentScores
 from core.analysis.attribution import Attribution, attribute
 from core.analysis.contributions import Contributions
 from core.analysis.contributions import contributions as alti_contributions
+from core.analysis.head_spread import HeadSpread
 from core.analysis.heads import HeadStatistics
 from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.sentences import builtin_sentences
-from core.analysis.survey import builtin_statistics, cached_builtin_statistics, gold_pairs, kept_alignment_scores
+from core.analysis.survey import (
+    builtin_spread,
+    builtin_statistics,
+    cached_builtin_statistics,
+    gold_pairs,
+    kept_alignment_scores,
+)
 from core.analysis.value_norms import ValueNorms, value_norms
 from core.inputs import MAX_CHARS
 from core.sites import ids_site, output_site
@@ -206,6 +213,12 @@ def builtin_source_shares(path: str, key: OptionsKey) -> tuple[np.ndarray, np.nd
 def head_survey(path: str) -> tuple[HeadStatistics, str]:
     """Head statistics over the built-in sentences of the checkpoint's source language, and that language."""
     return builtin_statistics(load_bundle(path))
+
+
+@cached("Measuring every head on each built-in sentence (once per checkpoint; kept on disk) …")
+def head_spread(path: str) -> tuple[HeadStatistics, HeadSpread, str]:
+    """``head_survey`` with each sentence's own means (``core.analysis.head_spread``)."""
+    return builtin_spread(load_bundle(path))
 
 
 @cached("Scoring every cross-attention head on the hand-aligned sentences …")

@@ -9,7 +9,9 @@ import streamlit as st
 
 import core
 from core.analysis.alignment import AlignmentScores, Method, links, word_matrix, word_spans
+from core.analysis.head_spread import HeadSpread, LabelStability
 from core.analysis.heads import ALIGNMENT_AER, LABEL_RULES, STAT_TITLES, STATS, HeadStatistics, sentence_statistics
+from viz_app import claims_corpus
 from viz_app.figures import head_roles
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
 from viz_app.widgets import export, header, sentence_bar
@@ -42,6 +44,68 @@ with st.expander("How to read this", icon=":material/help:"):
         "far better than the rest — that is the head CTranslate2 and Marian read alignments from by default."
     )
 
+
+def _spread_maps(spread: HeadSpread, kind: str, stat: str) -> None:
+    """Over the set: how much the statistic varies from sentence to sentence (the spread of each head's
+    per-sentence means), and for cross-attention how closely each head follows ALTI+."""
+    q = spread.quantiles(kind, stat)
+    export.chart(
+        head_roles.stat_heatmap(
+            q[2] - q[0],
+            title=f"{params.KINDS[kind].capitalize()}: {stat}, spread over the sentences (75th − 25th percentile)",
+            value_name="spread",
+        ),
+        f"heads-{kind}-{stat}-spread",
+        key=f"spread_{kind}",
+    )
+    if "alti" in spread.values.get(kind, {}):
+        agreement = spread.quantiles(kind, "alti")[1]
+        export.chart(
+            head_roles.stat_heatmap(
+                agreement,
+                title=f"{params.KINDS[kind].capitalize()}: agreement with ALTI+ (median r over the sentences)",
+                value_name="r",
+                zmax=1.0,
+            ),
+            f"heads-{kind}-alti",
+            key=f"alti_{kind}",
+        )
+        st.caption(
+            "Agreement with ALTI+: per sentence, the correlation of the head's map with the source contributions "
+            "ALTI+ finds for the same output words (rows rescaled to sum to 1); 1 = it attends where the "
+            "contributions are, 0 = unrelated."
+        )
+
+
+def _stability(stabilities: list[LabelStability], n_sentences: int) -> None:
+    """Each label the set's averages give, and on how many sentences alone its rule holds."""
+    st.subheader("Do the labels hold sentence by sentence?")
+    st.markdown(claims_corpus.stability_note(stabilities, n_sentences))
+    if stabilities:
+        frame = pd.DataFrame(
+            [
+                {
+                    "kind": params.KINDS[x.kind],
+                    "layer": x.layer + 1,
+                    "head": x.head + 1,
+                    "label": x.label,
+                    "holds on": x.share,
+                    "sentences": f"{x.holds} of {x.defined}",
+                }
+                for x in stabilities
+            ]
+        ).sort_values("holds on")
+        st.dataframe(
+            frame,
+            hide_index=True,
+            height=240,
+            column_config={
+                "holds on": st.column_config.ProgressColumn("holds on", min_value=0.0, max_value=1.0, format="percent")
+            },
+            key="stability",
+        )
+
+
 out = sentence_bar.sentence_bar()
 if out is not None:
     header.translation_header(out)
@@ -57,12 +121,13 @@ if out is not None:
         disabled=replaying,
     )
     stats: HeadStatistics | None
+    spread: HeadSpread | None = None
     if scope == "set" and not replaying:
-        survey = errors.guarded(lambda: runs.head_survey(path))
-        stats = survey[0] if survey else None
+        survey = errors.guarded(lambda: runs.head_spread(path))
+        stats, spread = (survey[0], survey[1]) if survey else (None, None)
         if survey:
             st.caption(
-                f"Over the greedy translations of {survey[0].n_sentences} built-in {survey[1]} sentences "
+                f"Over the greedy translations of {survey[0].n_sentences} built-in {survey[2]} sentences "
                 "(measured once per checkpoint and kept on disk)."
             )
     else:
@@ -78,9 +143,12 @@ if out is not None:
         st.subheader("Every head, one statistic at a time")
         url.clamp("heads_stat", list(STATS))
         stat = st.selectbox("Statistic", list(STATS), key="heads_stat", format_func=lambda s: STAT_TITLES[s])
+        stabilities = spread.stability(stats) if spread is not None else []
+        unsteady = {(x.kind, x.layer, x.head, x.label) for x in stabilities if not x.steady}
         labels_by_kind: dict[str, dict[tuple[int, int], list[str]]] = {}
         for x in stats.labels():
-            labels_by_kind.setdefault(x.kind, {}).setdefault((x.layer, x.head), []).append(x.label)
+            mark = "?" if (x.kind, x.layer, x.head, x.label) in unsteady else ""
+            labels_by_kind.setdefault(x.kind, {}).setdefault((x.layer, x.head), []).append(x.label + mark)
         tabs = st.tabs([params.KINDS[k].capitalize() for k in stats.kinds])
         for tab, kind in zip(tabs, stats.kinds, strict=True):
             with tab:
@@ -95,6 +163,8 @@ if out is not None:
                     f"heads-{kind}-{stat}",
                     key=f"stat_{kind}",
                 )
+                if spread is not None:
+                    _spread_maps(spread, kind, stat)
         st.caption("The words in the squares are the heads' labels (hover for the evidence).")
         table = head_roles.head_table(stats.table(), params.KINDS)
         st.dataframe(
@@ -112,6 +182,8 @@ if out is not None:
             },
         )
         st.caption(" ".join(x for x in ("Click a column's name to sort by it.", table.note) if x))
+        if spread is not None:
+            _stability(stabilities, spread.n_sentences)
 
     st.subheader("Word alignment from cross-attention")
     trace = out.trace
