@@ -114,3 +114,18 @@ def test_a_stopped_scan_keeps_its_rows_and_goes_on(root: Path) -> None:
     assert button.label == f"Continue: {len(found.pairs) - done:,} pairs"
     ok(button.click().run(timeout=TIMEOUT))
     assert f"{len(found.pairs):,} pairs scanned:" in texts(at)
+
+
+def test_the_heads_are_measured_over_the_scanned_sources(root: Path) -> None:
+    from core.analysis.survey import survey_sentences
+
+    at = builtin(page())
+    ok(at.button(key="corpus_scan").click().run(timeout=TIMEOUT))
+    assert not any(t.startswith("Encoder self-attention: entropy, spread") for t in chart_titles(at))
+    ok(at.button(key="corpus_heads").click().run(timeout=TIMEOUT))
+    sources = list(dict.fromkeys(at.dataframe[0].value["source"]))
+    stats, spread = survey_sentences(core.load(root / "tiny"), sources)
+    assert claims_corpus.stability_note(spread.stability(stats), len(sources)) in texts(at)
+    assert "Encoder self-attention: entropy, spread over the sentences (75th − 25th percentile)" in chart_titles(at)
+    at.selectbox(key="corpus_heads_stat").select("eos").run(timeout=TIMEOUT)
+    assert "Encoder self-attention: eos, spread over the sentences (75th − 25th percentile)" in chart_titles(ok(at))

@@ -19,6 +19,8 @@ from typing import Any
 import streamlit as st
 
 import core
+from core.analysis.head_spread import HeadSpread
+from core.analysis.heads import HeadStatistics
 from core.analysis.scan import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TOKENS,
@@ -28,6 +30,9 @@ from core.analysis.scan import (
     model_id,
     score_batch,
 )
+from core.analysis.survey import survey_sentences
+from viz_app.cache import cached
+from viz_app.session.server import load_bundle
 
 MAX_SCANS = 8  # scans kept for all sessions (10,000 rows are about 20 MB of records)
 
@@ -95,3 +100,9 @@ def advance(bundle: core.Bundle, scan: CorpusScan, on_batch: Callable[[int], Non
                 batch = next(batches(bundle, scan.pairs[start:], DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS))
                 scan.records.extend(score_batch(bundle, batch, scan.settings, scan.model))
         on_batch(len(scan.records))
+
+
+@cached("Measuring every head on these sentences (one translation each) …")
+def heads_over(path: str, sources: tuple[str, ...]) -> tuple[HeadStatistics, HeadSpread]:
+    """Head statistics over ``sources`` and each one's own (``survey.survey_sentences``), in the shared cache."""
+    return survey_sentences(load_bundle(path), list(sources))

@@ -267,9 +267,12 @@ SESSION_KEYS: dict[str, str] = {
             "corpus_scatter",
             "corpus_hist_{field}",
             "corpus_dl_{ext}",
+            "corpus_heads",
+            "corpus_heads_stat",
         ),
         "views/corpus.py",
     ),
+    **dict.fromkeys(("spread_{kind}", "alti_{kind}", "stability"), "widgets/heads_over_set.py"),
     **dict.fromkeys(
         ("hf_folder", "hf_name", "hf_import", "_import_selected", "_import_result"), "widgets/open_folder.py"
     ),

@@ -9,18 +9,21 @@ from pathlib import Path
 import streamlit as st
 
 from core.analysis.corpus_sets import CorpusSet, builtin_sets
+from core.analysis.heads import STAT_TITLES, STATS
 from core.analysis.scan import DEFAULT_THRESHOLD, parse_pairs
 from core.analysis.scan_summary import totals
 from viz_app import claims_corpus
+from viz_app.cache import peek
 from viz_app.claims import md
 from viz_app.corpus import store, table
 from viz_app.figures import corpus as figures
-from viz_app.session import checkpoints, selection
-from viz_app.widgets import export
+from viz_app.session import checkpoints, errors, params, selection
+from viz_app.widgets import export, heads_over_set
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_UPLOAD_MB = 4
 MAX_LINES = 10_000
+MAX_HEAD_SENTENCES = 1_000  # sources the heads are measured on (one traced translation each)
 OPEN_ON = {  # the pages a row opens on: page script -> button label
     "views/overview.py": "Translate & overview",
     "views/explain.py": "Why this word?",
@@ -175,6 +178,8 @@ def _results(scan: store.CorpusScan, checkpoint: str) -> None:
     if scored:
         _figures(scored, threshold)
     _downloads(records, scan.label)
+    if scored:
+        _heads(scored, checkpoint)
 
 
 def _open_row(record: dict) -> None:
@@ -230,6 +235,34 @@ def _downloads(records: list[dict], label: str) -> None:
             on_click="ignore",
             key=f"corpus_dl_{ext}",
         )
+
+
+def _heads(scored: list[dict], checkpoint: str) -> None:
+    """Every head measured on the scanned sources (the model's own translations, as the heads page measures):
+    each statistic's spread over them, the cross heads' agreement with ALTI+, and how steady each label is."""
+    st.subheader("Heads over these sentences")
+    sources = list(dict.fromkeys(str(r["source"]) for r in scored))[:MAX_HEAD_SENTENCES]
+    path = str(checkpoints.checkpoint_root() / checkpoint)
+    measured = peek(store.heads_over, path, tuple(sources))
+    if measured is None:
+        st.caption(
+            f"Measure every head of the model on {'the first ' if len(scored) > len(sources) else ''}"
+            f"{len(sources):,} distinct sources of this scan ({MAX_HEAD_SENTENCES:,} at most), each translated "
+            "by the model itself: how each head's statistics spread over them, and whether its label holds sentence "
+            "by sentence."
+        )
+        if not st.button(f"Measure every head on {len(sources):,} sentences", key="corpus_heads"):
+            return
+        measured = errors.guarded(lambda: store.heads_over(path, tuple(sources)))
+        if measured is None:
+            return
+    stats, spread = measured
+    stat = st.selectbox("Statistic", list(STATS), key="corpus_heads_stat", format_func=lambda s: STAT_TITLES[s])
+    kinds = list(spread.values)
+    for tab, kind in zip(st.tabs([params.KINDS[k].capitalize() for k in kinds]), kinds, strict=True):
+        with tab:
+            heads_over_set.spread_maps(spread, kind, stat)
+    heads_over_set.stability(spread.stability(stats), spread.n_sentences)
 
 
 chosen = _input()

@@ -9,12 +9,11 @@ import streamlit as st
 
 import core
 from core.analysis.alignment import AlignmentScores, Method, links, word_matrix, word_spans
-from core.analysis.head_spread import HeadSpread, LabelStability
+from core.analysis.head_spread import HeadSpread
 from core.analysis.heads import ALIGNMENT_AER, LABEL_RULES, STAT_TITLES, STATS, HeadStatistics, sentence_statistics
-from viz_app import claims_corpus
 from viz_app.figures import head_roles
 from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
-from viz_app.widgets import export, header, sentence_bar
+from viz_app.widgets import export, header, heads_over_set, sentence_bar
 
 st.title("What does each head do?")
 st.caption(
@@ -43,67 +42,6 @@ with st.expander("How to read this", icon=":material/help:"):
         "errors. Heads trained with guided alignment (Marian's production models: layer last, head 1) score "
         "far better than the rest — that is the head CTranslate2 and Marian read alignments from by default."
     )
-
-
-def _spread_maps(spread: HeadSpread, kind: str, stat: str) -> None:
-    """Over the set: how much the statistic varies from sentence to sentence (the spread of each head's
-    per-sentence means), and for cross-attention how closely each head follows ALTI+."""
-    q = spread.quantiles(kind, stat)
-    export.chart(
-        head_roles.stat_heatmap(
-            q[2] - q[0],
-            title=f"{params.KINDS[kind].capitalize()}: {stat}, spread over the sentences (75th − 25th percentile)",
-            value_name="spread",
-        ),
-        f"heads-{kind}-{stat}-spread",
-        key=f"spread_{kind}",
-    )
-    if "alti" in spread.values.get(kind, {}):
-        agreement = spread.quantiles(kind, "alti")[1]
-        export.chart(
-            head_roles.stat_heatmap(
-                agreement,
-                title=f"{params.KINDS[kind].capitalize()}: agreement with ALTI+ (median r over the sentences)",
-                value_name="r",
-                zmax=1.0,
-            ),
-            f"heads-{kind}-alti",
-            key=f"alti_{kind}",
-        )
-        st.caption(
-            "Agreement with ALTI+: per sentence, the correlation of the head's map with the source contributions "
-            "ALTI+ finds for the same output words (rows rescaled to sum to 1); 1 = it attends where the "
-            "contributions are, 0 = unrelated."
-        )
-
-
-def _stability(stabilities: list[LabelStability], n_sentences: int) -> None:
-    """Each label the set's averages give, and on how many sentences alone its rule holds."""
-    st.subheader("Do the labels hold sentence by sentence?")
-    st.markdown(claims_corpus.stability_note(stabilities, n_sentences))
-    if stabilities:
-        frame = pd.DataFrame(
-            [
-                {
-                    "kind": params.KINDS[x.kind],
-                    "layer": x.layer + 1,
-                    "head": x.head + 1,
-                    "label": x.label,
-                    "holds on": x.share,
-                    "sentences": f"{x.holds} of {x.defined}",
-                }
-                for x in stabilities
-            ]
-        ).sort_values("holds on")
-        st.dataframe(
-            frame,
-            hide_index=True,
-            height=240,
-            column_config={
-                "holds on": st.column_config.ProgressColumn("holds on", min_value=0.0, max_value=1.0, format="percent")
-            },
-            key="stability",
-        )
 
 
 out = sentence_bar.sentence_bar()
@@ -164,7 +102,7 @@ if out is not None:
                     key=f"stat_{kind}",
                 )
                 if spread is not None:
-                    _spread_maps(spread, kind, stat)
+                    heads_over_set.spread_maps(spread, kind, stat)
         st.caption("The words in the squares are the heads' labels (hover for the evidence).")
         table = head_roles.head_table(stats.table(), params.KINDS)
         st.dataframe(
@@ -183,7 +121,7 @@ if out is not None:
         )
         st.caption(" ".join(x for x in ("Click a column's name to sort by it.", table.note) if x))
         if spread is not None:
-            _stability(stabilities, spread.n_sentences)
+            heads_over_set.stability(stabilities, spread.n_sentences)
 
     st.subheader("Word alignment from cross-attention")
     trace = out.trace
