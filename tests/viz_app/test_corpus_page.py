@@ -39,7 +39,15 @@ def _env(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAB_CHECKPOINT", "tiny")
     cache.shared().clear()
     store._scans.clear()
+    monkeypatch.setattr("core.analysis.corpus_sets.builtin_sentences", _few)  # 40 of the 240: the same code path
     torch.set_num_threads(1)
+
+
+def _few(language: str, n: int = 0) -> tuple[list[str], str]:
+    from core.analysis.sentences import builtin_sentences
+
+    found, used = builtin_sentences(language)
+    return found[:40], used
 
 
 def page() -> AppTest:
