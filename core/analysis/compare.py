@@ -6,7 +6,8 @@ paired by ``match`` (the longest common runs of equal pieces, ``difflib``; the i
 same), and each head's change is the **mean total-variation distance** between its matched rows, each row taken
 over the matched keys only and rescaled to sum to 1: 0 = the same distribution, 1 = disjoint. What cannot be
 matched (a changed word's pieces, an extra output piece) is counted and named, never dropped silently; a kind that
-one run's model does not have (an SSRU decoder has no self-attention) is named as having no counterpart.
+one run's model does not have (an SSRU decoder has no self-attention) is named as having no counterpart. (The
+outputs' word difference is ``viz_app.claims.word_diff``'s, as everywhere in the app.)
 
 Pure functions of two ``Trace``s: no model is run here.
 """
@@ -140,27 +141,3 @@ def compare(a: Trace, b: Trace) -> Comparison:
             only_a.append(kind)
             only_b.append(kind)
     return Comparison(kinds, tuple(only_a), tuple(only_b))
-
-
-@dataclass(frozen=True)
-class WordDiff:
-    """The two outputs' words, each marked changed or not, and the first output word where they part."""
-
-    a: tuple[tuple[str, bool], ...]  # (word, changed)
-    b: tuple[tuple[str, bool], ...]
-    first_difference: int | None  # 0-based word index; None: the same words
-
-
-def word_diff(a: str, b: str) -> WordDiff:
-    """Which words of two outputs differ (``difflib`` on the whitespace-split words)."""
-    wa, wb = a.split(), b.split()
-    pairs = match(wa, wb)
-    same_a, same_b = {i for i, _ in pairs}, {j for _, j in pairs}
-    first = next((k for k, (x, y) in enumerate(zip(wa, wb, strict=False)) if x != y), None)
-    if first is None and len(wa) != len(wb):
-        first = min(len(wa), len(wb))
-    return WordDiff(
-        tuple((w, i not in same_a) for i, w in enumerate(wa)),
-        tuple((w, j not in same_b) for j, w in enumerate(wb)),
-        first,
-    )

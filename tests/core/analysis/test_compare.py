@@ -1,5 +1,5 @@
 """Two runs compared head by head (core.analysis.compare): matched pieces, the mean total-variation distance against
-a loop written out, what is left unmatched, kinds without a counterpart, and the word difference."""
+a loop written out, what is left unmatched, kinds without a counterpart, named."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from conftest import build_tiny_checkpoint
 
 import core
-from core.analysis.compare import axes, compare, match, word_diff
+from core.analysis.compare import axes, compare, match
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +83,3 @@ def test_a_kind_one_model_lacks_is_named(tiny_checkpoint: Path, tmp_path: Path) 
     attention = core.load(tiny_checkpoint)
     found = compare(attention.translate("the cat").trace, ssru.translate("the cat").trace)
     assert found.only_a == ("decoder",) and not found.only_b and set(found.kinds) == {"encoder", "cross"}
-
-
-def test_word_diff() -> None:
-    d = word_diff("O cão mordeu o homem.", "O homem mordeu o cão.")
-    assert [w for w, changed in d.a if changed] == ["cão", "homem."] and d.first_difference == 1
-    assert word_diff("a b", "a b").first_difference is None
-    assert word_diff("a b", "a b c").first_difference == 2
