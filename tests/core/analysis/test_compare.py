@@ -1,5 +1,5 @@
 """Two runs compared head by head (core.analysis.compare): matched pieces, the mean total-variation distance against
-a loop written out, what is left unmatched, kinds without a counterpart, named."""
+a loop written out, what is left unmatched and the kinds without a counterpart."""
 
 from __future__ import annotations
 
