@@ -122,25 +122,32 @@ def attention_block(
     *,
     cross: bool,
     norm: nn.Module | None,
+    total: Tensor | None = None,
 ) -> Block:
     """One attention block decomposed: weights (H, Tq, Tk), values (H, Tk, dv), the block's output projection,
     the residual stream entering it (Tq, D), each head's scale (H,); ``norm`` the post-norm to fold in (None with
-    pre-norm). Computed in ``residual``'s dtype, on its device. The norm is folded into the per-head vectors
-    (H, Tk, D) and the weights before the (Tq, Tk, D) vectors are made: ``fold_norm``'s result, in one pass."""
+    pre-norm); ``total`` (Tq, D) what the norm reads, residual + attention output, as the run computed it (None:
+    computed here from the weights and values). Computed in ``residual``'s dtype, on its device. The norm is
+    folded into the output projection (centred and weighted once, (D, H*dv)) and each query's scale into the
+    weights before the (Tq, Tk, D) vectors are made: ``fold_norm``'s result, in one pass."""
     like = residual  # every operand in the residual's dtype and on its device
     mix = weights.to(like) * scale.to(like)[:, None, None]  # (H, Tq, Tk)
-    per_head = value_vectors(values.to(like), out_proj.weight.to(like))  # (H, Tk, D)
+    values, w_o = values.to(like), out_proj.weight.to(like)  # (H, Tk, dv), (D, H*dv)
     bias = out_proj.bias
     constant = (torch.zeros_like(residual) if bias is None else bias.to(like).expand_as(residual)).clone()
     if norm is not None:
-        total = torch.einsum("...hqk,...hkd->...qd", mix, per_head) + residual + constant  # (Tq, D)
-        centre, token_scale, w, norm_bias = _folding(norm, total)
+        if total is None:
+            heads = torch.matmul(mix, values)  # (H, Tq, dv)
+            total = heads.transpose(-3, -2).flatten(-2) @ w_o.T + residual + constant  # (Tq, D)
+        centre, token_scale, w, norm_bias = _folding(norm, total.to(like))
         mix = mix * token_scale.unsqueeze(-3)  # query i's scale on its row of every head
-        per_head = centre(per_head) * w
+        w_o = (centre(w_o.T) * w).T  # each value's vector centred and weighted, as the norm treats the sum
         residual = centre(residual) * token_scale * w
         constant = centre(constant) * token_scale * w + norm_bias
-    vectors = with_residual(torch.einsum("...hqk,...hkd->...qkd", mix, per_head), residual, cross)
-    return Block(vectors, constant)
+    per_head = value_vectors(values, w_o)  # (H, Tk, D)
+    # vectors[i, j] = sum_h mix[h, i, j] per_head[h, j]: one (Tq, H) @ (H, D) product per key j
+    vectors = torch.matmul(mix.movedim(-3, -1).transpose(-3, -2), per_head.transpose(-3, -2)).transpose(-3, -2)
+    return Block(with_residual(vectors, residual, cross), constant)  # (Tq, Tk, D) in (Tk, Tq, D) order: no copy
 
 
 def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm: nn.Module | None) -> Block:
@@ -166,14 +173,19 @@ def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm:
 def alti(block: Block, keep: Tensor | None = None) -> Tensor:
     """(Tq, K) contributions: max(0, ||y_i||_1 - ||y_i - v_ij||_1), rows divided by their sum. A row where no vector
     is nearer the output than the output's own L1 norm (the authors' code divides by 0 there) gives all of it to
-    the nearest vector. ``keep`` (K,) or (B, 1, K) bool: the vectors that count (a padded batch's padding gets 0)."""
-    output = block.output  # (Tq, D)
-    distance = (block.vectors - output.unsqueeze(-2)).abs_().sum(-1)  # (Tq, K)
+    the nearest vector. ``keep`` (K,) or (B, 1, K) bool: the vectors that count (a padded batch's padding gets 0).
+
+    The difference of the two norms is summed element by element, with no cancellation: with a = sign(y) v,
+    |y| - |y - v| = a - 2 max(0, a - |y|) (a <= |y|: the element moves y towards 0 by a; beyond, it overshoots), so a
+    vector small beside the output keeps its own precision instead of the output's (float32 is enough)."""
+    output = block.output.unsqueeze(-2)  # (Tq, 1, D)
+    along = block.vectors * output.sign()  # (Tq, K, D): a
+    nearer = along.sum(-1) - 2 * along.sub_(output.abs()).clamp_(min=0).sum(-1)  # (Tq, K): ||y||_1 - ||y - v||_1
     if keep is not None:
-        distance = distance.masked_fill(~keep, torch.inf)
-    score = (output.abs().sum(-1, keepdim=True) - distance).clamp(min=0)
+        nearer = nearer.masked_fill(~keep, -torch.inf)
+    score = nearer.clamp(min=0)
     total = score.sum(-1, keepdim=True)
-    nearest = F.one_hot(distance.argmin(-1), distance.shape[-1]).to(score)
+    nearest = F.one_hot(nearer.argmax(-1), nearer.shape[-1]).to(score)
     return torch.where(total > 0, score / total.clamp(min=torch.finfo(score.dtype).tiny), nearest)
 
 

@@ -264,11 +264,17 @@ def batch_contributions(
     return [found[i] for i in range(len(rows))]
 
 
-# The most float64 numbers one block's vectors (B, Tq, K, D) may hold when several rows are recorded and decomposed
-# at once (128 MiB; a row over it is done alone), and how much of them padding may be (rows of like lengths go
+# The most numbers one block's vectors (B, Tq, K, D) may hold when several rows are recorded and decomposed at once
+# (64 MiB in BATCH_DTYPE; a row over it is done alone), and how much of them padding may be (rows of like lengths go
 # together).
 CHUNK_NUMBERS = 1 << 24
 CHUNK_PADDING = 1.5
+# The precision a batch's blocks are decomposed in: float32 streams half the memory of float64 through the
+# (B, Tq, K, D) vectors (one row alone: float64, the reference; the composition through the layers is float64 in
+# both). ``alti`` sums the L1 difference without cancellation, so float32 adds no error of its own that shows: a
+# row's shares move by about 1e-7 between batches of other rows in either precision (the forward pass's float32
+# rounding), and a resumed scan writes the uninterrupted one's bytes (tests/core/analysis/test_scan.py).
+BATCH_DTYPE = torch.float32
 
 
 def _chunks(lengths: list[tuple[int, int]], d_model: int) -> Iterator[list[int]]:
@@ -305,10 +311,10 @@ def _decompose_rows(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]]
     }
     found: dict[AttentionKind, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
     errors = torch.zeros(len(lengths), dtype=torch.float64)
-    for (kind, _), b in iter_batch_blocks(bundle.model, trace, slice(None)):
-        found[kind].append(alti(b.block, keep[kind]))
+    for (kind, _), b in iter_batch_blocks(bundle.model, trace, slice(None), BATCH_DTYPE):
+        found[kind].append(alti(b.block, keep[kind]).double())  # composed in float64, as one row alone
         query = (n_src if kind == "encoder" else n_tgt)[:, 0]  # (B, 1) each row's real queries
-        wrong = (b.block.output - b.actual).abs().amax(-1)  # (B, Tq)
+        wrong = (b.block.output - b.actual).abs().amax(-1).double()  # (B, Tq)
         errors = torch.maximum(errors, wrong.masked_fill(torch.arange(wrong.shape[1]) >= query, 0).amax(-1))
     runs = []
     for r, (ns, nt) in enumerate(lengths):

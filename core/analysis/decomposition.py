@@ -53,12 +53,19 @@ class Decomposed:
 
 def as_float64(a: np.ndarray) -> Tensor:
     """A recorded array as a float64 CPU tensor (the decomposition's precision)."""
-    return torch.from_numpy(np.array(a, dtype=np.float64))
+    return as_tensor(a, torch.float64)
 
 
-def head_scale(options: InferenceOptions, kind: AttentionKind, layer: int, n_heads: int) -> Tensor:
+def as_tensor(a: np.ndarray, dtype: torch.dtype) -> Tensor:
+    """A recorded array as a CPU tensor of ``dtype`` (a copy: the trace's arrays are read-only)."""
+    return torch.tensor(a, dtype=dtype)
+
+
+def head_scale(
+    options: InferenceOptions, kind: AttentionKind, layer: int, n_heads: int, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """(H,) each head's multiplier in a run with ``options``: 0 for a head switched off, else 1."""
-    scale = torch.ones(n_heads, dtype=torch.float64)
+    scale = torch.ones(n_heads, dtype=dtype)
     scale[list(options.ablated_heads(kind, layer))] = 0.0
     return scale
 
@@ -93,33 +100,37 @@ def iter_blocks(model: Transformer, trace: Trace) -> Iterator[tuple[BlockKey, De
 
 
 @torch.no_grad()
-def iter_batch_blocks(model: Transformer, trace: Trace, items: slice) -> Iterator[tuple[BlockKey, Decomposed]]:
+def iter_batch_blocks(
+    model: Transformer, trace: Trace, items: slice, dtype: torch.dtype = torch.float64
+) -> Iterator[tuple[BlockKey, Decomposed]]:
     """``iter_blocks`` of the batch elements ``items`` of a padded pass (``recorded_batch``) at once: every tensor
-    with a leading batch axis (B, Tq, K, D) at the batch's padded lengths. With the padding and causal masks on, a
-    padded key gets attention weight 0 (its vector is 0) and padded queries are never read by real ones, so each
-    element's real rows and keys are its own pass's (``alti(..., keep=...)`` gives padding no share)."""
+    with a leading batch axis (B, Tq, K, D) at the batch's padded lengths, computed in ``dtype``. With the padding
+    and causal masks on, a padded key gets attention weight 0 (its vector is 0) and padded queries are never read by
+    real ones, so each element's real rows and keys are its own pass's (``alti(..., keep=...)`` gives padding no
+    share)."""
     cfg = model.config
     pre = cfg.norm == "pre"
     options = trace.options
 
     def rows(name: str) -> Tensor:
-        return as_float64(trace.arrays[name][items])
+        return as_tensor(trace.arrays[name][items], dtype)
 
     def attend(kind: AttentionKind, layer: int, norm: nn.Module, x: Tensor) -> Decomposed:
         attn = attention_of(model, kind, layer)
+        heads = torch.from_numpy(np.array(trace.arrays[attention_array(kind, layer, "heads")][items]))
+        total = x + attn.output(heads.to(model_device)).to("cpu", dtype)  # (B, Tq, D) residual + attention
         values = rows(attention_array(kind, layer, "v"))  # (B, H, Tk, dv)
         block = attention_block(
             rows(attention_array(kind, layer, "weights")),
             values,
             attn.out_proj,
             x,
-            head_scale(options, kind, layer, values.shape[1]),
+            head_scale(options, kind, layer, values.shape[1], dtype),
             cross=kind == "cross",
             norm=None if pre else norm,
+            total=total,
         )
-        heads = torch.from_numpy(np.array(trace.arrays[attention_array(kind, layer, "heads")][items]))
-        a = attn.output(heads.to(model_device)).double().cpu()  # (B, Tq, D)
-        return Decomposed(block, _finish(norm, x, a, pre))
+        return Decomposed(block, total if pre else _apply(norm, total))
 
     model_device = next(model.parameters()).device
     for layer, enc in enumerate(model.encoder_layers):
@@ -146,10 +157,10 @@ def _finish(norm: nn.Module, x: Tensor, y: Tensor, pre: bool) -> Tensor:
 
 
 def _apply(module: nn.Module, x: Tensor) -> Tensor:
-    """``module`` (a norm) on x (T, D) in its own dtype and device, back as float64 on the CPU."""
+    """``module`` (a norm) on x (T, D) in its own dtype and device, back in x's dtype on the CPU."""
     p = next(module.parameters(), None)
     with torch.no_grad():
-        return module(x if p is None else x.to(p)).double().cpu()
+        return module(x if p is None else x.to(p)).to("cpu", x.dtype)
 
 
 def _ssru(cell: SSRU, norm: nn.Module, x: Tensor, gates: Tensor, pre: bool) -> Decomposed:
@@ -158,7 +169,7 @@ def _ssru(cell: SSRU, norm: nn.Module, x: Tensor, gates: Tensor, pre: bool) -> D
     with torch.no_grad():
         p = cell.W.weight
         h, _, _ = cell(inputs.to(p)[None], None)
-    return Decomposed(block, _finish(norm, x, h[0].double().cpu(), pre))
+    return Decomposed(block, _finish(norm, x, h[0].to("cpu", x.dtype), pre))
 
 
 def recorded_pass(
