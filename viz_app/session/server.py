@@ -53,6 +53,10 @@ LAZY_MODULES = (
     *("viz_app.learn.sections", "viz_app.learn.tables", "viz_app.learn.walkthrough"),  # the Learn page's parts
     *("viz_app.figures.model_map", "viz_app.figures.model_flow", "viz_app.figures.model_accounting"),  # Model map
     "core.anatomy",
+    # the Corpus page (scan_summary brings the scan's fields: sacreBLEU, the word lists' reader) and its heads
+    *("core.analysis.scan_summary", "core.analysis.corpus_sets", "viz_app.claims_corpus"),
+    *("viz_app.corpus.store", "viz_app.corpus.table", "viz_app.figures.corpus", "viz_app.widgets.heads_over_set"),
+    *("core.analysis.compare", "viz_app.claims_compare", "viz_app.compare.runs", "viz_app.compare.presets"),
     "viz_app.claims_explain",
 )
 

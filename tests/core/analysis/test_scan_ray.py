@@ -55,20 +55,6 @@ def local_scan(tiny_checkpoint, pairs, tmp_path_factory) -> bytes:
     return out.read_bytes()
 
 
-def test_a_ray_scan_writes_the_local_scans_lines_and_resumes_as_it_does(
-    ray_instance, tiny_checkpoint, pairs, local_scan, tmp_path
-) -> None:
-    # a scan stopped after two lines (written here by the local scan, in the same batches: the two lines resumed are
-    # one), gone on with on Ray: the five other lines, an error line among them, in three batches over two actors
-    # (one start of the actors: they are slow to start)
-    on_ray = tmp_path / "ray.jsonl"
-    on_ray.write_bytes(b"".join(local_scan.splitlines(keepends=True)[:2]))
-    runner = functools.partial(ray_records, address="auto", workers=2, batch_size=2)
-    summary = scan(tiny_checkpoint, pairs, on_ray, runner=runner, progress=False)
-    assert (summary.resumed, summary.written, summary.errors) == (2, len(PAIRS) - 2, 1)
-    assert on_ray.read_bytes() == local_scan
-
-
 def killed_once_on(line: int, marker: Path, scored: Path) -> type[ScanWorker]:
     """A ``ScanWorker`` whose process kills itself (SIGKILL, as the kernel's OOM killer would) the first time an actor
     is handed the batch holding input ``line``, after writing its PID to ``marker`` (created exclusively: one actor
