@@ -25,6 +25,7 @@ PAGE_ROWS: tuple[PageRow, ...] = (
     PageRow("explain", "explain", "Why this word?", "psychology_alt"),
     PageRow("heads", "heads", "What does each head do?", "category"),
     PageRow("corpus", "corpus", "Corpus", "dataset"),
+    PageRow("compare", "compare", "Compare two runs", "compare_arrows"),
     PageRow("learn", "learn", "Learn: attention by hand", "calculate"),
     PageRow("map", "model_map", "Model map", "account_tree"),
 )

@@ -57,6 +57,13 @@ def _ablate_dump(labels: list[str]) -> str:
 
 
 PE_SIDES = {"both": "both sides", "encoder": "encoder only", "decoder": "decoder only"}
+PE_B = {  # run B's positional encoding on the Compare page
+    "same": "as run A",
+    "on": "on",
+    "off": "off",
+    "off-encoder": "off on the encoder only",
+    "off-decoder": "off on the decoder only",
+}
 
 
 SINGLE_HEAD = "single head"
@@ -110,6 +117,14 @@ PARAMS: dict[str, Param] = {
     "heads_stat": Param("entropy", choices=tuple(STATS)),
     "overview_show": Param("run", choices=("run", "difference")),
     "sentence": Param(0, **_INDEX),
+    # the Compare page's run B (viz_app/compare/): its own checkpoint, sentence and switches; "" / "same" / None
+    # mean "as run A" (a link leaves them out)
+    "ckpt_b": Param(""),
+    "text_b": Param(""),
+    "pe_b": Param("same", choices=tuple(PE_B)),
+    "causal_b": Param("same", choices=("same", "on", "off")),
+    "ablate_b": Param(None, _ablate_parse, lambda v: _ablate_dump(v or [])),
+    "forced_b": Param(True, **_BOOL),
 }
 
 
@@ -273,6 +288,21 @@ SESSION_KEYS: dict[str, str] = {
         "views/corpus.py",
     ),
     **dict.fromkeys(("spread_{kind}", "alti_{kind}", "stability"), "widgets/heads_over_set.py"),
+    **dict.fromkeys(
+        (
+            "cmp_preset",
+            "cmp_map_{kind}",
+            "cmp_table",
+            "cmp_head",
+            "cmp_a",
+            "cmp_b",
+            "cmp_diff",
+            "cmp_dl_a",
+            "cmp_dl_b",
+            "cmp_dl_table",
+        ),
+        "views/compare.py, compare/",
+    ),
     **dict.fromkeys(
         ("hf_folder", "hf_name", "hf_import", "_import_selected", "_import_result"), "widgets/open_folder.py"
     ),
