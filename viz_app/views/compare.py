@@ -18,7 +18,7 @@ from viz_app.compare import presets
 from viz_app.compare.runs import RunB, checkpoint_b, run_b
 from viz_app.figures import attention_maps, head_roles
 from viz_app.session import checkpoints, errors, params, selection, trace_replay, url
-from viz_app.widgets import export, markup, sentence_bar
+from viz_app.widgets import export, markup, scale, sentence_bar
 
 st.title("Compare two runs")
 st.caption(
@@ -82,10 +82,12 @@ def _heads(found: Comparison, a: core.Translation, b: RunB, a_name: str) -> None
     note = claims_compare.counterpart_note(found, params.KINDS, a_name, b.checkpoint)
     if note:
         st.info(note, icon=":material/info:")
+    fixed = scale.fixed_scale()  # the lab's one colour-scale switch: 0–1, or each map to its own largest change
     for kind, change in found.kinds.items():
         name = params.KINDS[kind].capitalize()
+        top = 1.0 if fixed else None
         export.chart(
-            head_roles.stat_heatmap(change.change, title=f"{name}: change from A to B", value_name="change", zmax=1.0),
+            head_roles.stat_heatmap(change.change, title=f"{name}: change from A to B", value_name="change", zmax=top),
             f"compare-{kind}",
             key=f"cmp_map_{kind}",
         )
