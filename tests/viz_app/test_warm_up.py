@@ -18,7 +18,7 @@ from conftest import build_tiny_checkpoint
 from viz_app.page_table import PAGE_ROWS
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ["head", "masks", "positional", "steps", "heads", "learn", "explain", "overview", "map"]
+PAGES = ["head", "masks", "positional", "steps", "heads", "learn", "explain", "overview", "map", "corpus", "compare"]
 VIEWS = {row.key: row.view for row in PAGE_ROWS}  # page key -> its file under viz_app/views/
 
 SCRIPT = r"""

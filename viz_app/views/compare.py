@@ -3,8 +3,6 @@ sentence and switches), their translations and what changed between them, head b
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -153,11 +151,9 @@ def _exports(found: Comparison, a: core.Translation, b: RunB) -> None:
     c2.download_button(
         "⬇ Run B (JSON)", data=b.out.trace.to_json, file_name="compare-B.json", on_click="ignore", key="cmp_dl_b"
     )
-    buffer = io.StringIO()
-    table.to_csv(buffer, index=False)
     c3.download_button(
         "⬇ Comparison (CSV)",
-        data=buffer.getvalue(),
+        data=lambda: str(table.to_csv(index=False)),  # made when clicked
         file_name="compare-heads.csv",
         on_click="ignore",
         key="cmp_dl_table",
