@@ -85,3 +85,19 @@ def counterpart_note(found: Comparison, names: Mapping[str, str], a_model: str, 
                 f"{first_upper(names[kind])}: only {md(has)} has it ({md(lacks)} has none), so it has no counterpart"
             )
     return "; ".join(parts) + "." if parts else None
+
+
+def share_note(a: float, b: float) -> str:
+    """The two runs' mean source shares (ALTI+), compared."""
+    if f"{a:.3f}" == f"{b:.3f}":  # the same as printed
+        return f"Both translations draw as much on the source: a mean source share of {a:.3f}."
+    more = "A" if a > b else "B"
+    return f"Mean source share: A {a:.3f}, B {b:.3f} — {more}'s translation draws more on the source."
+
+
+def attribution_note(piece_a: str, top_a: str, piece_b: str, top_b: str) -> str:
+    """Which source piece the first differing output piece of each run is most attributed to."""
+    return (
+        f"A's {quote(piece_a.replace('▁', ''))} owes most to the source piece {quote(top_a.replace('▁', ''))}; "
+        f"B's {quote(piece_b.replace('▁', ''))} to {quote(top_b.replace('▁', ''))} (integrated gradients)."
+    )

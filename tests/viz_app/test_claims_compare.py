@@ -46,3 +46,16 @@ def test_unmatched_and_counterparts() -> None:
     both = Comparison({}, ("cross",), ("cross",))
     assert "differ in number" in claims_compare.counterpart_note(both, KINDS, "a", "b")
     assert claims_compare.counterpart_note(Comparison({}, (), ()), KINDS, "a", "b") is None
+
+
+def test_shares_and_attribution() -> None:
+    assert claims_compare.share_note(0.9012, 0.9009) == (
+        "Both translations draw as much on the source: a mean source share of 0.901."
+    )
+    assert (
+        claims_compare.share_note(0.8, 0.9)
+        == "Mean source share: A 0.800, B 0.900 — B's translation draws more on the source."
+    )
+    assert claims_compare.attribution_note("▁cão", "▁dog", "▁homem", "▁man") == (
+        "A's “cão” owes most to the source piece “dog”; B's “homem” to “man” (integrated gradients)."
+    )

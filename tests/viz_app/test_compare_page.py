@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from apptest_helpers import ok
 from streamlit.testing.v1 import AppTest
 
 import core
+from core.analysis.attribution import attribute
 from core.analysis.compare import compare
+from core.sites import ids_site
 from viz_app import cache, claims_compare
 from viz_app.widgets import markup
 
@@ -57,6 +60,14 @@ def test_the_minimal_pair_shows_both_translations_the_difference_and_the_heads_c
     first = at.dataframe[0].value.iloc[0]
     assert (first["layer"], first["head"], first["change"]) == (layer + 1, head + 1, round(change, 4))
     assert any(n.startswith("Encoder self-attention: compared over the") for n in shown)  # the changed words named
+    # the first output piece where they part, attributed in each run (integrated gradients, as Why this word?)
+    position = next(i for i, (x, y) in enumerate(zip(a.output_ids, b.output_ids, strict=False)) if x != y)
+    tops = []
+    for run in (a, b):
+        found = attribute(bundle, list(run.trace[ids_site("src")]), list(run.output_ids), position, steps=32)
+        tops.append(run.src_tokens[int(np.argmax(np.abs(found.source_ig)))])
+    pieces = (a.output_tokens[position], b.output_tokens[position])
+    assert claims_compare.attribution_note(pieces[0], tops[0], pieces[1], tops[1]) in shown
 
 
 def test_encoder_pe_off_changes_every_encoder_head() -> None:

@@ -300,6 +300,8 @@ SESSION_KEYS: dict[str, str] = {
             "cmp_dl_a",
             "cmp_dl_b",
             "cmp_dl_table",
+            "cmp_share_{run}",
+            "cmp_attr_{run}",
         ),
         "views/compare.py, compare/",
     ),

@@ -14,8 +14,8 @@ from viz_app import claims_compare
 from viz_app.claims import md
 from viz_app.compare import presets
 from viz_app.compare.runs import RunB, checkpoint_b, run_b
-from viz_app.figures import attention_maps, head_roles
-from viz_app.session import checkpoints, errors, params, selection, trace_replay, url
+from viz_app.figures import attention_maps, explain, head_roles, sources
+from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
 from viz_app.widgets import export, markup, scale, sentence_bar
 
 st.title("Compare two runs")
@@ -136,6 +136,46 @@ def _pair_maps(a: core.Trace, b: core.Trace, kind: core.AttentionKind, layer: in
         export.chart(fig, "compare-difference", key="cmp_diff")
 
 
+def _beyond(a: core.Translation, b: RunB) -> None:
+    """Each output word's source share (ALTI+) in A and in B, and for a minimal pair which source piece moved the
+    first output piece where the two translations part (integrated gradients, in each run)."""
+    st.subheader("Beyond attention: where each output word comes from")
+    path_a = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
+    path_b = str(checkpoints.checkpoint_root() / b.checkpoint)
+    key_a, key_b = runs.options_key(a.options), runs.options_key(b.out.options)
+    ca = errors.guarded(lambda: runs.contributions(path_a, a.source_text, key_a))
+    cb = errors.guarded(lambda: runs.contributions(path_b, b.out.source_text, key_b, a.text if b.forced else None))
+    if ca is None or cb is None:
+        return
+    c1, c2 = st.columns(2)
+    for column, run, found in ((c1, "A", ca), (c2, "B", cb)):
+        with column:
+            title = f"{run}: each output piece's source share (ALTI+)"
+            fig = sources.source_share_bars(list(found.target_pieces), found.token_source_share, None, title=title)
+            export.chart(fig, f"compare-share-{run}", key=f"cmp_share_{run}")
+    st.markdown(claims_compare.share_note(float(ca.source_share), float(cb.source_share)))
+    if b.forced or a.source_text == b.out.source_text:
+        return
+    position = next((i for i, (x, y) in enumerate(zip(a.output_ids, b.out.output_ids, strict=False)) if x != y), None)
+    if position is None:
+        return
+    found_a = errors.guarded(lambda: runs.attribution(path_a, a.source_text, key_a, position))
+    found_b = errors.guarded(lambda: runs.attribution(path_b, b.out.source_text, key_b, position))
+    if found_a is None or found_b is None:
+        return
+    pieces = (a.output_tokens[position], b.out.output_tokens[position])
+    c1, c2 = st.columns(2)
+    for column, run, out, att, piece in ((c1, "A", a, found_a, pieces[0]), (c2, "B", b.out, found_b, pieces[1])):
+        with column:
+            ig = np.abs(att.source_ig)
+            title = f"{run}: what moved output piece {position + 1}, “{piece.replace('▁', '')}”"
+            bars = explain.attribution_bars(out.src_tokens, {"integrated gradients |IG|": ig}, title=title)
+            export.chart(bars, f"compare-attribution-{run}", key=f"cmp_attr_{run}")
+    top_a = a.src_tokens[int(np.argmax(np.abs(found_a.source_ig)))]
+    top_b = b.out.src_tokens[int(np.argmax(np.abs(found_b.source_ig)))]
+    st.markdown(claims_compare.attribution_note(pieces[0], top_a, pieces[1], top_b))
+
+
 def _exports(found: Comparison, a: core.Translation, b: RunB) -> None:
     st.caption("Export both runs (each opens again in the sidebar's saved-trace replay) and the comparison table")
     table = pd.DataFrame(
@@ -180,4 +220,5 @@ if bundle is not None and out is not None:
         _outputs(out, found_b, a_name)
         comparison = compare(out.trace, found_b.out.trace)
         _heads(comparison, out, found_b, a_name)
+        _beyond(out, found_b)
         _exports(comparison, out, found_b)
