@@ -37,8 +37,9 @@ from .alti import alti, compose_decoder, compose_encoder
 from .decomposition import (
     iter_batch_blocks,
     iter_blocks,
-    recorded_batch,
     recorded_pass,
+    recorded_states,
+    row_logprobs,
     scored_ids,
 )
 
@@ -241,11 +242,12 @@ def batch_contributions(
 ) -> list[Contributions]:
     """``contributions`` of several (source ids, output ids) rows — ids as ``Bundle.encode_source`` /
     ``encode_target`` give them, or a greedy translation's ``output_ids`` — rows of like lengths together
-    (``_chunks``): ONE recorded padded pass of each group (``recorded_batch``), decomposed for all its rows at once
-    (``_decompose_rows``). The same records as one ``contributions`` call per row, up to the arithmetic's rounding
-    (tested within 1e-4). ``forced[i]``: row i's output was given (default True). Needs the padding and causal
-    masks on (InputError otherwise: padding would leak into the real positions, and a greedy translation without
-    the causal mask needs a pass per token)."""
+    (``_chunks``): ONE recorded padded pass of each group (``recorded_states``), decomposed for all its rows at once
+    (``_decompose_rows``), and one vocabulary projection of every group's real positions (``row_logprobs``). The
+    same records as one ``contributions`` call per row, up to the arithmetic's rounding (tested within 1e-4).
+    ``forced[i]``: row i's output was given (default True). Needs the padding and causal masks on (InputError
+    otherwise: padding would leak into the real positions, and a greedy translation without the causal mask needs a
+    pass per token)."""
     options = bundle.check_options(options)
     options.whole_vocabulary("contributions")
     if not (options.padding_mask and options.causal_mask):
@@ -254,13 +256,18 @@ def batch_contributions(
     if len(forced) != len(rows):
         raise ValueError(f"{len(rows)} rows but {len(forced)} forced flags")
     lengths = [(len(src_ids), len(out_ids)) for src_ids, out_ids in rows]
-    found: dict[int, Contributions] = {}
+    runs: dict[int, _Pass] = {}
+    states = []  # each group's final decoder states at its real positions: one vocabulary projection for all
     for chunk in _chunks(lengths, bundle.config.d_model):
-        trace, logprobs = recorded_batch(bundle, [rows[i] for i in chunk], options)
-        runs = _decompose_rows(bundle, trace, [lengths[i] for i in chunk])
-        for i, run, logprob in zip(chunk, runs, logprobs, strict=True):
-            found[i] = _result(bundle, replace(run, logprob=logprob), list(rows[i][1]), options, forced=forced[i],
-                               notes=_notes(bundle))  # fmt: skip
+        trace, real = recorded_states(bundle, [rows[i] for i in chunk], options)
+        runs.update(zip(chunk, _decompose_rows(bundle, trace, [lengths[i] for i in chunk]), strict=True))
+        states.append(real)
+    order = list(runs)  # the groups' rows, as their states follow each other
+    logprobs = row_logprobs(bundle, [rows[i][1] for i in order], torch.cat(states), options)
+    found: dict[int, Contributions] = {}
+    for i, logprob in zip(order, logprobs, strict=True):
+        found[i] = _result(bundle, replace(runs[i], logprob=logprob), list(rows[i][1]), options, forced=forced[i],
+                           notes=_notes(bundle))  # fmt: skip
     return [found[i] for i in range(len(rows))]
 
 

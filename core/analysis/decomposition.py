@@ -184,33 +184,62 @@ def recorded_pass(
 def recorded_batch(
     bundle: Bundle, rows: Sequence[tuple[Sequence[int], Sequence[int]]], options: InferenceOptions
 ) -> tuple[Trace, list[np.ndarray]]:
-    """``recorded_pass`` of several (source ids, output ids) rows as ONE padded batch: sources and decoder inputs
-    padded on the right, the source padding masked (``options.padding_mask``), later target positions hidden by the
-    causal mask. The batch's trace (with both masks on, row i's first len(src_i) source and len(out_i) target
-    positions are its own pass's, up to rounding) and each row's log p of its output ids (T_i,); only the real
-    positions are projected on the vocabulary (``forced_logprob``)."""
+    """``recorded_pass`` of several (source ids, output ids) rows as ONE padded batch (``recorded_states``): the
+    batch's trace and each row's log p of its output ids (T_i,) (``row_logprobs``)."""
+    trace, states = recorded_states(bundle, rows, options)
+    return trace, row_logprobs(bundle, [out_ids for _, out_ids in rows], states, options)
+
+
+def recorded_states(
+    bundle: Bundle, rows: Sequence[tuple[Sequence[int], Sequence[int]]], options: InferenceOptions
+) -> tuple[Trace, Tensor]:
+    """The recorded pass of ``recorded_batch`` without the vocabulary: sources and decoder inputs padded on the right,
+    the source padding masked (``options.padding_mask``), later target positions hidden by the causal mask. The
+    batch's trace (with both masks on, row i's first len(src_i) source and len(out_i) target positions are its own
+    pass's, up to rounding) and the final decoder states of the real positions, row after row (N, D): what
+    ``row_logprobs`` projects, for these rows alone or with other batches' (one projection for all of them)."""
     if not rows or any(not out_ids for _, out_ids in rows):
         raise ValueError("recorded_batch needs at least one row, each with at least one output id")
     model, cfg = bundle.model, bundle.config
     recorder = Recorder(model, qkv=True, activations=True)
     src, keep = bundle.padded([list(src_ids) for src_ids, _ in rows])  # (B, Ts) each
     tgt, real = bundle.padded([[cfg.bos_id, *out_ids[:-1]] for _, out_ids in rows])  # (B, Tt)
-    chosen_ids = torch.tensor([i for _, out_ids in rows for i in out_ids], device=bundle.device)  # (N,) real only
     with torch.inference_mode():
         call = Call(options, recorder, bundle.fast).begin(model)  # one recorder for both halves
         memory = model.encode(src, keep, call)  # (B, Ts, D)
-        states = model.decoder_states(tgt, memory, keep, call)  # (B, Tt, D)
-        chosen = forced_logprob(model, states[real], chosen_ids, call)  # (N,): no padded position projected
-    ends = np.cumsum([len(out_ids) for _, out_ids in rows])[:-1]
-    return recorder.freeze(bundle.tokenizer.piece), np.split(chosen.cpu().numpy().astype(np.float64), ends)
+        states = model.decoder_states(tgt, memory, keep, call)[real]  # (N, D): no padded position
+    return recorder.freeze(bundle.tokenizer.piece), states
+
+
+def row_logprobs(
+    bundle: Bundle, outputs: Sequence[Sequence[int]], states: Tensor, options: InferenceOptions
+) -> list[np.ndarray]:
+    """Each row's log p of its output ids (T_i,), from the final decoder states of every row's real positions, row
+    after row ((N, D), N the outputs' total length; ``recorded_states``), through a ``Call`` with ``options`` and
+    the bundle's fast weights (``forced_logprob``)."""
+    ids = torch.tensor([i for out_ids in outputs for i in out_ids], device=bundle.device)  # (N,)
+    with torch.inference_mode():
+        chosen = forced_logprob(bundle.model, states, ids, Call(options, fast=bundle.fast))  # (N,)
+    ends = np.cumsum([len(out_ids) for out_ids in outputs])[:-1]
+    return np.split(chosen.cpu().numpy().astype(np.float64), ends)
+
+
+# The most positions ``forced_logprob`` projects on the vocabulary at once, in blocks of like sizes: the (rows, V)
+# logits of one block at a time (64 x 32000 float32: 8 MiB), not of a whole batch's positions (a 4096-position
+# budget: 500 MiB). No slower than one block here (32 pairs' 297 positions, distilled-en-pt, one thread).
+LOGPROB_ROWS = 64
 
 
 def forced_logprob(model: Transformer, states: Tensor, ids: Tensor, call: Call) -> Tensor:
     """log p of ``ids`` (N,) after the final decoder states ``states`` (N, D) (the real positions only: no padded
     one is projected on the vocabulary); -inf for an id decoding never chooses (``suppress``: applied after the
-    softmax, the others not renormalised)."""
-    logp = model.logits(states, call).float().log_softmax(-1)  # (N, V); faster here than logsumexp
-    chosen = logp.gather(-1, ids[:, None])[:, 0]  # (N,)
+    softmax, the others not renormalised). Projected in blocks of at most ``LOGPROB_ROWS`` positions."""
+    blocks = -(-states.shape[0] // LOGPROB_ROWS)  # as few as fit, of like sizes
+    parts = []
+    for rows, chosen_ids in zip(states.tensor_split(blocks), ids.tensor_split(blocks), strict=True):
+        logp = model.logits(rows, call).float().log_softmax(-1)  # (rows, V); faster here than logsumexp
+        parts.append(logp.gather(-1, chosen_ids[:, None])[:, 0])
+    chosen = torch.cat(parts)  # (N,)
     banned = suppressed_columns(model.config, None, ids.device)
     return chosen if banned is None else chosen.masked_fill(torch.isin(ids, banned), float("-inf"))
 
