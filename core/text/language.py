@@ -162,6 +162,7 @@ def _identifier() -> LanguageIdentifier:
     return found
 
 
+@functools.lru_cache(maxsize=4096)  # a corpus scan asks for the same few letters again and again
 def _script(c: str) -> str:
     """The script of one character, from its Unicode name ('LATIN SMALL LETTER A' -> Latin; CJK -> Han)."""
     if not c.isalpha():
