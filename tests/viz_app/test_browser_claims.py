@@ -19,7 +19,9 @@ import torch
 from conftest import POLL, SCREENSHOTS, new_tab, snapshot
 
 import core
-from viz_app import claims
+from core.analysis.compare import compare
+from viz_app import claims, claims_compare
+from viz_app.session.params import KINDS
 
 pytestmark = pytest.mark.browser
 
@@ -54,7 +56,7 @@ MAX_ABS = """(prefix) => {
 
 # claims whose page code does not depend on the model: the tiny model's sweep leaves them to the real one's (each
 # page costs the run about 5 s of its browser phase), unless there is no real checkpoint
-REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map"})
+REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map", "compare"})
 
 
 def real_checkpoint(root: Path) -> str | None:
@@ -270,6 +272,15 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
             said = page.open("model-map", "The blocks add up to", page="map", text=first)
             numel = sum(p.numel() for p in bundle.model.parameters())
             assert f"The blocks add up to {numel:,} parameters, the same as the model's own count" in said
+        # 7 · the Compare page on a pair of sentences: where the translations part and each kind's sentence are core's
+        if "compare" not in skip:
+            other = translate(second)
+            said = page.open("compare", "Head by head", page="compare", text=first, text_b=second, forced_b="0")
+            assert claims_compare.outputs_note(trained.text, other.text) in said
+            found = compare(trained.trace, other.trace)
+            assert found.kinds, "the two runs share attention kinds to compare"
+            for kind, change in found.kinds.items():
+                assert claims_compare.kind_note(change, KINDS[kind].capitalize()) in said, kind
 
 
 def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[str, Path], chromium: object) -> None:
