@@ -18,6 +18,7 @@ from core.analysis.attribution import attribute
 from core.analysis.compare import compare
 from core.sites import ids_site
 from viz_app import cache, claims_compare
+from viz_app.session.params import KINDS
 from viz_app.widgets import markup
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
@@ -97,3 +98,24 @@ def test_a_link_restores_both_runs() -> None:
     shown = notes(at)
     assert f"#### {markup.marked_words(a.text, b.text)[1]}" in shown  # B's own translation, PE off
     assert any(n.startswith("**B**") and "its own translation" in n and "The cats sleep." in n for n in shown)
+
+
+@pytest.mark.parametrize(
+    ("preset", "switch"),
+    [
+        ("switch:pe", {"positional_encoding": False}),
+        ("switch:causal", {"causal_mask": False}),
+        ("switch:head", {"ablate": frozenset({("cross", 0, 0)})}),
+    ],
+)
+def test_each_switch_preset_compares_the_switched_run_on_as_trained_output(preset: str, switch: dict) -> None:
+    at = page({"text": "The cat sleeps on the warm chair."})
+    at.selectbox(key="cmp_preset").select(preset).run(timeout=TIMEOUT)
+    shown = notes(ok(at))
+    bundle = core.load(ROOT / str(NAME))
+    a = bundle.translate("The cat sleeps on the warm chair.")
+    b = bundle.teacher_forced(a.source_text, target_ids=a.output_ids, options=core.InferenceOptions(**switch))
+    found = compare(a.trace, b.trace)
+    for kind, change in found.kinds.items():
+        assert change.matched_all  # B read A's translation: every row has its counterpart
+        assert claims_compare.kind_note(change, KINDS[kind].capitalize()) in shown, kind

@@ -3,6 +3,8 @@ sentence and switches), their translations and what changed between them, head b
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -98,6 +100,7 @@ def _heads(found: Comparison, a: core.Translation, b: RunB, a_name: str) -> None
         return
     st.subheader(f"The {len(ranked)} heads that changed most")
     labels = [params.head_label(kind, layer, head) for kind, layer, head, _ in ranked]
+    st.caption("Click a row's left edge, or pick below, to open that head's two maps.")
     st.dataframe(
         pd.DataFrame(
             [
@@ -107,11 +110,20 @@ def _heads(found: Comparison, a: core.Translation, b: RunB, a_name: str) -> None
         ),
         hide_index=True,
         key="cmp_table",
+        on_select=functools.partial(_pick_row, labels),
+        selection_mode="single-row",
     )
     url.clamp("cmp_head", labels)
     picked = st.selectbox("Open a head", labels, key="cmp_head")
     kind, layer, head = params.parse_head_label(picked)
     _pair_maps(a.trace, b.out.trace, kind, layer, head)
+
+
+def _pick_row(labels: list[str]) -> None:
+    """A row selected in the ranked table opens that head (before the picker below is drawn)."""
+    rows = st.session_state["cmp_table"]["selection"]["rows"]
+    if rows and rows[0] < len(labels):
+        st.session_state["cmp_head"] = labels[rows[0]]
 
 
 def _pair_maps(a: core.Trace, b: core.Trace, kind: core.AttentionKind, layer: int, head: int) -> None:
