@@ -145,6 +145,17 @@ def suppressed_columns(config: ModelConfig, vocab: Tensor | None, device: torch.
     return ids if vocab is None else torch.isin(vocab, ids).nonzero()[:, 0]
 
 
+def step_probs(
+    cfg: ModelConfig, logits: Tensor, tokens: Tensor, vocab: Tensor | None, blocked: Tensor | None, src: Tensor
+) -> Tensor:
+    """Greedy decoding's distribution over the next id (B, V|S) from one step's logits (B, V|S), ``tokens`` (B, t)
+    the decoder inputs so far: the repetition penalty on the logits, the softmax, the suppressed columns
+    (``suppressed_columns``) at 0 without renormalising, then the bans (no-repeat n-grams, a bad word's start)."""
+    logits = penalise(cfg, logits.float(), tokens, vocab)
+    probs = fill_columns(torch.softmax(logits, dim=-1), blocked, 0.0)
+    return apply_bans(probs, cfg, tokens, 0.0, vocab, src)
+
+
 def apply_bans(
     scores: Tensor, config: ModelConfig, tokens: Tensor, fill: float, vocab: Tensor | None, source: Tensor | None
 ) -> Tensor:
@@ -209,9 +220,7 @@ def iter_greedy(
             if recorder is not None:
                 recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
             logits = model.decode(tokens, memory, cross_keep, call)[:, -1]  # (B, V|S)
-        logits = penalise(cfg, logits.float(), tokens, vocab)  # repetition_penalty on the logits, as greedy's
-        probs = fill_columns(torch.softmax(logits, dim=-1), blocked, 0.0)  # (B, V|S), as ``suppress``
-        probs = apply_bans(probs, cfg, tokens, 0.0, vocab, src)
+        probs = step_probs(cfg, logits, tokens, vocab, blocked, src)  # (B, V|S)
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         top_ids = vocab_ids(top_ids, vocab)
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)

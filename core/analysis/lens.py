@@ -1,0 +1,146 @@
+"""The decoder's logit lens: what each decoder layer would say if it were the last.
+
+At every output step, each decoder layer's residual stream (``decoder.{layer}.out``, recorded in one teacher-forced
+pass over the translation) is read through the decoder's final norm and the output layer, and turned into a
+distribution over the next piece the way greedy decoding turns the last layer's logits into one
+(``core.decoding.search.step_probs``: repetition penalty, softmax, suppressed ids at 0, bans). So the last layer's
+lens IS the model's own distribution (tested), and an earlier layer's is what the output layer makes of that layer's
+stream (nostalgebraist 2020, "interpreting GPT: the logit lens"; here for an encoder-decoder's decoder).
+
+What it is not: earlier layers were never trained to be read this way. A layer whose lens looks wrong may hold the
+answer in a form only the later layers turn into logits (a tuned lens, Belrose et al. 2023, learns that map).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..bundle import Bundle
+from ..config import InferenceOptions, Record
+from ..decoding.search import step_probs, suppressed_columns
+from ..errors import InputError
+from ..results import Translation
+from ..sites import ids_site, layer_site, output_site
+
+TOP = 5
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    """Per decoder layer (L) and output step (T): the ``top`` pieces and their probabilities, and the probability and
+    rank (1 = the top choice) of the piece finally chosen; ``first_top[t]``: the first layer (0-based) from which that
+    piece stays the top choice (L - 1 when only the last layer picks it; -1 for a given translation's piece no layer
+    picks)."""
+
+    chosen: tuple[str, ...]  # (T,) the pieces of the translation, eos included
+    chosen_ids: tuple[int, ...]
+    top_pieces: tuple[tuple[tuple[str, ...], ...], ...]  # (L, T, top)
+    top_probs: np.ndarray  # (L, T, top)
+    chosen_prob: np.ndarray  # (L, T)
+    chosen_rank: np.ndarray  # (L, T)
+    first_top: np.ndarray  # (T,)
+    given: bool  # a given translation (teacher-forced) rather than the model's own
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.chosen_prob.shape[0])
+
+    def to_dict(self) -> dict[str, object]:
+        """Per step, per layer: the top pieces with probabilities, and the chosen piece's probability and rank."""
+        return {
+            "given": self.given,
+            "steps": [
+                {
+                    "piece": self.chosen[t],
+                    "first_top_layer": int(self.first_top[t]) + 1 if self.first_top[t] >= 0 else None,
+                    "layers": [
+                        {
+                            "layer": layer + 1,
+                            "top": [
+                                {"piece": piece, "p": round(float(p), 6)}
+                                for piece, p in zip(self.top_pieces[layer][t], self.top_probs[layer, t], strict=True)
+                            ],
+                            "chosen_p": round(float(self.chosen_prob[layer, t]), 6),
+                            "chosen_rank": int(self.chosen_rank[layer, t]),
+                        }
+                        for layer in range(self.n_layers)
+                    ],
+                }
+                for t in range(len(self.chosen))
+            ],
+        }
+
+
+@torch.inference_mode()
+def logit_lens(
+    bundle: Bundle,
+    text: str,
+    *,
+    options: InferenceOptions | None = None,
+    translation: str | None = None,
+    top: int = TOP,
+    truncate: bool = True,
+) -> LogitLens:
+    """The logit lens of ``text``'s translation: the model's own greedy one, or ``translation`` teacher-forced."""
+    options = bundle.check_options(options)
+    options.whole_vocabulary("the logit lens")
+    if translation is None:
+        own = bundle.translate(text, options, truncate=truncate, record=Record(qkv=False))
+        out_ids = [int(i) for i in own.trace[output_site("ids")]]
+    else:
+        out_ids = bundle.encode_target(translation)
+    run = bundle.teacher_forced(
+        text, target_ids=out_ids, options=options, truncate=truncate, record=Record(qkv=False, activations=True)
+    )
+    return lens_of(bundle, run, given=translation is not None, top=top)
+
+
+@torch.inference_mode()
+def lens_of(bundle: Bundle, run: Translation, *, given: bool = False, top: int = TOP) -> LogitLens:
+    """The logit lens of a run recorded with ``Record(activations=True)`` (a translation or a teacher-forced pass:
+    ``Bundle.translate``, ``Bundle.teacher_forced``), its output ids the pieces chosen; ``given``: they are a given
+    translation's, not the model's own."""
+    if layer_site("decoder", 0) not in run.trace:
+        raise InputError("the logit lens reads each decoder layer's output: record the run with activations=True")
+    out_ids = list(run.output_ids)
+    trace, model, cfg = run.trace, bundle.model, bundle.config
+    param = next(model.parameters())
+    src = torch.as_tensor(np.array(trace[ids_site("src")]), device=param.device)[None]  # (1, Ts)
+    inputs = torch.as_tensor(np.array(trace[ids_site("tgt")]), device=param.device)  # (T,) decoder inputs
+    chosen = torch.as_tensor(out_ids, device=param.device)  # (T,)
+    blocked = suppressed_columns(cfg, None, param.device)
+    n_layers, steps = cfg.n_decoder_layers, len(out_ids)
+    top_probs = np.zeros((n_layers, steps, top))
+    top_pieces: list[tuple[tuple[str, ...], ...]] = []
+    chosen_prob, chosen_rank = np.zeros((n_layers, steps)), np.zeros((n_layers, steps), dtype=np.int64)
+    for layer in range(n_layers):
+        stream = torch.as_tensor(np.array(trace[layer_site("decoder", layer)]), device=param.device)  # (T, D)
+        logits = model.logits(model.decoder_norm(stream.to(param.dtype))).float()  # (T, V)
+        probs = torch.cat(
+            [step_probs(cfg, logits[t : t + 1], inputs[None, : t + 1], None, blocked, src) for t in range(steps)]
+        )  # (T, V), each row as greedy decoding makes it at that step
+        p, ids = probs.topk(top, dim=-1)  # (T, top)
+        top_probs[layer] = p.cpu().numpy()
+        top_pieces.append(tuple(tuple(trace.piece(int(i)) for i in row) for row in ids.tolist()))
+        picked = probs.gather(-1, chosen[:, None])[:, 0]  # (T,)
+        chosen_prob[layer] = picked.cpu().numpy()
+        chosen_rank[layer] = ((probs > picked[:, None]).sum(-1) + 1).cpu().numpy()
+    first_top = np.full(steps, -1)
+    for t in range(steps):
+        tops = chosen_rank[:, t] == 1
+        if tops[-1]:
+            below = np.flatnonzero(~tops)
+            first_top[t] = int(below[-1]) + 1 if below.size else 0  # from here on the top choice
+    return LogitLens(
+        tuple(trace.piece(i) for i in out_ids),
+        tuple(out_ids),
+        tuple(top_pieces),
+        top_probs,
+        chosen_prob,
+        chosen_rank,
+        first_top,
+        given,
+    )
