@@ -12,13 +12,18 @@ The default baseline keeps each position's positional encoding and removes the t
 scaled towards all-zero embeddings ("zero") meets LayerNorm's scale invariance — a post-norm model gives
 nearly the same output for every scale above 0 and jumps at 0, so the path integral misses the jump (its
 delta then shows it).
+
+Contrastive attribution (Yin & Neubig, 2022, "Interpreting language models with contrastive explanations";
+Inseq's ``contrast_logits_diff`` and ``contrast_prob_diff``) asks why y_t and not an alternative piece c at the
+same position, after the same prefix: it explains log p(y_t) - log p(c) ("logit_diff", the difference of the two
+logits: the softmax's normaliser cancels) or p(y_t) - p(c) ("prob_diff") with the same two methods.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -34,6 +39,8 @@ from ..recording.trace import Trace
 from ..sites import analysis_site, embed_site, pe_site
 
 MAX_IG_STEPS = 512  # the path's points are one batch: more only fills the memory (the error then shrinks slowly)
+ContrastKind = Literal["logit_diff", "prob_diff"]  # log p(y_t) - log p(c), or p(y_t) - p(c)
+CONTRAST_KINDS: tuple[str, ...] = get_args(ContrastKind)
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,18 @@ class Attribution:
     ig_delta: float  # convergence delta of integrated gradients
     ig_steps: int
     baseline: str  # "position" (positional encodings only) or "zero" (all-zero embeddings)
-    f_input: float | None = None  # log p(y_t) at the input, as the path's end computes it (None: an older trace)
-    f_baseline: float | None = None  # log p(y_t) at the baseline (what the attributions explain is the difference)
+    f_input: float | None = None  # f at the input, as the path's end computes it (None: an older trace)
+    f_baseline: float | None = None  # f at the baseline (what the attributions explain is the difference)
+    contrast_id: int | None = None  # the alternative piece c (None: f is log p(y_t))
+    contrast_kind: str | None = None  # "logit_diff": f = log p(y_t) - log p(c); "prob_diff": f = p(y_t) - p(c)
+    contrast_logprob: float | None = None  # log p(c) at the input
+
+    @property
+    def explained(self) -> str:
+        """The function f the attributions explain, in words."""
+        if self.contrast_id is None:
+            return "log p(y_t)"
+        return "log p(y_t) - log p(c)" if self.contrast_kind == "logit_diff" else "p(y_t) - p(c)"
 
     @property
     def difference(self) -> float | None:
@@ -131,15 +148,22 @@ def attribute(
     *,
     steps: int = 32,
     baseline: str = "position",
+    contrast: int | str | None = None,
+    contrast_kind: ContrastKind = "logit_diff",
     options: InferenceOptions = InferenceOptions(),
 ) -> Attribution:
     """Gradient × input and integrated gradients of log p(out_ids[position]) over the source and target prefix,
-    through ``bundle``'s model and fast weights (as its runs)."""
+    through ``bundle``'s model and fast weights (as its runs).
+
+    With ``contrast`` (an id, or a text that encodes to one piece: ``contrast_id``) the function explained is
+    log p(y_t) - log p(c) (``contrast_kind="logit_diff"``) or p(y_t) - p(c) (``"prob_diff"``) instead."""
     options.whole_vocabulary("attribution")
     if not 0 <= position < len(out_ids):
         raise InputError(f"position must be from 0 to {len(out_ids) - 1}, got {position}")
     if baseline not in ("position", "zero"):
         raise InputError(f"baseline must be 'position' or 'zero', got {baseline!r}")
+    if contrast_kind not in CONTRAST_KINDS:
+        raise InputError(f"contrast_kind must be one of {', '.join(CONTRAST_KINDS)}, got {contrast_kind!r}")
     model, fast, cfg, device = bundle.model, bundle.fast, bundle.config, bundle.device
     src = torch.tensor([src_ids], device=device)
     tgt = torch.tensor([[cfg.bos_id] + out_ids[:-1]], device=device)  # (1, Tt)
@@ -147,8 +171,10 @@ def attribute(
         tgt = tgt[:, : position + 1]  # later decoder inputs cannot change this position
     keep = torch.ones_like(src, dtype=torch.bool)
     token_id = out_ids[position]
+    other = None if contrast is None else contrast_id(bundle, contrast, token_id=token_id)
+    explained = _explained(token_id, other, contrast_kind)
 
-    def logp(recorder: Recorder, rows: int) -> Tensor:
+    def logp(recorder: Recorder, rows: int) -> Tensor:  # (rows, V)
         src_rows, tgt_rows, keep_rows = src.expand(rows, -1), tgt.expand(rows, -1), keep.expand(rows, -1)
         if options.causal_mask:  # the prefix ends at this position: its logits only
             logits = model(
@@ -163,13 +189,13 @@ def attribute(
                 src_rows, tgt_rows, call=Call(options=options, recorder=recorder, fast=fast), src_keep=keep_rows
             )
             logits = logits[:, position]
-        return torch.log_softmax(logits.float(), -1)[:, token_id]  # (rows,)
+        return torch.log_softmax(logits.float(), -1)
 
     # gradient x input: one pass with gradient leaves at both embeddings
     rec = Recorder(model, keep_grad=(embed_site("src"), embed_site("tgt")))
     with torch.enable_grad():
-        value = logp(rec, 1)
-        value.sum().backward()
+        logprobs = logp(rec, 1)  # (1, V)
+        explained(logprobs).sum().backward()
     trace = rec.freeze()
     pe = torch.from_numpy(np.concatenate([trace[pe_site("src")], trace[pe_site("tgt")]])).to(device)  # (Ts + t + 1, D)
     src_leaf, tgt_leaf = rec.leaf(embed_site("src")), rec.leaf(embed_site("tgt"))
@@ -186,14 +212,14 @@ def attribute(
         m = path.shape[0]
         # each row's embeddings replaced by its point on the path; the gradient flows through the patch values
         recorder = Recorder(model, record=False, interventions=_row_patches(path, Ts))
-        return logp(recorder, m)
+        return explained(logp(recorder, m))
 
     start = pe if baseline == "position" else torch.zeros_like(joint)
     ig = integrated_gradients(f, joint, start, steps)
     return Attribution(
         position,
         token_id,
-        float(value.detach()[0]),
+        float(logprobs.detach()[0, token_id]),
         gxi_src.detach().cpu().numpy(),
         gxi_tgt.detach().cpu().numpy(),
         ig.attributions[:Ts].sum(-1).cpu().numpy(),
@@ -203,7 +229,45 @@ def attribute(
         baseline,
         ig.f_input,
         ig.f_baseline,
+        other,
+        None if other is None else contrast_kind,
+        None if other is None else float(logprobs.detach()[0, other]),
     )
+
+
+def contrast_id(bundle: Bundle, alternative: int | str, *, token_id: int) -> int:
+    """The id of the alternative piece c: ``alternative`` itself when an id, else the one piece its text encodes to
+    (as a target text: "cão" is the word-start piece "▁cão"). InputError when there is no such piece, when it is
+    several pieces or the unknown piece, or when it is ``token_id`` itself (nothing to contrast)."""
+    tokenizer = bundle.tokenizer
+    if isinstance(alternative, int):
+        rows = bundle.config.tgt_vocab_size
+        if not 0 <= alternative < rows:
+            raise InputError(f"the alternative piece must be an id from 0 to {rows - 1}, got {alternative}")
+        other = alternative
+    else:
+        ids = bundle.encode_target(alternative)[:-1]  # without the eos it appends
+        if len(ids) != 1:
+            pieces = ", ".join(repr(p) for p in tokenizer.pieces(ids))
+            raise InputError(
+                f"the alternative {alternative!r} must be one piece of the target vocabulary; it is {len(ids)} "
+                f"({pieces or 'none'}): give a single word or piece, or its id"
+            )
+        other = ids[0]
+    if tokenizer.is_unknown(other):
+        raise InputError(f"the alternative {alternative!r} is the unknown piece {tokenizer.piece(other)!r}")
+    if other == token_id:
+        raise InputError(f"the alternative {tokenizer.piece(other)!r} is the output token itself: choose another piece")
+    return other
+
+
+def _explained(token_id: int, other: int | None, kind: str) -> Callable[[Tensor], Tensor]:
+    """f from the output position's log-probabilities, (m, V) -> (m,)."""
+    if other is None:
+        return lambda logprobs: logprobs[:, token_id]
+    if kind == "logit_diff":  # = logits[y] - logits[c]: the log-sum-exp cancels
+        return lambda logprobs: logprobs[:, token_id] - logprobs[:, other]
+    return lambda logprobs: logprobs[:, token_id].exp() - logprobs[:, other].exp()
 
 
 def _row_patches(path: Tensor, n_src: int) -> list[Patch]:
