@@ -13,7 +13,7 @@ import numpy as np
 
 from core.analysis.attribution import Attribution
 from core.analysis.rollout import Concentration
-from viz_app.claims import quote
+from viz_app.claims import counted, quote
 
 IG_TOLERANCE = 0.05  # attributions that miss f(input) - f(baseline) by more than this share are not to be trusted
 TINY_DIFFERENCE = 0.05  # nats: removing the tokens changes log p by less than this — next to nothing to share out
@@ -269,3 +269,22 @@ def step_share_note(share: float, threshold: float | None) -> str:
             "translations of the built-in sentences take less): this piece may come from the prefix alone."
         )
     return said + f" Not below the low-share threshold ({threshold:.2f})."
+
+
+def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int, position: int | None = None) -> str:
+    """Where the decoder settles: for each piece the first layer from which the lens ranks it first; the layer most
+    pieces settle at, and for ``position`` (0-based) that piece's own."""
+    settled = [int(f) for f in first_top if f >= 0]
+    if not settled:
+        return "No layer's lens ranks the given translation's pieces first: the model would have written others."
+    last = sum(f == n_layers - 1 for f in settled)
+    early = len(settled) - last
+    text = (
+        f"{counted(early, 'piece')} of {len(chosen)} {'is' if early == 1 else 'are'} already the top choice before "
+        f"the last layer (of {n_layers}); {last} become{'s' if last == 1 else ''} it only there."
+    )
+    if position is not None and 0 <= position < len(chosen):
+        f = int(first_top[position])
+        piece = quote(chosen[position].replace("▁", ""))
+        text += f" {piece} is the top choice from layer {f + 1} on." if f >= 0 else f" No layer ranks {piece} first."
+    return text

@@ -165,3 +165,15 @@ def test_each_source_share_says_which_measure_it_is_and_how_the_others_differ() 
         assert said.startswith(f"This share is {name}: {what}.")
         others = [n for key, (n, _) in ce.SHARE_MEASURES.items() if key != shown]
         assert all(f"{n}:" in said.split("measure otherwise")[1] for n in others) and len(others) == 2
+
+
+def test_lens_note() -> None:
+    chosen = ["▁O", "▁gato", "</s>"]
+    assert ce.lens_note(chosen, np.array([1, 0, 1]), 2) == (
+        "1 piece of 3 is already the top choice before the last layer (of 2); 2 become it only there."
+    )
+    assert ce.lens_note(chosen, np.array([0, 0, 0]), 2, position=1).endswith(
+        "“gato” is the top choice from layer 1 on."
+    )
+    assert ce.lens_note(chosen, np.array([-1, 1, -1]), 2, position=0).endswith("No layer ranks “O” first.")
+    assert ce.lens_note(chosen, np.array([-1, -1, -1]), 2).startswith("No layer's lens ranks")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from apptest_helpers import chart_titles as titles
-from apptest_helpers import ok
+from apptest_helpers import ok, specs
 from conftest import build_tiny_checkpoint
 from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
@@ -251,3 +251,21 @@ def test_with_beam_search_on_the_page_explains_the_greedy_translation() -> None:
     assert any("explains the greedy translation" in c.value for c in at.caption)
     assert any("beam" not in c.value and "as trained" in c.value for c in at.caption)  # the header's options note
     assert len(at.get("plotly_chart")) == 3
+
+
+def test_the_logit_lens_tab_draws_core_s_lens_and_says_where_the_pieces_settle(root: Path) -> None:
+    import core
+    from core.analysis.lens import logit_lens
+    from viz_app import claims_explain
+
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": "explain", "explain_tab": "Logit lens"})
+    at.run(timeout=TIMEOUT)
+    ok(at)
+    text = at.text_input(key="text").value
+    found = logit_lens(core.load(root / "tiny"), text)
+    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Logit lens"))
+    np.testing.assert_allclose(array(spec["data"][0]["z"]), np.round(found.chosen_prob, 4))
+    assert array(spec["data"][0]["z"]).shape == (found.n_layers, len(found.chosen))
+    assert claims_explain.lens_note(found.chosen, found.first_top, found.n_layers) in [m.value for m in at.markdown]
+    assert at.query_params["explain_tab"] == "Logit lens"

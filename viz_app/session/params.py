@@ -110,7 +110,7 @@ PARAMS: dict[str, Param] = {
     "explain_fusion": Param("mean", choices=FUSIONS),
     "explain_tab": Param(
         "Head importance",
-        choices=("Head importance", "Attention rollout", "Patching", "Attribution", "Source or prefix?"),
+        choices=("Head importance", "Attention rollout", "Patching", "Attribution", "Source or prefix?", "Logit lens"),
     ),
     "overview_tab": Param("Encoder self-attention"),
     "heads_scope": Param("sentence", choices=("sentence", "set")),
@@ -247,6 +247,7 @@ SESSION_KEYS: dict[str, str] = {
             "patching_cross",
             "attribution",
             "attribution_prefix",
+            "explain_lens",
         ),
         "views/explain.py, explain/",
     ),
