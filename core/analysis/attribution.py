@@ -246,12 +246,16 @@ def contrast_id(bundle: Bundle, alternative: int | str, *, token_id: int) -> int
             raise InputError(f"the alternative piece must be an id from 0 to {rows - 1}, got {alternative}")
         other = alternative
     else:
+        if not alternative.strip():
+            raise InputError("the alternative is empty: give a word or piece, or its id")
         ids = bundle.encode_target(alternative)[:-1]  # without the eos it appends
+        if not ids:
+            raise InputError(f"the alternative {alternative!r} encodes to no piece: give a word or piece, or its id")
         if len(ids) != 1:
             pieces = ", ".join(repr(p) for p in tokenizer.pieces(ids))
             raise InputError(
                 f"the alternative {alternative!r} must be one piece of the target vocabulary; it is {len(ids)} "
-                f"({pieces or 'none'}): give a single word or piece, or its id"
+                f"({pieces}): give a single word or piece, or its id"
             )
         other = ids[0]
     if tokenizer.is_unknown(other):

@@ -115,6 +115,8 @@ def test_gradient_x_input_matches_a_finite_difference(bundle, ids, other):
     [
         ("gato", "the alternative 'gato' must be one piece of the target vocabulary; it is 4 ('▁', 'g', 'at', 'o')"),
         ("€", "it is 2 ('▁', '<unk>')"),
+        (" ", "the alternative is empty"),
+        ("\u2581", "the alternative '\u2581' encodes to no piece"),
         (3, "the alternative 3 is the unknown piece '<unk>'"),
         (120, "the alternative piece must be an id from 0 to 119, got 120"),
         (-1, "must be an id from 0 to 119, got -1"),
