@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from ..analysis.attribution import MAX_IG_STEPS, attribute
+from ..analysis.attribution import CONTRAST_KINDS, MAX_IG_STEPS, attribute
 from ..analysis.contributions import contributions
 from ..analysis.importance import head_importance, head_importance_estimate
 from ..analysis.patching import activation_patching
@@ -46,6 +46,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--steps", type=int, default=32, help=f"attribution: integrated-gradients steps, 1-{MAX_IG_STEPS} (default 32)"
     )
     p.add_argument(
+        "--contrast",
+        default=None,
+        metavar="PIECE_OR_TEXT",
+        help="attribution: why the output token and not this one piece (a word or piece, e.g. 'cão')",
+    )
+    p.add_argument(
+        "--contrast-kind",
+        choices=CONTRAST_KINDS,
+        default=None,
+        help="attribution with --contrast: explain log p(y) - log p(c) (logit_diff, default) or p(y) - p(c)",
+    )
+    p.add_argument(
         "--translation",
         default=None,
         help="sources: score this translation, teacher-forced, instead of the model's own greedy translation",
@@ -64,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--estimate applies to importance, not {args.what}")
     if args.translation is not None and args.what != "sources":
         raise InputError(f"--translation applies to sources, not {args.what}")
+    if args.contrast is not None and args.what != "attribution":
+        raise InputError(f"--contrast applies to attribution, not {args.what}")
+    if args.contrast_kind is not None and args.contrast is None:
+        raise InputError("--contrast-kind needs --contrast PIECE_OR_TEXT, the alternative to the output token")
     bundle = load(args.checkpoint, device=args.device)
     if args.what == "sources":
         return _sources(args, bundle)
@@ -172,16 +188,25 @@ def _attribution(args: argparse.Namespace, bundle: Bundle, out: Translation) -> 
     out_ids = [int(i) for i in out.trace[output_site("ids")]]
     position = _position(args, len(out_ids))
     position = 0 if position is None else position
-    a = attribute(bundle, src, out_ids, position, steps=args.steps)
+    a = attribute(
+        bundle,
+        src,
+        out_ids,
+        position,
+        steps=args.steps,
+        contrast=args.contrast,
+        contrast_kind=args.contrast_kind or "logit_diff",
+    )
+    other = None if a.contrast_id is None else bundle.tokenizer.piece(a.contrast_id)
     if args.json:
-        print(
-            json.dumps(
-                {"text": out.text, "src_tokens": out.src_tokens, "output_tokens": out.output_tokens, **a.to_dict()}
-            )
-        )
+        shown = {"text": out.text, "src_tokens": out.src_tokens, "output_tokens": out.output_tokens}
+        print(json.dumps({**shown, **a.to_dict(), "contrast_piece": other, "explained": a.explained}))
         return 0
+    token = f"output token {position + 1} {out.output_tokens[position]!r}, log p = {a.logprob:.4f}"
+    if a.contrast_id is not None and a.contrast_logprob is not None:
+        token += f", rather than {other!r} (log p = {a.contrast_logprob:.4f}): {a.explained} = {a.f_input:.4f}"
     print(
-        f"{out.text}\noutput token {position + 1} {out.output_tokens[position]!r}, log p = {a.logprob:.4f}; "
+        f"{out.text}\n{token}; "
         f"integrated gradients ({a.ig_steps} steps, baseline: {a.baseline}; delta {a.ig_delta:+.4f}):"
     )
     for j in np.argsort(-np.abs(a.source_ig))[:5]:

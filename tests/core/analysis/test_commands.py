@@ -44,6 +44,22 @@ def test_patching_and_attribution_as_text(tiny_checkpoint, capsys):
     assert code == 0 and "integrated gradients (32 steps, baseline: position" in out
 
 
+def test_contrastive_attribution_as_json_and_as_text(tiny_checkpoint, capsys):
+    args = ("attribution", "--checkpoint", str(tiny_checkpoint), "--position", "2", "--contrast", "warm")
+    code, out, _ = run(capsys, *args, "--json", TEXT)
+    data = json.loads(out)
+    assert code == 0 and data["position"] == 1 and data["contrast_piece"] == "\u2581warm"
+    assert data["contrast_kind"] == "logit_diff" and data["explained"] == "log p(y_t) - log p(c)"
+    assert data["f_input"] == pytest.approx(data["logprob"] - data["contrast_logprob"], abs=1e-5)
+    total = sum(data["source_ig"]) + sum(data["target_ig"])
+    assert total - (data["f_input"] - data["f_baseline"]) == pytest.approx(data["ig_delta"], abs=1e-4)
+    code, out, _ = run(capsys, *args, "--contrast-kind", "prob_diff", TEXT)
+    assert code == 0 and "rather than '\u2581warm' (log p = " in out and "p(y_t) - p(c) = " in out
+    code, out, _ = run(capsys, "attribution", "--checkpoint", str(tiny_checkpoint), "--json", TEXT)
+    data = json.loads(out)
+    assert data["contrast_piece"] is None and data["contrast_id"] is None and data["explained"] == "log p(y_t)"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -51,6 +67,10 @@ def test_patching_and_attribution_as_text(tiny_checkpoint, capsys):
         (["patching", "--corrupt", "Dog."], "same number of pieces"),
         (["attribution", "--position", "99"], "--position must be from 1"),
         (["attribution", "--steps", "0"], "--steps must be between 1 and 512, got 0"),
+        (["attribution", "--contrast", "gato"], "the alternative 'gato' must be one piece of the target vocabulary"),
+        (["attribution", "--contrast", "\u2581"], "the alternative '\u2581' encodes to no piece"),
+        (["rollout", "--contrast", "warm"], "--contrast applies to attribution, not rollout"),
+        (["attribution", "--contrast-kind", "prob_diff"], "--contrast-kind needs --contrast PIECE_OR_TEXT"),
         (["importance", "--top", "0"], "--top must be at least 1"),
         (["rollout", "--estimate"], "--estimate applies to importance, not rollout"),
     ],
