@@ -279,10 +279,16 @@ def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int, posit
         return "No layer's lens ranks the given translation's pieces first: the model would have written others."
     last = sum(f == n_layers - 1 for f in settled)
     early = len(settled) - last
-    text = (
-        f"{counted(early, 'piece')} of {len(chosen)} {'is' if early == 1 else 'are'} already the top choice before "
-        f"the last layer (of {n_layers}); {last} become{'s' if last == 1 else ''} it only there."
-    )
+    if early == 0:
+        text = (
+            f"None of the {len(chosen)} pieces is the top choice before the last layer (of {n_layers}): the output "
+            "layer reads each of them only from there."
+        )
+    else:
+        text = (
+            f"{counted(early, 'piece')} of {len(chosen)} {'is' if early == 1 else 'are'} already the top choice "
+            f"before the last layer (of {n_layers}); {last} become{'s' if last == 1 else ''} it only there."
+        )
     if position is not None and 0 <= position < len(chosen):
         f = int(first_top[position])
         piece = quote(chosen[position].replace("▁", ""))
