@@ -7,7 +7,8 @@
     out.trace.keys()                      # every recorded site
     core.Trace.load("trace.npz")          # a saved trace, without the model
 
-Per-call recording and interventions: ``core.Recorder(model, interventions=[core.ScaleHeads(...), core.Patch(...)])``.
+Per-call recording and interventions: ``core.Recorder(model, interventions=[core.ScaleHeads(...), core.Patch(...)])``
+(also ``core.ScaleValues``).
 """
 
 from .bundle import Bundle, load
@@ -16,7 +17,7 @@ from .errors import CheckpointError, InputError, LabError
 from .fast.weights import FastWeights
 from .inputs import clean_text
 from .recording.call import Call
-from .recording.interventions import Intervention, Patch, ScaleHeads
+from .recording.interventions import Intervention, Patch, ScaleHeads, ScaleValues
 from .recording.recorder import Recorder
 from .recording.trace import ModelShape, Trace
 from .results import Step, Translation
@@ -43,6 +44,7 @@ __all__ = [
     "Record",
     "Recorder",
     "ScaleHeads",
+    "ScaleValues",
     "Step",
     "Tokenizer",
     "Trace",

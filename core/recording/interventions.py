@@ -1,6 +1,8 @@
 """Per-call interventions: change the computation at a named site for ONE call, nothing stored on the model.
 
-Passed to a ``Recorder`` (``Recorder(model, interventions=[...])``), which the model consults at each site.
+Passed to a ``Recorder`` (``Recorder(model, interventions=[...])``), which the model consults at each site:
+``ScaleHeads`` (a head's output), ``ScaleValues`` (key positions' value vectors: value zeroing), ``Patch`` (a
+recorded value put back).
 ``InferenceOptions.ablate`` (the app's head switches) becomes ``ScaleHeads(..., factor=0)`` the same way, so
 switching a head off is one mechanism whoever asks for it.
 """
@@ -48,6 +50,46 @@ class ScaleHeads:
         object.__setattr__(self, "heads", _ints("heads", self.heads, "ScaleHeads"))
         object.__setattr__(self, "rows", _ints("rows", self.rows, "ScaleHeads"))
         object.__setattr__(self, "factor", float(self.factor))
+
+
+@dataclass(frozen=True)
+class ScaleValues:
+    """Multiply the value vectors of key ``positions`` at attention ``site`` (e.g. 'encoder.0.self') by ``factor``
+    before the weighted sum; 0 zeroes them (value zeroing, ``core.analysis.value_zeroing``). The attention weights
+    are untouched: queries and keys are computed as without it.
+
+    positions: absolute key positions (a decoder's self-attention during incremental decoding holds every key so
+    far). heads: the heads it applies to (None = all). rows: the batch rows it applies to (None = every row), so
+    one batched call can zero a different token in each row.
+    """
+
+    site: str
+    positions: tuple[int, ...]
+    factor: float = 0.0
+    heads: tuple[int, ...] | None = None
+    rows: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        parse_attention_site(self.site)
+        object.__setattr__(self, "positions", _ints("positions", self.positions, "ScaleValues"))
+        object.__setattr__(self, "heads", _ints("heads", self.heads, "ScaleValues"))
+        object.__setattr__(self, "rows", _ints("rows", self.rows, "ScaleValues"))
+        object.__setattr__(self, "factor", float(self.factor))
+
+
+def value_scale(items: list[ScaleValues], shape: tuple[int, int, int], device: torch.device) -> Tensor:
+    """The (B, H, Tk) multipliers ``items`` (one site's ``ScaleValues``) put on a block's values; positions, heads
+    and rows beyond ``shape`` are left out (a decoding step that has not reached a key yet)."""
+    B, H, Tk = shape
+    scale = torch.ones(shape, device=device)
+    for item in items:
+        rows = range(B) if item.rows is None else [r for r in item.rows if r < B]
+        heads = range(H) if item.heads is None else [h for h in item.heads if h < H]
+        keys = [p for p in item.positions if p < Tk]
+        if rows and heads and keys:
+            r, h, k = (torch.tensor(list(ids), device=device) for ids in (rows, heads, keys))
+            scale[r[:, None, None], h[None, :, None], k[None, None, :]] *= item.factor
+    return scale
 
 
 @dataclass(frozen=True)
@@ -127,4 +169,4 @@ class Patch:
             out[rows[:, None], local[None, :]] = value.index_select(0, source)[None]
 
 
-Intervention = ScaleHeads | Patch
+Intervention = ScaleHeads | ScaleValues | Patch

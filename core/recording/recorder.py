@@ -44,7 +44,7 @@ from ..sites import (
     spec_of,
 )
 from ..transformer.masks import causal_mask
-from .interventions import Intervention, Patch, ScaleHeads
+from .interventions import Intervention, Patch, ScaleHeads, ScaleValues, value_scale
 from .trace import ModelShape, Trace
 
 
@@ -107,10 +107,11 @@ class Recorder:
     record: keep attention weights, scores (masked and raw), masks, positional encodings, SSRU gates, ids.
     qkv: also per-head queries, keys and values.  activations: also the residual stream ('embed.src',
     'encoder.2.out', ...) and each attention block's head outputs ('decoder.1.cross.heads').
-    interventions: ``ScaleHeads`` / ``Patch`` applied at their sites.  keep_grad: sites whose value becomes a
-    leaf that keeps its gradient (``leaf(site).grad`` after ``backward``), e.g. 'embed.src' for attribution; for
-    an attention block's head outputs ('decoder.1.cross.heads') the leaf is a gate of ones (B, H) multiplying each
-    head's output, so ``leaf(site).grad[b, h]`` is d(loss)/d(head h's scale) with nothing cut off upstream.
+    interventions: ``ScaleHeads`` / ``ScaleValues`` / ``Patch`` applied at their sites.  keep_grad: sites whose value
+    becomes a leaf that keeps its gradient (``leaf(site).grad`` after ``backward``), e.g. 'embed.src' for
+    attribution; for an attention block's head outputs ('decoder.1.cross.heads') the leaf is a gate of ones (B, H)
+    multiplying each head's output, so ``leaf(site).grad[b, h]`` is d(loss)/d(head h's scale) with nothing cut off
+    upstream.
     """
 
     def __init__(
@@ -140,9 +141,12 @@ class Recorder:
         self._leaves: dict[str, Tensor] = {}
         self._scales: dict[tuple[str, int, torch.device], Tensor | None] = {}
         self._patches: dict[str, list[Patch]] = {}
+        self._values: dict[str, list[ScaleValues]] = {}  # attention site -> its ScaleValues
         for item in self.interventions:
             if isinstance(item, Patch):
                 self._patches.setdefault(item.site, []).append(item)
+            elif isinstance(item, ScaleValues):
+                self._values.setdefault(item.site, []).append(item)
         # attention sites whose head outputs are touched (``begin`` adds the options' switched-off heads), and the
         # residual-stream sites that are patched or differentiated: the model asks only there
         heads = {site: heads_of(site) for site in [*self._patches, *self.keep_grad]}
@@ -156,11 +160,11 @@ class Recorder:
     # ------------------------------------------------------------ set-up
     def _validate(self) -> None:
         for item in self.interventions:
-            if not isinstance(item, (ScaleHeads, Patch)):
-                raise TypeError(f"interventions must be ScaleHeads or Patch, got {type(item).__name__}")
+            if not isinstance(item, (ScaleHeads, ScaleValues, Patch)):
+                raise TypeError(f"interventions must be ScaleHeads, ScaleValues or Patch, got {type(item).__name__}")
             attention = heads_of(item.site)
             site = item.site if attention is None else attention
-            if isinstance(item, ScaleHeads) or attention is not None:
+            if isinstance(item, (ScaleHeads, ScaleValues)) or attention is not None:
                 self.shape.check_attention_site(site)
                 heads = item.heads or ()
                 if any(h >= self.shape.n_heads for h in heads):
@@ -188,6 +192,14 @@ class Recorder:
     def wants_heads(self, site: str) -> bool:
         """Whether this call records or changes the head outputs of attention ``site`` (cheap: asked per block)."""
         return self.record_activations or site in self._head_sites
+
+    def values(self, site: str, v: Tensor) -> Tensor:
+        """The values (B, H, Tk, dv) attention ``site`` weighs, after the call's ``ScaleValues`` there (v itself when
+        it has none: one dict look-up per block)."""
+        items = self._values.get(site)
+        if not items:
+            return v
+        return v * value_scale(items, (v.shape[0], v.shape[1], v.shape[2]), v.device).to(v.dtype)[..., None]
 
     def wants(self, site: str) -> bool:
         """Whether this call records, patches or differentiates the residual-stream ``site``."""

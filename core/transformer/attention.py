@@ -1,7 +1,7 @@
 """Scaled dot-product attention: ONE function, ``attend``, that every path calls (full passes, the KV-cached
 decoding step, beam search), and the multi-head projections around it.
 
-    attend: scores -> mask -> softmax -> record -> weighted sum -> head interventions
+    attend: (value interventions) scores -> mask -> softmax -> record -> weighted sum -> head interventions
 
 With no ``Tap`` (no per-call ``Recorder``) the computation is ``F.scaled_dot_product_attention`` (same result, fused).
 ``AttentionWeights`` is one block's projections resolved for a path (``MultiHeadAttention.weights``): each an
@@ -94,6 +94,9 @@ def attend(
             mask4 = bias if mask4 is None else bias.masked_fill(~mask4, float("-inf"))  # (B|1, H, Tq, Tk)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout, scale=scale)
     recorder, site, offset, flat, zeros = at
+    scaled = recorder.values(site, v)  # (B, H, Tk, dv): v itself unless the call scales some values here
+    if scaled is not v:
+        v, flat = scaled, None if flat is None else (flat[0], scaled.flatten(0, 1))
     if flat is not None:  # beta=0 ignores the input; alpha scales inside the kernel
         ignored = zeros if zeros is not None else flat[1][:1, :1, :1]
         scores = torch.baddbmm(ignored, q.reshape(B * H, Tq, dh), flat[0], beta=0.0, alpha=scale)

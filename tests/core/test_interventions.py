@@ -1,4 +1,5 @@
-"""Per-call interventions: head scaling (ablation), activation patching, gradients — nothing stored on the model."""
+"""Per-call interventions: head scaling (ablation), value scaling (value zeroing), activation patching, gradients —
+nothing stored on the model."""
 
 import threading
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 import core
-from core import FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads
+from core import FastWeights, InferenceOptions, Patch, Recorder, ScaleHeads, ScaleValues
 from core.decoding.search import greedy
 from core.recording.call import Call
 from core.sites import attention_array, layer_site
@@ -88,26 +89,66 @@ def test_patching_a_whole_stream_restores_the_clean_run(model):
     assert not torch.allclose(patched, corrupt, atol=1e-4)
 
 
-def test_patching_applies_at_the_same_positions_when_decoding_step_by_step(model):
-    src, _ = pair(4)
-    value = torch.randn(8, model.config.d_model)
-    patch = Patch("decoder.0.out", value, positions=(2,))
+def decoded_and_forced(model, src, *interventions):
+    """Greedy decoding step by step (the fast plan: keys and values cached across steps) with ``interventions``, and
+    one teacher-forced pass over its outputs with the same: (decoding's result, its trace, the pass's logits and
+    trace)."""
     keep = torch.ones_like(src, dtype=torch.bool)
-    rec = Recorder(model, interventions=[patch])
+    rec = Recorder(model, interventions=interventions)
     out = greedy(
         model, src, keep, call=Call(options=InferenceOptions(), recorder=rec, fast=FastWeights(model), max_len=5)
     )
-    stepwise = rec.freeze()
-    tgt = out.tokens[:, : len(out.steps)]
-    rec_tf = Recorder(model, interventions=[patch])
+    rec_tf = Recorder(model, interventions=interventions)
     with torch.no_grad():
-        tf_logits = model(src, tgt, call=Call(recorder=rec_tf))
+        tf_logits = model(src, out.tokens[:, : len(out.steps)], call=Call(recorder=rec_tf))
+    return out, rec.freeze(), tf_logits, rec_tf.freeze()
+
+
+def test_patching_applies_at_the_same_positions_when_decoding_step_by_step(model):
+    src, _ = pair(4)
+    value = torch.randn(8, model.config.d_model)
+    out, stepwise, tf_logits, forced = decoded_and_forced(model, src, Patch("decoder.0.out", value, positions=(2,)))
     np.testing.assert_allclose(stepwise["output.top_ids"][:, 0], tf_logits[0].argmax(-1).numpy())
-    np.testing.assert_allclose(
-        stepwise["decoder.1.cross.weights"], rec_tf.freeze()["decoder.1.cross.weights"], atol=1e-5
-    )
+    np.testing.assert_allclose(stepwise["decoder.1.cross.weights"], forced["decoder.1.cross.weights"], atol=1e-5)
+    keep = torch.ones_like(src, dtype=torch.bool)
     unpatched = greedy(model, src, keep, call=Call(options=InferenceOptions(), max_len=5))
     assert unpatched.steps[2].probs.item() != pytest.approx(out.steps[2].probs.item(), abs=1e-6)
+
+
+def test_scale_values_changes_the_values_of_its_rows_keys_and_heads_only(model):
+    src, tgt = pair()
+    B, site = 3, "encoder.0.self"
+    zero_row1 = ScaleValues(site, (2,), rows=(1,))  # every head
+    half_row2 = ScaleValues(site, (4,), factor=0.5, heads=(1,), rows=(2,))
+    rec, plain = (Recorder(model, qkv=True, activations=True, interventions=i) for i in ((zero_row1, half_row2), ()))
+    with torch.no_grad():
+        model(src.expand(B, -1), tgt.expand(B, -1), call=Call(recorder=rec))
+        model(src, tgt, call=Call(recorder=plain))
+    trace, base = rec.freeze(), plain.freeze()
+    v = np.stack([trace.select(b)[f"{site}.v"] for b in range(B)])  # (B, H, Ts, dv)
+    expected = np.repeat(base[f"{site}.v"][None], B, axis=0)
+    expected[1, :, 2] = 0.0
+    expected[2, 1, 4] *= 0.5
+    np.testing.assert_allclose(v, expected, atol=1e-6)
+    for b in range(B):  # the weights are untouched; each head's output weighs the changed values
+        item = trace.select(b)
+        np.testing.assert_allclose(item[f"{site}.weights"], base[f"{site}.weights"], atol=1e-6)
+        np.testing.assert_allclose(item[f"{site}.heads"], item[f"{site}.weights"] @ v[b], atol=1e-5)
+    np.testing.assert_allclose(trace.select(0)["encoder.0.out"], base["encoder.0.out"], atol=1e-5)
+    assert not np.allclose(trace.select(1)["encoder.0.out"], base["encoder.0.out"], atol=1e-4)
+    same = logits(model, src, tgt, ScaleValues("decoder.1.cross", (0, 1, 2), factor=1.0))
+    torch.testing.assert_close(same, logits(model, src, tgt))
+
+
+@pytest.mark.parametrize("site, position", [("decoder.0.self", 1), ("decoder.1.cross", 3)])
+def test_scale_values_applies_at_the_same_keys_when_decoding_step_by_step(model, site, position):
+    """A cached decoding step zeroes the same absolute key positions as one teacher-forced pass."""
+    src, _ = pair(4)
+    out, stepwise, tf_logits, _ = decoded_and_forced(model, src, ScaleValues(site, (position,)))
+    tokens = out.tokens[0, 1 : len(out.steps) + 1, None]
+    probs = torch.softmax(tf_logits[0], -1).gather(-1, tokens)[:, 0]
+    np.testing.assert_allclose(stepwise["output.probs"], probs.numpy(), rtol=1e-4, atol=1e-6)
+    assert not torch.allclose(tf_logits, logits(model, src, out.tokens[:, : len(out.steps)]), atol=1e-4)
 
 
 def test_keep_grad_gives_the_gradient_at_the_source_embeddings(model):
@@ -166,6 +207,14 @@ def test_bad_interventions_are_named(model):
         Recorder(model, keep_grad=("decoder.0.cross",))
     with pytest.raises(ValueError, match="does not fit"):
         logits(model, *pair(), Patch("embed.src", torch.zeros(6, 7)))
+    with pytest.raises(ValueError, match="not an attention site"):
+        ScaleValues("encoder.0.out", (0,))
+    with pytest.raises(ValueError, match="must be >= 0"):
+        ScaleValues("encoder.0.self", (-1,))
+    with pytest.raises(ValueError, match="no attention site 'decoder.9.cross'"):
+        Recorder(model, interventions=[ScaleValues("decoder.9.cross", (0,))])
+    with pytest.raises(ValueError, match="out of range"):
+        Recorder(model, interventions=[ScaleValues("decoder.0.cross", (0,), heads=(5,))])
 
 
 def test_interventions_never_change_the_model_and_calls_stay_independent_under_threads(tiny_checkpoint):
