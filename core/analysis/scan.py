@@ -270,12 +270,12 @@ def _pieces(bundle: Bundle, pair: Pair) -> tuple[int, int]:
 
 
 def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, model: str) -> list[dict[str, Any]]:
-    """``score_pair`` of each pair, in order, with one greedy batch for the pairs without a translation
-    (``Bundle.translate_batch``, each output cut at its own eos and at its own step limit, as ``translate`` stops
-    it) and one recorded pass per group of pairs of like lengths (``batch_contributions``): the same records, up to
-    the last of the written decimals. Without the padding or causal mask, batching would change the numbers:
-    each pair is then scored alone (``score_pair``). With ``settings.timing`` each record's ``seconds`` is the
-    batch's time over its pairs."""
+    """``score_pair`` of each pair, in order, with one greedy batch per group of like source lengths for the pairs
+    without a translation (``decoding_groups``; ``Bundle.translate_batch``, each output cut at its own eos and step
+    limit, as ``translate`` stops it) and one recorded pass per group of like lengths (``batch_contributions``): the
+    same records, up to the last of the written decimals. Without the padding or causal mask, batching would change
+    the numbers: each pair is then scored alone (``score_pair``). With ``settings.timing`` each record's ``seconds``
+    is the batch's time over its pairs."""
     options = settings.options
     if not (options.padding_mask and options.causal_mask):
         return [score_pair(bundle, pair, settings, model) for pair in pairs]
@@ -297,9 +297,9 @@ def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, m
             records[i] = error_record(pair, problem, model)
     own = [i for i, (_, given) in rows.items() if given is None]
     decoded: dict[int, list[int]] = {}
-    if own:
-        texts = [pairs[i].source or "" for i in own]
-        for i, out in zip(own, bundle.translate_batch(texts, options, record=Record(qkv=False)), strict=True):
+    for group in decoding_groups({i: len(rows[i][0]) for i in own}):
+        texts = [pairs[i].source or "" for i in group]
+        for i, out in zip(group, bundle.translate_batch(texts, options, record=Record(qkv=False)), strict=True):
             decoded[i] = own_ids(bundle, out.output_ids, len(rows[i][0]))
     order = list(rows)
     if order:
@@ -315,6 +315,21 @@ def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, m
                 text = output_text(bundle.tokenizer, decoded[i], bundle.config.eos_id)
             records[i] = scored_record(bundle, pair, result, text, settings, model)
     return timed([r for r in records if r is not None], settings, time.perf_counter() - start)
+
+
+STEP_ROWS = 4  # the padded rows a greedy step's fixed cost is worth (``decoding_groups``; docs/scan.md, Speed)
+
+
+def decoding_groups(source_lengths: dict[int, int]) -> list[list[int]]:
+    """The keys in groups of like source lengths, shortest first: a greedy batch steps until its longest output ends,
+    so a group is cut where its padding would pass ``STEP_ROWS`` rows at each of its steps."""
+    groups: list[list[int]] = [[]]
+    for i in sorted(source_lengths, key=source_lengths.__getitem__):
+        n, group = source_lengths[i], groups[-1]  # n: the group's longest with i in it
+        if group and len(group) * n - sum(source_lengths[j] for j in group) > STEP_ROWS * n:
+            groups.append([])
+        groups[-1].append(i)
+    return [group for group in groups if group]
 
 
 def own_ids(bundle: Bundle, batch_ids: Sequence[int], n_src: int) -> list[int]:

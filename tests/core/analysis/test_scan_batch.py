@@ -11,9 +11,11 @@ import pytest
 import core
 from core.analysis.contributions import batch_contributions, contributions
 from core.analysis.scan import (
+    STEP_ROWS,
     Pair,
     ScanSettings,
     batches,
+    decoding_groups,
     local_records,
     parse_line,
     score_pair,
@@ -124,3 +126,11 @@ def test_without_the_padding_mask_each_pair_is_scored_alone(bundle, pairs) -> No
     good = [p for p in pairs if p.error is None][:3]
     alone = [score_pair(bundle, pair, settings, "m") for pair in good]
     assert score_pairs(bundle, good, settings, "m", batch_size=8) == alone
+
+
+def test_decoding_groups_cut_where_padding_passes_step_rows_rows_a_step() -> None:
+    short = {i: 5 for i in range(6)}  # six rows of 5: a 30-piece source beside them pads 6 x 25 > STEP_ROWS x 30
+    assert decoding_groups({**short, 6: 31, 7: 30}) == [[0, 1, 2, 3, 4, 5], [7, 6]]  # shortest first
+    few = {i: 5 + 20 * i for i in range(STEP_ROWS + 1)}  # at most STEP_ROWS rows of padding: never cut
+    assert decoding_groups(few) == [list(few)]
+    assert decoding_groups({}) == []
