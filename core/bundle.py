@@ -6,7 +6,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from torch import Tensor
 
 from .config import InferenceOptions, ModelConfig, Record
 from .decoding.generation_rules import rules_in_force
+from .decoding.sampling import Sampling
 from .decoding.search import BeamStep, beam_search, greedy, max_steps, output_text, padded
 from .decoding.shortlist import Shortlist, as_vocab, load_beside
 from .errors import CheckpointError, InputError
@@ -155,10 +156,13 @@ class Bundle:
         beam_size: int = 1,
         max_len: int | None = None,
         record: Record = Record(),
+        sampling: Sampling | None = None,
     ) -> InferenceOptions:
-        """The options for a call, checked against this model; InputError naming what is wrong (``record`` checks
-        its own fields: this checks that it is one)."""
+        """The options for a call, checked against this model; InputError naming what is wrong (``record`` and
+        ``sampling`` check their own fields: this checks that they are ones, and that sampling has no beam)."""
         check_whole("beam_size", beam_size, 1, MAX_BEAM)
+        if sampling is not None and (not isinstance(sampling, Sampling) or beam_size != 1):
+            raise InputError("sampling is a core.decoding.sampling.Sampling, and draws one piece a step: beam size 1")
         if not isinstance(record, Record):
             raise InputError(f"record must be core.Record, got {type(record).__name__}")
         if max_len is not None:
@@ -281,12 +285,15 @@ class Bundle:
         max_len: int | None = None,
         truncate: bool = False,
         record: Record = Record(),
+        sampling: Sampling | None = None,
     ) -> Translation:
         """Translate ``text`` and record every head (and what ``record`` asks for besides). Greedy with
         beam_size=1, else beam search (the beam's best output is then traced teacher-forced, which gives the same
-        arrays)."""
-        options = self.check_options(options, beam_size=beam_size, max_len=max_len, record=record)
-        return self._decode(self._source(text, truncate), options, record, beam_size=beam_size, max_len=max_len)
+        arrays); with ``sampling``, each greedy step draws its piece (``core.decoding.sampling``: temperature, top-k,
+        top-p, a seed; the run's ``meta['sampling']`` says how)."""
+        options = self.check_options(options, beam_size=beam_size, max_len=max_len, record=record, sampling=sampling)
+        source = self._source(text, truncate)
+        return self._decode(source, options, record, beam_size=beam_size, max_len=max_len, sampling=sampling)
 
     @torch.inference_mode()
     def translate_from(
@@ -314,13 +321,16 @@ class Bundle:
         beam_size: int = 1,
         max_len: int | None = None,
         prefix: Sequence[int] | None = None,
+        sampling: Sampling | None = None,
     ) -> Translation:
         """``translate`` and ``translate_from`` on one checked source: its output decoded and recorded."""
         max_len = max_steps(self.config, max_len, len(source.ids))  # within a learned position table
         forced = [] if prefix is None else check_prefix(prefix, self.config, max_len, self.tokenizer.piece)
-        how = {"max_len": max_len, "beam_size": beam_size, "prefix": tuple(forced)}
+        how = {"max_len": max_len, "beam_size": beam_size, "prefix": tuple(forced), "sampling": sampling}
         call = self._call(options, [source], record, **how)
-        return self._translations([source], call, None, **({"forced_prefix": len(forced)} if forced else {}))[0]
+        meta = {"forced_prefix": len(forced)} if forced else {}
+        drawn = {"sampling": asdict(sampling)} if sampling is not None else {}  # how the pieces were drawn
+        return self._translations([source], call, None, **meta, **drawn)[0]
 
     @torch.inference_mode()
     def beam_tree(
@@ -442,6 +452,7 @@ class Bundle:
         max_len: int | None = None,
         truncate: bool = False,
         record: Record = Record(),
+        sampling: Sampling | None = None,
     ) -> list[Translation]:
         """Translate several texts as ONE padded batch (so padding masks are real): one ``Translation`` per text,
         in order, as ``translate`` gives it (text, source text, notices of that text), with the same keywords.
@@ -450,12 +461,13 @@ class Bundle:
 
         Each one's trace is the batch's trace viewed at its item (``trace.select(i)`` views item i, and
         ``trace.batch_size`` is the batch's): its token lists include ``<pad>`` where that item was padded, and
-        the batch may run steps after its eos (until every item has produced one)."""
-        options = self.check_options(options, beam_size=beam_size, max_len=max_len, record=record)
+        the batch may run steps after its eos (until every item has produced one). With ``sampling`` one generator
+        draws for the whole batch: a text's draws depend on its batch."""
+        options = self.check_options(options, beam_size=beam_size, max_len=max_len, record=record, sampling=sampling)
         if isinstance(texts, str) or not texts:
             raise InputError("translate_batch needs a list of at least one text")
         sources = [self._source(t, truncate) for t in texts]  # each cut and cleaned as translate cuts it
-        how = {"max_len": max_len, "beam_size": beam_size}
+        how = {"max_len": max_len, "beam_size": beam_size, "sampling": sampling}
         return self._translations(sources, self._call(options, sources, record, **how))
 
     @torch.inference_mode()

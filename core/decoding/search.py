@@ -24,6 +24,7 @@ from ..text.tokenizer import Tokenizer
 from ..transformer.model import Transformer
 from .beam_finish import finishing
 from .generation_rules import banned, bans_on, columns_of, forced_id, penalise
+from .sampling import draw
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ def iter_greedy(
     k = min(call.top_k, cfg.tgt_vocab_size if vocab is None else vocab.shape[0])
     blocked = suppressed_columns(cfg, vocab, src.device)
     n_steps = max_steps(cfg, call.max_len, src.shape[1])
+    generator: torch.Generator | None = None  # made at the first step (``call.sampling``'s seed)
     for step in range(n_steps):
         if use_cache:
             logits = model.decode(tokens[:, -1:], memory, cross_keep, call, state=state)[:, -1]  # (B, V|S)
@@ -224,6 +226,11 @@ def iter_greedy(
         top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
         top_ids = vocab_ids(top_ids, vocab)
         next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
+        if call.sampling is not None:  # drawn, not taken: its recorded probability is still the model's own
+            if generator is None:
+                generator = call.sampling.generator(probs.device)
+            columns, _ = draw(probs, call.sampling, generator)
+            next_ids, chosen = vocab_ids(columns, vocab), probs.gather(-1, columns[:, None])[:, 0]
         forced = forced_id(cfg, prefix, step, n_steps)
         if forced is not None:  # a forced step
             next_ids = torch.full_like(next_ids, forced)

@@ -18,6 +18,7 @@ from ..config import InferenceOptions
 from .recorder import HasConfig, Recorder
 
 if TYPE_CHECKING:
+    from ..decoding.sampling import Sampling
     from ..fast.weights import FastWeights
     from ..transformer.attention import LinearFn
 
@@ -31,11 +32,12 @@ class Call:
         options switch heads off (``begin`` then makes a non-recording one: ablation is an intervention).
     fast: the fast path's weights (``core.fast.weights``); None = plain ``F.linear`` everywhere (the reference path).
     vocab: (S,) sorted ids, the only ones scored (a lexical shortlist, ``core.decoding.shortlist``); None = every id.
-    max_len, top_k, prefix, beam_size, alpha, use_cache: decoding's settings (``core.decoding.search``): at most
-        ``max_len`` output ids (None: ``default_max_len`` of the source), the ``top_k`` alternatives recorded per
-        step, output ids forced at the first steps, the beam's width and length penalty (None: the model's own,
+    max_len, top_k, prefix, beam_size, alpha, use_cache, sampling: decoding's settings (``core.decoding.search``):
+        at most ``max_len`` output ids (None: ``default_max_len`` of the source), the ``top_k`` alternatives recorded
+        per step, output ids forced at the first steps, the beam's width and length penalty (None: the model's own,
         ``ModelConfig.length_penalty``), the KV cache (None: on with the causal mask; off, each step recomputes the
-        prefix).
+        prefix), and how greedy decoding's pieces are drawn instead of taken (``core.decoding.sampling``; None: the
+        top choice).
     """
 
     options: InferenceOptions = field(default_factory=InferenceOptions)
@@ -48,6 +50,7 @@ class Call:
     beam_size: int = 1
     alpha: float | None = None
     use_cache: bool | None = None
+    sampling: Sampling | None = None
 
     @property
     def linear(self) -> LinearFn:

@@ -353,7 +353,7 @@ def test_translate_and_translate_batch_take_the_same_keywords_with_the_same_defa
         return {p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY or p.name == "options"}
 
     assert keywords(bundle.translate) == keywords(bundle.translate_batch)
-    assert set(keywords(bundle.translate)) == {"options", "beam_size", "max_len", "truncate", "record"}
+    assert set(keywords(bundle.translate)) == {"options", "beam_size", "max_len", "truncate", "record", "sampling"}
     assert keywords(bundle.translate)["record"] == core.Record(top_k=10, qkv=True, activations=False)
 
 
