@@ -12,6 +12,7 @@ import numpy as np
 from ..analysis.attribution import CONTRAST_KINDS, MAX_IG_STEPS, attribute
 from ..analysis.contributions import contributions
 from ..analysis.importance import head_importance, head_importance_estimate
+from ..analysis.lens import logit_lens
 from ..analysis.patching import activation_patching
 from ..analysis.rollout import FUSIONS, trace_rollout
 from ..bundle import Bundle, load
@@ -20,7 +21,7 @@ from ..errors import InputError
 from ..results import Translation
 from ..sites import ids_site, output_site
 
-WHAT = ("importance", "rollout", "patching", "attribution", "sources")
+WHAT = ("importance", "rollout", "patching", "attribution", "sources", "lens")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=WHAT,
         help="importance: switch each head off alone; rollout: attention rollout; patching: copy each site from "
         "the clean run into a corrupted one (--corrupt); attribution: gradient x input and integrated gradients; "
-        "sources: each output word's contributions from the source and the prefix (ALTI+)",
+        "sources: each output word's contributions from the source and the prefix (ALTI+); lens: each decoder "
+        "layer read through the output layer (logit lens), per step",
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint folder")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
@@ -83,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     bundle = load(args.checkpoint, device=args.device)
     if args.what == "sources":
         return _sources(args, bundle)
+    if args.what == "lens":
+        return _lens(args, bundle)
     out = bundle.translate(" ".join(args.text), InferenceOptions(), truncate=True)
     for notice in out.notices:  # a text cut to the model's limit, pieces it does not know: as translate says them
         print(f"note: {notice}", file=sys.stderr)
@@ -231,4 +235,23 @@ def _sources(args: argparse.Namespace, bundle: Bundle) -> int:
         where = ", ".join(f"{c.source_pieces[j]} {source[t, j]:.2f}" for j in best)
         share = c.token_source_share[t]
         print(f"  {token:<14} source {share:.2f}  prefix {1 - share:.2f}; most: {where}")
+    return 0
+
+
+def _lens(args: argparse.Namespace, bundle: Bundle) -> int:
+    """The logit lens of the greedy translation: per step, each decoder layer's top pieces and the chosen one's p."""
+    lens = logit_lens(bundle, " ".join(args.text))
+    if args.json:
+        print(json.dumps({"output_tokens": list(lens.chosen), **lens.to_dict()}, ensure_ascii=False))
+        return 0
+    print(f"logit lens over {lens.n_layers} decoder layers: each layer's top piece (p), then the chosen piece's p")
+    for t, piece in enumerate(lens.chosen):
+        first = int(lens.first_top[t])
+        layers = "  ".join(
+            f"L{layer + 1} {lens.top_pieces[layer][t][0]} {lens.top_probs[layer, t, 0]:.2f}"
+            f" (chosen {lens.chosen_prob[layer, t]:.2f})"
+            for layer in range(lens.n_layers)
+        )
+        settled = f"top from layer {first + 1}" if first >= 0 else "never the top choice"
+        print(f"  {t + 1:>3} {piece:<14} {settled}: {layers}")
     return 0

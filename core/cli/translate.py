@@ -8,6 +8,7 @@ import sys
 
 from ..bundle import load
 from ..config import InferenceOptions
+from ..decoding.sampling import Sampling
 from ..sites import attention_array
 
 
@@ -25,6 +26,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="score only the model's lexical shortlist at each step, as its production engine does "
         "(imported Bergamot models)",
     )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="draw each piece instead of taking the top one, from the distribution at this temperature "
+        "(0 = the top choice; with --top-k, --top-p, --seed)",
+    )
+    p.add_argument("--top-k", type=int, default=None, help="sampling: draw among the k most probable pieces only")
+    p.add_argument("--top-p", type=float, default=None, help="sampling: draw among the smallest set reaching p")
+    p.add_argument(
+        "--seed", type=int, default=None, help="sampling: the random seed (default 0): same seed, same output"
+    )
     p.add_argument("text", nargs="+", help="the sentence")
 
 
@@ -36,7 +49,12 @@ def run(args: argparse.Namespace) -> int:
         padding_mask=not args.no_padding_mask,
         shortlist=args.shortlist,
     )
-    out = bundle.translate(" ".join(args.text), options, beam_size=args.beam, truncate=True)
+    drawn = (args.temperature, args.top_k, args.top_p, args.seed)
+    sampling = None
+    if any(value is not None for value in drawn):
+        t, k, p, seed = drawn
+        sampling = Sampling(temperature=1.0 if t is None else t, top_k=k, top_p=p, seed=0 if seed is None else seed)
+    out = bundle.translate(" ".join(args.text), options, beam_size=args.beam, truncate=True, sampling=sampling)
     if args.json:
         data = out.to_dict()
         data["attention"] = {

@@ -89,3 +89,35 @@ def test_sources_as_json_and_as_text(tiny_checkpoint, capsys):
     assert code == 0 and out.startswith("source share of the translation given (teacher-forced): ")
     code, _, err = run(capsys, "rollout", "--checkpoint", str(tiny_checkpoint), "--translation", "Le chat.", TEXT)
     assert code == 2 and "--translation applies to sources, not rollout" in err
+
+
+def test_the_logit_lens_as_json_and_as_text(tiny_checkpoint, capsys):
+    import core
+
+    code, out, _ = run(capsys, "lens", "--checkpoint", str(tiny_checkpoint), "--json", TEXT)
+    assert code == 0
+    data = json.loads(out)
+    translation = core.load(tiny_checkpoint).translate(TEXT, truncate=True)
+    assert data["output_tokens"] == translation.output_tokens
+    for step, want in zip(data["steps"], translation.steps, strict=True):
+        last = step["layers"][-1]  # the last layer's lens: the model's own top five
+        assert [x["piece"] for x in last["top"]] == [piece for piece, _ in want.top_k[:5]]
+        assert last["chosen_rank"] == 1 and last["chosen_p"] == pytest.approx(want.prob, abs=1e-5)
+    code, out, _ = run(capsys, "lens", "--checkpoint", str(tiny_checkpoint), TEXT)
+    assert code == 0 and out.startswith("logit lens over 2 decoder layers") and "top from layer" in out
+
+
+def test_translate_samples_with_a_seed(tiny_checkpoint, capsys):
+    def translate(*extra):
+        code = main(["translate", "--checkpoint", str(tiny_checkpoint), *extra, TEXT])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    _, greedy, _ = translate()
+    assert translate("--temperature", "0")[1] == greedy  # temperature 0: the top choice
+    hot = translate("--temperature", "3", "--seed", "5")
+    assert hot[0] == 0 and translate("--temperature", "3", "--seed", "5")[1] == hot[1]  # the same seed replays
+    code, _, err = translate("--top-p", "1.5")
+    assert code == 2 and "top-p is a probability above 0 and at most 1" in err
+    code, _, err = translate("--temperature", "1", "--beam", "2")
+    assert code == 2 and "beam size 1" in err
