@@ -294,3 +294,30 @@ def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int, posit
         piece = quote(chosen[position].replace("▁", ""))
         text += f" {piece} is the top choice from layer {f + 1} on." if f >= 0 else f" No layer ranks {piece} first."
     return text
+
+
+def _agreement(rho: float) -> str:
+    return "closely" if rho >= 0.7 else "loosely" if rho >= 0.3 else "hardly"
+
+
+def zeroing_alti_note(rho: float | None) -> str:
+    """How closely value zeroing's whole-model rows rank the source words as ALTI+'s do (mean Spearman rho)."""
+    if rho is None:
+        return "Value zeroing and ALTI+ cannot be compared here: no output row has two source words to rank."
+    return (
+        f"Over the whole model, value zeroing and ALTI+ rank the source words {_agreement(rho)} alike "
+        f"(mean Spearman ρ {rho:.2f} over the output words; 1 = the same order)."
+    )
+
+
+def zeroing_attention_note(kind: str, per_layer: Sequence[float | None]) -> str:
+    """Per layer, how closely value zeroing ranks the keys as the heads' mean attention does."""
+    found = [(i, r) for i, r in enumerate(per_layer) if r is not None]
+    if not found:
+        return f"In {kind}, no row has two keys to rank: value zeroing and attention cannot be compared."
+    layers = "; ".join(f"layer {i + 1}: {r:.2f}" for i, r in found)
+    text = f"In {kind}, value zeroing ranks the keys as the heads' mean attention does by a mean Spearman ρ of {layers}"
+    if len(found) == 1:
+        return text + "."
+    low = min(found, key=lambda x: x[1])
+    return text + f" — least alike in layer {low[0] + 1}, where attention is the weakest guide to what the layer uses."

@@ -181,3 +181,17 @@ def test_lens_note() -> None:
         "None of the 3 pieces is the top choice before the last layer (of 2): the output layer reads each of them "
         "only from there."
     )
+
+
+def test_value_zeroing_notes() -> None:
+    assert ce.zeroing_alti_note(None).startswith("Value zeroing and ALTI+ cannot be compared")
+    assert "closely alike (mean Spearman ρ 0.80" in ce.zeroing_alti_note(0.8)
+    assert "hardly alike" in ce.zeroing_alti_note(0.1) and "loosely alike" in ce.zeroing_alti_note(0.5)
+    assert ce.zeroing_attention_note("cross-attention", [None]).startswith("In cross-attention, no row has two keys")
+    assert ce.zeroing_attention_note("enc", [0.5]) == (
+        "In enc, value zeroing ranks the keys as the heads' mean attention does by a mean Spearman ρ of layer 1: 0.50."
+    )
+    assert ce.zeroing_attention_note("enc", [0.5, 0.2, None]).endswith(
+        "layer 1: 0.50; layer 2: 0.20 — least alike in layer 2, where attention is the weakest guide to what the "
+        "layer uses."
+    )

@@ -269,3 +269,30 @@ def test_the_logit_lens_tab_draws_core_s_lens_and_says_where_the_pieces_settle(r
     assert array(spec["data"][0]["z"]).shape == (found.n_layers, len(found.chosen))
     assert claims_explain.lens_note(found.chosen, found.first_top, found.n_layers) in [m.value for m in at.markdown]
     assert at.query_params["explain_tab"] == "Logit lens"
+
+
+def test_the_value_zeroing_tab_draws_core_s_matrices_and_their_agreement(root: Path) -> None:
+    import core
+    from core.analysis.contributions import contributions
+    from core.analysis.value_zeroing import rank_agreement, value_zeroing
+    from viz_app import claims_explain
+
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": "explain", "explain_tab": "Value zeroing"})
+    at.run(timeout=TIMEOUT)
+    ok(at)
+    bundle = core.load(root / "tiny")
+    text = at.text_input(key="text").value
+    found = value_zeroing(bundle, text)
+    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Value zeroing, whole model"))
+    np.testing.assert_allclose(array(spec["data"][0]["z"]), found.source, atol=1e-4)
+    alti = contributions(bundle, text)
+    rho = float(np.nanmean(rank_agreement(found.source, alti.source_matrix)))
+    shown = [m.value for m in at.markdown]
+    assert claims_explain.zeroing_alti_note(rho) in shown
+    at.radio(key="zeroing_kind").set_value("cross").run(timeout=TIMEOUT)
+    at.selectbox(key="zeroing_layer").set_value(1).run(timeout=TIMEOUT)
+    spec = next(s for s in specs(ok(at)) if s["layout"]["title"]["text"].startswith("Value zeroing: cross"))
+    np.testing.assert_allclose(array(spec["data"][0]["z"]), found.layers["cross"][1], atol=1e-4)
+    per_layer = [float(np.nanmean(row)) for row in found.attention_agreement()["cross"]]
+    assert claims_explain.zeroing_attention_note("cross-attention", per_layer) in [m.value for m in at.markdown]

@@ -58,6 +58,7 @@ LAZY_MODULES = (
     *("viz_app.corpus.store", "viz_app.corpus.table", "viz_app.figures.corpus", "viz_app.widgets.heads_over_set"),
     *("core.analysis.compare", "viz_app.claims_compare", "viz_app.compare.runs", "viz_app.compare.presets"),
     *("viz_app.explain.lens", "viz_app.figures.lens"),  # Why this word?'s logit lens
+    *("viz_app.explain.zeroing", "core.analysis.value_zeroing"),  # and its value zeroing
     "viz_app.claims_explain",
 )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.analysis import HeadImportance
-from viz_app.explain import analysis_store, attribution, importance, lens, patching, rollout, sources
+from viz_app.explain import analysis_store, attribution, importance, lens, patching, rollout, sources, zeroing
 from viz_app.session import selection, trace_replay
 from viz_app.widgets import export, header, sentence_bar
 
@@ -18,6 +18,7 @@ TABS = {  # title (also the ?explain_tab= value, params.PARAMS) -> the function 
     "Attribution": attribution.tab,
     "Source or prefix?": sources.tab,
     "Logit lens": lens.tab,
+    "Value zeroing": zeroing.tab,
 }
 
 st.title("Why this word?")
