@@ -13,7 +13,7 @@ import numpy as np
 import core
 from core.analysis import HeadImportance, head_importance, head_importance_estimate
 from core.analysis.alignment import AlignmentScores
-from core.analysis.attribution import Attribution, attribute
+from core.analysis.attribution import Attribution, ContrastKind, attribute
 from core.analysis.contributions import Contributions
 from core.analysis.contributions import contributions as alti_contributions
 from core.analysis.head_spread import HeadSpread
@@ -166,6 +166,25 @@ def attribution(path: str, text: str, key: OptionsKey, position: int, steps: int
         out_ids,
         position,
         steps=steps,
+        options=_analysis_options(key),
+    )
+
+
+@cached("Integrating gradients of the difference between the two words …")
+def contrast_attribution(
+    path: str, text: str, key: OptionsKey, position: int, contrast: int, kind: ContrastKind, steps: int = 32
+) -> Attribution:
+    """Cached contrastive attribution of output token ``position`` against the alternative piece id ``contrast``:
+    log p(y_t) - log p(c) (``kind`` "logit_diff") or p(y_t) - p(c) ("prob_diff"), ``steps`` points."""
+    src_ids, out_ids = _ids(path, text, key)
+    return attribute(
+        load_bundle(path),
+        src_ids,
+        out_ids,
+        position,
+        steps=steps,
+        contrast=contrast,
+        contrast_kind=kind,
         options=_analysis_options(key),
     )
 
