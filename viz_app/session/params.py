@@ -84,6 +84,22 @@ _BOOL: _Codec = {"parse": _bool, "dump": lambda v: "1" if v else "0"}
 _INDEX: _Codec = {"parse": _one_based, "dump": lambda v: str(int(v) + 1)}  # layers, heads, positions: 1-based in links
 
 
+def _within(cast: Callable[[str], Any], low: float, high: float) -> Callable[[str], Any]:
+    """A parser of a number from ``low`` to ``high`` (the sampling settings: the widgets' own bounds)."""
+
+    def parse(text: str) -> Any:
+        value = cast(text)
+        if not low <= value <= high:  # NaN fails too
+            raise ValueError(text)
+        return value
+
+    return parse
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}"
+
+
 PARAMS: dict[str, Param] = {
     "ckpt": Param(""),
     "text": Param(""),
@@ -96,6 +112,12 @@ PARAMS: dict[str, Param] = {
     "shortlist": Param(False, **_BOOL),
     "ablate": Param([], _ablate_parse, _ablate_dump),
     "beam": Param(1, int, choices=BEAMS),
+    # sampling on the Steps page (viz_app/steps/sampling.py): a temperature (None: not sampling), top-k and top-p
+    # (None: no cut) and the seed that replays the draw
+    "temperature": Param(None, _within(float, 0.0, 2.0), _number),
+    "top_k": Param(None, _within(int, 1, 10**6)),
+    "top_p": Param(None, _within(float, 0.01, 1.0), _number),
+    "seed": Param(0, _within(int, 0, 2**63 - 1)),
     "kind": Param("cross", choices=tuple(KINDS)),
     "layer": Param(0, **_INDEX),
     "head": Param(0, **_INDEX),
@@ -222,6 +244,7 @@ SESSION_KEYS: dict[str, str] = {
         ),
         "views/steps.py",
     ),
+    **dict.fromkeys(("decoding", "sampling_chart"), "steps/sampling.py"),
     **dict.fromkeys(
         (
             "_analysis",
