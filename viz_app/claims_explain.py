@@ -13,7 +13,7 @@ import numpy as np
 
 from core.analysis.attribution import Attribution
 from core.analysis.rollout import Concentration
-from viz_app.claims import counted, quote
+from viz_app.claims import counted, md, quote
 
 IG_TOLERANCE = 0.05  # attributions that miss f(input) - f(baseline) by more than this share are not to be trusted
 TINY_DIFFERENCE = 0.05  # nats: removing the tokens changes log p by less than this — next to nothing to share out
@@ -321,3 +321,61 @@ def zeroing_attention_note(kind: str, per_layer: Sequence[float | None]) -> str:
         return text + "."
     low = min(found, key=lambda x: x[1])
     return text + f" — least alike in layer {low[0] + 1}, where attention is the weakest guide to what the layer uses."
+
+
+# ---- why this word and not that one? (contrastive attribution) ----
+
+
+def _bare(piece: str) -> str:
+    return piece.replace("▁", "") or piece  # '▁gato' -> 'gato'
+
+
+def contrast_explained(a: Attribution, chosen: str, other: str) -> str:
+    """What a contrastive attribution explains, with its pieces: 'log p(gato) − log p(cão)' or 'p(gato) − p(cão)'."""
+    y, c = md(_bare(chosen)), md(_bare(other))
+    return f"log p({y}) − log p({c})" if a.contrast_kind == "logit_diff" else f"p({y}) − p({c})"
+
+
+def contrast_note(a: Attribution, chosen: str, other: str, src: Sequence[str], prefix: Sequence[str]) -> str:
+    """The piece (source piece or decoder input) that pushed most towards the chosen word, the one that pushed most
+    towards the alternative (integrated gradients of the difference), and the difference f(input)."""
+    values = np.concatenate([a.source_ig, a.target_ig])
+    where = [f"the source piece {quote(_bare(p))}" for p in src] + [
+        f"the decoder input {quote(_bare(p))}" for p in prefix
+    ]
+    y, c = quote(_bare(chosen)), quote(_bare(other))
+    n = 2 if a.contrast_kind == "logit_diff" else 3  # digits: nats, or a difference of probabilities
+    hi, lo = int(np.argmax(values)), int(np.argmin(values))
+    up = (
+        f"{where[hi]} pushed most towards {y} ({values[hi]:+.{n}f})"
+        if values[hi] > 0
+        else f"no piece pushed towards {y}"
+    )
+    down = f"{where[lo]} most towards {c} ({values[lo]:+.{n}f})" if values[lo] < 0 else f"none towards {c}"
+    f = float("nan") if a.f_input is None else a.f_input
+    said = f"{y} rather than {c}: {up}, {down}; {contrast_explained(a, chosen, other)} = {f:.{n}f}."
+    return said + (f" Below 0: over the whole vocabulary the model finds {c} the likelier piece here." if f < 0 else "")
+
+
+def contrast_sum_line(a: Attribution, chosen: str, other: str) -> str:
+    """Whether the contrastive attributions add up to f(input) − f(baseline), with this run's numbers."""
+    total, f = float(a.source_ig.sum() + a.target_ig.sum()), contrast_explained(a, chosen, other)
+    baseline = "tokens removed, positions kept" if a.baseline == "position" else "all-zero embeddings"
+    if a.difference is None or a.f_input is None or a.f_baseline is None:
+        return f"The attributions of {f} add up to {total:+.4f}: delta {a.ig_delta:+.4f} ({a.ig_steps} steps)."
+    return (
+        f"Integrated gradients of f = {f} should add up to f(input) − f(baseline): f(input) = {a.f_input:.4f} "
+        f"(the real tokens), f(baseline) = {a.f_baseline:.4f} ({baseline}), difference {a.difference:+.4f}; the "
+        f"attributions add up to {total:+.4f}: delta {a.ig_delta:+.4f} ({a.ig_steps} steps)."
+    )
+
+
+def contrast_trust(a: Attribution) -> tuple[bool, str]:
+    """``ig_trust`` for a contrastive attribution; a difference next to 0 is said as such (not 'this word's log p')."""
+    diff = a.difference
+    if diff is not None and abs(diff) < TINY_DIFFERENCE:
+        return False, (
+            f"The difference hardly changes with and without the tokens (f(input) − f(baseline) = {diff:+.4f}): "
+            "next to nothing to share out; the bars (each scaled to its largest value) magnify small numbers."
+        )
+    return ig_trust(a)

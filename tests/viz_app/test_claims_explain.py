@@ -195,3 +195,85 @@ def test_value_zeroing_notes() -> None:
         "layer 1: 0.50; layer 2: 0.20 — least alike in layer 2, where attention is the weakest guide to what the "
         "layer uses."
     )
+
+
+# ---- why this word and not that one? (contrastive attribution) ----
+
+
+def _contrast(
+    source_ig: list[float],
+    target_ig: list[float],
+    f_input: float | None,
+    kind: str = "logit_diff",
+    baseline: str = "position",
+) -> Attribution:
+    """A contrastive attribution of '▁gato' against '▁cão' with these integrated gradients (f(baseline) 0.5)."""
+    return Attribution(
+        position=1,
+        token_id=5,
+        logprob=-0.01,
+        source_grad_x_input=np.zeros(len(source_ig)),
+        target_grad_x_input=np.zeros(len(target_ig)),
+        source_ig=np.array(source_ig),
+        target_ig=np.array(target_ig),
+        ig_delta=float(sum(source_ig) + sum(target_ig)) - (0.0 if f_input is None else f_input - 0.5),
+        ig_steps=32,
+        baseline=baseline,
+        f_input=f_input,
+        f_baseline=None if f_input is None else 0.5,
+        contrast_id=7,
+        contrast_kind=kind,
+        contrast_logprob=-9.0,
+    )
+
+
+SRC2, PREFIX2 = ["▁The", "▁cat", "</s>"], ["<s>", "▁O"]
+
+
+def test_contrast_explained_names_both_pieces_and_the_kind() -> None:
+    assert ce.contrast_explained(_contrast([1.0], [], 8.98), "▁gato", "▁cão") == "log p(gato) − log p(cão)"
+    assert ce.contrast_explained(_contrast([1.0], [], 0.4, "prob_diff"), "▁gato", "▁cão") == "p(gato) − p(cão)"
+
+
+def test_contrast_note_names_the_pieces_that_pushed_each_way() -> None:
+    a = _contrast([0.5, 8.3, -1.2], [0.1, 0.9], 8.98)
+    assert ce.contrast_note(a, "▁gato", "▁cão", SRC2, PREFIX2) == (
+        "“gato” rather than “cão”: the source piece “cat” pushed most towards “gato” (+8.30), the source piece "
+        "“\\</s\\>” most towards “cão” (-1.20); log p(gato) − log p(cão) = 8.98."
+    )
+    by_prefix = ce.contrast_note(
+        _contrast([0.1, 0.2, 0.0], [-0.3, 0.9], 0.41, "prob_diff"), "▁gato", "▁cão", SRC2, PREFIX2
+    )
+    assert "the decoder input “O” pushed most towards “gato” (+0.900), the decoder input “\\<s\\>” most towards" in (
+        by_prefix
+    )
+    assert by_prefix.endswith("p(gato) − p(cão) = 0.410.")
+    one_way = ce.contrast_note(_contrast([0.5, 2.0, 0.0], [0.0, 0.0], 3.0), "▁gato", "▁cão", SRC2, PREFIX2)
+    assert "(+2.00), none towards “cão”;" in one_way
+    other_way = ce.contrast_note(_contrast([-0.5, -2.0, 0.0], [0.0, 0.0], -2.0), "▁gato", "▁cão", SRC2, PREFIX2)
+    assert other_way.startswith("“gato” rather than “cão”: no piece pushed towards “gato”, the source piece “cat”")
+    assert other_way.endswith(
+        "= -2.00. Below 0: over the whole vocabulary the model finds “cão” the likelier piece here."
+    )
+
+
+def test_contrast_sum_line_with_and_without_both_ends() -> None:
+    line = ce.contrast_sum_line(_contrast([8.0, 0.4], [0.0], 8.98), "▁gato", "▁cão")
+    assert line.startswith(
+        "Integrated gradients of f = log p(gato) − log p(cão) should add up to f(input) − f(baseline)"
+    )
+    assert "f(input) = 8.9800 (the real tokens), f(baseline) = 0.5000 (tokens removed, positions kept)" in line
+    assert line.endswith("difference +8.4800; the attributions add up to +8.4000: delta -0.0800 (32 steps).")
+    zero = ce.contrast_sum_line(_contrast([1.0], [0.0], 1.5, baseline="zero"), "▁gato", "▁cão")
+    assert "(all-zero embeddings)" in zero
+    assert ce.contrast_sum_line(_contrast([1.0], [0.0], None), "▁gato", "▁cão") == (
+        "The attributions of log p(gato) − log p(cão) add up to +1.0000: delta +1.0000 (32 steps)."
+    )
+
+
+def test_contrast_trust_says_a_difference_next_to_zero_as_such() -> None:
+    tiny_ok, tiny = ce.contrast_trust(_contrast([0.01], [0.0], 0.52))
+    assert not tiny_ok and tiny.startswith("The difference hardly changes with and without the tokens")
+    assert "log p" not in tiny and "(f(input) − f(baseline) = +0.0200)" in tiny
+    ok, said = ce.contrast_trust(_contrast([8.4], [0.0], 8.98))  # delta -0.08 of 8.48: within 1%
+    assert ok and said == ce.ig_trust(_contrast([8.4], [0.0], 8.98))[1]
