@@ -20,8 +20,10 @@ import torch
 
 from ..bundle import Bundle
 from ..config import InferenceOptions, Record
+from ..decoding.generation_rules import bans_on
 from ..decoding.search import step_probs, suppressed_columns
 from ..errors import InputError
+from ..recording.call import Call
 from ..results import Translation
 from ..sites import ids_site, layer_site, output_site
 
@@ -112,22 +114,28 @@ def lens_of(bundle: Bundle, run: Translation, *, given: bool = False, top: int =
     inputs = torch.as_tensor(np.array(trace[ids_site("tgt")]), device=param.device)  # (T,) decoder inputs
     chosen = torch.as_tensor(out_ids, device=param.device)  # (T,)
     blocked = suppressed_columns(cfg, None, param.device)
+    per_step = bans_on(cfg) or cfg.repetition_penalty != 1.0
     n_layers, steps = cfg.n_decoder_layers, len(out_ids)
-    top_probs = np.zeros((n_layers, steps, top))
-    top_pieces: list[tuple[tuple[str, ...], ...]] = []
-    chosen_prob, chosen_rank = np.zeros((n_layers, steps)), np.zeros((n_layers, steps), dtype=np.int64)
-    for layer in range(n_layers):
-        stream = torch.as_tensor(np.array(trace[layer_site("decoder", layer)]), device=param.device)  # (T, D)
-        logits = model.logits(model.decoder_norm(stream.to(param.dtype))).float()  # (T, V)
-        probs = torch.cat(
-            [step_probs(cfg, logits[t : t + 1], inputs[None, : t + 1], None, blocked, src) for t in range(steps)]
-        )  # (T, V), each row as greedy decoding makes it at that step
-        p, ids = probs.topk(top, dim=-1)  # (T, top)
-        top_probs[layer] = p.cpu().numpy()
-        top_pieces.append(tuple(tuple(trace.piece(int(i)) for i in row) for row in ids.tolist()))
-        picked = probs.gather(-1, chosen[:, None])[:, 0]  # (T,)
-        chosen_prob[layer] = picked.cpu().numpy()
-        chosen_rank[layer] = ((probs > picked[:, None]).sum(-1) + 1).cpu().numpy()
+    streams = [np.array(trace[layer_site("decoder", layer)]) for layer in range(n_layers)]  # L x (T, D)
+    stacked = torch.as_tensor(np.concatenate(streams), device=param.device).to(param.dtype)  # (L*T, D)
+    fast = Call(fast=bundle.fast)  # the bundle's packed output layer, as decoding projects
+    every = model.logits(model.decoder_norm(stacked), fast).float()  # (L*T, V): the output layer read once for all
+    if per_step:  # rules that read the prefix: each row with its own decoder inputs, as decoding made it
+        t_of = [t for _ in range(n_layers) for t in range(steps)]
+        rows = [
+            step_probs(cfg, every[r : r + 1], inputs[None, : t + 1], None, blocked, src) for r, t in enumerate(t_of)
+        ]
+        probs = torch.cat(rows)  # (L*T, V)
+    else:  # softmax and the suppressed ids only: every row at once
+        probs = step_probs(cfg, every, inputs.repeat(n_layers)[:, None], None, blocked, src)  # (L*T, V)
+    p, ids = probs.topk(top, dim=-1)  # (L*T, top)
+    picked = probs.gather(-1, chosen.repeat(n_layers)[:, None])[:, 0]  # (L*T,)
+    rank = (probs > picked[:, None]).sum(-1) + 1  # (L*T,)
+    top_probs = p.cpu().numpy().reshape(n_layers, steps, top)
+    chosen_prob = picked.cpu().numpy().reshape(n_layers, steps)
+    chosen_rank = rank.cpu().numpy().reshape(n_layers, steps)
+    names = [tuple(trace.piece(int(i)) for i in row) for row in ids.tolist()]
+    top_pieces = [tuple(names[layer * steps : (layer + 1) * steps]) for layer in range(n_layers)]
     first_top = np.full(steps, -1)
     for t in range(steps):
         tops = chosen_rank[:, t] == 1

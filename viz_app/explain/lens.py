@@ -6,11 +6,13 @@ from __future__ import annotations
 import streamlit as st
 
 import core
+from core.analysis.lens import lens_of
 from viz_app import claims_explain
 from viz_app.explain.common import how_to_read, needs_model
 from viz_app.figures import lens as figures
 from viz_app.figures import style
 from viz_app.session import checkpoints, errors, runs, selection
+from viz_app.session.server import load_bundle
 from viz_app.widgets import export
 
 
@@ -29,8 +31,11 @@ def tab(out: core.Translation) -> None:
     if needs_model():
         return
     path = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
-    key = runs.options_key(out.options)
-    found = errors.guarded(lambda: runs.lens(path, selection.sentence(), key))
+    key = runs.options_key(out.options.with_changes(shortlist=False))  # the lens reads the whole vocabulary
+    # the translation recorded once more with every layer's stream (cached; the Learn page reads it too), then the
+    # lens itself: one projection of every layer's rows (about a quarter of a traced translation, make bench)
+    run = errors.guarded(lambda: runs.recorded_more(path, selection.sentence(), key, 1))
+    found = errors.guarded(lambda: lens_of(load_bundle(path), run)) if run is not None else None
     if found is None:
         return
     title = style.titled("Logit lens: each decoder layer read as the last", selection.options_note(out.options))
