@@ -14,13 +14,17 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+import numpy as np
 import pytest
 import torch
 from conftest import POLL, SCREENSHOTS, new_tab, snapshot
 
 import core
 from core.analysis.compare import compare
-from viz_app import claims, claims_compare
+from core.analysis.contributions import contributions
+from core.analysis.lens import logit_lens
+from core.analysis.value_zeroing import rank_agreement, value_zeroing
+from viz_app import claims, claims_compare, claims_explain
 from viz_app.session.params import KINDS
 
 pytestmark = pytest.mark.browser
@@ -56,7 +60,7 @@ MAX_ABS = """(prefix) => {
 
 # claims whose page code does not depend on the model: the tiny model's sweep leaves them to the real one's (each
 # page costs the run about 5 s of its browser phase), unless there is no real checkpoint
-REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map", "compare"})
+REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map", "compare", "lens"})
 
 
 def real_checkpoint(root: Path) -> str | None:
@@ -281,6 +285,15 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
             assert found.kinds, "the two runs share attention kinds to compare"
             for kind, change in found.kinds.items():
                 assert claims_compare.kind_note(change, KINDS[kind].capitalize()) in said, kind
+        # 8 · Why this word?'s logit lens and value zeroing: their sentences are core's, computed here
+        if "lens" not in skip:
+            lens = logit_lens(bundle, first)
+            said = page.open("lens", "Logit lens: each decoder", page="explain", text=first, explain_tab="Logit lens")
+            assert claims_explain.lens_note(lens.chosen, lens.first_top, lens.n_layers) in said
+            zeroed, alti = value_zeroing(bundle, first), contributions(bundle, first)
+            said = page.open("zeroing", "Layer by layer", page="explain", text=first, explain_tab="Value zeroing")
+            rho = float(np.nanmean(rank_agreement(zeroed.source, alti.source_matrix)))
+            assert claims_explain.zeroing_alti_note(rho) in said
 
 
 def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[str, Path], chromium: object) -> None:
