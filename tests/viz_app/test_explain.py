@@ -14,6 +14,7 @@ from conftest import build_tiny_checkpoint
 from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
 
+from viz_app.explain import attribution as attribution_tab
 from viz_app.figures import explain
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
@@ -214,7 +215,8 @@ def test_attribution_tab_compares_attribution_with_attention() -> None:
     assert any("agrees best with the attribution" in m.value for m in at.markdown)
     assert any("convergence delta is how far they miss" in c.value and "f(baseline) = " in c.value for c in at.caption)
     verdicts = [b.value for b in [*at.success, *at.warning] if "attributions" in b.value or "log p" in b.value]
-    assert len(verdicts) == 1, verdicts  # one computed verdict on whether they add up
+    assert len(verdicts) == 2, verdicts  # one computed verdict on whether they add up: the word, and against the
+    # runner-up (… and not which word?)
     more = [b for b in at.button if b.key == "explain_ig_more"]
     if more:  # too far off: one click integrates again with more steps
         more[0].click().run(timeout=TIMEOUT)
@@ -296,3 +298,46 @@ def test_the_value_zeroing_tab_draws_core_s_matrices_and_their_agreement(root: P
     np.testing.assert_allclose(array(spec["data"][0]["z"]), found.layers["cross"][1], atol=1e-4)
     per_layer = [float(np.nanmean(row)) for row in found.attention_agreement()["cross"]]
     assert claims_explain.zeroing_attention_note("cross-attention", per_layer) in [m.value for m in at.markdown]
+
+
+def test_why_this_word_and_not_that_one(root: Path) -> None:
+    import core
+    from core.analysis.attribution import attribute
+    from core.sites import ids_site, output_site
+    from viz_app import claims_explain
+
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": "explain", "explain_tab": "Attribution"})
+    ok(at.run(timeout=TIMEOUT))
+    at.select_slider(key="explain_attr_position").set_value(1).run(timeout=TIMEOUT)
+    ok(at)
+    bundle = core.load(root / "tiny")
+    out = bundle.translate(at.text_input(key="text").value)
+    chosen, offered = out.output_tokens[1], [piece for piece, _ in out.steps[1].top_k if piece != out.output_tokens[1]]
+    picker = at.selectbox(key="explain_contrast")
+    assert picker.value == offered[0] and len(picker.options) == len(offered) + 1  # the model's own, then "typed"
+    picker.set_value(offered[2]).run(timeout=TIMEOUT)
+    ok(at)
+    src, ids = [int(i) for i in out.trace[ids_site("src")]], [int(i) for i in out.trace[output_site("ids")]]
+    other = int(out.trace[output_site("top_ids")][1][[p for p, _ in out.steps[1].top_k].index(offered[2])])
+    for kind in ("logit_diff", "prob_diff"):
+        at.radio(key="explain_contrast_kind").set_value(kind).run(timeout=TIMEOUT)
+        ok(at)
+        a = attribute(bundle, src, ids, 1, contrast=other, contrast_kind=kind)
+        prefix = out.tgt_tokens[: len(a.target_ig)]
+        assert claims_explain.contrast_note(a, chosen, offered[2], out.src_tokens, prefix) in [
+            m.value for m in at.markdown
+        ]
+        assert claims_explain.contrast_sum_line(a, chosen, offered[2]) in [c.value for c in at.caption]
+    contrast = [s for s in specs(at) if "rather than" in s["layout"]["title"]["text"]]
+    assert len(contrast) == 1 and [d["name"] for d in contrast[0]["data"]] == [
+        "integrated gradients",
+        "gradient × input",
+    ]
+    at.selectbox(key="explain_contrast").set_value(attribution_tab.TYPED).run(timeout=TIMEOUT)
+    at.text_input(key="explain_contrast_typed").set_value("xyzzy quux").run(timeout=TIMEOUT)
+    assert not at.exception
+    said = [w.value for w in at.warning if w.value.startswith("**Cannot contrast with this alternative.**")]
+    assert len(said) == 1 and "must be one piece of the target vocabulary" in said[0], [w.value for w in at.warning]
+    assert not any("rather than" in m.value for m in at.markdown)  # no contrast shown
+    assert len(specs(at)) == 2  # the plain attribution stays

@@ -10,7 +10,8 @@ import streamlit as st
 
 import core
 from core.analysis import trace_rollout
-from core.analysis.attribution import Attribution, spearman
+from core.analysis.attribution import Attribution, ContrastKind, contrast_id, spearman
+from core.sites import output_site
 from viz_app import claims_explain
 from viz_app.explain import analysis_store
 from viz_app.explain.common import how_to_read, needs_model, replaying
@@ -19,6 +20,11 @@ from viz_app.session import checkpoints, errors, params, runs, selection
 from viz_app.widgets import export, markup
 
 IG_STEPS = (32, 64, 128, 256)  # the choices offered for integrated gradients (runs.attribution's default first)
+TYPED = "another piece, typed …"  # the alternatives' last choice: any piece typed in
+CONTRAST_KINDS: dict[ContrastKind, str] = {
+    "logit_diff": "difference of log-probabilities",
+    "prob_diff": "difference of probabilities",
+}
 
 
 def tab(out: core.Translation) -> None:
@@ -51,6 +57,8 @@ def tab(out: core.Translation) -> None:
     _completeness(a, replay)
     table = pd.DataFrame({"head": list(rhos), "ρ with |IG|": [round(v, 3) for v in rhos.values()]})
     st.dataframe(table.sort_values("ρ with |IG|", ascending=False), hide_index=True, height=240, width="stretch")
+    if not replay:  # the contrast needs the model
+        _contrast(out, t, a.ig_steps)
 
 
 def _computed(out: core.Translation, t: int) -> Attribution | None:
@@ -136,3 +144,70 @@ def _completeness(a: Attribution, replay: bool) -> None:
         )
     elif not replay and not more:
         st.caption(f"{a.ig_steps} steps is the most this page integrates with.")
+
+
+def _contrast(out: core.Translation, t: int, steps: int) -> None:
+    """Why output word ``t`` and not an alternative: one of the model's own top pieces at that step, or a piece
+    typed in; integrated gradients of the difference (``runs.contrast_attribution``) with a computed sentence."""
+    st.markdown("#### … and not which word?")
+    chosen = out.output_tokens[t]
+    top_ids = [int(i) for i in out.trace[output_site("top_ids")][t]]
+    offered = {piece: (i, p) for i, (piece, p) in zip(top_ids, out.steps[t].top_k, strict=True) if piece != chosen}
+    left, right = st.columns(2)
+    pick = left.selectbox(
+        "Alternative",
+        [*offered, TYPED],
+        key="explain_contrast",
+        format_func=lambda x: x if x == TYPED else f"{style.token_text(x)} (p = {offered[x][1]:.4f})",
+        help="The model's own next choices at this step (after the same words), most likely first; or type any "
+        "piece of the target vocabulary.",
+    )
+    kind = right.radio(
+        "Explain the",
+        list(CONTRAST_KINDS),
+        key="explain_contrast_kind",
+        format_func=CONTRAST_KINDS.__getitem__,
+        horizontal=True,
+        help="log p(word) − log p(alternative) (the two logits' difference: the softmax's normaliser cancels), or "
+        "p(word) − p(alternative).",
+    )
+    if pick == TYPED:
+        typed = left.text_input("Typed alternative", key="explain_contrast_typed", placeholder="one word or piece")
+        bundle = selection.bundle() if typed.strip() else None
+        if bundle is None:
+            return
+        other = errors.guarded(
+            lambda: contrast_id(bundle, typed, token_id=out.output_ids[t]),
+            "Cannot contrast with this alternative.",
+        )
+        if other is None:
+            return
+    else:
+        other = offered[pick][0]
+    key, path = runs.options_key(out.options), checkpoints.ckpt_path()
+    explained: ContrastKind = kind or "logit_diff"
+    a = errors.guarded(lambda: runs.contrast_attribution(path, selection.sentence(), key, t, other, explained, steps))
+    if a is None:
+        return
+    piece = out.trace.piece(other)
+    prefix = out.tgt_tokens[: len(a.target_ig)]
+    st.markdown(claims_explain.contrast_note(a, chosen, piece, out.src_tokens, prefix))
+    both = f"Output word {t + 1}: “{style.token_label(chosen)}” rather than “{style.token_label(piece)}”"
+    fig = explain.attribution_bars(
+        out.src_tokens,
+        {"integrated gradients": a.source_ig, "gradient × input": a.source_grad_x_input},
+        title=style.titled(
+            f"{both} (above 0: towards “{style.token_label(chosen)}”)", selection.options_note(out.options, 1)
+        ),
+    )
+    export.chart(fig, f"attribution_contrast_{t + 1}", key="attribution_contrast")
+    fig = explain.attribution_bars(
+        prefix,
+        {"integrated gradients": a.target_ig, "gradient × input": a.target_grad_x_input},
+        title=f"… and over the decoder inputs (1–{len(prefix)})",
+        axis_title="decoder input",
+    )
+    export.chart(fig, f"attribution_contrast_prefix_{t + 1}", key="attribution_contrast_prefix")
+    st.caption(claims_explain.contrast_sum_line(a, chosen, piece))
+    trusted, verdict = claims_explain.contrast_trust(a)
+    (st.success if trusted else st.warning)(verdict, icon=":material/check:" if trusted else ":material/warning:")
