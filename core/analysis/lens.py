@@ -14,6 +14,7 @@ answer in a form only the later layers turn into logits (a tuned lens, Belrose e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,8 +25,9 @@ from ..decoding.generation_rules import bans_on
 from ..decoding.search import step_probs, suppressed_columns
 from ..errors import InputError
 from ..recording.call import Call
+from ..recording.trace import Trace
 from ..results import Translation
-from ..sites import ids_site, layer_site, output_site
+from ..sites import analysis_site, ids_site, layer_site, output_site
 
 TOP = 5
 
@@ -49,6 +51,38 @@ class LogitLens:
     @property
     def n_layers(self) -> int:
         return int(self.chosen_prob.shape[0])
+
+    ARRAYS = ("top_probs", "chosen_prob", "chosen_rank", "first_top")
+
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """For ``Trace.with_analysis``: the arrays as 'analysis.lens.*', the pieces as JSON-able details."""
+        arrays = {analysis_site("lens", name): np.asarray(getattr(self, name)) for name in self.ARRAYS}
+        details = {
+            "chosen": list(self.chosen),
+            "chosen_ids": list(self.chosen_ids),
+            "top_pieces": [[list(row) for row in layer] for layer in self.top_pieces],
+            "given": self.given,
+        }
+        return arrays, {"lens": details}
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> LogitLens | None:
+        """The lens stored in ``trace`` (``to_arrays``); None when it holds none."""
+        details = dict(trace.meta.get("analysis", {})).get("lens")
+        if not details or analysis_site("lens", "chosen_prob") not in trace:
+            return None
+        arrays = {name: np.asarray(trace[analysis_site("lens", name)]) for name in cls.ARRAYS}
+        pieces = tuple(tuple(tuple(row) for row in layer) for layer in details["top_pieces"])
+        return cls(
+            tuple(details["chosen"]),
+            tuple(int(i) for i in details["chosen_ids"]),
+            pieces,
+            arrays["top_probs"],
+            arrays["chosen_prob"],
+            arrays["chosen_rank"],
+            arrays["first_top"],
+            bool(details["given"]),
+        )
 
     def to_dict(self) -> dict[str, object]:
         """Per step, per layer: the top pieces with probabilities, and the chosen piece's probability and rank."""

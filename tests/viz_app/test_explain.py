@@ -341,3 +341,21 @@ def test_why_this_word_and_not_that_one(root: Path) -> None:
     assert len(said) == 1 and "must be one piece of the target vocabulary" in said[0], [w.value for w in at.warning]
     assert not any("rather than" in m.value for m in at.markdown)  # no contrast shown
     assert len(specs(at)) == 2  # the plain attribution stays
+
+
+def test_a_saved_trace_replays_its_logit_lens_without_the_model(root: Path) -> None:
+    import core
+    from core.analysis.lens import logit_lens
+
+    bundle = core.load(root / "tiny")
+    out = bundle.translate("the cat sleeps")
+    lens = logit_lens(bundle, "the cat sleeps")
+    saved = core.Translation(core.Trace.load(out.trace.with_analysis(*lens.to_arrays()).to_json().encode()))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["_replay"] = saved
+    at.query_params.update({"page": "explain", "explain_tab": "Logit lens"})
+    at.run(timeout=TIMEOUT)
+    ok(at)
+    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Logit lens"))
+    np.testing.assert_allclose(array(spec["data"][0]["z"]), np.round(lens.chosen_prob, 4), atol=1e-6)
+    assert not any("close the saved trace" in i.value for i in at.info)

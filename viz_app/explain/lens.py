@@ -6,8 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 import core
-from core.analysis.lens import lens_of
+from core.analysis.lens import LogitLens, lens_of
 from viz_app import claims_explain
+from viz_app.explain import analysis_store
 from viz_app.explain.common import how_to_read, needs_model
 from viz_app.figures import lens as figures
 from viz_app.figures import style
@@ -28,16 +29,19 @@ def tab(out: core.Translation) -> None:
         "wrong may hold the answer in a form only the later layers turn into logits (a *tuned lens* learns that "
         "map); the lens shows when the output layer can already read the choice, not when the model 'decided'."
     )
-    if needs_model():
-        return
-    path = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
-    key = runs.options_key(out.options.with_changes(shortlist=False))  # the lens reads the whole vocabulary
-    # the translation recorded once more with every layer's stream (cached; the Learn page reads it too), then the
-    # lens itself: one projection of every layer's rows (about a quarter of a traced translation, make bench)
-    run = errors.guarded(lambda: runs.recorded_more(path, selection.sentence(), key, 1))
-    found = errors.guarded(lambda: lens_of(load_bundle(path), run)) if run is not None else None
+    found = LogitLens.from_trace(out.trace)  # a saved trace that holds its lens replays it
     if found is None:
-        return
+        if needs_model():
+            return
+        path = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
+        key = runs.options_key(out.options.with_changes(shortlist=False))  # the lens reads the whole vocabulary
+        # the translation recorded once more with every layer's stream (cached; the Learn page reads it too), then
+        # the lens itself: one projection of every layer's rows (about a quarter of a traced translation)
+        run = errors.guarded(lambda: runs.recorded_more(path, selection.sentence(), key, 1))
+        found = errors.guarded(lambda: lens_of(load_bundle(path), run)) if run is not None else None
+        if found is None:
+            return
+        analysis_store.remember(out, *found.to_arrays())  # the page's export carries it
     title = style.titled("Logit lens: each decoder layer read as the last", selection.options_note(out.options))
     fig = figures.lens_grid(found.chosen_prob, found.top_pieces, found.top_probs, found.chosen, title=title)
     export.chart(fig, "logit_lens", key="explain_lens")

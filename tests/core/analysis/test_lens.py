@@ -76,3 +76,16 @@ def test_the_shortlist_is_refused_with_its_reason() -> None:
         pytest.skip("bergamot-en-pt is not imported (make models)")
     with pytest.raises(InputError, match="the logit lens scores the whole vocabulary"):
         logit_lens(core.load(teacher), TEXT, options=core.InferenceOptions(shortlist=True))
+
+
+def test_the_lens_travels_in_a_trace_and_comes_back(bundle: core.Bundle) -> None:
+    from core.analysis.lens import LogitLens
+
+    lens = logit_lens(bundle, TEXT)
+    out = bundle.translate(TEXT)
+    assert LogitLens.from_trace(out.trace) is None
+    saved = core.Trace.load(out.trace.with_analysis(*lens.to_arrays()).to_json().encode())
+    back = LogitLens.from_trace(saved)
+    assert back is not None and back.chosen == lens.chosen and back.top_pieces == lens.top_pieces
+    np.testing.assert_allclose(back.chosen_prob, lens.chosen_prob, atol=1e-4)  # the JSON keeps 4 decimals
+    assert np.array_equal(back.chosen_rank, lens.chosen_rank) and np.array_equal(back.first_top, lens.first_top)
