@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,7 +44,7 @@ from ..recording.call import Call
 from ..recording.interventions import ScaleValues
 from ..recording.recorder import Recorder
 from ..recording.trace import Trace
-from ..sites import AttentionKind, attention_site, layer_input_site, memory_site, output_site
+from ..sites import AttentionKind, analysis_site, attention_site, layer_input_site, memory_site, output_site
 from ..transformer.blocks import Masks
 
 BATCH_ROWS = 64  # the most rows one run of a layer takes (a baseline row and up to 63 zeroed tokens)
@@ -74,6 +75,53 @@ class ValueZeroing:
     keys: Mapping[AttentionKind, np.ndarray]
     options: InferenceOptions
     notes: tuple[str, ...] = field(default=())
+
+    PER_KIND = ("layers", "distances", "attention", "keys")
+    WHOLE = ("encoder", "source", "target")
+
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """For ``Trace.with_analysis``: 'analysis.zeroing.<what>[.<kind>]' arrays and the pieces as details."""
+        arrays = {analysis_site("zeroing", what): np.asarray(getattr(self, what)) for what in self.WHOLE}
+        for what in self.PER_KIND:
+            arrays |= {analysis_site("zeroing", what, k): np.asarray(v) for k, v in getattr(self, what).items()}
+        details = {
+            "source_pieces": list(self.source_pieces),
+            "target_pieces": list(self.target_pieces),
+            "prefix_pieces": list(self.prefix_pieces),
+            "kinds": list(self.layers),
+            "options": self.options.to_dict(),
+            "notes": list(self.notes),
+        }
+        return arrays, {"zeroing": details}
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> ValueZeroing | None:
+        """The value zeroing stored in ``trace`` (``to_arrays``); None when it holds none."""
+        details = dict(trace.meta.get("analysis", {})).get("zeroing")
+        if not details or analysis_site("zeroing", "source") not in trace:
+            return None
+        kinds: list[AttentionKind] = list(details["kinds"])
+
+        def per_kind(what: str) -> dict[AttentionKind, np.ndarray]:
+            return {k: np.asarray(trace[analysis_site("zeroing", what, k)]) for k in kinds}
+
+        def whole(what: str) -> np.ndarray:
+            return np.asarray(trace[analysis_site("zeroing", what)])
+
+        return cls(
+            tuple(details["source_pieces"]),
+            tuple(details["target_pieces"]),
+            tuple(details["prefix_pieces"]),
+            layers=per_kind("layers"),
+            distances=per_kind("distances"),
+            encoder=whole("encoder"),
+            source=whole("source"),
+            target=whole("target"),
+            attention=per_kind("attention"),
+            keys=per_kind("keys"),
+            options=InferenceOptions.from_dict(dict(details["options"])),
+            notes=tuple(details["notes"]),
+        )
 
     def attention_agreement(self) -> dict[AttentionKind, np.ndarray]:
         """kind -> (L, Tq) Spearman rho between each value-zeroing row and the same row of the heads' mean

@@ -359,3 +359,21 @@ def test_a_saved_trace_replays_its_logit_lens_without_the_model(root: Path) -> N
     spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Logit lens"))
     np.testing.assert_allclose(array(spec["data"][0]["z"]), np.round(lens.chosen_prob, 4), atol=1e-6)
     assert not any("close the saved trace" in i.value for i in at.info)
+
+
+def test_a_saved_trace_replays_its_value_zeroing_without_the_model(root: Path) -> None:
+    import core
+    from core.analysis.value_zeroing import value_zeroing
+
+    bundle = core.load(root / "tiny")
+    out = bundle.translate("the cat sleeps")
+    found = value_zeroing(bundle, "the cat sleeps")
+    saved = core.Translation(core.Trace.load(out.trace.with_analysis(*found.to_arrays()).to_json().encode()))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["_replay"] = saved
+    at.query_params.update({"page": "explain", "explain_tab": "Value zeroing"})
+    at.run(timeout=TIMEOUT)
+    ok(at)
+    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Value zeroing, whole model"))
+    np.testing.assert_allclose(array(spec["data"][0]["z"]), found.source, atol=1e-4)
+    assert not any("close the saved trace" in i.value for i in at.info)

@@ -8,9 +8,11 @@ import numpy as np
 import streamlit as st
 
 import core
+from core.analysis.contributions import Contributions
 from core.analysis.value_zeroing import ValueZeroing, rank_agreement, value_zeroing
 from viz_app import claims_explain
 from viz_app.cache import cached
+from viz_app.explain import analysis_store
 from viz_app.explain.common import how_to_read, needs_model
 from viz_app.figures import attention_maps, style
 from viz_app.session import checkpoints, errors, params, runs, selection, url
@@ -38,15 +40,19 @@ def tab(out: core.Translation) -> None:
         "**Agreement** is Spearman's rank correlation between a value-zeroing row and the same row of the heads' "
         "mean attention (or of ALTI+): 1 = the same order of tokens."
     )
-    if needs_model():
-        return
-    path = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
-    key = runs.options_key(out.options)
-    text = selection.sentence()
-    found = errors.guarded(lambda: measured(path, text, key))
-    alti = errors.guarded(lambda: runs.contributions(path, text, key))
+    found = ValueZeroing.from_trace(out.trace)  # a saved trace that holds it replays it
+    alti = Contributions.from_trace(out.trace)
     if found is None:
-        return
+        if needs_model():
+            return
+        path = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
+        key = runs.options_key(out.options)
+        text = selection.sentence()
+        found = errors.guarded(lambda: measured(path, text, key))
+        alti = errors.guarded(lambda: runs.contributions(path, text, key))
+        if found is None:
+            return
+        analysis_store.remember(out, *found.to_arrays())  # the page's export carries it
     for note in found.notes:
         st.info(note, icon=":material/info:")
     note = selection.options_note(out.options)

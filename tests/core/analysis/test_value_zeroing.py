@@ -183,3 +183,20 @@ def test_rank_agreement_is_spearman_with_mean_ranks_for_ties():
     keep = np.array([True, True, False, False])
     np.testing.assert_allclose(rank_agreement(a[1], b[1], keep), -1.0)
     assert np.isnan(rank_agreement(a[1], b[1], np.array([True, False, False, False])))
+
+
+def test_value_zeroing_travels_in_a_trace_and_comes_back(tiny_checkpoint) -> None:
+    import core
+    from core.analysis.value_zeroing import ValueZeroing, value_zeroing
+
+    bundle = core.load(tiny_checkpoint)
+    found = value_zeroing(bundle, "the cat sleeps")
+    out = bundle.translate("the cat sleeps")
+    assert ValueZeroing.from_trace(out.trace) is None
+    back = ValueZeroing.from_trace(core.Trace.load(out.trace.with_analysis(*found.to_arrays()).to_json().encode()))
+    assert back is not None and back.source_pieces == found.source_pieces and set(back.layers) == set(found.layers)
+    np.testing.assert_allclose(back.source, found.source, atol=1e-4)  # the JSON keeps 4 decimals
+    for kind in found.layers:
+        np.testing.assert_allclose(back.layers[kind], found.layers[kind], atol=1e-4)
+        assert np.array_equal(back.keys[kind], found.keys[kind])
+    assert back.options == found.options and back.notes == found.notes
