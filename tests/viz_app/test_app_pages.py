@@ -458,7 +458,7 @@ def test_steps_page_slider_buttons_and_beam() -> None:
     ok(at)
     assert at.session_state["step"] == n - 1 and at.session_state["playing"] is False
     assert at.query_params["step"] == str(n)  # 1-based in links
-    at.radio(key="beam").set_value(4).run(timeout=TIMEOUT)
+    at.radio(key="decoding").set_value(4).run(timeout=TIMEOUT)
     ok(at)
     assert "Beam search kept several" in texts(at)
     assert any(t.endswith("— beam 4") for t in titles(at))

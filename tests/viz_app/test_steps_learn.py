@@ -211,7 +211,7 @@ def test_greedy_decoding_shows_no_tree_and_changing_the_beam_leaves_what_if() ->
     assert not [t for t in titles(at) if t.startswith("Beam search tree")]
     at.selectbox(key="whatif_pick").select_index(0).run(timeout=TIMEOUT)
     assert ok(at).session_state["whatif"] != ()
-    at.radio(key="beam").set_value(2).run(timeout=TIMEOUT)
+    at.radio(key="decoding").set_value(2).run(timeout=TIMEOUT)
     ok(at)
     assert at.session_state["whatif"] == () and any(t.startswith("Beam search tree") for t in titles(at))
 

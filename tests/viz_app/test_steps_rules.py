@@ -107,7 +107,7 @@ def test_the_steps_page_says_the_rules_and_what_they_did_at_each_step(root: Path
 
 def test_the_beam_tree_names_the_rules_and_the_steps_where_eos_was_banned(root: Path, monkeypatch):
     at = _page("ruled", "steps", monkeypatch)
-    at.radio(key="beam").set_value(4)
+    at.radio(key="decoding").set_value(4)
     ok(at.run(timeout=TIMEOUT))
     said = texts(at)
     assert RULES + " They act on every hypothesis." in said, said

@@ -29,6 +29,7 @@ from core.analysis.survey import (
     kept_alignment_scores,
 )
 from core.analysis.value_norms import ValueNorms, value_norms
+from core.decoding.sampling import Sampling
 from core.inputs import MAX_CHARS
 from core.sites import ids_site, output_site
 from viz_app.cache import cached, peek
@@ -67,6 +68,18 @@ def translate(path: str, text: str, key: OptionsKey, beam: int, qkv: bool = Fals
     (the Learn page): they are most of a long trace's bytes and no other page reads them."""
     return load_bundle(path).translate(
         text, options=options_from_key(key), beam_size=beam, truncate=True, record=core.Record(qkv=qkv)
+    )
+
+
+SamplingKey = tuple[float, int | None, float | None, int]  # ``Sampling``'s fields: temperature, top_k, top_p, seed
+
+
+@cached("Drawing a translation …")
+def sample(path: str, text: str, key: OptionsKey, sampling: SamplingKey) -> core.Translation:
+    """Cached ``Bundle.translate`` that draws each greedy step's piece (``core.decoding.sampling``) as ``sampling``
+    (``Sampling``'s fields as plain values) says: the same key, the same seed, the same draws."""
+    return load_bundle(path).translate(
+        text, options=options_from_key(key), truncate=True, record=NO_QKV, sampling=Sampling(*sampling)
     )
 
 

@@ -60,6 +60,8 @@ LAZY_MODULES = (
     *("viz_app.explain.lens", "viz_app.figures.lens"),  # Why this word?'s logit lens
     *("viz_app.explain.zeroing", "core.analysis.value_zeroing"),  # and its value zeroing
     "viz_app.claims_explain",
+    *("viz_app.steps", "viz_app.steps.draws", "viz_app.steps.sampling"),  # the Steps page's sampling
+    *("viz_app.figures.sampling", "viz_app.claims_sampling"),
 )
 
 

@@ -17,6 +17,7 @@ from viz_app.cache import cached
 from viz_app.explain import sources as explain_sources
 from viz_app.figures import decoding, style
 from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
+from viz_app.steps import sampling
 from viz_app.widgets import export, header, markup, scale, sentence_bar
 
 BEAMS = list(params.BEAMS)
@@ -240,20 +241,16 @@ def _beam_tree_section(out: core.Translation, fixed: bool) -> None:
 
 
 url.clamp("beam", BEAMS)
+sampling.settle()
 out = sentence_bar.sentence_bar()
-st.radio(
-    "Decoding",
-    BEAMS,
-    key="beam",
-    horizontal=True,
-    format_func=lambda b: "greedy (best piece each step)" if b == 1 else f"beam search, {b} beams",
-    on_change=_back,  # a "what if" belongs to the decoding it branched from
-)
+drawing = sampling.decoding_radio(on_change=_back)  # the sampling settings, or None
+if out is not None and drawing is not None:
+    out = sampling.sampled(out, drawing)  # the translation shown is the sampled one
 if out is not None and not out.steps:
     st.info("This trace holds no decoding steps (it was not made by translating).", icon=":material/info:")
 elif out is not None:
     own = tuple(_ids(out))
-    prefix = _valid_what_if(out, own) if trace_replay.replay() is None else ()
+    prefix = _valid_what_if(out, own) if trace_replay.replay() is None and drawing is None else ()
     if ss.get("whatif") and not prefix:  # a choice made for another sentence, beam or model: start from the model's own
         url.link_problem("whatif", "is not a branch of this translation (its own pieces, then another candidate)")
         ss["whatif"] = ()
@@ -270,6 +267,8 @@ elif out is not None:
         header.rules_note(alt)
     else:
         header.translation_header(out)
+        if drawing is not None:
+            sampling.settings_note(drawing)
         if out.beam_size > 1:
             st.caption(
                 "Beam search kept several candidate translations alive and returned the best one; the steps "
@@ -311,11 +310,15 @@ elif out is not None:
             f"({style.share(dict(s.top_k).get(mine, 0.0))})"
         )
     else:
-        st.markdown(f"→ next piece: **`{style.token_text(s.token)}`** with probability **{s.prob:.1%}**")
+        how = "" if drawing is None else ", **drawn**"
+        st.markdown(f"→ next piece{how}: **`{style.token_text(s.token)}`** with probability **{s.prob:.1%}**")
     for said in claims_rules.step_notes(shown.trace, step, lambda i: style.token_text(shown.trace.piece(i))):
         st.info(said, icon=":material/rule:")  # what a generation rule of the model's folder did at this step
-    explain_sources.step_share(shown, step, forced=alt is not None)
-    _what_if_picker(shown, own, step, branch)
+    explain_sources.step_share(shown, step, forced=alt is not None or drawing is not None)
+    if drawing is None:
+        _what_if_picker(shown, own, step, branch)
+    else:
+        sampling.draw_section(shown, step, drawing)
 
     note = selection.options_note(shown.options, shown.beam_size)
     if branch is not None:
