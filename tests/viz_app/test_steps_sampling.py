@@ -60,21 +60,21 @@ def test_the_draw_figure_has_both_series_and_marks_the_drawn_and_cut_pieces() ->
     assert fig.layout.barmode == "group"
 
 
-CLAIM = dict(temperature=0.7, top_k=None, top_p=None, piece="gato", before=0.91, after=0.97, rank=1, kept=120, cut=0)
+CLAIM = dict(temperature=0.7, top_k=None, top_p=None, piece="gato", before=0.91, after=0.97, rank=1, kept=1200, cut=0)
 
 
 def test_claim_a_plain_draw_without_a_cut() -> None:
     assert draw_claim(**CLAIM) == (
         "At temperature 0.7 the drawn piece “gato” had p 0.91 before and 0.97 after; it was the model's own top "
-        "choice. No top-k or top-p cut: all 120 pieces stayed in the draw."
+        "choice. No top-k or top-p cut: all 1,200 pieces stayed in the draw."
     )
 
 
 def test_claim_a_cut_that_removed_pieces_and_a_lower_ranked_draw() -> None:
-    said = draw_claim(**{**CLAIM, "top_k": 5, "top_p": 0.9, "rank": 2, "before": 0.004, "kept": 3, "cut": 117})
+    said = draw_claim(**{**CLAIM, "top_k": 5, "top_p": 0.9, "rank": 2, "before": 0.004, "kept": 3, "cut": 31997})
     assert said == (
         "At temperature 0.7 the drawn piece “gato” had p 0.004 before and 0.97 after; the model ranked it 2. "
-        "The cut (top-k 5, top-p 0.9) kept 3 pieces and removed 117."
+        "The cut (top-k 5, top-p 0.9) kept 3 pieces and removed 31,997."
     )
 
 
