@@ -18,7 +18,6 @@ from core.analysis.contributions import Contributions
 from core.analysis.contributions import contributions as alti_contributions
 from core.analysis.head_spread import HeadSpread
 from core.analysis.heads import HeadStatistics
-from core.analysis.lens import LogitLens, logit_lens
 from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.sentences import builtin_sentences
 from core.analysis.survey import (
@@ -210,12 +209,6 @@ def contributions(path: str, text: str, key: OptionsKey, translation: str | None
     return alti_contributions(
         load_bundle(path), text, translation=scored, options=_analysis_options(key), truncate=True
     )
-
-
-@cached("Reading every decoder layer through the output layer (logit lens) …")
-def lens(path: str, text: str, key: OptionsKey) -> LogitLens:
-    """Cached logit lens of the page's greedy translation (over the whole vocabulary)."""
-    return logit_lens(load_bundle(path), text, options=_analysis_options(key))
 
 
 @cached("Weighing each value by its attention (value-weighted norms) …")
