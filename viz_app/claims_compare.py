@@ -18,11 +18,10 @@ CHANGED = 1e-3
 
 def outputs_note(a: str, b: str) -> str:
     """Where the two translations part, word by word."""
-    if a == b:
-        return "Both runs write the same translation."
     first = first_changed_word(a, b)
+    if first is None:  # the same words (perhaps spaced otherwise)
+        return "Both runs write the same translation."
     wa, wb = a.split(), b.split()
-    assert first is not None
     x = quote(wa[first]) if first < len(wa) else "nothing more"
     y = quote(wb[first]) if first < len(wb) else "nothing more"
     return f"The translations part at word {first + 1}: {x} in A, {y} in B."

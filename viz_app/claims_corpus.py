@@ -63,7 +63,7 @@ def opened_note(line: int, own: bool) -> str:
     )
 
 
-def stability_note(stabilities: Sequence[LabelStability], n_sentences: int) -> str:
+def stability_note(stabilities: Sequence[LabelStability], n_sentences: int, *, marked: bool = True) -> str:
     """What the label-stability table says in one sentence: how many of the set's labels hold on at least half of
     the sentences taken one at a time, and which do not."""
     if not stabilities:
@@ -79,6 +79,8 @@ def stability_note(stabilities: Sequence[LabelStability], n_sentences: int) -> s
     more = f" and {len(unsteady) - 5:,} more" if len(unsteady) > 5 else ""
     verb = "holds" if len(unsteady) == 1 else "hold"
     return (
-        head + f"{len(unsteady):,} {verb} on fewer than half of the {n_sentences:,} sentences taken one at a time "
-        f"(marked “?” in the maps): {names}{more}."
+        head
+        + f"{len(unsteady):,} {verb} on fewer than half of the {n_sentences:,} sentences taken one at a time"
+        + (" (marked “?” in the maps)" if marked else "")
+        + f": {names}{more}."
     )

@@ -272,22 +272,26 @@ def step_share_note(share: float, threshold: float | None) -> str:
 
 
 def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int, position: int | None = None) -> str:
-    """Where the decoder settles: for each piece the first layer from which the lens ranks it first; the layer most
-    pieces settle at, and for ``position`` (0-based) that piece's own."""
+    """Where the decoder settles: how many pieces the lens ranks first before the last layer, how many only there,
+    how many at no layer (a forced or tied piece); for ``position`` (0-based) that piece's own layer."""
     settled = [int(f) for f in first_top if f >= 0]
     if not settled:
-        return "No layer's lens ranks the given translation's pieces first: the model would have written others."
+        return "No layer's lens ranks the translation's pieces first: the model would have written others."
     last = sum(f == n_layers - 1 for f in settled)
-    early = len(settled) - last
+    early, never = len(settled) - last, len(chosen) - len(settled)
     if early == 0:
         text = (
             f"None of the {len(chosen)} pieces is the top choice before the last layer (of {n_layers}): the output "
-            "layer reads each of them only from there."
+            f"layer reads {'each of them' if never == 0 else f'{last} of them'} only from there."
         )
     else:
         text = (
             f"{counted(early, 'piece')} of {len(chosen)} {'is' if early == 1 else 'are'} already the top choice "
             f"before the last layer (of {n_layers}); {last} become{'s' if last == 1 else ''} it only there."
+        )
+    if never:
+        text += (
+            f" {counted(never, 'piece')} {'is' if never == 1 else 'are'} the top choice at no layer (forced or tied)."
         )
     if position is not None and 0 <= position < len(chosen):
         f = int(first_top[position])

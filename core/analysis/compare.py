@@ -7,7 +7,7 @@ same), and each head's change is the **mean total-variation distance** between i
 over the matched keys only and rescaled to sum to 1: 0 = the same distribution, 1 = disjoint. What cannot be
 matched (a changed word's pieces, an extra output piece) is counted and named, never dropped silently; a kind that
 one run's model does not have (an SSRU decoder has no self-attention) is named as having no counterpart. (The
-outputs' word difference is ``viz_app.claims.word_diff``'s, as everywhere in the app.)
+outputs' word difference is the app's to show.)
 
 Pure functions of two ``Trace``s: no model is run here.
 """

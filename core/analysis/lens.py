@@ -36,8 +36,8 @@ TOP = 5
 class LogitLens:
     """Per decoder layer (L) and output step (T): the ``top`` pieces and their probabilities, and the probability and
     rank (1 = the top choice) of the piece finally chosen; ``first_top[t]``: the first layer (0-based) from which that
-    piece stays the top choice (L - 1 when only the last layer picks it; -1 for a given translation's piece no layer
-    picks)."""
+    piece stays the top choice (L - 1 when only the last layer picks it; -1 when the last layer does not rank it
+    first: a given translation's piece, a forced id, or a tie at the top)."""
 
     chosen: tuple[str, ...]  # (T,) the pieces of the translation, eos included
     chosen_ids: tuple[int, ...]

@@ -103,8 +103,9 @@ def builtin_spread(bundle: Bundle) -> tuple[HeadStatistics, HeadSpread, str]:
     _write_json(_cache_file(bundle, len(sentences)), {"language": language, "stats": stats.to_dict()})
     with contextlib.suppress(OSError):  # a read-only home only means the figures are not kept
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp.npz")
-        spread_.save(tmp)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")  # a name of its own: sessions measure at once
+        os.close(fd)
+        spread_.save(Path(tmp))
         os.replace(tmp, path)
     return stats, spread_, language
 

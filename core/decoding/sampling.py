@@ -11,8 +11,8 @@ reshaped and one piece drawn from it:
 4. the kept pieces renormalised, and one drawn with a ``torch.Generator`` seeded with ``seed``: the same seed, the
    same settings and the same sentence give the same translation.
 
-The recorded probability of a drawn piece stays the model's own (before temperature), as for a greedy step;
-``output.sampled_probs`` records the reshaped distribution's probability of each of the step's top pieces.
+The recorded probability of a drawn piece stays the model's own (before temperature), as for a greedy step; the
+reshaped distribution is not recorded (``reshaped`` makes it again from the model's, as the Steps page does).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def reshaped(probs: Tensor, sampling: Sampling) -> Tensor:
     if sampling.temperature == 0:
         return torch.zeros_like(probs).scatter_(-1, probs.argmax(-1, keepdim=True), 1.0)
     allowed = probs > 0  # what the rules leave; an id they set to 0 stays 0 at any temperature
-    logp = torch.where(allowed, probs.clamp_min(1e-45).log() / sampling.temperature, float("-inf"))
+    logp = probs.clamp_min(1e-45).log()
+    logp = logp - logp.max(-1, keepdim=True).values  # 0 for the top piece: no overflow at a tiny temperature
+    logp = torch.where(allowed, logp / sampling.temperature, float("-inf"))
     out = torch.softmax(logp, dim=-1)
     if sampling.top_k is not None and sampling.top_k < out.shape[-1]:
         kth = out.topk(sampling.top_k, dim=-1).values[..., -1:]  # (B, 1)

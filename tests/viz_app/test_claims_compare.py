@@ -15,6 +15,7 @@ def change(values, unmatched=((), ())) -> KindChange:
 
 def test_outputs() -> None:
     assert claims_compare.outputs_note("a b", "a b") == "Both runs write the same translation."
+    assert claims_compare.outputs_note("a b", "a  b ") == "Both runs write the same translation."  # spacing only
     assert claims_compare.outputs_note("O cão", "O gato") == "The translations part at word 2: “cão” in A, “gato” in B."
     assert claims_compare.outputs_note("a b", "a") == "The translations part at word 2: “b” in A, nothing more in B."
 

@@ -177,6 +177,10 @@ def test_lens_note() -> None:
     )
     assert ce.lens_note(chosen, np.array([-1, 1, -1]), 2, position=0).endswith("No layer ranks “O” first.")
     assert ce.lens_note(chosen, np.array([-1, -1, -1]), 2).startswith("No layer's lens ranks")
+    assert ce.lens_note(chosen, np.array([0, 1, -1]), 2) == (
+        "1 piece of 3 is already the top choice before the last layer (of 2); 1 becomes it only there. 1 piece is "
+        "the top choice at no layer (forced or tied)."
+    )
     assert ce.lens_note(chosen, np.array([1, 1, 1]), 2) == (
         "None of the 3 pieces is the top choice before the last layer (of 2): the output layer reads each of them "
         "only from there."

@@ -102,7 +102,7 @@ def test_a_stopped_scan_keeps_its_rows_and_goes_on(root: Path) -> None:
     at = builtin(page())
     data = next(s for s in builtin_sets("src", "tgt", REPO / "data" / "ding-split") if s.key == "builtin").data
     # a scan stopped after its first batch, as Cancel leaves it: the records so far, kept by the server
-    found = store.scan_for(root / "tiny", data, "built-in", lambda: parse_pairs(data), ScanSettings().threshold)
+    found = store.scan_for(root / "tiny", data, "built-in", lambda: parse_pairs(data))
     bundle = core.load(root / "tiny", device="cpu")
 
     class Stop(Exception):
@@ -137,3 +137,17 @@ def test_the_heads_are_measured_over_the_scanned_sources(root: Path) -> None:
     assert "Encoder self-attention: entropy, spread over the sentences (75th − 25th percentile)" in chart_titles(at)
     at.selectbox(key="corpus_heads_stat").select("eos").run(timeout=TIMEOUT)
     assert "Encoder self-attention: eos, spread over the sentences (75th − 25th percentile)" in chart_titles(ok(at))
+
+
+def test_another_threshold_flags_the_rows_again_without_scanning_again(root: Path) -> None:
+    at = builtin(page())
+    ok(at.button(key="corpus_scan").click().run(timeout=TIMEOUT))
+    scan = next(s for s in store._scans()[0].values() if s.records)  # the scan this page ran
+    records = list(scan.records)
+    at.number_input(key="corpus_threshold").set_value(1.0).run(timeout=TIMEOUT)
+    ok(at)
+    assert store._scans()[0][scan.key] is scan and scan.records == records  # the same scan, nothing scored again
+    strict = store.flagged_at(records, 1.0)
+    assert all(r["flagged"] for r in strict if "error" not in r)
+    assert claims_corpus.scan_summary(totals(strict), len(records), 1.0) in texts(at)
+    assert not [b for b in at.button if b.key == "corpus_scan"]

@@ -27,6 +27,7 @@ from core.analysis.scan import (
     Pair,
     ScanSettings,
     batches,
+    is_flagged,
     model_id,
     score_batch,
 )
@@ -60,23 +61,25 @@ def _scans() -> tuple[OrderedDict[str, CorpusScan], threading.Lock]:
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def model_of(path: str, _mtime: float) -> str:
-    """``scan.model_id`` of a checkpoint folder (its files' digest: read once per folder and modification time)."""
+def model_of(path: str, mtimes: tuple[float, float]) -> str:
+    """``scan.model_id`` of a checkpoint folder (its files' digest: read once per folder and modification times of
+    the two files it hashes)."""
     return model_id(path)
 
 
 def scan_key(data: bytes, model: str, settings: ScanSettings) -> str:
-    """The key of a scan: the input's SHA-256, the model's id and the settings (threshold, switches)."""
+    """The key of a scan: the input's SHA-256, the model's id and the switches (not the threshold: a flag is the
+    source share against it, drawn again by ``flagged_at`` when it changes)."""
     digest = hashlib.sha256(data).hexdigest()
-    return f"{digest}|{model}|{settings.threshold}|{settings.options.describe()}"
+    return f"{digest}|{model}|{settings.options.describe()}"
 
 
-def scan_for(
-    checkpoint: Path, data: bytes, label: str, pairs: Callable[[], list[Pair]], threshold: float
-) -> CorpusScan:
-    """The scan of ``data`` by the checkpoint with the threshold, started (no record yet) when there is none."""
-    model = model_of(str(checkpoint), (checkpoint / "model.safetensors").stat().st_mtime)
-    settings = ScanSettings(threshold=threshold)
+def scan_for(checkpoint: Path, data: bytes, label: str, pairs: Callable[[], list[Pair]]) -> CorpusScan:
+    """The scan of ``data`` by the checkpoint (as trained, at the default threshold), started (no record yet) when
+    there is none."""
+    mtimes = ((checkpoint / "config.json").stat().st_mtime, (checkpoint / "model.safetensors").stat().st_mtime)
+    model = model_of(str(checkpoint), mtimes)
+    settings = ScanSettings()
     key = scan_key(data, model, settings)
     scans, lock = _scans()
     with lock:
@@ -106,3 +109,12 @@ def advance(bundle: core.Bundle, scan: CorpusScan, on_batch: Callable[[int], Non
 def heads_over(path: str, sources: tuple[str, ...]) -> tuple[HeadStatistics, HeadSpread]:
     """Head statistics over ``sources`` and each one's own (``survey.survey_sentences``), in the shared cache."""
     return survey_sentences(load_bundle(path), list(sources))
+
+
+def flagged_at(records: list[dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
+    """The records with their flag for ``threshold`` (``scan.is_flagged`` of the source share), as the CLI's
+    ``--threshold`` would have written them; a line not scored unchanged."""
+    return [
+        r if r.get("source_share") is None else {**r, "flagged": is_flagged(r["source_share"], threshold)}
+        for r in records
+    ]

@@ -33,11 +33,13 @@ def tab(out: core.Translation) -> None:
     if found is None:
         if needs_model():
             return
-        path = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
+        path = checkpoints.ckpt_path()
         key = runs.options_key(out.options.with_changes(shortlist=False))  # the lens reads the whole vocabulary
-        # the translation recorded once more with every layer's stream (cached; the Learn page reads it too), then
-        # the lens itself: one projection of every layer's rows (about a quarter of a traced translation)
-        run = errors.guarded(lambda: runs.recorded_more(path, selection.sentence(), key, 1))
+        if out.options.shortlist:  # the page's shortlisted translation, fed once more with every layer recorded
+            run = errors.guarded(lambda: runs.recorded_forced(path, selection.sentence(), out.output_ids, key))
+        else:  # the translation recorded once more with every layer's stream (cached; the Learn page reads it)
+            run = errors.guarded(lambda: runs.recorded_more(path, selection.sentence(), key, 1))
+        # then the lens itself: one projection of every layer's rows (about a quarter of a traced translation)
         found = errors.guarded(lambda: lens_of(load_bundle(path), run)) if run is not None else None
         if found is None:
             return

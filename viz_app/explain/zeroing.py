@@ -22,9 +22,11 @@ from viz_app.widgets import export
 
 
 @cached("Zeroing each token's values, layer by layer (value zeroing) …")
-def measured(path: str, text: str, key: OptionsKey) -> ValueZeroing:
-    """Cached value zeroing of the page's greedy translation (over the whole vocabulary)."""
-    return value_zeroing(load_bundle(path), text, options=options_from_key(key).with_changes(shortlist=False))
+def measured(path: str, text: str, key: OptionsKey, translation: str | None) -> ValueZeroing:
+    """Cached value zeroing of the page's greedy translation (``translation`` None) or of its shortlisted one given
+    as text (the analysis runs over the whole vocabulary, as ALTI+ here does)."""
+    options = options_from_key(key).with_changes(shortlist=False)
+    return value_zeroing(load_bundle(path), text, options=options, translation=translation)
 
 
 def tab(out: core.Translation) -> None:
@@ -45,10 +47,11 @@ def tab(out: core.Translation) -> None:
     if found is None:
         if needs_model():
             return
-        path = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
+        path = checkpoints.ckpt_path()
         key = runs.options_key(out.options)
         text = selection.sentence()
-        found = errors.guarded(lambda: measured(path, text, key))
+        given = out.text if out.options.shortlist else None  # the page's own translation, as ALTI+ scores it
+        found = errors.guarded(lambda: measured(path, text, key, given))
         alti = errors.guarded(lambda: runs.contributions(path, text, key))
         if found is None:
             return
@@ -62,7 +65,7 @@ def tab(out: core.Translation) -> None:
         title = style.titled("Value zeroing, whole model: output words × source", note)
         fig = attention_maps.head_heatmap(found.source, rows, found.source_pieces, title=title)
         export.chart(fig, "value_zeroing_source", key="zeroing_source")
-    if alti is not None:
+    if alti is not None and alti.source_matrix.shape == found.source.shape:  # the same translation scored by both
         with c2:
             title = style.titled("ALTI+, whole model: output words × source", note)
             share = alti.source_matrix / np.clip(alti.source_matrix.sum(-1, keepdims=True), 1e-12, None)

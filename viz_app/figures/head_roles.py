@@ -53,7 +53,9 @@ def stat_heatmap(
             value = "not defined for this kind" if np.isnan(z[layer, h]) else f"{value_name} {z[layer, h]:.3f}"
             hover_row.append(f"layer {layer + 1} · head {h + 1}<br>{value}<br>{', '.join(found) or 'no label'}")
             # a label ending in "?" holds on fewer than half the sentences alone (core.analysis.head_spread)
-            text_row.append(" ".join(SHORT.get(x.removesuffix("?"), x) + "?" * x.endswith("?") for x in found))
+            text_row.append(
+                " ".join(SHORT.get(x.removesuffix("?"), x.removesuffix("?")) + "?" * x.endswith("?") for x in found)
+            )
         hover.append(hover_row)
         text.append(text_row)
     fig = go.Figure(

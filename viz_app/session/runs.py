@@ -95,6 +95,16 @@ def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.T
     return load_bundle(path).teacher_forced(text, target, options=options_from_key(key), truncate=True, record=NO_QKV)
 
 
+@cached("Recording every layer of this translation …")
+def recorded_forced(path: str, text: str, out_ids: tuple[int, ...], key: OptionsKey) -> core.Translation:
+    """A teacher-forced pass on a run's own output ids with the residual stream recorded (no q/k/v): the logit lens
+    of a translation made with other switches than the analysis's (the shortlist)."""
+    record = core.Record(qkv=False, activations=True)
+    return load_bundle(path).teacher_forced(
+        text, target_ids=out_ids, options=options_from_key(key), truncate=True, record=record
+    )
+
+
 @cached("Re-running on the same output …")
 def rerun(path: str, text: str, out_ids: tuple[int, ...], key: OptionsKey) -> core.Translation:
     """Cached teacher-forced pass on a run's own output ids (``Translation.output_ids``) with these switches: the

@@ -152,7 +152,7 @@ def _beyond(a: core.Translation, b: RunB) -> None:
     """Each output word's source share (ALTI+) in A and in B, and for a minimal pair which source piece moved the
     first output piece where the two translations part (integrated gradients, in each run)."""
     st.subheader("Beyond attention: where each output word comes from")
-    path_a = str(checkpoints.checkpoint_root() / str(checkpoints.selected()))
+    path_a = checkpoints.ckpt_path()
     path_b = str(checkpoints.checkpoint_root() / b.checkpoint)
     key_a, key_b = runs.options_key(a.options), runs.options_key(b.out.options)
     ca = errors.guarded(lambda: runs.contributions(path_a, a.source_text, key_a))
@@ -221,6 +221,9 @@ if trace_replay.replay() is not None:
     st.stop()
 bundle = selection.bundle()
 out = sentence_bar.sentence_bar("Sentence A") if bundle is not None else None
+if out is not None and out.beam_size != 1:  # B is greedy, and so are the analyses below: A is too
+    st.caption("Beam search is on in the sidebar; this page compares greedy translations (beam 1).")
+    out = selection.current(beam=1)
 if bundle is not None and out is not None:
     a_run = out
     _run_b_controls(bundle)

@@ -131,9 +131,8 @@ def _progress(scan: store.CorpusScan) -> None:
     st.rerun()
 
 
-def _results(scan: store.CorpusScan, checkpoint: str) -> None:
-    records = list(scan.records)  # what is scored now (another session may be adding to it)
-    threshold = scan.settings.threshold
+def _results(scan: store.CorpusScan, checkpoint: str, threshold: float) -> None:
+    records = store.flagged_at(list(scan.records), threshold)  # what is scored now, flagged at this threshold
     st.markdown(claims_corpus.scan_summary(totals(records), len(scan.pairs), threshold))
     problems = [r for r in records if "error" in r]
     if problems:
@@ -242,7 +241,7 @@ def _heads(scored: list[dict], checkpoint: str) -> None:
     each statistic's spread over them, the cross heads' agreement with ALTI+, and how steady each label is."""
     st.subheader("Heads over these sentences")
     sources = list(dict.fromkeys(str(r["source"]) for r in scored))[:MAX_HEAD_SENTENCES]
-    path = str(checkpoints.checkpoint_root() / checkpoint)
+    path = checkpoints.ckpt_path()
     measured = peek(store.heads_over, path, tuple(sources))
     if measured is None:
         st.caption(
@@ -262,7 +261,7 @@ def _heads(scored: list[dict], checkpoint: str) -> None:
     for tab, kind in zip(st.tabs([params.KINDS[k].capitalize() for k in kinds]), kinds, strict=True):
         with tab:
             heads_over_set.spread_maps(spread, kind, stat)
-    heads_over_set.stability(spread.stability(stats), spread.n_sentences)
+    heads_over_set.stability(spread.stability(stats), spread.n_sentences, marked=False)  # no label maps here
 
 
 chosen = _input()
@@ -277,9 +276,10 @@ if chosen is not None:
         step=0.01,
         format="%.3f",
         key="corpus_threshold",
-        help="The default was chosen on held-out data (docs/scan.md): it flags at most 1 % of correct pairs.",
+        help="The default was chosen on held-out data (docs/scan.md): it flags at most 1 % of correct pairs. "
+        "Changing it flags the rows again; nothing is scanned again.",
     )
-    scan = store.scan_for(path, data, label, lambda: parse_pairs(data), float(threshold))
+    scan = store.scan_for(path, data, label, lambda: parse_pairs(data))
     unreadable = [p for p in scan.pairs if p.error is not None]
     if unreadable and not scan.done:
         st.warning(
@@ -291,4 +291,4 @@ if chosen is not None:
     if not scan.done:
         _progress(scan)
     if scan.records:
-        _results(scan, path.name)
+        _results(scan, path.name, float(threshold))

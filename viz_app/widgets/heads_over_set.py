@@ -46,10 +46,10 @@ def spread_maps(spread: HeadSpread, kind: str, stat: str) -> None:
         )
 
 
-def stability(stabilities: list[LabelStability], n_sentences: int) -> None:
+def stability(stabilities: list[LabelStability], n_sentences: int, *, marked: bool = True) -> None:
     """Each label the set's averages give, and on how many sentences alone its rule holds."""
     st.subheader("Do the labels hold sentence by sentence?")
-    st.markdown(claims_corpus.stability_note(stabilities, n_sentences))
+    st.markdown(claims_corpus.stability_note(stabilities, n_sentences, marked=marked))
     if stabilities:
         frame = pd.DataFrame(
             [
