@@ -20,10 +20,12 @@ import torch
 from conftest import POLL, SCREENSHOTS, new_tab, snapshot
 
 import core
+from core.analysis.attribution import attribute
 from core.analysis.compare import compare
 from core.analysis.contributions import contributions
 from core.analysis.lens import logit_lens
 from core.analysis.value_zeroing import rank_agreement, value_zeroing
+from core.decoding.sampling import Sampling
 from viz_app import claims, claims_compare, claims_explain
 from viz_app.session.params import KINDS
 
@@ -60,7 +62,7 @@ MAX_ABS = """(prefix) => {
 
 # claims whose page code does not depend on the model: the tiny model's sweep leaves them to the real one's (each
 # page costs the run about 5 s of its browser phase), unless there is no real checkpoint
-REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map", "compare", "lens"})
+REAL_ONLY = frozenset({"beam-4", "padding-off", "model-map", "compare", "lens", "sample"})
 
 
 def real_checkpoint(root: Path) -> str | None:
@@ -294,6 +296,23 @@ def test_what_the_pages_say_agrees_with_the_runs(lab_server: tuple[str, Path], c
             said = page.open("zeroing", "Layer by layer", page="explain", text=first, explain_tab="Value zeroing")
             rho = float(np.nanmean(rank_agreement(zeroed.source, alti.source_matrix)))
             assert claims_explain.zeroing_alti_note(rho) in said
+            # why the first output word and not the model's runner-up there (the tab's default): core's sentence
+            out_ids, t = list(trained.output_ids), 0
+            chosen = trained.output_tokens[t]
+            other = next(int(i) for i in trained.trace["output.top_ids"][t] if trained.trace.piece(int(i)) != chosen)
+            src_ids = list(trained.trace["ids.src"])
+            contrast = attribute(bundle, src_ids, out_ids, t, steps=32, contrast=other)
+            said = page.open("contrast", "rather than", page="explain", text=first, explain_tab="Attribution")
+            prefix = trained.tgt_tokens[: len(contrast.target_ig)]
+            note = claims_explain.contrast_note(
+                contrast, chosen, trained.trace.piece(other), trained.src_tokens, prefix
+            )
+            assert note.replace("\\", "") in said, (note, said[-600:])
+        # 9 · sampling on the Steps page: a seeded draw from a link is core's draw with the same settings
+        if "sample" not in skip:
+            drawn = bundle.translate(first, truncate=True, sampling=Sampling(temperature=1.2, seed=4))
+            said = page.open("sample", "The draw at step", page="steps", text=first, temperature="1.2", seed="4")
+            assert f"\n{drawn.text or EMPTY}\n" in f"\n{said}\n"
 
 
 def test_a_page_path_opened_directly_makes_no_failed_request(lab_server: tuple[str, Path], chromium: object) -> None:
