@@ -125,19 +125,27 @@ class Attribution:
     ARRAYS = ("source_grad_x_input", "target_grad_x_input", "source_ig", "target_ig")
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """For ``Trace.with_analysis``: this output position's four vectors, and the details."""
-        arrays = {analysis_site("attribution", str(self.position), k): getattr(self, k) for k in self.ARRAYS}
+        """For ``Trace.with_analysis``: this output position's four vectors, and the details (a contrastive one in
+        a slot of its own, ``attribution_contrast``: a trace can hold both for a position)."""
+        slot = _slot(self.contrast_id is not None)
+        arrays = {analysis_site(slot, str(self.position), k): getattr(self, k) for k in self.ARRAYS}
         details = {k: v for k, v in self.__dict__.items() if k not in self.ARRAYS}
-        return arrays, {f"attribution.{self.position}": details}
+        return arrays, {f"{slot}.{self.position}": details}
 
     @classmethod
-    def from_trace(cls, trace: Trace, position: int) -> Attribution | None:
-        """The attribution of output ``position`` stored in ``trace``, or None."""
-        details = dict(trace.meta.get("analysis", {})).get(f"attribution.{position}")
-        if not details or analysis_site("attribution", str(position), "source_ig") not in trace:
+    def from_trace(cls, trace: Trace, position: int, *, contrast: bool = False) -> Attribution | None:
+        """The attribution of output ``position`` stored in ``trace`` (the contrastive one with ``contrast``), or
+        None."""
+        slot = _slot(contrast)
+        details = dict(trace.meta.get("analysis", {})).get(f"{slot}.{position}")
+        if not details or analysis_site(slot, str(position), "source_ig") not in trace:
             return None
-        vectors = {k: np.asarray(trace[analysis_site("attribution", str(position), k)]) for k in cls.ARRAYS}
+        vectors = {k: np.asarray(trace[analysis_site(slot, str(position), k)]) for k in cls.ARRAYS}
         return cls(**{**details, **vectors})
+
+
+def _slot(contrast: bool) -> str:
+    return "attribution_contrast" if contrast else "attribution"
 
 
 def attribute(

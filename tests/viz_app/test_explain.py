@@ -377,3 +377,28 @@ def test_a_saved_trace_replays_its_value_zeroing_without_the_model(root: Path) -
     spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Value zeroing, whole model"))
     np.testing.assert_allclose(array(spec["data"][0]["z"]), found.source, atol=1e-4)
     assert not any("close the saved trace" in i.value for i in at.info)
+
+
+def test_a_saved_trace_replays_its_contrastive_attribution(root: Path) -> None:
+    import core
+    from core.analysis.attribution import attribute
+    from viz_app import claims_explain
+
+    bundle = core.load(root / "tiny")
+    out = bundle.translate("the cat sleeps")
+    src_ids, out_ids = list(out.trace["ids.src"]), list(out.output_ids)
+    other = next(int(i) for i in out.trace["output.top_ids"][0] if int(i) != out_ids[0])
+    plain, contrast = attribute(bundle, src_ids, out_ids, 0), attribute(bundle, src_ids, out_ids, 0, contrast=other)
+    (a1, d1), (a2, d2) = plain.to_arrays(), contrast.to_arrays()
+    saved = core.Translation(core.Trace.load(out.trace.with_analysis({**a1, **a2}, {**d1, **d2}).to_json().encode()))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["_replay"] = saved
+    at.query_params.update({"page": "explain", "explain_tab": "Attribution"})
+    at.run(timeout=TIMEOUT)
+    ok(at)
+    back = core.analysis.attribution.Attribution.from_trace(saved.trace, 0, contrast=True)
+    prefix = saved.tgt_tokens[: len(back.target_ig)]
+    note = claims_explain.contrast_note(
+        back, saved.output_tokens[0], saved.trace.piece(other), saved.src_tokens, prefix
+    )
+    assert note in [m.value for m in at.markdown]

@@ -59,6 +59,11 @@ def tab(out: core.Translation) -> None:
     st.dataframe(table.sort_values("ρ with |IG|", ascending=False), hide_index=True, height=240, width="stretch")
     if not replay:  # the contrast needs the model
         _contrast(out, t, a.ig_steps)
+    else:  # a saved trace's own contrast, if its export holds one
+        kept = Attribution.from_trace(out.trace, t, contrast=True)
+        if kept is not None and kept.contrast_id is not None:
+            st.markdown("#### … and not which word? (as saved)")
+            _show_contrast(out, kept, t, kept.contrast_id)
 
 
 def _computed(out: core.Translation, t: int) -> Attribution | None:
@@ -189,7 +194,13 @@ def _contrast(out: core.Translation, t: int, steps: int) -> None:
     a = errors.guarded(lambda: runs.contrast_attribution(path, selection.sentence(), key, t, other, explained, steps))
     if a is None:
         return
-    piece = out.trace.piece(other)
+    analysis_store.remember(out, *a.to_arrays())  # the page's export carries it
+    _show_contrast(out, a, t, other)
+
+
+def _show_contrast(out: core.Translation, a: Attribution, t: int, other: int) -> None:
+    """The contrast's sentence, bars, completeness and verdict."""
+    chosen, piece = out.output_tokens[t], out.trace.piece(other)
     prefix = out.tgt_tokens[: len(a.target_ig)]
     st.markdown(claims_explain.contrast_note(a, chosen, piece, out.src_tokens, prefix))
     both = f"Output word {t + 1}: “{style.token_label(chosen)}” rather than “{style.token_label(piece)}”"

@@ -135,3 +135,21 @@ def test_the_output_token_itself_is_no_alternative(bundle, ids):
         attribute(bundle, src_ids, out_ids, POSITION, contrast=out_ids[POSITION])
     with pytest.raises(InputError, match="contrast_kind must be one of logit_diff, prob_diff, got 'ratio'"):
         attribute(bundle, src_ids, out_ids, POSITION, contrast="warm", contrast_kind="ratio")  # type: ignore[arg-type]
+
+
+def test_a_trace_holds_the_plain_and_the_contrastive_attribution_of_a_position(bundle, ids, other):
+    from core.analysis.attribution import Attribution
+
+    src_ids, out_ids = ids
+    plain = attribute(bundle, src_ids, out_ids, 1, steps=4)
+    contrast = attribute(bundle, src_ids, out_ids, 1, steps=4, contrast=other)
+    arrays, details = plain.to_arrays()
+    more, more_details = contrast.to_arrays()
+    out = bundle.translate(TEXT, max_len=6)
+    saved = core.Trace.load(out.trace.with_analysis({**arrays, **more}, {**details, **more_details}).to_json().encode())
+    back_plain, back_contrast = Attribution.from_trace(saved, 1), Attribution.from_trace(saved, 1, contrast=True)
+    assert back_plain is not None and back_plain.contrast_id is None
+    assert back_contrast is not None and back_contrast.contrast_id == other
+    np.testing.assert_allclose(back_contrast.source_ig, contrast.source_ig, atol=1e-4)
+    np.testing.assert_allclose(back_plain.source_ig, plain.source_ig, atol=1e-4)
+    assert Attribution.from_trace(saved, 2, contrast=True) is None
