@@ -16,6 +16,9 @@ unexport PYTHONDONTWRITEBYTECODE
 # what a clone may reuse from an earlier one on this machine (mypy's cache, the Ding package): outside the clone
 USER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/attention-lab
 FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null))
+# Inseq, the peer the contrastive attribution is checked against, and its few pure-Python requirements: installed
+# without dependencies, since Inseq 0.7.1 lists CUDA wheels as hard requirements on Linux (tests only; nothing imports it)
+INSEQ_EXTRA := inseq==0.7.1 captum==0.9.0 jaxtyping==0.3.11 wadler-lindig==0.1.8 treescope==0.1.10 typeguard==2.13.3
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
 	-c constraints.txt
 
@@ -32,6 +35,7 @@ $(STAMP): pyproject.toml constraints.txt
 		{ $(BIN)/python -m ensurepip --default-pip && $(BIN)/python -m pip install --quiet uv==$(UV_VERSION); }
 	@test -x $(UV_CACHED) || { mkdir -p $(dir $(UV_CACHED)) && cp $(BIN)/uv $(UV_CACHED).$$$$ && mv $(UV_CACHED).$$$$ $(UV_CACHED); } || true
 	$(UV_INSTALL) -e '.[test,scale]' pip  # scale: Ray, for the scan's --ray test
+	$(UV_INSTALL) --no-deps $(INSEQ_EXTRA)  # test-only: Inseq without its ten CUDA wheels (test_inseq_contrast.py)
 	touch $(STAMP)
 
 install: $(STAMP)
