@@ -52,8 +52,10 @@ def test_temperature_alone_cuts_nothing() -> None:
 def test_the_draw_figure_has_both_series_and_marks_the_drawn_and_cut_pieces() -> None:
     fig = figure.draw_bars(["▁a", "<x>", "▁c"], [0.5, 0.3, 0.2], [0.7, 0.3, 0.0], 1, ["▁c"], title="The draw")
     assert isinstance(fig, go.Figure) and fig.layout.title.text == "The draw"
-    assert [t.name for t in fig.data] == [figure.BEFORE_NAME, figure.AFTER_NAME]
-    before, after = fig.data
+    names = [figure.BEFORE_NAME, figure.AFTER_NAME]
+    assert [t.name for t in fig.data] == names * 2  # the two series, then their plain legend keys
+    before, after = fig.data[:2]
+    assert [t.showlegend for t in fig.data] == [False, False, None, None]  # the keys carry no drawn-piece outline
     assert list(before.x) == [0.5, 0.3, 0.2] and list(after.x) == [0.7, 0.3, 0.0]
     assert list(before.y) == ["1. ␣a", "2. &lt;x&gt; ★ drawn", "3. ␣c ✂ cut"]
     assert list(after.marker.line.width) == [0.0, 2.5, 0.0]  # the drawn piece's bars outlined

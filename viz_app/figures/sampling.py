@@ -41,8 +41,11 @@ def draw_bars(
                 orientation="h",
                 marker=dict(color=colour, line=dict(color=DRAWN, width=line)),
                 hovertemplate="%{y}<br>p %{x:.4g}<extra>%{fullData.name}</extra>",
+                showlegend=False,  # the legend would draw the first bar's outline (the drawn piece's) as the key
             )
         )
+    for name, colour in ((BEFORE_NAME, BEFORE), (AFTER_NAME, AFTER)):  # the legend's keys, plain (after the series)
+        fig.add_trace(go.Bar(name=name, x=[None], y=[labels[0]], orientation="h", marker=dict(color=colour)))
     base_layout(fig, title, height=int(max(300, 30 * len(pieces) + 170)))
     fig.update_layout(barmode="group", legend=dict(orientation="h", yanchor="top", y=-0.15, x=0))
     fig.update_xaxes(title_text="probability", range=[0, 1.02])
