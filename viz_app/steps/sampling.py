@@ -121,7 +121,10 @@ def sampled(out: core.Translation, sampling: runs.SamplingKey) -> core.Translati
 
 def draw_section(shown: core.Translation, step: int, sampling: runs.SamplingKey) -> None:
     """At ``step``: the model's distribution and the one the piece was drawn from, and what the draw did."""
-    if trace_replay.replay() is not None:
+    if trace_replay.replay() is not None:  # a trace holds no step's whole distribution: the model makes it
+        st.caption(
+            "The draw at each step needs the model (the whole vocabulary's probabilities): close the saved trace."
+        )
         return
     path, text, key = checkpoints.ckpt_path(), selection.sentence(), runs.options_key(shown.options)
     found = errors.guarded(lambda: draws(path, text, key, sampling))
