@@ -23,6 +23,7 @@ from ..config import Record
 from ..errors import LabError
 from ..recording.call import Call
 from ..recording.recorder import Recorder
+from ..results import Translation
 from ..sites import attention_array
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
 from .contributions import batch_contributions
@@ -49,9 +50,13 @@ def cache_dir() -> Path:
 
 def set_statistics(bundle: Bundle, sentences: list[str]) -> HeadStatistics:
     """Statistics summed over the greedy translations of ``sentences`` (as trained)."""
-    return total(
-        sentence_statistics(bundle.translate(s, truncate=True, record=Record(qkv=False)).trace) for s in sentences
-    )
+    return total(stats for _, stats in _translated(bundle, sentences))
+
+
+def _translated(bundle: Bundle, sentences: list[str]) -> list[tuple[Translation, HeadStatistics]]:
+    """Each sentence's greedy translation (as trained, without q/k/v) and its head statistics."""
+    outs = [bundle.translate(s, truncate=True, record=Record(qkv=False)) for s in sentences]
+    return [(out, sentence_statistics(out.trace)) for out in outs]
 
 
 SPREAD_BATCH = 16  # sentences per batched ALTI+ pass of ``survey_sentences``
@@ -61,8 +66,8 @@ def survey_sentences(bundle: Bundle, sentences: list[str]) -> tuple[HeadStatisti
     """``set_statistics`` and each sentence's own means (``HeadSpread``) from one greedy translation each, with
     every cross head's agreement with ALTI+ on each sentence (batched ``batch_contributions`` of the same
     translations; left out, NaN, for a model or sentence ALTI+ cannot score here)."""
-    outs = [bundle.translate(s, truncate=True, record=Record(qkv=False)) for s in sentences]
-    stats = [sentence_statistics(out.trace) for out in outs]
+    pairs = _translated(bundle, sentences)
+    outs, stats = [out for out, _ in pairs], [x for _, x in pairs]
     means = [sentence_means(x) for x in stats]
     if all("cross" in out.trace.kinds for out in outs):
         try:
