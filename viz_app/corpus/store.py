@@ -31,6 +31,7 @@ from core.analysis.scan import (
     model_id,
     score_batch,
 )
+from core.analysis.scan_summary import ScanTotals, totals
 from core.analysis.survey import survey_sentences
 from viz_app.cache import cached
 from viz_app.session.server import load_bundle
@@ -49,10 +50,26 @@ class CorpusScan:
     model: str
     records: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _view: dict[tuple[int, float], tuple[list[dict[str, Any]], ScanTotals]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @property
     def done(self) -> bool:
         return len(self.records) >= len(self.pairs)
+
+    def at(self, threshold: float) -> tuple[list[dict[str, Any]], ScanTotals]:
+        """The records scored so far flagged at ``threshold`` (``flagged_at``) and their totals, made once per
+        (records so far, threshold): the page's other reruns (a filter, a row picked) reuse them (the corpus chrF of
+        1,000 references takes about 0.1 s)."""
+        key = (len(self.records), threshold)
+        found = self._view.get(key)
+        if found is None:
+            records = flagged_at(self.records[: key[0]], threshold)
+            found = (records, totals(records))
+            self._view.clear()  # the latest view only
+            self._view[key] = found
+        return found
 
 
 @st.cache_resource(show_spinner=False)

@@ -11,7 +11,6 @@ import streamlit as st
 from core.analysis.corpus_sets import CorpusSet, builtin_sets
 from core.analysis.heads import STAT_TITLES, STATS
 from core.analysis.scan import DEFAULT_THRESHOLD, parse_pairs
-from core.analysis.scan_summary import totals
 from viz_app import claims_corpus
 from viz_app.cache import peek
 from viz_app.claims import md
@@ -132,8 +131,8 @@ def _progress(scan: store.CorpusScan) -> None:
 
 
 def _results(scan: store.CorpusScan, checkpoint: str, threshold: float) -> None:
-    records = store.flagged_at(list(scan.records), threshold)  # what is scored now, flagged at this threshold
-    st.markdown(claims_corpus.scan_summary(totals(records), len(scan.pairs), threshold))
+    records, counted = scan.at(threshold)  # what is scored now, flagged at this threshold, and its totals
+    st.markdown(claims_corpus.scan_summary(counted, len(scan.pairs), threshold))
     problems = [r for r in records if "error" in r]
     if problems:
         with st.expander(f"Lines not scored ({len(problems):,})"):
@@ -178,7 +177,7 @@ def _results(scan: store.CorpusScan, checkpoint: str, threshold: float) -> None:
         _figures(scored, threshold)
     _downloads(records, scan.label)
     if scored:
-        _heads(scored, checkpoint)
+        _heads(scored)
 
 
 def _open_row(record: dict) -> None:
@@ -236,7 +235,7 @@ def _downloads(records: list[dict], label: str) -> None:
         )
 
 
-def _heads(scored: list[dict], checkpoint: str) -> None:
+def _heads(scored: list[dict]) -> None:
     """Every head measured on the scanned sources (the model's own translations, as the heads page measures):
     each statistic's spread over them, the cross heads' agreement with ALTI+, and how steady each label is."""
     st.subheader("Heads over these sentences")
