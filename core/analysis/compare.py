@@ -22,6 +22,7 @@ import numpy as np
 
 from ..recording.trace import Trace
 from ..sites import ATTENTION_KINDS, AttentionKind
+from .heads import kind_tokens
 
 MEASURE = "mean total-variation distance between matched attention rows"
 MEASURE_NOTE = (
@@ -38,12 +39,6 @@ def match(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
         return [(i, i) for i in range(len(a))]
     blocks = difflib.SequenceMatcher(a=list(a), b=list(b), autojunk=False).get_matching_blocks()
     return [(block.a + k, block.b + k) for block in blocks for k in range(block.size)]
-
-
-def axes(trace: Trace, kind: AttentionKind) -> tuple[list[str], list[str]]:
-    """(query pieces, key pieces) of ``kind``'s maps in ``trace``."""
-    src, tgt = trace.src_tokens, trace.tgt_tokens
-    return {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}[kind]
 
 
 @dataclass(frozen=True)
@@ -101,7 +96,7 @@ def kind_change(a: Trace, b: Trace, kind: AttentionKind) -> KindChange:
         raise ValueError(
             f"{kind}: {a.n_layers[kind]} layers × {a.n_heads} heads against {b.n_layers[kind]} × {b.n_heads}"
         )
-    (qa, ka), (qb, kb) = axes(a, kind), axes(b, kind)
+    (qa, ka), (qb, kb) = kind_tokens(a, kind), kind_tokens(b, kind)
     rows, keys = match(qa, qb), match(ka, kb)
     change = np.full((a.n_layers[kind], a.n_heads), np.nan)
     if rows and keys:

@@ -213,15 +213,20 @@ def kind_statistics(
     return sums, rows
 
 
+def kind_tokens(trace: Trace, kind: AttentionKind) -> tuple[list[str], list[str]]:
+    """(query pieces, key pieces) of ``kind``'s maps in ``trace``: encoder = source × source, decoder = decoder
+    inputs × decoder inputs, cross = decoder inputs × source."""
+    src, tgt = trace.src_tokens, trace.tgt_tokens
+    return {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}[kind]
+
+
 def sentence_statistics(trace: Trace) -> HeadStatistics:
     """The statistics of one traced sentence (a translation or a teacher-forced pass, batch of one)."""
-    src, tgt = trace.src_tokens, trace.tgt_tokens
-    axes = {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}
     sums: dict[str, dict[str, np.ndarray]] = {}
     rows: dict[str, dict[str, int]] = {}
     for kind in trace.kinds:
         maps = [trace.attention(kind, layer) for layer in range(trace.n_layers[kind])]
-        q_tokens, k_tokens = axes[kind]
+        q_tokens, k_tokens = kind_tokens(trace, kind)
         sums[kind], rows[kind] = kind_statistics(maps, trace.mask(kind), q_tokens, k_tokens, kind)
     return HeadStatistics(sums=sums, rows=rows)
 

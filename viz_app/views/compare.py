@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 import core
-from core.analysis.compare import MEASURE, MEASURE_NOTE, Comparison, axes, compare, match
+from core.analysis.compare import MEASURE, MEASURE_NOTE, Comparison, compare, match
+from core.analysis.heads import kind_tokens
 from core.inputs import MAX_CHARS
 from viz_app import claims_compare
 from viz_app.claims import md
@@ -128,7 +129,7 @@ def _pick_row(labels: list[str]) -> None:
 
 def _pair_maps(a: core.Trace, b: core.Trace, kind: core.AttentionKind, layer: int, head: int) -> None:
     """The head's two maps side by side, and B − A over the pieces both share."""
-    (qa, ka), (qb, kb) = axes(a, kind), axes(b, kind)
+    (qa, ka), (qb, kb) = kind_tokens(a, kind), kind_tokens(b, kind)
     ma, mb = a.attention(kind, layer)[head], b.attention(kind, layer)[head]
     where = f"{params.KINDS[kind]} L{layer + 1} H{head + 1}"
     c1, c2 = st.columns(2)

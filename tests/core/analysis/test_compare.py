@@ -10,7 +10,8 @@ import pytest
 from conftest import build_tiny_checkpoint
 
 import core
-from core.analysis.compare import axes, compare, match
+from core.analysis.compare import compare, match
+from core.analysis.heads import kind_tokens
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def bundle(tiny_checkpoint: Path) -> core.Bundle:
 
 def brute(a: core.Trace, b: core.Trace, kind: str) -> np.ndarray:
     """The measure with loops: per head, per matched query, TV over the matched keys."""
-    (qa, ka), (qb, kb) = axes(a, kind), axes(b, kind)
+    (qa, ka), (qb, kb) = kind_tokens(a, kind), kind_tokens(b, kind)
     rows, keys = match(qa, qb), match(ka, kb)
     out = np.zeros((a.n_layers[kind], a.n_heads))
     for layer in range(a.n_layers[kind]):
