@@ -75,10 +75,10 @@ class HeadSpread:
     def stability(self, stats: HeadStatistics) -> list[LabelStability]:
         """Each label ``stats`` gives (its rules on the set's means), with how many sentences it holds on alone.
         (The alignment label is scored on gold pairs, not per sentence: not listed.)"""
-        rules = {(label, kinds): (stat, threshold) for label, stat, threshold, kinds in LABEL_RULES}
+        rules = {label: (stat, threshold) for label, stat, threshold, _ in LABEL_RULES}  # one rule per label
         out = []
         for x in stats.labels():
-            rule = next(((s, t) for (label, kinds), (s, t) in rules.items() if label == x.label), None)
+            rule = rules.get(x.label)
             if rule is None or x.kind not in self.values:
                 continue
             stat, threshold = rule
