@@ -343,6 +343,14 @@ def test_why_this_word_and_not_that_one(root: Path) -> None:
     assert len(specs(at)) == 2  # the plain attribution stays
 
 
+def replayed(saved, tab: str) -> AppTest:
+    """The page on ``tab`` while ``saved`` (a Translation whose trace holds analyses) is replayed: no model run."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state["_replay"] = saved
+    at.query_params.update({"page": "explain", "explain_tab": tab})
+    return ok(at.run(timeout=TIMEOUT))
+
+
 def test_a_saved_trace_replays_its_logit_lens_without_the_model(root: Path) -> None:
     import core
     from core.analysis.lens import logit_lens
@@ -351,11 +359,7 @@ def test_a_saved_trace_replays_its_logit_lens_without_the_model(root: Path) -> N
     out = bundle.translate("the cat sleeps")
     lens = logit_lens(bundle, "the cat sleeps")
     saved = core.Translation(core.Trace.load(out.trace.with_analysis(*lens.to_arrays()).to_json().encode()))
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.session_state["_replay"] = saved
-    at.query_params.update({"page": "explain", "explain_tab": "Logit lens"})
-    at.run(timeout=TIMEOUT)
-    ok(at)
+    at = replayed(saved, "Logit lens")
     spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Logit lens"))
     np.testing.assert_allclose(array(spec["data"][0]["z"]), np.round(lens.chosen_prob, 4), atol=1e-6)
     assert not any("close the saved trace" in i.value for i in at.info)
@@ -369,11 +373,7 @@ def test_a_saved_trace_replays_its_value_zeroing_without_the_model(root: Path) -
     out = bundle.translate("the cat sleeps")
     found = value_zeroing(bundle, "the cat sleeps")
     saved = core.Translation(core.Trace.load(out.trace.with_analysis(*found.to_arrays()).to_json().encode()))
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.session_state["_replay"] = saved
-    at.query_params.update({"page": "explain", "explain_tab": "Value zeroing"})
-    at.run(timeout=TIMEOUT)
-    ok(at)
+    at = replayed(saved, "Value zeroing")
     spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Value zeroing, whole model"))
     np.testing.assert_allclose(array(spec["data"][0]["z"]), found.source, atol=1e-4)
     assert not any("close the saved trace" in i.value for i in at.info)
@@ -391,11 +391,7 @@ def test_a_saved_trace_replays_its_contrastive_attribution(root: Path) -> None:
     plain, contrast = attribute(bundle, src_ids, out_ids, 0), attribute(bundle, src_ids, out_ids, 0, contrast=other)
     (a1, d1), (a2, d2) = plain.to_arrays(), contrast.to_arrays()
     saved = core.Translation(core.Trace.load(out.trace.with_analysis({**a1, **a2}, {**d1, **d2}).to_json().encode()))
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.session_state["_replay"] = saved
-    at.query_params.update({"page": "explain", "explain_tab": "Attribution"})
-    at.run(timeout=TIMEOUT)
-    ok(at)
+    at = replayed(saved, "Attribution")
     back = core.analysis.attribution.Attribution.from_trace(saved.trace, 0, contrast=True)
     prefix = saved.tgt_tokens[: len(back.target_ig)]
     note = claims_explain.contrast_note(

@@ -64,7 +64,7 @@ def test_a_recorded_translation_gives_the_same_lens(bundle: core.Bundle) -> None
         lens_of(bundle, bundle.translate(TEXT))
 
 
-def test_a_given_translation_and_the_shortlist(bundle: core.Bundle) -> None:
+def test_a_given_translation_is_read_too(bundle: core.Bundle) -> None:
     lens = logit_lens(bundle, TEXT, translation="die Katze")
     assert lens.given and list(lens.chosen_ids) == bundle.encode_target("die Katze")
     assert lens.to_dict()["steps"][0]["layers"][-1]["layer"] == lens.n_layers
