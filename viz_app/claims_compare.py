@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from core.analysis.compare import Comparison, KindChange
 from viz_app.claims import first_changed_word, first_upper, md, quote
 
-# a head whose matched rows moved less than this (total variation) is said not to have changed: a float16 copy of the
-# same weights against float32 moves attention by about 1e-5, and the page prints three decimals
+# a head whose matched rows moved less than this (total variation) is said not to have changed: the student's encoder,
+# a float16 copy of its teacher's, moves the teacher's encoder attention by at most 4.5e-4 to 4.8e-4 (three sentences,
+# distilled-en-pt against bergamot-en-pt, measured), and the page prints three decimals
 CHANGED = 1e-3
 
 

@@ -36,7 +36,9 @@ from core.analysis.survey import survey_sentences
 from viz_app.cache import cached
 from viz_app.session.server import load_bundle
 
-MAX_SCANS = 8  # scans kept for all sessions (10,000 rows are about 20 MB of records)
+# scans kept for all sessions: a record of the distilled model's is about 4.5 kB in memory (200 built-in sentences,
+# tracemalloc), so 10,000 rows are about 45 MB and 8 full scans at most about 360 MB
+MAX_SCANS = 8
 
 
 @dataclass
