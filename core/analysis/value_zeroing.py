@@ -46,6 +46,7 @@ from ..recording.recorder import Recorder
 from ..recording.trace import Trace
 from ..sites import AttentionKind, analysis_site, attention_site, layer_input_site, memory_site, output_site
 from ..transformer.blocks import Masks
+from .attribution import spearman
 
 BATCH_ROWS = 64  # the most rows one run of a layer takes (a baseline row and up to 63 zeroed tokens)
 Run = Callable[[Tensor, Call], Tensor]  # one layer run on its input x (B, T, D) with a call -> its output (B, T, D)
@@ -139,17 +140,8 @@ def rank_agreement(scores: np.ndarray, reference: np.ndarray, keep: np.ndarray |
     for index in np.ndindex(*a.shape[:-1]):
         k = kept[index]
         if k.sum() >= 2:
-            ra, rb = _ranks(a[index][k]), _ranks(b[index][k])
-            ra, rb = ra - ra.mean(), rb - rb.mean()
-            norm = np.sqrt((ra**2).sum() * (rb**2).sum())
-            out[index] = (ra * rb).sum() / norm if norm > 0 else np.nan
+            out[index] = spearman(a[index][k], b[index][k])  # the lab's one Spearman (attribution's)
     return out
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """0-based ranks of x (n,), ties sharing their mean rank."""
-    below, equal = (x[None, :] < x[:, None]).sum(1), (x[None, :] == x[:, None]).sum(1)
-    return below + (equal - 1) / 2.0
 
 
 def normalise_rows(a: np.ndarray) -> np.ndarray:
