@@ -29,7 +29,7 @@ through R_enc.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,24 +179,33 @@ def cosine_distance(changed: Tensor, original: Tensor) -> Tensor:
     return (1.0 - cos).clamp(0.0, 2.0)
 
 
-def forced_trace(bundle: Bundle, text: str, translation: str | None, options: InferenceOptions) -> Trace:
-    """One teacher-forced pass recorded with the activations: on ``translation``, or on the model's own greedy
-    translation (its output ids, eos included)."""
+def forced_trace(
+    bundle: Bundle, text: str, translation: str | None, options: InferenceOptions, output_ids: Sequence[int] | None
+) -> Trace:
+    """One teacher-forced pass recorded with the activations: on ``output_ids`` (a run's own, eos included: its
+    text need not tokenize back to them), on ``translation``, or on the model's own greedy translation."""
     record = Record(qkv=False, activations=True)
-    if translation is not None:
+    if output_ids is None and translation is not None:
         return bundle.teacher_forced(text, translation, options, record=record).trace
-    ids = bundle.translate(text, options, record=Record(qkv=False)).output_ids
-    return bundle.teacher_forced(text, options=options, target_ids=ids, record=record).trace
+    if output_ids is None:
+        output_ids = bundle.translate(text, options, record=Record(qkv=False)).output_ids
+    return bundle.teacher_forced(text, options=options, target_ids=output_ids, record=record).trace
 
 
 def value_zeroing(
-    bundle: Bundle, text: str, *, options: InferenceOptions | None = None, translation: str | None = None
+    bundle: Bundle,
+    text: str,
+    *,
+    options: InferenceOptions | None = None,
+    translation: str | None = None,
+    output_ids: Sequence[int] | None = None,
 ) -> ValueZeroing:
-    """Value zeroing of every attention block for ``text``'s translation (the model's own greedy one, or
-    ``translation``), teacher-forced in one recorded pass; each layer is then run once per ``BATCH_ROWS`` zeroed
-    tokens through the bundle's fast weights, with ``options`` (heads switched off stay off)."""
+    """Value zeroing of every attention block for ``text``'s translation (the model's own greedy one,
+    ``translation``, or a run's own ``output_ids``: a page's translation, not decoded again), teacher-forced in one
+    recorded pass; each layer is then run once per ``BATCH_ROWS`` zeroed tokens through the bundle's fast weights,
+    with ``options`` (heads switched off stay off)."""
     options = bundle.check_options(options)
-    trace = forced_trace(bundle, text, translation, options)
+    trace = forced_trace(bundle, text, translation, options, output_ids)
     model, device, kinds = bundle.model, bundle.device, trace.kinds
     keys = {kind: np.asarray(trace.mask(kind), bool) for kind in kinds}  # (Tq, Tk), True = may attend
     masks = {kind: None if k.all() else torch.tensor(k, device=device)[None] for kind, k in keys.items()}

@@ -153,7 +153,7 @@ def _completeness(a: Attribution, replay: bool) -> None:
 
 def _contrast(out: core.Translation, t: int, steps: int) -> None:
     """Why output word ``t`` and not an alternative: one of the model's own top pieces at that step, or a piece
-    typed in; integrated gradients of the difference (``runs.contrast_attribution``) with a computed sentence."""
+    typed in; integrated gradients of the difference (``runs.attribution`` with a contrast) with a computed sentence."""
     st.markdown("#### … and not which word?")
     chosen = out.output_tokens[t]
     top_ids = [int(i) for i in out.trace[output_site("top_ids")][t]]
@@ -191,7 +191,7 @@ def _contrast(out: core.Translation, t: int, steps: int) -> None:
         other = offered[pick][0]
     key, path = runs.options_key(out.options), checkpoints.ckpt_path()
     explained: ContrastKind = kind or "logit_diff"
-    a = errors.guarded(lambda: runs.contrast_attribution(path, selection.sentence(), key, t, other, explained, steps))
+    a = errors.guarded(lambda: runs.attribution(path, selection.sentence(), key, t, steps, other, explained))
     if a is None:
         return
     analysis_store.remember(out, *a.to_arrays())  # the page's export carries it

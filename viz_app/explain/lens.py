@@ -36,7 +36,7 @@ def tab(out: core.Translation) -> None:
         path = checkpoints.ckpt_path()
         key = runs.options_key(out.options.with_changes(shortlist=False))  # the lens reads the whole vocabulary
         if out.options.shortlist:  # the page's shortlisted translation, fed once more with every layer recorded
-            run = errors.guarded(lambda: runs.recorded_forced(path, selection.sentence(), out.output_ids, key))
+            run = errors.guarded(lambda: runs.rerun(path, selection.sentence(), out.output_ids, key, activations=True))
         else:  # the translation recorded once more with every layer's stream (cached; the Learn page reads it)
             run = errors.guarded(lambda: runs.recorded_more(path, selection.sentence(), key, 1))
         # then the lens itself: one projection of every layer's rows (about a quarter of a traced translation)

@@ -16,17 +16,17 @@ from viz_app.explain import analysis_store
 from viz_app.explain.common import how_to_read, needs_model
 from viz_app.figures import attention_maps, style
 from viz_app.session import checkpoints, errors, params, runs, selection, url
-from viz_app.session.runs import OptionsKey, options_from_key
+from viz_app.session.runs import OptionsKey
 from viz_app.session.server import load_bundle
 from viz_app.widgets import export
 
 
 @cached("Zeroing each token's values, layer by layer (value zeroing) …")
-def measured(path: str, text: str, key: OptionsKey, translation: str | None) -> ValueZeroing:
-    """Cached value zeroing of the page's greedy translation (``translation`` None) or of its shortlisted one given
-    as text (the analysis runs over the whole vocabulary, as ALTI+ here does)."""
-    options = options_from_key(key).with_changes(shortlist=False)
-    return value_zeroing(load_bundle(path), text, options=options, translation=translation)
+def measured(path: str, text: str, key: OptionsKey, output_ids: tuple[int, ...]) -> ValueZeroing:
+    """Cached value zeroing of the page's translation (its output ids: not decoded again), over the whole
+    vocabulary, as the page's analyses run (``runs.analysis_options``)."""
+    bundle = load_bundle(path)
+    return value_zeroing(bundle, text, options=runs.analysis_options(key), output_ids=output_ids)
 
 
 def tab(out: core.Translation) -> None:
@@ -50,8 +50,7 @@ def tab(out: core.Translation) -> None:
         path = checkpoints.ckpt_path()
         key = runs.options_key(out.options)
         text = selection.sentence()
-        given = out.text if out.options.shortlist else None  # the page's own translation, as ALTI+ scores it
-        found = errors.guarded(lambda: measured(path, text, key, given))
+        found = errors.guarded(lambda: measured(path, text, key, tuple(out.output_ids)))
         alti = errors.guarded(lambda: runs.contributions(path, text, key))
         if found is None:
             return

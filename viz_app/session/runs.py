@@ -55,7 +55,7 @@ def options_from_key(key: OptionsKey) -> core.InferenceOptions:
     return core.InferenceOptions(**{f.name: value for f, value in zip(OPTION_FIELDS, key, strict=True)})
 
 
-def _analysis_options(key: OptionsKey) -> core.InferenceOptions:
+def analysis_options(key: OptionsKey) -> core.InferenceOptions:
     """The switches an analysis runs with: the translation's, over the whole vocabulary (the analyses score log p
     of the chosen words among every word; the shortlist only narrows what decoding may pick)."""
     return options_from_key(key).with_changes(shortlist=False)
@@ -95,22 +95,16 @@ def teacher_forced(path: str, text: str, target: str, key: OptionsKey) -> core.T
     return load_bundle(path).teacher_forced(text, target, options=options_from_key(key), truncate=True, record=NO_QKV)
 
 
-@cached("Recording every layer of this translation …")
-def recorded_forced(path: str, text: str, out_ids: tuple[int, ...], key: OptionsKey) -> core.Translation:
-    """A teacher-forced pass on a run's own output ids with the residual stream recorded (no q/k/v): the logit lens
-    of a translation made with other switches than the analysis's (the shortlist)."""
-    record = core.Record(qkv=False, activations=True)
+@cached("Re-running on the same output …")
+def rerun(
+    path: str, text: str, out_ids: tuple[int, ...], key: OptionsKey, activations: bool = False
+) -> core.Translation:
+    """Cached teacher-forced pass on a run's own output ids (``Translation.output_ids``) with these switches: the
+    same decoder inputs as that run, whether or not its text tokenizes back to them; ``activations``: with the
+    residual stream recorded (the logit lens)."""
+    record = core.Record(qkv=False, activations=activations)
     return load_bundle(path).teacher_forced(
         text, target_ids=out_ids, options=options_from_key(key), truncate=True, record=record
-    )
-
-
-@cached("Re-running on the same output …")
-def rerun(path: str, text: str, out_ids: tuple[int, ...], key: OptionsKey) -> core.Translation:
-    """Cached teacher-forced pass on a run's own output ids (``Translation.output_ids``) with these switches: the
-    same decoder inputs as that run, whether or not its text tokenizes back to them."""
-    return load_bundle(path).teacher_forced(
-        text, target_ids=out_ids, options=options_from_key(key), truncate=True, record=NO_QKV
     )
 
 
@@ -151,14 +145,14 @@ def importance(path: str, text: str, key: OptionsKey) -> HeadImportance:
     """Cached head importance of the current (greedy) translation: each head switched off alone."""
     src_ids, out_ids = _ids(path, text, key)
     bundle = load_bundle(path)
-    return head_importance(bundle, src_ids, out_ids, options=_analysis_options(key))
+    return head_importance(bundle, src_ids, out_ids, options=analysis_options(key))
 
 
 @cached("Estimating every head's effect from one gradient pass …")
 def importance_estimate(path: str, text: str, key: OptionsKey) -> HeadImportance:
     """Cached first-order estimate of the same (one forward and backward pass)."""
     src_ids, out_ids = _ids(path, text, key)
-    return head_importance_estimate(load_bundle(path), src_ids, out_ids, options=_analysis_options(key))
+    return head_importance_estimate(load_bundle(path), src_ids, out_ids, options=analysis_options(key))
 
 
 @cached("Patching every site from the clean run into the corrupted one …")
@@ -173,31 +167,23 @@ def patching(path: str, text: str, corrupt: str, key: OptionsKey, position: int 
         corrupt_ids,
         out_ids,
         position=position,
-        options=_analysis_options(key),
+        options=analysis_options(key),
     )
 
 
 @cached("Integrating gradients …")
-def attribution(path: str, text: str, key: OptionsKey, position: int, steps: int = 32) -> Attribution:
-    """Cached gradient x input and integrated gradients (``steps`` points) for output token ``position``."""
-    src_ids, out_ids = _ids(path, text, key)
-    bundle = load_bundle(path)
-    return attribute(
-        bundle,
-        src_ids,
-        out_ids,
-        position,
-        steps=steps,
-        options=_analysis_options(key),
-    )
-
-
-@cached("Integrating gradients of the difference between the two words …")
-def contrast_attribution(
-    path: str, text: str, key: OptionsKey, position: int, contrast: int, kind: ContrastKind, steps: int = 32
+def attribution(
+    path: str,
+    text: str,
+    key: OptionsKey,
+    position: int,
+    steps: int = 32,
+    contrast: int | None = None,
+    kind: ContrastKind = "logit_diff",
 ) -> Attribution:
-    """Cached contrastive attribution of output token ``position`` against the alternative piece id ``contrast``:
-    log p(y_t) - log p(c) (``kind`` "logit_diff") or p(y_t) - p(c) ("prob_diff"), ``steps`` points."""
+    """Cached gradient x input and integrated gradients (``steps`` points) for output token ``position``: of its
+    log-probability, or with ``contrast`` (a piece id) of log p(y_t) - log p(c) (``kind`` "logit_diff") or p(y_t) -
+    p(c) ("prob_diff")."""
     src_ids, out_ids = _ids(path, text, key)
     return attribute(
         load_bundle(path),
@@ -207,7 +193,7 @@ def contrast_attribution(
         steps=steps,
         contrast=contrast,
         contrast_kind=kind,
-        options=_analysis_options(key),
+        options=analysis_options(key),
     )
 
 
@@ -216,16 +202,14 @@ def contributions(path: str, text: str, key: OptionsKey, translation: str | None
     """Cached ALTI+ contributions of the page's greedy translation (``translation`` None) or of a typed translation,
     teacher-forced, over the whole vocabulary (with the shortlist on, the page's own translation is scored)."""
     scored = _scored(path, text, key, translation)
-    return alti_contributions(
-        load_bundle(path), text, translation=scored, options=_analysis_options(key), truncate=True
-    )
+    return alti_contributions(load_bundle(path), text, translation=scored, options=analysis_options(key), truncate=True)
 
 
 @cached("Weighing each value by its attention (value-weighted norms) …")
 def weighted_norms(path: str, text: str, key: OptionsKey, translation: str | None = None) -> ValueNorms:
     """Cached value-weighted norms (Kobayashi et al., 2020) of the translation ``contributions`` scores."""
     scored = _scored(path, text, key, translation)
-    return value_norms(load_bundle(path), text, translation=scored, options=_analysis_options(key), truncate=True)
+    return value_norms(load_bundle(path), text, translation=scored, options=analysis_options(key), truncate=True)
 
 
 def _scored(path: str, text: str, key: OptionsKey, translation: str | None) -> str | None:
@@ -247,7 +231,7 @@ def builtin_source_shares(path: str, key: OptionsKey) -> tuple[np.ndarray, np.nd
     switches: each sentence's source share (n,) and every output word's (all words of all sentences)."""
     bundle = load_bundle(path)
     sentences, _ = builtin_sentences(bundle.languages[0])
-    found = [alti_contributions(bundle, s, options=_analysis_options(key)) for s in sentences[:BUILTIN_SHARE_SENTENCES]]
+    found = [alti_contributions(bundle, s, options=analysis_options(key)) for s in sentences[:BUILTIN_SHARE_SENTENCES]]
     return np.array([c.source_share for c in found]), np.concatenate([c.token_source_share for c in found])
 
 
