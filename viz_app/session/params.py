@@ -84,6 +84,9 @@ _BOOL: _Codec = {"parse": _bool, "dump": lambda v: "1" if v else "0"}
 _INDEX: _Codec = {"parse": _one_based, "dump": lambda v: str(int(v) + 1)}  # layers, heads, positions: 1-based in links
 
 
+MAX_SEED = 2**53 - 1  # the sampling seed: what the browser's number box holds exactly
+
+
 def _within(cast: Callable[[str], Any], low: float, high: float) -> Callable[[str], Any]:
     """A parser of a number from ``low`` to ``high`` (the sampling settings: the widgets' own bounds)."""
 
@@ -117,7 +120,7 @@ PARAMS: dict[str, Param] = {
     "temperature": Param(None, _within(float, 0.0, 2.0), _number),
     "top_k": Param(None, _within(int, 1, 10**6)),
     "top_p": Param(None, _within(float, 0.01, 1.0), _number),
-    "seed": Param(0, _within(int, 0, 2**63 - 1)),
+    "seed": Param(0, _within(int, 0, MAX_SEED)),
     "kind": Param("cross", choices=tuple(KINDS)),
     "layer": Param(0, **_INDEX),
     "head": Param(0, **_INDEX),

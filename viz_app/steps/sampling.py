@@ -21,7 +21,6 @@ from viz_app.widgets import export
 
 SAMPLE = "sample"
 CHOICES: list[int | str] = [*params.BEAMS, SAMPLE]
-MAX_SEED = 2**53 - 1  # what the browser's number box holds exactly
 FIRST_TEMPERATURE = 1.0  # the model's own distribution, before any cut
 
 
@@ -83,9 +82,6 @@ def decoding_radio(on_change: Callable[[], None]) -> runs.SamplingKey | None:
     ss = st.session_state
     if ss.get("temperature") is None:
         return None
-    if not 0 <= int(ss.get("seed", 0)) <= MAX_SEED:
-        url.link_problem("seed", f"is beyond the seed box's {MAX_SEED:,}")
-        ss["seed"] = 0
     c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
     c1.slider(
         "Temperature",
@@ -99,7 +95,9 @@ def decoding_radio(on_change: Callable[[], None]) -> runs.SamplingKey | None:
     c3.number_input(
         "Top-p", min_value=0.01, max_value=1.0, step=0.05, value=None, key="top_p", placeholder="off", format="%.2f"
     )
-    c4.number_input("Seed", min_value=0, max_value=MAX_SEED, step=1, key="seed", help="The same seed draws the same.")
+    c4.number_input(
+        "Seed", min_value=0, max_value=params.MAX_SEED, step=1, key="seed", help="The same seed draws the same."
+    )
     top_k, top_p = ss.get("top_k"), ss.get("top_p")
     return (
         float(ss["temperature"]),
