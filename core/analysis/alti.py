@@ -122,23 +122,20 @@ def attention_block(
     *,
     cross: bool,
     norm: nn.Module | None,
-    total: Tensor | None = None,
+    total: Tensor,
 ) -> Block:
     """One attention block decomposed: weights (H, Tq, Tk), values (H, Tk, dv), the block's output projection,
     the residual stream entering it (Tq, D), each head's scale (H,); ``norm`` the post-norm to fold in (None with
-    pre-norm); ``total`` (Tq, D) what the norm reads, residual + attention output, as the run computed it (None:
-    computed here from the weights and values). Computed in ``residual``'s dtype, on its device. The norm is
-    folded into the output projection (centred and weighted once, (D, H*dv)) and each query's scale into the
-    weights before the (Tq, Tk, D) vectors are made: ``fold_norm``'s result, in one pass."""
+    pre-norm); ``total`` (Tq, D) what the norm reads, residual + attention output, as the run computed it.
+    Computed in ``residual``'s dtype, on its device. The norm is folded into the output projection (centred and
+    weighted once, (D, H*dv)) and each query's scale into the weights before the (Tq, Tk, D) vectors are made:
+    ``fold_norm``'s result, in one pass."""
     like = residual  # every operand in the residual's dtype and on its device
     mix = weights.to(like) * scale.to(like)[:, None, None]  # (H, Tq, Tk)
     values, w_o = values.to(like), out_proj.weight.to(like)  # (H, Tk, dv), (D, H*dv)
     bias = out_proj.bias
     constant = (torch.zeros_like(residual) if bias is None else bias.to(like).expand_as(residual)).clone()
     if norm is not None:
-        if total is None:
-            heads = torch.matmul(mix, values)  # (H, Tq, dv)
-            total = heads.transpose(-3, -2).flatten(-2) @ w_o.T + residual + constant  # (Tq, D)
         centre, token_scale, w, norm_bias = _folding(norm, total.to(like))
         mix = mix * token_scale.unsqueeze(-3)  # query i's scale on its row of every head
         w_o = (centre(w_o.T) * w).T  # each value's vector centred and weighted, as the norm treats the sum

@@ -130,7 +130,7 @@ def iter_batch_blocks(
             norm=None if pre else norm,
             total=total,
         )
-        return Decomposed(block, total if pre else _apply(norm, total))
+        return Decomposed(block, _finish(norm, total, pre))
 
     model_device = next(model.parameters()).device
     for layer, enc in enumerate(model.encoder_layers):
@@ -151,9 +151,10 @@ def iter_batch_blocks(
         yield ("cross", layer), attend("cross", layer, dec.cross_attn_norm, own.actual)  # reads the self block's output
 
 
-def _finish(norm: nn.Module, x: Tensor, y: Tensor, pre: bool) -> Tensor:
-    """The block's output as the layer computes it: x + y with pre-norm, norm(x + y) with post-norm."""
-    return x + y if pre else _apply(norm, x + y)
+def _finish(norm: nn.Module, total: Tensor, pre: bool) -> Tensor:
+    """The block's output as the layer computes it from ``total`` (its input + its sub-layer's output): itself with
+    pre-norm, norm(total) with post-norm."""
+    return total if pre else _apply(norm, total)
 
 
 def _apply(module: nn.Module, x: Tensor) -> Tensor:
@@ -169,7 +170,7 @@ def _ssru(cell: SSRU, norm: nn.Module, x: Tensor, gates: Tensor, pre: bool) -> D
     with torch.no_grad():
         p = cell.W.weight
         h, _, _ = cell(inputs.to(p)[None], None)
-    return Decomposed(block, _finish(norm, x, h[0].to("cpu", x.dtype), pre))
+    return Decomposed(block, _finish(norm, x + h[0].to("cpu", x.dtype), pre))
 
 
 def recorded_pass(
