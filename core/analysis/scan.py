@@ -317,16 +317,16 @@ def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, m
     return timed([r for r in records if r is not None], settings, time.perf_counter() - start)
 
 
-STEP_ROWS = 4  # the padded rows a greedy step's fixed cost is worth (``decoding_groups``; docs/scan.md, Speed)
+GROUP_PAD_ROWS = 4  # the padded rows a greedy step's fixed cost is worth (``decoding_groups``; docs/scan.md, Speed)
 
 
 def decoding_groups(source_lengths: dict[int, int]) -> list[list[int]]:
     """The keys in groups of like source lengths, shortest first: a greedy batch steps until its longest output ends,
-    so a group is cut where its padding would pass ``STEP_ROWS`` rows at each of its steps."""
+    so a group is cut where its padding would pass ``GROUP_PAD_ROWS`` rows at each of its steps."""
     groups: list[list[int]] = [[]]
     for i in sorted(source_lengths, key=source_lengths.__getitem__):
         n, group = source_lengths[i], groups[-1]  # n: the group's longest with i in it
-        if group and len(group) * n - sum(source_lengths[j] for j in group) > STEP_ROWS * n:
+        if group and len(group) * n - sum(source_lengths[j] for j in group) > GROUP_PAD_ROWS * n:
             groups.append([])
         groups[-1].append(i)
     return [group for group in groups if group]

@@ -11,7 +11,7 @@ import pytest
 import core
 from core.analysis.contributions import batch_contributions, contributions
 from core.analysis.scan import (
-    STEP_ROWS,
+    GROUP_PAD_ROWS,
     Pair,
     ScanSettings,
     batches,
@@ -129,8 +129,8 @@ def test_without_the_padding_mask_each_pair_is_scored_alone(bundle, pairs) -> No
 
 
 def test_decoding_groups_cut_where_padding_passes_step_rows_rows_a_step() -> None:
-    short = {i: 5 for i in range(6)}  # six rows of 5: a 30-piece source beside them pads 6 x 25 > STEP_ROWS x 30
+    short = {i: 5 for i in range(6)}  # six rows of 5: a 30-piece source beside them pads 6 x 25 > GROUP_PAD_ROWS x 30
     assert decoding_groups({**short, 6: 31, 7: 30}) == [[0, 1, 2, 3, 4, 5], [7, 6]]  # shortest first
-    few = {i: 5 + 20 * i for i in range(STEP_ROWS + 1)}  # at most STEP_ROWS rows of padding: never cut
+    few = {i: 5 + 20 * i for i in range(GROUP_PAD_ROWS + 1)}  # at most GROUP_PAD_ROWS rows of padding: never cut
     assert decoding_groups(few) == [list(few)]
     assert decoding_groups({}) == []
