@@ -21,7 +21,7 @@ from viz_app.widgets import export, markup
 
 IG_STEPS = (32, 64, 128, 256)  # the choices offered for integrated gradients (runs.attribution's default first)
 TYPED = "another piece, typed …"  # the alternatives' last choice: any piece typed in
-CONTRAST_KINDS: dict[ContrastKind, str] = {
+CONTRAST_LABELS: dict[ContrastKind, str] = {
     "logit_diff": "difference of log-probabilities",
     "prob_diff": "difference of probabilities",
 }
@@ -169,9 +169,9 @@ def _contrast(out: core.Translation, t: int, steps: int) -> None:
     )
     kind = right.radio(
         "Explain the",
-        list(CONTRAST_KINDS),
+        list(CONTRAST_LABELS),
         key="explain_contrast_kind",
-        format_func=CONTRAST_KINDS.__getitem__,
+        format_func=CONTRAST_LABELS.__getitem__,
         horizontal=True,
         help="log p(word) − log p(alternative) (the two logits' difference: the softmax's normaliser cancels), or "
         "p(word) − p(alternative).",
