@@ -9,7 +9,7 @@ import streamlit as st
 
 import core
 from core.analysis.contributions import Contributions
-from core.analysis.value_zeroing import ValueZeroing, rank_agreement, value_zeroing
+from core.analysis.value_zeroing import ValueZeroing, normalise_rows, rank_agreement, value_zeroing
 from viz_app import claims_explain
 from viz_app.cache import cached
 from viz_app.explain import analysis_store
@@ -67,7 +67,7 @@ def tab(out: core.Translation) -> None:
     if alti is not None and alti.source_matrix.shape == found.source.shape:  # the same translation scored by both
         with c2:
             title = style.titled("ALTI+, whole model: output words × source", note)
-            share = alti.source_matrix / np.clip(alti.source_matrix.sum(-1, keepdims=True), 1e-12, None)
+            share = normalise_rows(alti.source_matrix)
             fig = attention_maps.head_heatmap(share, rows, found.source_pieces, title=title)
             export.chart(fig, "alti_source", key="zeroing_alti")
         rho = rank_agreement(found.source, alti.source_matrix)
