@@ -200,3 +200,19 @@ def test_value_zeroing_travels_in_a_trace_and_comes_back(tiny_checkpoint) -> Non
         np.testing.assert_allclose(back.layers[kind], found.layers[kind], atol=1e-4)
         assert np.array_equal(back.keys[kind], found.keys[kind])
     assert back.options == found.options and back.notes == found.notes
+
+
+def test_a_block_split_over_several_runs_gives_the_same_scores(tiny_checkpoint, monkeypatch) -> None:
+    import importlib
+
+    import core
+
+    vz = importlib.import_module("core.analysis.value_zeroing")  # the module (core.analysis exports the function)
+
+    bundle = core.load(tiny_checkpoint)
+    whole = vz.value_zeroing(bundle, "the cat sleeps on the mat")
+    monkeypatch.setattr(vz, "BATCH_ROWS", 4)  # a baseline row and 3 zeroed tokens a run: every block takes several
+    split = vz.value_zeroing(bundle, "the cat sleeps on the mat")
+    assert len(whole.source_pieces) > 3  # more tokens than a run takes: the loop goes round
+    for kind in whole.layers:
+        np.testing.assert_allclose(split.distances[kind], whole.distances[kind], atol=1e-6)
