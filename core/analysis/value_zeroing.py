@@ -46,7 +46,7 @@ from ..recording.recorder import Recorder
 from ..recording.trace import Trace
 from ..sites import AttentionKind, analysis_site, attention_site, layer_input_site, memory_site, output_site
 from ..transformer.blocks import Masks
-from . import alti
+from .alti import compose_encoder as compose_alti
 from .attribution import spearman
 
 BATCH_ROWS = 64  # the most rows one run of a layer takes (a baseline row and up to 63 zeroed tokens)
@@ -154,7 +154,7 @@ def normalise_rows(a: np.ndarray) -> np.ndarray:
 def compose_encoder(layers: np.ndarray) -> np.ndarray:
     """(L, S, S) per-layer rows -> (S, S): A_(L-1) ... A_0 (the authors' ``compute_joint_attention(res=False)``,
     ALTI+'s ``alti.compose_encoder``)."""
-    return alti.compose_encoder(list(torch.from_numpy(np.asarray(layers, np.float64)))).numpy()
+    return compose_alti(list(torch.from_numpy(np.asarray(layers, np.float64)))).numpy()
 
 
 def compose_decoder(
