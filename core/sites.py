@@ -43,6 +43,13 @@ Sites outside the layers::
     ids.src, ids.tgt               (B, T) token ids: source, decoder inputs
     output.ids, output.probs       (B, steps) the token chosen at each step and its probability
     output.top_ids, output.top_probs   (B, steps, k) the k most likely tokens at each step
+    output.draw.*                  what a sampled step drew from (``draw_site``; only when sampling): top_probs
+                                   (B, steps, k) each top token's probability in the distribution drawn from
+                                   (after temperature and the cut; 0 = cut or banned), top_cut (B, steps, k) bool
+                                   whether the top-k / top-p cut removed it, prob (B, steps) the taken token's
+                                   probability there, rank (B, steps) its rank in the model's distribution (1 +
+                                   the tokens more probable), kept / cut (B, steps) the tokens left to draw from and
+                                   those the cut removed
 
 An attention *kind* ('encoder', 'decoder', 'cross') names a block type; a *stack* ('encoder', 'decoder') names
 where the layer is: cross-attention is a kind that lives in the decoder stack (``stack_of``).
@@ -176,6 +183,11 @@ def output_site(what: str) -> str:
     return f"output.{what}"
 
 
+def draw_site(what: DrawArray) -> str:
+    """What a sampled step drew from: draw_site('prob') -> 'output.draw.prob' (``DRAW_ARRAYS``)."""
+    return f"output.draw.{what}"
+
+
 def layer_input_site(stack: Stack, layer: int) -> str:
     """The residual stream entering a layer: the embeddings for the first ('embed.src' / 'embed.tgt'), else the
     previous layer's output ('encoder.1.out' enters encoder layer 2)."""
@@ -214,11 +226,13 @@ def migrate_site_name(name: str) -> str:
 # ---------------------------------------------------------------- builders for the remaining names
 AttentionArray = Literal["weights", "scores", "scores_raw", "q", "k", "v", "step_rows", "heads", "x", "out"]
 OutputArray = Literal["ids", "probs", "top_ids", "top_probs"]
+DrawArray = Literal["top_probs", "top_cut", "prob", "rank", "kept", "cut"]
 MaskPart = Literal["padding", "causal"]
 
 ATTENTION_ARRAYS: tuple[AttentionArray, ...] = get_args(AttentionArray)
 ATTENTION_MAPS: tuple[AttentionArray, ...] = ("weights", "scores", "scores_raw")  # (B, H, Tq, Tk), every block
 OUTPUT_ARRAYS: tuple[OutputArray, ...] = get_args(OutputArray)
+DRAW_ARRAYS: tuple[DrawArray, ...] = get_args(DrawArray)
 MASK_PARTS: tuple[MaskPart, ...] = get_args(MaskPart)
 
 
@@ -280,6 +294,7 @@ _FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "side": ("|".join(SIDES), SIDES),
     "kind": ("|".join(ATTENTION_KINDS), ATTENTION_KINDS),
     "part": ("|".join(MASK_PARTS), MASK_PARTS),
+    "count": ("rank|kept|cut", ("rank", "kept", "cut")),
     "name": (r"[^.\s]+(?:\.[^.\s]+)*", ("importance.cross.delta",)),
 }
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -361,13 +376,18 @@ OUTPUT_IDS = SiteSpec("output.ids", "steps", ("B", "Tt"), dtype="int64")
 OUTPUT_PROBS = SiteSpec("output.probs", "steps", ("B", "Tt"))
 OUTPUT_TOP_IDS = SiteSpec("output.top_ids", "steps", ("B", "Tt", "k"), dtype="int64")
 OUTPUT_TOP_PROBS = SiteSpec("output.top_probs", "steps", ("B", "Tt", "k"))
+DRAW_TOP_PROBS = SiteSpec("output.draw.top_probs", "steps", ("B", "Tt", "k"))
+DRAW_TOP_CUT = SiteSpec("output.draw.top_cut", "steps", ("B", "Tt", "k"), dtype="bool")
+DRAW_PROB = SiteSpec("output.draw.prob", "steps", ("B", "Tt"))
+DRAW_COUNT = SiteSpec("output.draw.{count}", "steps", ("B", "Tt"), dtype="int64")
 ANALYSIS = SiteSpec("analysis.{name}", "added", batched=False)
 
 SITES: tuple[SiteSpec, ...] = (
     LAYER, ATTENTION, SSRU, WEIGHTS, SCORES, SCORES_RAW, QUERIES, KEYS, VALUES, STEP_ROWS, HEADS, LAYER_OUT, GATE,
     SUBLAYER_X, SUBLAYER_OUT, SSRU_X, SSRU_OUT, MEMORY,
     EMBED, MASK, MASK_PART, PE, POSITION_BIAS, KEEP, IDS,
-    OUTPUT_IDS, OUTPUT_PROBS, OUTPUT_TOP_IDS, OUTPUT_TOP_PROBS, ANALYSIS,
+    OUTPUT_IDS, OUTPUT_PROBS, OUTPUT_TOP_IDS, OUTPUT_TOP_PROBS, DRAW_TOP_PROBS, DRAW_TOP_CUT, DRAW_PROB, DRAW_COUNT,
+    ANALYSIS,
 )  # fmt: skip
 
 

@@ -11,8 +11,10 @@ reshaped and one piece drawn from it:
 4. the kept pieces renormalised, and one drawn with a ``torch.Generator`` seeded with ``seed``: the same seed, the
    same settings and the same sentence give the same translation.
 
-The recorded probability of a drawn piece stays the model's own (before temperature), as for a greedy step; the
-reshaped distribution is not recorded (``reshaped`` makes it again from the model's, as the Steps page does).
+The recorded probability of a drawn piece stays the model's own (before temperature), as for a greedy step; what
+the draw did is recorded beside it at the ``output.draw.*`` sites (``Drawn.arrays``: the top pieces' probabilities
+in the distribution drawn from, which of them the cut removed, the drawn piece's probability there and its rank, the
+pieces kept and cut), so a trace shows the draw itself.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..sites import DrawArray
 
 
 @dataclass(frozen=True)
@@ -52,17 +55,19 @@ class Sampling:
         return torch.Generator(device=device).manual_seed(self.seed)
 
 
-def reshaped(probs: Tensor, sampling: Sampling) -> Tensor:
-    """The distribution a piece is drawn from (B, V|S): ``probs`` after temperature, top-k and top-p, renormalised
-    (T = 0: all the mass on the most probable piece)."""
+def tempered(probs: Tensor, temperature: float) -> Tensor:
+    """``probs`` (B, V|S) after temperature alone, renormalised (T = 0: all the mass on the most probable piece)."""
     probs = probs.float()
-    if sampling.temperature == 0:
+    if temperature == 0:
         return torch.zeros_like(probs).scatter_(-1, probs.argmax(-1, keepdim=True), 1.0)
     allowed = probs > 0  # what the rules leave; an id they set to 0 stays 0 at any temperature
     logp = probs.clamp_min(1e-45).log()
     logp = logp - logp.max(-1, keepdim=True).values  # 0 for the top piece: no overflow at a tiny temperature
-    logp = torch.where(allowed, logp / sampling.temperature, float("-inf"))
-    out = torch.softmax(logp, dim=-1)
+    return torch.softmax(torch.where(allowed, logp / temperature, float("-inf")), dim=-1)
+
+
+def cut(out: Tensor, sampling: Sampling) -> Tensor:
+    """A tempered distribution ``out`` (B, V|S) after the top-k and top-p cut, renormalised."""
     if sampling.top_k is not None and sampling.top_k < out.shape[-1]:
         kth = out.topk(sampling.top_k, dim=-1).values[..., -1:]  # (B, 1)
         out = torch.where(out >= kth, out, 0.0)
@@ -74,7 +79,39 @@ def reshaped(probs: Tensor, sampling: Sampling) -> Tensor:
     return out / out.sum(-1, keepdim=True)
 
 
-def draw(probs: Tensor, sampling: Sampling, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """(ids (B,), the reshaped distribution (B, V|S)): one piece per row drawn from ``reshaped(probs)``."""
-    shaped = reshaped(probs, sampling)
-    return torch.multinomial(shaped, 1, generator=generator)[:, 0], shaped
+def reshaped(probs: Tensor, sampling: Sampling) -> Tensor:
+    """The distribution a piece is drawn from (B, V|S): ``probs`` after temperature, top-k and top-p, renormalised
+    (T = 0: all the mass on the most probable piece)."""
+    return cut(tempered(probs, sampling.temperature), sampling)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One step's draw: the columns drawn (B,), and the distributions after temperature (B, V|S) and after the cut,
+    the one drawn from (B, V|S)."""
+
+    columns: Tensor
+    tempered: Tensor
+    shaped: Tensor
+
+    def arrays(self, probs: Tensor, top_columns: Tensor, taken: Tensor, chosen: Tensor) -> dict[DrawArray, Tensor]:
+        """What the step records at the ``output.draw.*`` sites (``core.sites.draw_site``), for the model's
+        distribution ``probs`` (B, V|S), its top columns (B, k), the columns taken (B,) (the drawn ones, or a forced
+        id's) and the model's probability of each taken piece (B,) (0 for a forced id off a shortlist)."""
+        removed = (self.tempered > 0) & (self.shaped == 0)  # (B, V|S) what the cut took
+        taken_p = self.shaped.gather(-1, taken[:, None])[:, 0]
+        return {
+            "top_probs": self.shaped.gather(-1, top_columns),
+            "top_cut": removed.gather(-1, top_columns),
+            "prob": torch.where(chosen > 0, taken_p, 0.0),  # a piece the model gives 0 is never drawn
+            "rank": (probs > chosen[:, None]).sum(-1) + 1,
+            "kept": (self.shaped > 0).sum(-1),
+            "cut": removed.sum(-1),
+        }
+
+
+def draw(probs: Tensor, sampling: Sampling, generator: torch.Generator) -> Drawn:
+    """One piece per row drawn from ``reshaped(probs)``."""
+    warm = tempered(probs, sampling.temperature)
+    shaped = cut(warm, sampling)
+    return Drawn(torch.multinomial(shaped, 1, generator=generator)[:, 0], warm, shaped)

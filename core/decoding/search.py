@@ -223,22 +223,27 @@ def iter_greedy(
                 recorder.restart_decoder()  # keeps the previous pass's last rows as its step rows
             logits = model.decode(tokens, memory, cross_keep, call)[:, -1]  # (B, V|S)
         probs = step_probs(cfg, logits, tokens, vocab, blocked, src)  # (B, V|S)
-        top_probs, top_ids = probs.topk(k, dim=-1)  # (B, k)
-        top_ids = vocab_ids(top_ids, vocab)
-        next_ids, chosen = top_ids[:, 0], top_probs[:, 0]  # (B,)
+        top_probs, top_columns = probs.topk(k, dim=-1)  # (B, k)
+        top_ids = vocab_ids(top_columns, vocab)
+        next_ids, chosen, taken = top_ids[:, 0], top_probs[:, 0], top_columns[:, 0]  # (B,)
+        drawn = None
         if call.sampling is not None:  # drawn, not taken: its recorded probability is still the model's own
             if generator is None:
                 generator = call.sampling.generator(probs.device)
-            columns, _ = draw(probs, call.sampling, generator)
-            next_ids, chosen = vocab_ids(columns, vocab), probs.gather(-1, columns[:, None])[:, 0]
+            drawn = draw(probs, call.sampling, generator)
+            taken = drawn.columns
+            next_ids, chosen = vocab_ids(taken, vocab), probs.gather(-1, taken[:, None])[:, 0]
         forced = forced_id(cfg, prefix, step, n_steps)
         if forced is not None:  # a forced step
             next_ids = torch.full_like(next_ids, forced)
             column, listed = columns_of(next_ids[:1], vocab)
             chosen = probs[:, column[0]] * listed[0]  # 0 for an id outside the shortlist
+            taken = torch.full_like(taken, int(column[0]))
         next_ids = next_ids.masked_fill(finished, cfg.eos_id)
         if recorder is not None:
             recorder.output(next_ids, chosen, top_ids, top_probs)
+            if drawn is not None:  # what the draw did, beside it (a forced step: the forced id's column)
+                recorder.draw(drawn.arrays(probs, top_columns, taken, chosen))
         yield StepOutput(step, next_ids, chosen, top_ids, top_probs)
         tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (B, t + 1)
         finished |= next_ids == cfg.eos_id

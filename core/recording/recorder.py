@@ -14,7 +14,7 @@ Nothing is stored on the model, so calls on one shared model stay independent un
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,10 +26,12 @@ from ..sites import (
     OUTPUT_ARRAYS,
     WEIGHTS,
     AttentionKind,
+    DrawArray,
     Side,
     SiteSpec,
     array_of,
     attention_site,
+    draw_site,
     gate_site,
     heads_of,
     ids_site,
@@ -322,6 +324,13 @@ class Recorder:
         if self.record:
             for what, t in zip(OUTPUT_ARRAYS, (ids, probs, top_ids, top_probs), strict=True):
                 self._outputs.setdefault(output_site(what), []).append(t)
+
+    def draw(self, arrays: Mapping[DrawArray, Tensor]) -> None:
+        """What one sampled step drew from (``core.decoding.sampling.Drawn.arrays``), at the ``output.draw.*``
+        sites: (B,) or (B, k) each."""
+        if self.record:
+            for what, t in arrays.items():
+                self._outputs.setdefault(draw_site(what), []).append(t)
 
     def restart_decoder(self) -> None:
         """Called before each decoding step that recomputes the whole prefix (no KV cache): the last full pass's

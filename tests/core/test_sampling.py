@@ -13,6 +13,7 @@ import torch
 import core
 from core.decoding.sampling import Sampling, reshaped
 from core.errors import InputError
+from core.sites import draw_site, output_site
 
 TEXT = "the cat sleeps on the mat"
 
@@ -69,3 +70,37 @@ def test_settings_are_checked_and_beam_search_refuses_sampling(bundle: core.Bund
         bundle.translate_batch([TEXT], beam_size=2, sampling=Sampling())
     with pytest.raises(InputError, match="Sampling"):
         bundle.translate(TEXT, sampling=0.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [Sampling(temperature=1.5, top_k=8, top_p=0.95, seed=4), Sampling(temperature=0.7, top_p=0.5, seed=2),
+     Sampling(temperature=0)],
+)  # fmt: skip
+def test_the_recorded_draw_is_the_distribution_drawn_from(bundle: core.Bundle, sampling: Sampling) -> None:
+    """The ``output.draw.*`` sites decoding records against the same draw made again from each step's whole
+    distribution (a teacher-forced pass over the drawn ids, every piece's probability, ``reshaped``)."""
+    out = bundle.translate(TEXT, record=core.Record(qkv=False), sampling=sampling)
+    trace = out.trace
+    every = core.Record(qkv=False, top_k=bundle.config.tgt_vocab_size)
+    forced = bundle.teacher_forced(TEXT, target_ids=out.output_ids, record=every).trace
+    probs, ids = forced[output_site("top_probs")], forced[output_site("top_ids")]  # (T, V) sorted
+    full = torch.zeros(probs.shape).scatter_(-1, torch.tensor(ids), torch.tensor(probs))  # (T, V) by id
+    shaped = reshaped(full, sampling).numpy()
+    warm = reshaped(full, Sampling(temperature=sampling.temperature)).numpy()
+    taken = np.asarray(out.output_ids)
+    top = trace[output_site("top_ids")]  # (T, k)
+    rows = np.arange(len(taken))
+    np.testing.assert_allclose(trace[draw_site("top_probs")], np.take_along_axis(shaped, top, -1), atol=1e-5)
+    np.testing.assert_allclose(trace[draw_site("prob")], shaped[rows, taken], atol=1e-5)
+    assert (trace[draw_site("prob")] > 0).all()  # every drawn piece was in the draw
+    np.testing.assert_array_equal(trace[draw_site("kept")], (shaped > 0).sum(-1))
+    removed = (warm > 0) & (shaped == 0)
+    np.testing.assert_array_equal(trace[draw_site("cut")], removed.sum(-1))
+    np.testing.assert_array_equal(trace[draw_site("top_cut")], np.take_along_axis(removed, top, -1))
+    np.testing.assert_array_equal(
+        trace[draw_site("rank")], (full.numpy() > full.numpy()[rows, taken][:, None]).sum(-1) + 1
+    )
+    if sampling.top_k is not None:
+        assert (trace[draw_site("kept")] <= sampling.top_k).all()
+    assert draw_site("prob") not in bundle.translate(TEXT).trace  # greedy decoding draws nothing

@@ -1,6 +1,7 @@
-"""Sampling on the Step-by-step page: the pure parts (each step's draw against core's ``reshaped``, the figure, the
-sentence, one test per branch), then the page in AppTest on a tiny checkpoint: a link with the same seed and settings
-shows core's sampled translation in fresh sessions, temperature 0 shows the greedy one, bad values are named."""
+"""Sampling on the Step-by-step page: the pure parts (each step's draw read from the recorded arrays, the figure,
+the sentence, one test per branch), then the page in AppTest on a tiny checkpoint: a link with the same seed and
+settings shows core's sampled translation in fresh sessions (its draw chart against the draw made again from the
+whole distribution), temperature 0 shows the greedy one, bad values are named."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import core
 from core.decoding.sampling import Sampling, reshaped
 from viz_app.claims_sampling import draw_claim
 from viz_app.figures import sampling as figure
-from viz_app.steps.draws import step_draws
+from viz_app.steps.draws import step_draws, trace_draws
 from viz_app.widgets.markup import md
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
@@ -27,26 +28,33 @@ PIECES = {10: "▁a", 11: "▁b", 12: "▁c", 13: "▁d", 2: "</s>"}
 
 
 # ----------------------------------------------------------------------------- pure parts
-def test_each_step_draw_is_cores_reshaped_distribution() -> None:
-    probs = np.array([[0.5, 0.3, 0.15, 0.05, 0.0], [0.6, 0.2, 0.1, 0.06, 0.04]], dtype=np.float32)  # sorted
-    ids = np.array([[10, 11, 12, 13, 2], [11, 10, 2, 12, 13]])
-    sampling = Sampling(temperature=0.5, top_k=2, seed=1)
-    found = step_draws(probs, ids, [11, 13], sampling, PIECES.__getitem__, shown=3)
-    want = reshaped(torch.tensor(probs), sampling).numpy()
-    first, second = found
-    assert first.pieces == ("▁a", "▁b", "▁c") and first.piece == "▁b" and first.rank == 2
-    np.testing.assert_allclose(first.after, want[0, :3], rtol=1e-6)
-    np.testing.assert_allclose(first.before, probs[0, :3], rtol=1e-6)
-    assert first.kept == 2 and first.cut == 2 and first.cut_pieces == ("▁c",)  # the 0 one was never in the draw
-    # the drawn piece below the shown ones comes last (here a piece the cut removed: a forced one would be so)
+def test_each_step_draw_reads_the_recorded_draw() -> None:
+    top_ids = np.array([[10, 11, 12], [11, 10, 2]])  # (T, k) the model's most probable, as decoding recorded them
+    top_probs = np.array([[0.5, 0.3, 0.15], [0.6, 0.2, 0.1]], dtype=np.float32)
+    draw = {
+        "top_probs": np.array([[0.6, 0.4, 0.0], [0.9, 0.1, 0.0]], dtype=np.float32),
+        "top_cut": np.array([[False, False, True], [False, False, True]]),
+        "prob": np.array([0.4, 0.0], dtype=np.float32),
+        "rank": np.array([2, 5]),
+        "kept": np.array([2, 2]),
+        "cut": np.array([2, 3]),
+    }
+    first, second = step_draws(top_ids, top_probs, np.array([11, 13]), np.array([0.3, 0.04]), draw, PIECES.__getitem__)
+    assert first.pieces == ("▁a", "▁b", "▁c") and first.piece == "▁b" and first.drawn == 1 and first.rank == 2
+    assert first.before == pytest.approx((0.5, 0.3, 0.15)) and first.after == pytest.approx((0.6, 0.4, 0.0))
+    assert first.kept == 2 and first.cut == 2 and first.cut_pieces == ("▁c",)
+    # the drawn piece below the shown ones comes last, with its own recorded probabilities
     assert second.pieces == ("▁b", "▁a", "</s>", "▁d") and second.drawn == 3 and second.rank == 5
-    assert second.before[3] == pytest.approx(0.04) and second.after[3] == 0
+    assert second.before[3] == pytest.approx(0.04) and second.after[3] == 0 and second.cut_pieces == ("</s>",)
+    assert (
+        len(step_draws(top_ids, top_probs, np.array([11, 13]), np.array([0.3, 0.04]), draw, str, shown=2)[0].pieces)
+        == 2
+    )
 
 
-def test_temperature_alone_cuts_nothing() -> None:
-    probs = np.array([[0.7, 0.2, 0.1]], dtype=np.float32)
-    (d,) = step_draws(probs, np.array([[10, 11, 12]]), [12], Sampling(temperature=2.0), PIECES.__getitem__)
-    assert d.cut == 0 and d.cut_pieces == () and d.kept == 3 and d.after[2] > d.before[2]
+def test_a_trace_that_was_not_sampled_holds_no_draw(tiny_checkpoint: Path) -> None:
+    with pytest.raises(ValueError, match="not sampled"):
+        trace_draws(core.load(tiny_checkpoint, device="cpu").translate(SENTENCE).trace)
 
 
 def test_the_draw_figure_has_both_series_and_marks_the_drawn_and_cut_pieces() -> None:

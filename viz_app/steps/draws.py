@@ -1,17 +1,17 @@
-"""What sampling did at each step of a sampled translation: the model's distribution over the step's most probable
-pieces before temperature, the distribution the piece was drawn from (``core.decoding.sampling.reshaped``: after
-temperature and the top-k / top-p cut), the pieces the cut removed and the piece drawn. Pure: no Streamlit (the
-page's cached run is ``viz_app/steps/sampling.py``)."""
+"""What sampling did at each step of a sampled translation, read from its trace (the ``output.draw.*`` sites
+decoding recorded while it drew, ``core.decoding.sampling.Drawn``): the model's distribution over the step's most
+probable pieces before temperature, the distribution the piece was drawn from (after temperature and the top-k /
+top-p cut), the pieces the cut removed and the piece drawn. Pure: no Streamlit."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from core.decoding.sampling import Sampling, reshaped
+from core import Trace
+from core.sites import DRAW_ARRAYS, DrawArray, draw_site, output_site
 
 SHOWN = 10  # the step's most probable pieces shown (the drawn one added when it is below them)
 
@@ -36,42 +36,54 @@ class StepDraw:
         return self.pieces[self.drawn]
 
 
+def trace_draws(trace: Trace, shown: int = SHOWN) -> tuple[StepDraw, ...]:
+    """``step_draws`` of a sampled translation's trace; ValueError when it holds no draw (not sampled)."""
+    if draw_site("prob") not in trace:
+        raise ValueError("this translation was not sampled: its trace holds no draw")
+    return step_draws(
+        trace[output_site("top_ids")],
+        trace[output_site("top_probs")],
+        trace[output_site("ids")],
+        trace[output_site("probs")],
+        {what: trace[draw_site(what)] for what in DRAW_ARRAYS},
+        trace.piece,
+        shown,
+    )
+
+
 def step_draws(
-    probs: np.ndarray,
+    top_ids: np.ndarray,
+    top_probs: np.ndarray,
     ids: np.ndarray,
-    out_ids: Sequence[int],
-    sampling: Sampling,
+    probs: np.ndarray,
+    draw: Mapping[DrawArray, np.ndarray],
     piece: Callable[[int], str],
     shown: int = SHOWN,
 ) -> tuple[StepDraw, ...]:
-    """Each step's ``StepDraw`` from the model's whole distribution at every step: ``probs`` (T, V|S) sorted from
-    the most probable, ``ids`` (T, V|S) their vocabulary ids (a teacher-forced pass over ``out_ids`` recorded with
-    ``Record(top_k=...)`` the vocabulary's size), ``out_ids`` (T,) the pieces drawn."""
-    before = torch.tensor(np.asarray(probs, dtype=np.float32))  # (T, V|S), a copy: the trace is read-only
-    after = reshaped(before, sampling).numpy()  # (T, V|S)
-    tempered = reshaped(before, Sampling(temperature=sampling.temperature)).numpy()  # no cut
-    removed = (tempered > 0) & (after == 0)  # (T, V|S) what the cut took
+    """Each step's ``StepDraw``: ``top_ids`` / ``top_probs`` (T, k) the model's most probable pieces at each step,
+    ``ids`` / ``probs`` (T,) the pieces taken and the model's probability of each, ``draw`` the ``output.draw.*``
+    arrays of the same steps (``core.sites``)."""
     out = []
-    for t, drawn_id in enumerate(out_ids):
-        found = np.flatnonzero(ids[t] == drawn_id)
-        j = int(found[0]) if found.size else -1  # -1: outside the scored ids (a forced id off the shortlist)
-        rows = list(range(min(shown, ids.shape[1])))
-        names = [piece(int(ids[t, i])) for i in rows]
-        b, a = [float(probs[t, i]) for i in rows], [float(after[t, i]) for i in rows]
-        if j < 0 or j >= len(rows):
-            names.append(piece(int(drawn_id)))
-            b.append(float(probs[t, j]) if j >= 0 else 0.0)
-            a.append(float(after[t, j]) if j >= 0 else 0.0)
+    for t, taken in enumerate(ids):
+        rows = list(range(min(shown, top_ids.shape[1])))
+        found = [i for i in rows if top_ids[t, i] == taken]
+        names = [piece(int(top_ids[t, i])) for i in rows]
+        before = [float(top_probs[t, i]) for i in rows]
+        after = [float(draw["top_probs"][t, i]) for i in rows]
+        if not found:  # the drawn piece ranks below the shown ones: it comes last
+            names.append(piece(int(taken)))
+            before.append(float(probs[t]))
+            after.append(float(draw["prob"][t]))
         out.append(
             StepDraw(
                 pieces=tuple(names),
-                before=tuple(b),
-                after=tuple(a),
-                drawn=j if 0 <= j < len(rows) else len(names) - 1,
-                rank=j + 1 if j >= 0 else ids.shape[1] + 1,
-                kept=int((after[t] > 0).sum()),
-                cut=int(removed[t].sum()),
-                cut_pieces=tuple(piece(int(ids[t, i])) for i in rows if removed[t, i]),
+                before=tuple(before),
+                after=tuple(after),
+                drawn=found[0] if found else len(names) - 1,
+                rank=int(draw["rank"][t]),
+                kept=int(draw["kept"][t]),
+                cut=int(draw["cut"][t]),
+                cut_pieces=tuple(names[i] for i in rows if draw["top_cut"][t, i]),
             )
         )
     return tuple(out)

@@ -1,6 +1,7 @@
 """The Steps page's sampling: the "sample" choice beside greedy and beam search, its settings (temperature, top-k,
 top-p, seed: all in the link, so a link replays the same draws), the sampled translation, and at each step what
-temperature and the cut did to the distribution the piece was drawn from."""
+temperature and the cut did to the distribution the piece was drawn from (as decoding recorded it:
+``viz_app.steps.draws``)."""
 
 from __future__ import annotations
 
@@ -9,34 +10,17 @@ from collections.abc import Callable
 import streamlit as st
 
 import core
-from core.decoding.sampling import Sampling
-from core.sites import output_site
+from core.sites import draw_site
 from viz_app import claims_sampling
-from viz_app.cache import cached
 from viz_app.figures import sampling as figure
 from viz_app.figures import style
-from viz_app.session import checkpoints, errors, params, runs, selection, server, trace_replay, url
-from viz_app.steps.draws import StepDraw, step_draws
+from viz_app.session import checkpoints, errors, params, runs, selection, trace_replay, url
+from viz_app.steps.draws import trace_draws
 from viz_app.widgets import export
 
 SAMPLE = "sample"
 CHOICES: list[int | str] = [*params.BEAMS, SAMPLE]
 FIRST_TEMPERATURE = 1.0  # the model's own distribution, before any cut
-
-
-@cached("Scoring every piece at every step of the sampled translation …")
-def draws(path: str, text: str, key: runs.OptionsKey, sampling: runs.SamplingKey) -> tuple[StepDraw, ...]:
-    """Each step of ``runs.sample``'s translation: the model's whole distribution there (one teacher-forced pass on
-    its ids recording every piece's probability), reshaped as the draw reshaped it (``StepDraw``)."""
-    bundle = server.load_bundle(path)
-    out = runs.sample(path, text, key, sampling)
-    every = core.Record(qkv=False, top_k=bundle.config.tgt_vocab_size)  # the whole distribution of each step
-    run = bundle.teacher_forced(
-        text, target_ids=out.output_ids, options=runs.options_from_key(key), truncate=True, record=every
-    )
-    trace = run.trace
-    probs, ids = trace[output_site("top_probs")], trace[output_site("top_ids")]  # (T, V|S) each, sorted
-    return step_draws(probs, ids, out.output_ids, Sampling(*sampling), trace.piece)
 
 
 def settle() -> None:
@@ -118,18 +102,20 @@ def sampled(out: core.Translation, sampling: runs.SamplingKey) -> core.Translati
 
 
 def draw_section(shown: core.Translation, step: int, sampling: runs.SamplingKey) -> None:
-    """At ``step``: the model's distribution and the one the piece was drawn from, and what the draw did."""
-    if trace_replay.replay() is not None:  # a trace holds no step's whole distribution: the model makes it
-        st.caption(
-            "The draw at each step needs the model (the whole vocabulary's probabilities): close the saved trace."
-        )
+    """At ``step``: the model's distribution and the one the piece was drawn from, and what the draw did, as
+    decoding recorded them in ``shown``'s trace with the settings it drew with (its ``meta['sampling']``; the
+    page's ``sampling`` where the trace does not say)."""
+    if draw_site("prob") not in shown.trace:  # a replayed trace that was not sampled
+        st.caption("This translation was not sampled: its trace holds no draw.")
         return
-    path, text, key = checkpoints.ckpt_path(), selection.sentence(), runs.options_key(shown.options)
-    found = errors.guarded(lambda: draws(path, text, key, sampling))
-    if found is None or step >= len(found):
+    found = trace_draws(shown.trace)
+    if step >= len(found):
         return
     d = found[step]
-    temperature, top_k, top_p, seed = sampling
+    how = shown.trace.meta.get("sampling")
+    temperature, top_k, top_p, seed = (
+        sampling if not how else (how[f] for f in ("temperature", "top_k", "top_p", "seed"))
+    )
     note = f"{selection.options_note(shown.options)}, temperature {temperature:g}, seed {seed}"
     fig = figure.draw_bars(
         d.pieces, d.before, d.after, d.drawn, d.cut_pieces, title=style.titled(f"The draw at step {step + 1}", note)
