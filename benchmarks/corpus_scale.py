@@ -35,7 +35,8 @@ import torch
 import core
 from core.analysis import corpus_sets
 from core.analysis.corpus_sets import CorpusSet, tsv
-from core.analysis.scan import ScanSettings, parse_pairs, scan
+from core.analysis.scan import ScanSettings, scan
+from core.analysis.scan_input import parse_pairs
 from core.analysis.sentences import builtin_sentences
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@
   model's source language (English when there are none in it); no references.
 
 Each set is the bytes of a ``source<TAB>translation<TAB>reference`` file with the translation left empty (the
-model's own is scored), read by ``scan.parse_pairs`` as an uploaded file is.
+model's own is scored), read by ``scan_input.parse_pairs`` as an uploaded file is.
 """
 
 from __future__ import annotations

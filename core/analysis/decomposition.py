@@ -101,13 +101,13 @@ def iter_blocks(model: Transformer, trace: Trace) -> Iterator[tuple[BlockKey, De
 
 @torch.no_grad()
 def iter_batch_blocks(
-    model: Transformer, trace: Trace, items: slice, dtype: torch.dtype = torch.float64
+    model: Transformer, trace: Trace, items: slice, dtype: torch.dtype = torch.float64, *, encoder: bool = True
 ) -> Iterator[tuple[BlockKey, Decomposed]]:
     """``iter_blocks`` of the batch elements ``items`` of a padded pass (``recorded_batch``) at once: every tensor
     with a leading batch axis (B, Tq, K, D) at the batch's padded lengths, computed in ``dtype``. With the padding
     and causal masks on, a padded key gets attention weight 0 (its vector is 0) and padded queries are never read by
     real ones, so each element's real rows and keys are its own pass's (``alti(..., keep=...)`` gives padding no
-    share)."""
+    share). ``encoder=False``: the decoder's blocks only (a trace whose encoder was not recorded)."""
     cfg = model.config
     pre = cfg.norm == "pre"
     options = trace.options
@@ -133,7 +133,7 @@ def iter_batch_blocks(
         return Decomposed(block, _finish(norm, total, pre))
 
     model_device = next(model.parameters()).device
-    for layer, enc in enumerate(model.encoder_layers):
+    for layer, enc in enumerate(model.encoder_layers if encoder else []):
         x = rows(layer_input_site("encoder", layer))
         yield ("encoder", layer), attend("encoder", layer, enc.self_attn_norm, x)
     for layer, dec in enumerate(model.decoder_layers):
@@ -192,13 +192,18 @@ def recorded_batch(
 
 
 def recorded_states(
-    bundle: Bundle, rows: Sequence[tuple[Sequence[int], Sequence[int]]], options: InferenceOptions
+    bundle: Bundle,
+    rows: Sequence[tuple[Sequence[int], Sequence[int]]],
+    options: InferenceOptions,
+    *,
+    encoder: bool = True,
 ) -> tuple[Trace, Tensor]:
     """The recorded pass of ``recorded_batch`` without the vocabulary: sources and decoder inputs padded on the right,
     the source padding masked (``options.padding_mask``), later target positions hidden by the causal mask. The
     batch's trace (with both masks on, row i's first len(src_i) source and len(out_i) target positions are its own
     pass's, up to rounding) and the final decoder states of the real positions, row after row (N, D): what
-    ``row_logprobs`` projects, for these rows alone or with other batches' (one projection for all of them)."""
+    ``row_logprobs`` projects, for these rows alone or with other batches' (one projection for all of them).
+    ``encoder=False``: the encoder runs with the same options but unrecorded (the trace holds the decoder's sites)."""
     if not rows or any(not out_ids for _, out_ids in rows):
         raise ValueError("recorded_batch needs at least one row, each with at least one output id")
     model, cfg = bundle.model, bundle.config
@@ -207,7 +212,8 @@ def recorded_states(
     tgt, real = bundle.padded([[cfg.bos_id, *out_ids[:-1]] for _, out_ids in rows])  # (B, Tt)
     with torch.inference_mode():
         call = Call(options, recorder, bundle.fast).begin(model)  # one recorder for both halves
-        memory = model.encode(src, keep, call)  # (B, Ts, D)
+        encode = call if encoder else Call(options, fast=bundle.fast).begin(model)
+        memory = model.encode(src, keep, encode)  # (B, Ts, D)
         states = model.decoder_states(tgt, memory, keep, call)[real]  # (N, D): no padded position
     return recorder.freeze(bundle.tokenizer.piece), states
 

@@ -13,8 +13,8 @@ beside the source share (chrF against a third-column reference, invented words, 
 
 Pairs are scored ``batch_size`` at a time (``batches``: consecutive pairs within a padded-token budget;
 ``score_batch``: one greedy batch for the pairs without a translation, then one recorded padded pass and one
-decomposition per group of pairs of like lengths), giving ``score_pair``'s record for each within 1e-4 (equal
-text and flags). Where the pairs are scored is a ``Runner``: ``local_records`` here,
+decomposition of the decoder per group of pairs of like lengths), giving ``score_pair``'s record for each within
+1e-4 (equal text and flags). Where the pairs are scored is a ``Runner``: ``local_records`` here,
 ``core.analysis.scan_ray.ray_records`` on a Ray cluster; both score each batch with ``score_batch``, so their lines
 are the same.
 """
@@ -36,10 +36,11 @@ from ..bundle import Bundle, load
 from ..config import InferenceOptions, Record
 from ..decoding.search import max_steps, output_text
 from ..errors import InputError, LabError
-from ..inputs import MAX_CHARS, clean_text
+from ..inputs import clean_text
 from ..storage.durable import fsync_path
-from .contributions import Contributions, batch_contributions, contributions
+from .contributions import SourceShares, batch_source_shares, contributions
 from .scan_fields import EMPTY, field_context, pair_fields
+from .scan_input import Pair, read_pairs  # the scan's input, read here
 
 # The flag threshold on a translation's mean source share, chosen by a stated rule on held-out data: the largest
 # value (rounded down to 3 decimals) that flags at most 1 % of the correct pairs of each distilled checkpoint in the
@@ -67,61 +68,14 @@ class ScanSettings:
             raise InputError(f"the threshold is a source share, between 0 and 1; got {self.threshold!r}")
 
 
-@dataclass(frozen=True)
-class Pair:
-    """One input line: its number (from 1), the source, the translation to score (None: the model's own), the
-    reason it cannot be scored, if any, and the reference translation of a third column (for ``chrf``)."""
-
-    line: int
-    source: str | None
-    translation: str | None
-    error: str | None = None
-    reference: str | None = None
-
-
 class Runner(Protocol):
-    """Scores ``pairs`` with the checkpoint and yields one record per pair, in order (``local_records``,
-    ``scan_ray.ray_records``)."""
+    """Scores ``pairs[start:]`` with the checkpoint and yields one record per pair, in order (``local_records``,
+    ``scan_ray.ray_records``). The batches are those of all ``pairs`` (``from_batch``): a scan resumed at
+    ``start`` computes the floats the uninterrupted scan computed, and writes its bytes."""
 
-    def __call__(self, checkpoint: Path, pairs: Sequence[Pair], settings: ScanSettings) -> Iterator[dict[str, Any]]: ...
-
-
-# ----------------------------------------------------------------------------- input
-def read_pairs(path: str | Path) -> list[Pair]:
-    """Every line of a ``source<TAB>translation[<TAB>reference]`` file as a ``Pair`` (an empty or missing
-    translation: the model's own is scored). Lines are split on ``\\n`` (a ``\\r`` before it is dropped) and
-    decoded one by one, so bytes that are not UTF-8 spoil their line only."""
-    return parse_pairs(Path(path).read_bytes())
-
-
-def parse_pairs(data: bytes) -> list[Pair]:
-    """``read_pairs`` of a file's bytes (an uploaded file, a built-in set)."""
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the newline ending the last line
-    return [parse_line(number, raw) for number, raw in enumerate(lines, start=1)]
-
-
-def parse_line(number: int, raw: bytes) -> Pair:
-    """The ``Pair`` of input line ``number`` (from 1), with ``error`` set when the line cannot be scored."""
-    try:
-        text = raw.removesuffix(b"\r").decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Pair(number, None, None, f"line {number}: not UTF-8 text ({exc.reason} at byte {exc.start})")
-    fields = text.split("\t")
-    if len(fields) > 3:
-        return Pair(number, fields[0], None, f"line {number}: {len(fields)} tab-separated fields; expected "
-                    "source<TAB>translation<TAB>reference (or fewer)")  # fmt: skip
-    source = fields[0]
-    translation, reference = (fields[i] if len(fields) > i and fields[i].strip() else None for i in (1, 2))
-    if not source.strip():
-        return Pair(number, source, translation, f"line {number}: no source text", reference)
-    sides = {"source": source, "translation": translation or "", "reference": reference or ""}
-    for side, value in sides.items():
-        if len(value) > MAX_CHARS:
-            problem = f"line {number}: the {side} is longer than {MAX_CHARS:,} characters"
-            return Pair(number, source, translation, problem, reference)
-    return Pair(number, source, translation, None, reference)
+    def __call__(
+        self, checkpoint: Path, pairs: Sequence[Pair], settings: ScanSettings, *, start: int = 0
+    ) -> Iterator[dict[str, Any]]: ...
 
 
 def length_problem(bundle: Bundle, pair: Pair) -> str | None:
@@ -169,7 +123,7 @@ def _score_pair(bundle: Bundle, pair: Pair, settings: ScanSettings, model: str) 
     try:
         # no translation: the model's own greedy output is scored, piece for piece (not its text read again: that
         # can split into other pieces, and an empty output has none); its text is what translate gives
-        result = contributions(bundle, pair.source, translation=pair.translation, options=settings.options)
+        result = contributions(bundle, pair.source, translation=pair.translation, options=settings.options).shares()
         translation = pair.translation
         if translation is None:
             translation = bundle.translate(pair.source, settings.options).text
@@ -179,7 +133,7 @@ def _score_pair(bundle: Bundle, pair: Pair, settings: ScanSettings, model: str) 
 
 
 def scored_record(
-    bundle: Bundle, pair: Pair, result: Contributions, translation: str, settings: ScanSettings, model: str
+    bundle: Bundle, pair: Pair, result: SourceShares, translation: str, settings: ScanSettings, model: str
 ) -> dict[str, Any]:
     """The output record of a scored pair: ``result`` its contributions, ``translation`` the text scored."""
     assert pair.source is not None
@@ -257,6 +211,17 @@ def batches(bundle: Bundle, pairs: Sequence[Pair], batch_size: int, batch_tokens
         yield batch
 
 
+def from_batch(groups: Iterable[list[Pair]], start: int) -> Iterator[tuple[list[Pair], int]]:
+    """The batches from the one holding pair ``start`` (counted from 0 over all the batches' pairs) on, each with
+    how many of its first records are to be dropped (written already): that batch is scored whole, as the
+    uninterrupted scan scored it (another batch of the same pairs computes other roundings)."""
+    seen = 0
+    for group in groups:
+        if seen + len(group) > start:
+            yield group, max(0, start - seen)
+        seen += len(group)
+
+
 def _pieces(bundle: Bundle, pair: Pair) -> tuple[int, int]:
     """(source, target) lengths in pieces, eos included, that ``batches`` budgets a pair for."""
     if pair.error is not None or pair.source is None:
@@ -272,7 +237,7 @@ def _pieces(bundle: Bundle, pair: Pair) -> tuple[int, int]:
 def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, model: str) -> list[dict[str, Any]]:
     """``score_pair`` of each pair, in order, with one greedy batch per group of like source lengths for the pairs
     without a translation (``decoding_groups``; ``Bundle.translate_batch``, each output cut at its own eos and step
-    limit, as ``translate`` stops it) and one recorded pass per group of like lengths (``batch_contributions``): the
+    limit, as ``translate`` stops it) and one recorded pass per group of like lengths (``batch_source_shares``): the
     same records, up to the last of the written decimals. Without the padding or causal mask, batching would change
     the numbers: each pair is then scored alone (``score_pair``). With ``settings.timing`` each record's ``seconds``
     is the batch's time over its pairs."""
@@ -308,7 +273,7 @@ def score_batch(bundle: Bundle, pairs: Sequence[Pair], settings: ScanSettings, m
             src_ids, given = rows[i]
             scored.append((src_ids, decoded[i] if given is None else given))
         forced = [rows[i][1] is not None for i in order]
-        for i, result in zip(order, batch_contributions(bundle, scored, options=options, forced=forced), strict=True):
+        for i, result in zip(order, batch_source_shares(bundle, scored, options=options, forced=forced), strict=True):
             pair = pairs[i]
             text = pair.translation
             if text is None:  # the model's own: its text as translate gives it
@@ -366,22 +331,24 @@ def local_records(
     pairs: Sequence[Pair],
     settings: ScanSettings,
     *,
+    start: int = 0,
     device: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
 ) -> Iterator[dict[str, Any]]:
-    """The ``Runner`` of this process: loads the checkpoint once and scores the pairs ``batch_size`` at a time
-    within ``batch_tokens`` padded positions a batch (``batches``, ``score_batch``; 1: one by one)."""
-    if not pairs:
+    """The ``Runner`` of this process: loads the checkpoint once and scores ``pairs[start:]`` ``batch_size`` at a
+    time within ``batch_tokens`` padded positions a batch (``batches`` of all the pairs, ``from_batch``,
+    ``score_batch``; 1: one by one)."""
+    if start >= len(pairs):
         return
     bundle = load(checkpoint, device=device)
     model = model_id(checkpoint)
     if batch_size == 1:
-        for pair in pairs:
+        for pair in pairs[start:]:
             yield score_pair(bundle, pair, settings, model)
         return
-    for batch in batches(bundle, pairs, batch_size, batch_tokens):
-        yield from score_batch(bundle, batch, settings, model)
+    for batch, written in from_batch(batches(bundle, pairs, batch_size, batch_tokens), start):
+        yield from score_batch(bundle, batch, settings, model)[written:]
 
 
 # ----------------------------------------------------------------------------- output
@@ -471,7 +438,7 @@ def scan(
     try:
         with open(out, "a", encoding="utf-8") as f:
             try:
-                for record in runner(checkpoint, pairs[done:], settings):
+                for record in runner(checkpoint, pairs, settings, start=done):
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                     f.flush()  # a line in the file before the next one is scored: Ctrl-C loses none
                     written += 1

@@ -20,7 +20,7 @@ from sacrebleu.metrics import CHRF
 from ..distill.invented import dictionary, is_invented, output_words
 from ..errors import InputError
 from ..text.language import check_language
-from .contributions import Contributions
+from .contributions import SourceShares
 
 LOWEST = 3  # pieces named in lowest_share_words
 CHRF_SCORE = CHRF()  # sacreBLEU's default chrF (character 6-grams, β = 2); made once, not for every pair
@@ -61,7 +61,7 @@ def pair_fields(
     source: str,
     translation: str,
     reference: str | None,
-    result: Contributions,
+    result: SourceShares,
     digits: int,
 ) -> dict[str, Any]:
     """The fields of one scored pair (``EMPTY``'s keys): ``translation`` the text scored, ``result`` its

@@ -19,6 +19,7 @@ only, so ``core`` and a scan without ``--ray`` never need it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import socket
@@ -37,6 +38,7 @@ from .scan import (
     Pair,
     ScanSettings,
     batches,
+    from_batch,
     model_id,
     score_batch,
     score_pair,
@@ -97,6 +99,7 @@ def ray_records(
     pairs: Sequence[Pair],
     settings: ScanSettings,
     *,
+    start: int = 0,
     address: str,
     workers: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -107,7 +110,8 @@ def ray_records(
     running here or named by ``RAY_ADDRESS``, ``local`` to start one in this process) with a pool of ``workers``
     actors (default: one per GPU of the cluster, else one per CPU). In a process where Ray is already initialised,
     that instance is used as it is. The pairs are cut into the local scan's batches (``batch_size`` pairs within
-    ``batch_tokens``), each scored by one actor as the local scan scores it. Records come in input order.
+    ``batch_tokens``), each scored by one actor as the local scan scores it; from ``start`` on, as the local scan
+    resumes (``scan.from_batch``). Records come in input order.
     ``worker_class`` is the actors' class: ``ScanWorker`` or a subclass (the fault test's kills its process once)."""
     if batch_size < 1 or batch_tokens < 1 or (workers is not None and workers < 1):
         raise LabError(
@@ -119,7 +123,7 @@ def ray_records(
         import ray.data
     except ImportError:
         raise LabError(f"--ray needs Ray, an optional extra that is not installed here: {INSTALL}") from None
-    if not pairs:
+    if start >= len(pairs):
         return
     started = connect(ray, address)
     context = ray.data.DataContext.get_current()
@@ -132,8 +136,9 @@ def ray_records(
         n = workers or max(1, have)
         if n > have:
             raise LabError(f"{n} workers asked for, but the Ray cluster has {have} {unit}s (one worker takes one)")
-        groups = local_batches(checkpoint, pairs, batch_size, batch_tokens)
-        rows = [{"batch": json.dumps([dataclasses.asdict(pair) for pair in group])} for group in groups]
+        groups = list(from_batch(local_batches(checkpoint, pairs, batch_size, batch_tokens), start))
+        written = groups[0][1]  # records of the first batch written already: scored again, not yielded
+        rows = [{"batch": json.dumps([dataclasses.asdict(pair) for pair in group])} for group, _ in groups]
         arguments = {
             "files": ray.put(checkpoint_files(checkpoint)),
             "folder": checkpoint.resolve().name,
@@ -156,7 +161,7 @@ def ray_records(
             max_task_retries=-1,  # and the batch it held run again, on it or another
         )
         try:
-            for row in scored.iter_rows():
+            for row in itertools.islice(scored.iter_rows(), written, None):
                 yield json.loads(row["record"])
         except ray.exceptions.RayTaskError as exc:  # a worker's own exception, without Ray's traceback text
             cause = exc.cause

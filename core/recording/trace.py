@@ -144,7 +144,11 @@ class Trace:
 
     @property
     def batch_size(self) -> int:
-        return int(self.arrays[ids_site("src")].shape[0]) if ids_site("src") in self.arrays else 1
+        """The batch's size, read from the recorded ids (the source's, else the decoder inputs'; 1 when neither)."""
+        for side in ("src", "tgt"):
+            if ids_site(side) in self.arrays:
+                return int(self.arrays[ids_site(side)].shape[0])
+        return 1
 
     def with_analysis(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Trace:
         """A new trace that also holds analysis results (``core.analysis``): arrays named 'analysis.*' and their

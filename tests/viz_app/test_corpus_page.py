@@ -15,7 +15,8 @@ from streamlit.testing.v1 import AppTest
 
 import core
 from core.analysis.corpus_sets import builtin_sets
-from core.analysis.scan import ScanSettings, parse_pairs, scan
+from core.analysis.scan import ScanSettings, scan
+from core.analysis.scan_input import parse_pairs
 from core.analysis.scan_summary import totals
 from viz_app import cache, claims_corpus
 from viz_app.corpus import store

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import core
-from core.analysis.scan import ScanSettings, parse_pairs, score_pairs
+from core.analysis.scan import ScanSettings, score_pairs
+from core.analysis.scan_input import parse_pairs
 from core.analysis.scan_parquet import records_table
 from viz_app.corpus import table
 from viz_app.figures import corpus as figures

@@ -10,7 +10,8 @@ import streamlit as st
 
 from core.analysis.corpus_sets import CorpusSet, builtin_sets
 from core.analysis.heads import STAT_TITLES, STATS
-from core.analysis.scan import DEFAULT_THRESHOLD, parse_pairs
+from core.analysis.scan import DEFAULT_THRESHOLD
+from core.analysis.scan_input import parse_pairs
 from viz_app import claims_corpus
 from viz_app.cache import peek
 from viz_app.claims import md

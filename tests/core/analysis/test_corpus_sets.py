@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.analysis.corpus_sets import builtin_sets, tsv
-from core.analysis.scan import parse_pairs
+from core.analysis.scan_input import parse_pairs
 from core.analysis.sentences import builtin_sentences
 from core.training.corpus import Pair as DingPair
 from core.training.corpus import Split, write_split

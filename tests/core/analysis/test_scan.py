@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.analysis.scan import ScanSettings, model_id, read_pairs, scan
+from core.analysis.scan import ScanSettings, model_id, scan
+from core.analysis.scan_input import read_pairs
 from core.errors import InputError, LabError
 
 GOOD = [

@@ -3,24 +3,28 @@ every number and equal in text and flags, in input order, with bad lines named a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import core
-from core.analysis.contributions import batch_contributions, contributions
+from core.analysis import scan as scan_module
+from core.analysis.contributions import batch_contributions, batch_source_shares, contributions
 from core.analysis.scan import (
     GROUP_PAD_ROWS,
     Pair,
     ScanSettings,
     batches,
     decoding_groups,
+    from_batch,
     local_records,
-    parse_line,
     score_pair,
     score_pairs,
 )
+from core.analysis.scan_input import parse_line
 from core.config import InferenceOptions
 from core.errors import InputError
 
@@ -119,6 +123,37 @@ def test_batch_contributions_are_each_rows_contributions(bundle) -> None:
             assert getattr(got, name) == pytest.approx(getattr(want, name), abs=1e-4), name
     with pytest.raises(InputError, match="padding and causal masks"):
         batch_contributions(bundle, rows, options=InferenceOptions(padding_mask=False))
+
+
+def test_source_shares_without_the_encoder_are_the_contributions_shares(bundle) -> None:
+    """The scan's batches leave the encoder undecomposed (each row of its composition sums to 1, so the shares do
+    not depend on it): the same shares as the whole decomposition of each pair alone, here on a model whose encoder
+    contributions are far from the identity."""
+    texts = [("the cat sleeps", "the cat"), ("a dog runs in the park today", "the the the the dog")]
+    rows = [(bundle.encode_source(s)[0], bundle.encode_target(t)) for s, t in texts]
+    for got, (s, t) in zip(batch_source_shares(bundle, rows, forced=[True, False]), texts, strict=True):
+        whole = contributions(bundle, s, translation=t)
+        assert abs(whole.encoder - np.eye(len(whole.source_pieces))).max() > 0.1  # the encoder mixes the sources
+        want = whole.shares()
+        assert (got.source_pieces, got.target_pieces) == (want.source_pieces, want.target_pieces)
+        assert got.token_source_share == pytest.approx(want.token_source_share, abs=1e-6)
+        assert got.token_logprob == pytest.approx(want.token_logprob, abs=1e-5)
+        assert got.source_share == pytest.approx(want.source_share, abs=1e-6)
+    assert [s.forced for s in batch_source_shares(bundle, rows, forced=[True, False])] == [True, False]
+
+
+def test_a_scan_resumed_inside_a_batch_scores_that_batch_whole(tiny_checkpoint, pairs, monkeypatch) -> None:
+    """Resumed at any line, the local runner gives the uninterrupted run's records of the lines after it, to the
+    byte: the batch holding that line is scored whole again, not cut where the interruption fell. Written with 12
+    decimals here, where a batch of other rows shows (the last line scored alone differs from it in a batch)."""
+    monkeypatch.setattr(scan_module, "DIGITS", 12)
+    settings = ScanSettings()
+    whole = list(local_records(tiny_checkpoint, pairs, settings, device="cpu", batch_size=4))
+    assert list(from_batch([[1, 2, 3], [4, 5], [6]], 4)) == [([4, 5], 1), ([6], 0)]  # type: ignore[list-item]
+    for start in (1, 5, 9):
+        rest = list(local_records(tiny_checkpoint, pairs, settings, start=start, device="cpu", batch_size=4))
+        assert [json.dumps(r) for r in rest] == [json.dumps(r) for r in whole[start:]]
+    assert list(local_records(tiny_checkpoint, pairs, settings, start=len(pairs), device="cpu")) == []
 
 
 def test_without_the_padding_mask_each_pair_is_scored_alone(bundle, pairs) -> None:

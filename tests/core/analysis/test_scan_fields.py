@@ -13,8 +13,9 @@ import pytest
 from sacrebleu.metrics import CHRF
 
 import core
-from core.analysis.scan import Pair, ScanSettings, parse_line, score_pair, score_pairs
+from core.analysis.scan import Pair, ScanSettings, score_pair, score_pairs
 from core.analysis.scan_fields import field_context
+from core.analysis.scan_input import parse_line
 from core.cli import main
 
 

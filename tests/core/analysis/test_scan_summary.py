@@ -9,7 +9,8 @@ import pytest
 from sacrebleu.metrics import CHRF
 
 import core
-from core.analysis.scan import ScanSettings, parse_pairs, score_pairs
+from core.analysis.scan import ScanSettings, score_pairs
+from core.analysis.scan_input import parse_pairs
 from core.analysis.scan_summary import totals
 
 
