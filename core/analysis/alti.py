@@ -142,9 +142,17 @@ def attention_block(
         residual = centre(residual) * token_scale * w
         constant = centre(constant) * token_scale * w + norm_bias
     per_head = value_vectors(values, w_o)  # (H, Tk, D)
-    # vectors[i, j] = sum_h mix[h, i, j] per_head[h, j]: one (Tq, H) @ (H, D) product per key j
-    vectors = torch.matmul(mix.movedim(-3, -1).transpose(-3, -2), per_head.transpose(-3, -2)).transpose(-3, -2)
-    return Block(with_residual(vectors, residual, cross), constant)  # (Tq, Tk, D) in (Tk, Tq, D) order: no copy
+    # vectors[i, j] = sum_h mix[h, i, j] per_head[h, j]: one (Tq, H) @ (H, D) product per key j, written key by key
+    # into one buffer (K, ..., Tq, D) that cross-attention's residual, one more key, ends
+    Tk = per_head.shape[-2]
+    keys = torch.empty((Tk + cross, *residual.shape), dtype=like.dtype, device=like.device)
+    torch.matmul(mix.movedim(-1, 0).transpose(-1, -2), per_head.movedim(-2, 0), out=keys[:Tk])
+    vectors = keys.movedim(0, -2)  # (Tq, K, D)
+    if cross:
+        keys[Tk] = residual  # one more key
+    else:
+        with_residual(vectors, residual, cross=False)
+    return Block(vectors, constant)
 
 
 def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm: nn.Module | None) -> Block:
@@ -167,16 +175,17 @@ def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm:
     return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
 
 
-def alti(block: Block, keep: Tensor | None = None) -> Tensor:
+def alti(block: Block, keep: Tensor | None = None, *, inplace: bool = False) -> Tensor:
     """(Tq, K) contributions: max(0, ||y_i||_1 - ||y_i - v_ij||_1), rows divided by their sum. A row where no vector
     is nearer the output than the output's own L1 norm (the authors' code divides by 0 there) gives all of it to
     the nearest vector. ``keep`` (K,) or (B, 1, K) bool: the vectors that count (a padded batch's padding gets 0).
 
     The difference of the two norms is summed element by element, with no cancellation: with a = sign(y) v,
     |y| - |y - v| = a - 2 max(0, a - |y|) (a <= |y|: the element moves y towards 0 by a; beyond, it overshoots), so a
-    vector small beside the output keeps its own precision instead of the output's (float32 is enough)."""
+    vector small beside the output keeps its own precision instead of the output's (float32 is enough).
+    ``inplace``: the block's vectors are overwritten (its output, summed first, stays; the caller's last use)."""
     output = block.output.unsqueeze(-2)  # (Tq, 1, D)
-    along = block.vectors * output.sign()  # (Tq, K, D): a
+    along = block.vectors.mul_(output.sign()) if inplace else block.vectors * output.sign()  # (Tq, K, D): a
     nearer = along.sum(-1) - 2 * along.sub_(output.abs()).clamp_(min=0).sum(-1)  # (Tq, K): ||y||_1 - ||y - v||_1
     if keep is not None:
         nearer = nearer.masked_fill(~keep, -torch.inf)
@@ -196,22 +205,24 @@ def compose_encoder(layers: list[Tensor]) -> Tensor:
     return out
 
 
-def compose_decoder(self_layers: list[Tensor], cross_layers: list[Tensor], encoder: Tensor) -> list[Tensor]:
+def compose_decoder(self_layers: list[Tensor], cross_layers: list[Tensor], encoder: Tensor | None) -> list[Tensor]:
     """ALTI+'s rollout through the decoder: for each layer, each position's contributions from the source tokens
-    then the decoder inputs (T, Ts + T), composed up to that layer (the last is the model's).
+    then the decoder inputs (T, Ts + T), composed up to that layer (the last is the model's). Leading batch axes
+    (B, ...) on every matrix are composed row by row.
 
     self_layers: (T, T) each layer's self-attention (or SSRU) contributions; cross_layers: (T, Ts + 1), sources then
-    the residual; encoder: (Ts, Ts) composed through the encoder. A layer's own matrix is
-    [cross[:, :Ts] @ encoder | cross[:, Ts] * self]: the residual's share is spread over the prefix by
-    self-attention; composed: [S_l + P_l @ R_{l-1}[:, :Ts] | P_l @ R_{l-1}[:, Ts:]], rows renormalised."""
-    Ts = encoder.shape[0]
+    the residual; encoder: (Ts, Ts) composed through the encoder (None: the identity, the encoder's outputs
+    themselves). A layer's own matrix is [cross[:, :Ts] @ encoder | cross[:, Ts] * self]: the residual's share is
+    spread over the prefix by self-attention; composed: [S_l + P_l @ R_{l-1}[:, :Ts] | P_l @ R_{l-1}[:, Ts:]], rows
+    renormalised (a row of zeros stays zeros)."""
+    Ts = cross_layers[0].shape[-1] - 1
     out: list[Tensor] = []
     for self_c, cross_c in zip(self_layers, cross_layers, strict=True):
-        source = cross_c[:, :Ts] @ encoder  # (T, Ts)
-        prefix = cross_c[:, Ts:] * self_c  # (T, T)
+        source = cross_c[..., :Ts] if encoder is None else cross_c[..., :Ts] @ encoder  # (T, Ts)
+        prefix = cross_c[..., Ts:] * self_c  # (T, T)
         if out:
-            source = source + prefix @ out[-1][:, :Ts]
-            prefix = prefix @ out[-1][:, Ts:]
-        layer = torch.cat([source, prefix], dim=1)
-        out.append(layer / layer.sum(-1, keepdim=True))
+            source = source + prefix @ out[-1][..., :Ts]
+            prefix = prefix @ out[-1][..., Ts:]
+        layer = torch.cat([source, prefix], dim=-1)
+        out.append(layer / layer.sum(-1, keepdim=True).clamp(min=torch.finfo(layer.dtype).tiny))
     return out

@@ -19,9 +19,9 @@ token is then decomposed in a pass over its own prefix (one pass per token), as 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -275,10 +275,10 @@ def batch_contributions(
     ``forced[i]``: row i's output was given (default True). Needs the padding and causal masks on (InputError
     otherwise: padding would leak into the real positions, and a greedy translation without the causal mask needs a
     pass per token)."""
-    options, flags, runs = _batch_passes(bundle, rows, options, forced, encoder=True)
+    options, flags, runs, logprobs = _batched(bundle, rows, options, forced, _decompose_rows, encoder=True)
     return [
-        _result(bundle, run, list(out_ids), options, forced=flag, notes=_notes(bundle))
-        for (_, out_ids), flag, run in zip(rows, flags, runs, strict=True)
+        _result(bundle, replace(run, logprob=logprob), list(out_ids), options, forced=flag, notes=_notes(bundle))
+        for (_, out_ids), flag, run, logprob in zip(rows, flags, runs, logprobs, strict=True)
     ]
 
 
@@ -296,26 +296,30 @@ def batch_source_shares(
     are the same with the identity in its place (tested against ``contributions`` within 1e-4). The encoder runs
     unrecorded and its blocks, most of the decomposition's work in a model of 6 encoder and 2 decoder layers, are
     not decomposed."""
-    options, flags, runs = _batch_passes(bundle, rows, options, forced, encoder=False)
+    options, flags, runs, logprobs = _batched(bundle, rows, options, forced, _decoder_shares, encoder=False)
     piece = bundle.tokenizer.piece
     found = []
-    for (src_ids, out_ids), flag, run in zip(rows, flags, runs, strict=True):
-        share = run.layers[-1][:, : len(src_ids)].sum(-1).numpy()  # (T,) the sources' columns, as ``_result``
+    for (src_ids, out_ids), flag, (share, error), logprob in zip(rows, flags, runs, logprobs, strict=True):
         pieces = tuple(piece(i) for i in src_ids), tuple(piece(i) for i in out_ids)
-        found.append(SourceShares(*pieces, share, float(share.mean()), run.logprob, flag, run.error))
+        found.append(SourceShares(*pieces, share, float(share.mean()), logprob, flag, error))
     return found
 
 
-def _batch_passes(
+R = TypeVar("R")
+
+
+def _batched(
     bundle: Bundle,
     rows: Sequence[tuple[Sequence[int], Sequence[int]]],
     options: InferenceOptions | None,
     forced: Sequence[bool] | None,
+    decompose: Callable[[Bundle, Trace, list[tuple[int, int]]], list[R]],
     *,
     encoder: bool,
-) -> tuple[InferenceOptions, list[bool], list[_Pass]]:
-    """The checked options, each row's forced flag and each row's decomposed pass, its log p filled in, in the
-    rows' order (``batch_contributions``; ``encoder=False``: the decoder's blocks only, ``batch_source_shares``)."""
+) -> tuple[InferenceOptions, list[bool], list[R], list[np.ndarray]]:
+    """The checked options, each row's forced flag, what ``decompose`` makes of each row of its group's recorded
+    pass (``_decompose_rows``, ``_decoder_shares``; ``encoder``: whether the encoder is recorded) and each row's
+    log p of its output ids, in the rows' order."""
     options = bundle.check_options(options)
     options.whole_vocabulary("contributions")
     if not (options.padding_mask and options.causal_mask):
@@ -324,17 +328,16 @@ def _batch_passes(
     if len(flags) != len(rows):
         raise ValueError(f"{len(rows)} rows but {len(flags)} forced flags")
     lengths = [(len(src_ids), len(out_ids)) for src_ids, out_ids in rows]
-    runs: dict[int, _Pass] = {}
+    found: dict[int, R] = {}
     states = []  # each group's final decoder states at its real positions: one vocabulary projection for all
     for chunk in _chunks(lengths, bundle.config.d_model):
         trace, real = recorded_states(bundle, [rows[i] for i in chunk], options, encoder=encoder)
-        runs.update(zip(chunk, _decompose_rows(bundle, trace, [lengths[i] for i in chunk], encoder), strict=True))
+        found.update(zip(chunk, decompose(bundle, trace, [lengths[i] for i in chunk]), strict=True))
         states.append(real)
-    order = list(runs)  # the groups' rows, as their states follow each other
-    logprobs = row_logprobs(bundle, [rows[i][1] for i in order], torch.cat(states), options)
-    for i, logprob in zip(order, logprobs, strict=True):
-        runs[i] = replace(runs[i], logprob=logprob)
-    return options, flags, [runs[i] for i in range(len(rows))]
+    order = list(found)  # the groups' rows, as their states follow each other
+    scored = row_logprobs(bundle, [rows[i][1] for i in order], torch.cat(states), options)
+    logprobs = dict(zip(order, scored, strict=True))
+    return options, flags, [found[i] for i in range(len(rows))], [logprobs[i] for i in range(len(rows))]
 
 
 # The most numbers one block's vectors (B, Tq, K, D) may hold when several rows are recorded and decomposed at once
@@ -376,11 +379,13 @@ def _chunks(lengths: list[tuple[int, int]], d_model: int) -> Iterator[list[int]]
 
 
 @torch.no_grad()
-def _decompose_rows(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]], encoder: bool = True) -> list[_Pass]:
-    """``_decompose`` of every row of a padded pass ((source, output) ``lengths``, the trace padded to the longest),
-    every block decomposed for all of them at once (``iter_batch_blocks``), then each row's real positions taken and
-    composed alone (the log-probabilities are left empty). ``encoder=False``: the decoder's blocks only, composed
-    with the identity for the encoder (``batch_source_shares``; no source pieces: its encoder was not recorded)."""
+def _alti_blocks(
+    bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]], encoder: bool
+) -> tuple[dict[AttentionKind, list[Tensor]], Tensor]:
+    """Every block of a padded pass ((source, output) ``lengths``, the trace padded to the longest) decomposed for
+    all its rows at once (``iter_batch_blocks``; ``encoder=False``: the decoder's only): each kind's (B, Tq, K)
+    contributions per layer, padded keys given none, in float64 (composed as one row alone is), and each row's
+    largest reconstruction error over its real queries (B,)."""
     Ts, Tt = max(s for s, _ in lengths), max(t for _, t in lengths)
     n_src = torch.tensor([s for s, _ in lengths])[:, None, None]  # (B, 1, 1)
     n_tgt = torch.tensor([t for _, t in lengths])[:, None, None]
@@ -392,21 +397,43 @@ def _decompose_rows(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]]
     found: dict[AttentionKind, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
     errors = torch.zeros(len(lengths), dtype=torch.float64)
     for (kind, _), b in iter_batch_blocks(bundle.model, trace, slice(None), BATCH_DTYPE, encoder=encoder):
-        found[kind].append(alti(b.block, keep[kind]).double())  # composed in float64, as one row alone
+        found[kind].append(alti(b.block, keep[kind], inplace=True).double())  # its vectors: not read again
         query = (n_src if kind == "encoder" else n_tgt)[:, 0]  # (B, 1) each row's real queries
         wrong = (b.block.output - b.actual).abs().amax(-1).double()  # (B, Tq)
         errors = torch.maximum(errors, wrong.masked_fill(torch.arange(wrong.shape[1]) >= query, 0).amax(-1))
+    return found, errors
+
+
+def _decompose_rows(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]]) -> list[_Pass]:
+    """``_decompose`` of every row of a padded pass (``_alti_blocks``), each row's real positions taken and composed
+    alone (the log-probabilities are left empty)."""
+    found, errors = _alti_blocks(bundle, trace, lengths, encoder=True)
+    Ts = max(s for s, _ in lengths)
     runs = []
     for r, (ns, nt) in enumerate(lengths):
         enc = [c[r, :ns, :ns] for c in found["encoder"]]
         self_c = [c[r, :nt, :nt] for c in found["decoder"]]
         cross_c = [torch.cat([c[r, :nt, :ns], c[r, :nt, Ts:]], -1) for c in found["cross"]]
-        composed = compose_encoder(enc) if encoder else torch.eye(ns, dtype=torch.float64)
-        layers = compose_decoder(self_c, cross_c, composed)
+        encoder = compose_encoder(enc)
+        layers = compose_decoder(self_c, cross_c, encoder)
         row = trace.select(r)  # its pieces, cut to its own lengths
-        pieces = tuple(row.src_tokens[:ns]) if encoder else (), tuple(row.tgt_tokens[:nt])
-        runs.append(_Pass(*pieces, np.empty(0), enc, composed, self_c, cross_c, layers, float(errors[r])))
+        pieces = tuple(row.src_tokens[:ns]), tuple(row.tgt_tokens[:nt])
+        runs.append(_Pass(*pieces, np.empty(0), enc, encoder, self_c, cross_c, layers, float(errors[r])))
     return runs
+
+
+def _decoder_shares(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]]) -> list[tuple[np.ndarray, float]]:
+    """Each row's source share of every output token (T_i,) and largest reconstruction error, from the decoder's
+    blocks alone (``_alti_blocks``) composed for all the rows at once with the identity for the encoder
+    (``batch_source_shares``): a padded source column holds 0, and padded query rows are set to 0 (no real row
+    reads them)."""
+    found, errors = _alti_blocks(bundle, trace, lengths, encoder=False)
+    Tt = max(t for _, t in lengths)
+    padded = (torch.arange(Tt) >= torch.tensor([t for _, t in lengths])[:, None])[..., None]  # (B, Tt, 1)
+    self_c, cross_c = ([c.masked_fill(padded, 0) for c in found[kind]] for kind in ("decoder", "cross"))
+    last = compose_decoder(self_c, cross_c, None)[-1]  # (B, Tt, Ts + Tt)
+    share = last[..., : cross_c[0].shape[-1] - 1].sum(-1).numpy()  # (B, Tt) the sources' columns
+    return [(share[r, :nt], float(errors[r])) for r, (_, nt) in enumerate(lengths)]
 
 
 def _rows(passes: list[_Pass]) -> _Pass:

@@ -50,6 +50,10 @@ LARGE_ROWS_MAX = 256  # ... up to this many: 32000 x 256 on 1 thread, 256 rows 6
 # the halves run at once, one on a second thread (the kernel itself keeps to one): a step of a large model streams
 # its big matrices (NLLB-600M's 256k-row output layer, its FFNs) on both cores, as F.linear does in float32.
 SPLIT = 1 << 22
+# ... and up to this many elements also whole, for torch on 1 thread: the halves one after the other would be joined
+# by a copy of the whole output (a corpus scan's vocabulary projection, 297 positions x 32000: 6 ms of 160 here).
+# Twice the packed bytes of such a matrix (32000 x 256: 16 MiB more), not of a larger one.
+WHOLE_MAX = 1 << 24
 
 
 class Packed(NamedTuple):
@@ -197,6 +201,7 @@ class FastWeights:
     def __init__(self, model: FastModel, *, kernel: bool = True) -> None:
         self.kernel = kernel and kernel_available()
         self._packed: dict[int, tuple[Packed, ...]] = {}  # id(weight) -> the whole matrix packed, or its two halves
+        self._whole: dict[int, Packed] = {}  # id(weight) -> a matrix kept in halves, packed whole too (``WHOLE_MAX``)
         self._column_major: dict[int, Tensor] = {}  # id(weight) -> the same values, strides (1, out)
         # (weight, its version when copied; None for copies made here and inference tensors, which cannot be
         # written in place): holding them keeps the ids above theirs
@@ -246,6 +251,10 @@ class FastWeights:
             parts.append(Packed(packed, weight.new_zeros(stop - start), rows, start, stop))
         if parts and len(parts) == len(cuts) - 1:
             self._packed[id(weight)] = tuple(parts)
+            if len(parts) == 2 and weight.numel() <= WHOLE_MAX:
+                whole = _pack(weight, scale)
+                assert whole is not None and scale is not None  # its halves were packed
+                self._whole[id(weight)] = Packed(whole, weight.new_zeros(out), scale, 0, out)
         elif per_step and weight.dim() == 2 and weight.is_contiguous():
             self._column_major[id(weight)] = weight.detach().t().contiguous().t()
 
@@ -265,6 +274,9 @@ class FastWeights:
         ``fn(x, w, b)`` equal to it. For a loop that calls the same matrices many times (``core.fast.plan``)."""
         packed = self._packed.get(id(weight))
         if packed is not None and self._rows_ok(rows, weight):
+            whole = self._whole.get(id(weight))
+            if whole is not None and torch.get_num_threads() < 2:  # one thread: the halves gain nothing
+                return whole.bound(bias)
             if len(packed) == 2:
                 assert self._pool is not None  # made with the halves
                 return functools.partial(_in_halves, halves=packed, pool=self._pool), packed[0].matrix, bias

@@ -243,8 +243,16 @@ def _leave(
     return x
 
 
-def _ffn_sublayer(x: Tensor, w: FFNWeights, norm: Norm, pre: bool, dropout: float) -> Tensor:
-    """The stream after the feed-forward sub-layer."""
+def _ffn_sublayer(
+    x: Tensor, w: FFNWeights, norm: Norm, pre: bool, dropout: float, real: Tensor | None = None
+) -> Tensor:
+    """The stream after the feed-forward sub-layer. ``real`` (B, T) bool: the positions that are not padding, the
+    only ones it runs on (it acts on each position alone; a padded one keeps its stream, which no real position
+    reads); None: every position."""
+    if real is not None:
+        out = x.clone()
+        out[real] = _ffn_sublayer(x[real], w, norm, pre, dropout)  # (N, D): the real positions, packed
+        return out
     y = feed_forward(w, sublayer_input(x, norm, pre), dropout)
     if dropout:
         y = F.dropout(y, dropout)
@@ -273,7 +281,10 @@ def encoder_layer(
     y = _enter(x, w.self_norm, pre, recorder, sites.x, 0)
     y = self_attention(w.self_attn, y, Masks(mask, None, bias), site=sites.block, recorder=recorder, dropout=dropout)
     x = _leave(x, y, w.self_norm, pre, dropout, recorder, sites.out, 0)
-    return _layer_output(_ffn_sublayer(x, w.ffn, w.ffn_norm, pre, dropout), recorder, w.out_site, 0)
+    # with a padding mask (B, 1, Ts) the feed-forward, three quarters of a layer's multiplications, runs on the
+    # real positions alone
+    real = mask[:, 0] if mask is not None and mask.dim() == 3 and mask.shape[1] == 1 else None
+    return _layer_output(_ffn_sublayer(x, w.ffn, w.ffn_norm, pre, dropout, real), recorder, w.out_site, 0)
 
 
 def decoder_layer(

@@ -2,6 +2,7 @@
 F.linear;
 the fast path (``fast=FastWeights(model)``) decodes and records what the reference path (``fast=None``) does."""
 
+import functools
 import gc
 import weakref
 
@@ -13,6 +14,7 @@ from conftest import tiny_config
 
 from core import FastWeights, InferenceOptions, Recorder, Transformer
 from core.decoding.search import greedy
+from core.fast import weights as fast_weights
 from core.fast.weights import LARGE, SPLIT, kernel_available
 from core.recording.call import Call
 
@@ -414,10 +416,14 @@ def test_greedy_decoding_and_its_trace_are_the_same_on_int8_weights_with_and_wit
 @torch.no_grad()
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("grid", ["float16", "int8 times a scale"])
-def test_a_matrix_of_split_elements_runs_in_two_halves_and_equals_f_linear(calls, threads, grid):
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_matrix_of_split_elements_runs_in_two_halves_and_equals_f_linear(calls, threads, grid, whole, monkeypatch):
     """A matrix of SPLIT elements or more is packed as two halves of its rows (run at once on two threads when
-    torch has two): its product equals F.linear's, for one row (a decoding step) and several, with and without
-    a bias, on the float16 grid and on Marian's int8 grid (integers times one scale)."""
+    torch has two; up to WHOLE_MAX elements it is packed whole too, which one thread runs in one call instead of
+    two joined by a copy): its product equals F.linear's, for one row (a decoding step) and several, with and
+    without a bias, on the float16 grid and on Marian's int8 grid (integers times one scale)."""
+    if not whole:
+        monkeypatch.setattr(fast_weights, "WHOLE_MAX", SPLIT)  # the matrix below is larger: halves only
     out, d_in = SPLIT // 64 + 3, 64  # an odd number of rows: halves of 32769 and 32770
     g = torch.Generator().manual_seed(0)
     if grid == "float16":
@@ -429,17 +435,19 @@ def test_a_matrix_of_split_elements_runs_in_two_halves_and_equals_f_linear(calls
     model = Transformer(tiny_config()).eval()
     model.output = layer  # FastWeights reads the output projection like any other matrix
     fast = FastWeights(model)
-    fn, _, _ = fast.bind(layer.weight, layer.bias, 1)
-    assert not _is_kernel(fn)  # the halves, not one packed matrix
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    one_call = threads == 1 and whole
     try:
+        fn, _, _ = fast.bind(layer.weight, layer.bias, 1)
+        halves = isinstance(fn, functools.partial) and fn.func.__name__ == "_in_halves"
+        assert halves != one_call  # one packed matrix (times its scale on the int8 grid), or the halves
         for rows in (1, 5):
             x = torch.randn(rows, d_in, generator=g)
             for bias in (None, layer.bias):
                 start = calls["n"]
                 got = fast.linear(x, layer.weight, bias)
-                assert calls["n"] - start == 2  # one kernel call per half
+                assert calls["n"] - start == (1 if one_call else 2)  # one kernel call per half
                 torch.testing.assert_close(got, F.linear(x, layer.weight, bias), rtol=1e-5, atol=1e-5)
     finally:
         torch.set_num_threads(before)
