@@ -19,7 +19,7 @@ token is then decomposed in a pass over its own prefix (one pass per token), as 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -380,12 +380,12 @@ def _chunks(lengths: list[tuple[int, int]], d_model: int) -> Iterator[list[int]]
 
 @torch.no_grad()
 def _alti_blocks(
-    bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]], encoder: bool
+    bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]], encoder: bool, skip_self: Container[int] = ()
 ) -> tuple[dict[AttentionKind, list[Tensor]], Tensor]:
     """Every block of a padded pass ((source, output) ``lengths``, the trace padded to the longest) decomposed for
-    all its rows at once (``iter_batch_blocks``; ``encoder=False``: the decoder's only): each kind's (B, Tq, K)
-    contributions per layer, padded keys given none, in float64 (composed as one row alone is), and each row's
-    largest reconstruction error over its real queries (B,)."""
+    all its rows at once (``iter_batch_blocks``; ``encoder=False``: the decoder's only; ``skip_self``: decoder layers
+    whose self-attention is left out): each kind's (B, Tq, K) contributions per layer, padded keys given none, in
+    float64 (composed as one row alone is), and each row's largest reconstruction error over its real queries (B,)."""
     Ts, Tt = max(s for s, _ in lengths), max(t for _, t in lengths)
     n_src = torch.tensor([s for s, _ in lengths])[:, None, None]  # (B, 1, 1)
     n_tgt = torch.tensor([t for _, t in lengths])[:, None, None]
@@ -396,7 +396,8 @@ def _alti_blocks(
     }
     found: dict[AttentionKind, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
     errors = torch.zeros(len(lengths), dtype=torch.float64)
-    for (kind, _), b in iter_batch_blocks(bundle.model, trace, slice(None), BATCH_DTYPE, encoder=encoder):
+    blocks = iter_batch_blocks(bundle.model, trace, slice(None), BATCH_DTYPE, encoder=encoder, skip_self=skip_self)
+    for (kind, _), b in blocks:
         found[kind].append(alti(b.block, keep[kind], inplace=True).double())  # its vectors: not read again
         query = (n_src if kind == "encoder" else n_tgt)[:, 0]  # (B, 1) each row's real queries
         wrong = (b.block.output - b.actual).abs().amax(-1).double()  # (B, Tq)
@@ -426,12 +427,15 @@ def _decoder_shares(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]]
     """Each row's source share of every output token (T_i,) and largest reconstruction error, from the decoder's
     blocks alone (``_alti_blocks``) composed for all the rows at once with the identity for the encoder
     (``batch_source_shares``): a padded source column holds 0, and padded query rows are set to 0 (no real row
-    reads them)."""
-    found, errors = _alti_blocks(bundle, trace, lengths, encoder=False)
+    reads them). The first layer's self-attention is not decomposed: it moves only the prefix's columns of the
+    first layer's rows, whose source columns (cross-attention's alone) are all that later layers read of them;
+    the identity stands in for it, keeping each row's sum at 1."""
+    found, errors = _alti_blocks(bundle, trace, lengths, encoder=False, skip_self=(0,))
     Tt = max(t for _, t in lengths)
     padded = (torch.arange(Tt) >= torch.tensor([t for _, t in lengths])[:, None])[..., None]  # (B, Tt, 1)
+    first = torch.eye(Tt, dtype=torch.float64).expand(len(lengths), Tt, Tt)  # (B, Tt, Tt)
     self_c, cross_c = ([c.masked_fill(padded, 0) for c in found[kind]] for kind in ("decoder", "cross"))
-    last = compose_decoder(self_c, cross_c, None)[-1]  # (B, Tt, Ts + Tt)
+    last = compose_decoder([first, *self_c], cross_c, None)[-1]  # (B, Tt, Ts + Tt)
     share = last[..., : cross_c[0].shape[-1] - 1].sum(-1).numpy()  # (B, Tt) the sources' columns
     return [(share[r, :nt], float(errors[r])) for r, (_, nt) in enumerate(lengths)]
 

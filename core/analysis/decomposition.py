@@ -9,7 +9,7 @@ Shared by ``contributions`` and ``value_norms``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,7 @@ from ..sites import (
     gate_site,
     layer_input_site,
     output_site,
+    ssru_array,
 )
 from ..transformer.attention import MultiHeadAttention
 from ..transformer.layers import SSRU
@@ -101,13 +102,21 @@ def iter_blocks(model: Transformer, trace: Trace) -> Iterator[tuple[BlockKey, De
 
 @torch.no_grad()
 def iter_batch_blocks(
-    model: Transformer, trace: Trace, items: slice, dtype: torch.dtype = torch.float64, *, encoder: bool = True
+    model: Transformer,
+    trace: Trace,
+    items: slice,
+    dtype: torch.dtype = torch.float64,
+    *,
+    encoder: bool = True,
+    skip_self: Container[int] = (),
 ) -> Iterator[tuple[BlockKey, Decomposed]]:
     """``iter_blocks`` of the batch elements ``items`` of a padded pass (``recorded_batch``) at once: every tensor
     with a leading batch axis (B, Tq, K, D) at the batch's padded lengths, computed in ``dtype``. With the padding
     and causal masks on, a padded key gets attention weight 0 (its vector is 0) and padded queries are never read by
     real ones, so each element's real rows and keys are its own pass's (``alti(..., keep=...)`` gives padding no
-    share). ``encoder=False``: the decoder's blocks only (a trace whose encoder was not recorded)."""
+    share). ``encoder=False``: the decoder's blocks only (a trace whose encoder was not recorded). ``skip_self``:
+    decoder layers whose self-attention (or SSRU) is not decomposed, nor yielded: the cross-attention after it reads
+    the stream the run recorded there."""
     cfg = model.config
     pre = cfg.norm == "pre"
     options = trace.options
@@ -138,6 +147,10 @@ def iter_batch_blocks(
         yield ("encoder", layer), attend("encoder", layer, enc.self_attn_norm, x)
     for layer, dec in enumerate(model.decoder_layers):
         x = rows(layer_input_site("decoder", layer))
+        if layer in skip_self:
+            after = ssru_array(layer, "out") if dec.ssru is not None else attention_array("decoder", layer, "out")
+            yield ("cross", layer), attend("cross", layer, dec.cross_attn_norm, rows(after))
+            continue
         if dec.ssru is not None:
             gates = rows(gate_site(layer))
             each = [_ssru(dec.ssru, dec.self_attn_norm, x[b], gates[b], pre) for b in range(x.shape[0])]

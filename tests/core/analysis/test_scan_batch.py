@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import build_tiny_checkpoint
 
 import core
 from core.analysis import scan as scan_module
@@ -125,10 +126,21 @@ def test_batch_contributions_are_each_rows_contributions(bundle) -> None:
         batch_contributions(bundle, rows, options=InferenceOptions(padding_mask=False))
 
 
-def test_source_shares_without_the_encoder_are_the_contributions_shares(bundle) -> None:
-    """The scan's batches leave the encoder undecomposed (each row of its composition sums to 1, so the shares do
-    not depend on it): the same shares as the whole decomposition of each pair alone, here on a model whose encoder
-    contributions are far from the identity."""
+VARIANTS = {
+    "as the tiny one": {},
+    "an SSRU decoder": {"decoder_self": "ssru"},
+    "one decoder layer": {"n_decoder_layers": 1},
+    "three decoder layers, pre-norm": {"n_decoder_layers": 3, "norm": "pre"},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_source_shares_without_the_encoder_are_the_contributions_shares(variant, tmp_path) -> None:
+    """The scan's batches leave the encoder and the first decoder layer's self-attention undecomposed (each row of
+    the encoder's composition sums to 1, and that self-attention moves only columns no later layer reads): the same
+    shares as the whole decomposition of each pair alone, on models whose encoder contributions are far from the
+    identity."""
+    bundle = core.load(build_tiny_checkpoint(tmp_path / "tiny", seed=4, **VARIANTS[variant]), device="cpu")
     texts = [("the cat sleeps", "the cat"), ("a dog runs in the park today", "the the the the dog")]
     rows = [(bundle.encode_source(s)[0], bundle.encode_target(t)) for s, t in texts]
     for got, (s, t) in zip(batch_source_shares(bundle, rows, forced=[True, False]), texts, strict=True):
