@@ -22,8 +22,10 @@ On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portugu
    with the model's own translations *given* on each line and without a translation (the model's own, greedy
    decoding batched and included); and CTranslate2's int8 translation of the same sources in one
    ``translate_batch`` (the production anchor: the checkpoint exported with ``benchmarks.anchors.export_ct2``,
-   greedy, ``intra_threads`` = the thread count). Per pair = a contender's time over the sentences; the ratio is
-   the median over rounds of its time over the same round's traced translations (``timing.paired_ratio``).
+   greedy, ``intra_threads`` = the thread count); and the forward work of the scan of the given translations as
+   one batch alone (``forward_alone``: what is left without the decomposition and the records). Per pair = a
+   contender's time over the sentences; the ratio is the median over rounds of its time over the same round's
+   traced translations (``timing.paired_ratio``).
 
 Writes ``benchmarks/scan_speed.md``.
 """
@@ -48,7 +50,9 @@ import core
 from benchmarks.anchors import export_ct2
 from benchmarks.hallucination import teacher_table
 from benchmarks.timing import Stat, interleaved, paired_ratio
+from core.analysis import contributions as contributions_module
 from core.analysis.contributions import contributions
+from core.analysis.decomposition import recorded_states, row_logprobs
 from core.analysis.scan import Pair, Runner, ScanSettings, local_records, model_id, scan, score_pairs
 from core.analysis.scan_ray import ray_records
 from core.analysis.sentences import builtin_sentences
@@ -107,6 +111,21 @@ def ct2_batch(folder: Path, bundle: core.Bundle, threads: int) -> Callable[[list
     return run
 
 
+def forward_alone(bundle: core.Bundle, pairs: list[Pair]) -> Callable[[], object]:
+    """The forward work of ``pairs`` scanned as one batch, alone: each of the scan's groups of like lengths
+    (``contributions._chunks``) through the recorded pass it makes (``recorded_states``, the encoder unrecorded)
+    and the vocabulary projection of every real position (``row_logprobs``); no decomposition, no records."""
+    rows = [(bundle.encode_source(p.source or "")[0], bundle.encode_target(p.translation or "")) for p in pairs]
+    groups = list(contributions_module._chunks([(len(s), len(o)) for s, o in rows], bundle.config.d_model))
+    options = bundle.check_options(None)
+
+    def run() -> object:
+        states = [recorded_states(bundle, [rows[i] for i in group], options, encoder=False)[1] for group in groups]
+        return row_logprobs(bundle, [rows[i][1] for group in groups for i in group], torch.cat(states), options)
+
+    return run
+
+
 def on_threads(threads: int, work: Callable[[], object]) -> Callable[[], object]:
     """``work`` run with torch on ``threads`` threads (set before each call: contenders of both counts share rounds)."""
 
@@ -133,6 +152,7 @@ def batched_costs(checkpoint: Path, n: int, rounds: int) -> tuple[dict[tuple[int
             contenders[f"{kind} {size}"] = functools.partial(
                 score_pairs, bundle, pairs, settings, model, batch_size=size, batch_tokens=NO_BUDGET
             )
+    contenders["forward"] = forward_alone(bundle, given)
     note, same = "", 0
     try:
         folder = Path(tempfile.mkdtemp(prefix="scan-speed-ct2-")) / "model"
@@ -174,6 +194,10 @@ def batched_lines(stats: dict[tuple[int, str], Stat], note: str, same: int, lang
         labels[f"given {size}"] = f"scan, translations given, batch size {size}"
     for size in BATCH_SIZES:
         labels[f"own {size}"] = f"scan, the model's own translations, batch size {size}"
+    labels["forward"] = (
+        "the scan's forward alone, every pair in one batch: its groups' recorded passes and vocabulary projection "
+        "(no decomposition, no records)"
+    )
     labels["ct2"] = "CTranslate2 int8, one `translate_batch` of all (the production anchor)"
     for name, label in labels.items():
         if (THREADS[0], name) not in stats:
