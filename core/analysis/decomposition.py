@@ -227,7 +227,7 @@ def recorded_states(
         call = Call(options, recorder, bundle.fast).begin(model)  # one recorder for both halves
         encode = call if encoder else Call(options, fast=bundle.fast).begin(model)
         memory = model.encode(src, keep, encode)  # (B, Ts, D)
-        states = model.decoder_states(tgt, memory, keep, call)[real]  # (N, D): no padded position
+        states = model.decoder_states(tgt, memory, keep, call, tgt_keep=real)[real]  # (N, D): no padded position
     return recorder.freeze(bundle.tokenizer.piece), states
 
 

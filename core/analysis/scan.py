@@ -47,9 +47,10 @@ from .scan_input import Pair, read_pairs  # the scan's input, read here
 # detached-hallucination set of `python -m benchmarks.hallucination --n 200` (distilled-en-pt 0.8535,
 # distilled-pt-en 0.7980; results in benchmarks/hallucination.md, docs/scan.md).
 DEFAULT_THRESHOLD = 0.797
-# Pairs scored by one recorded pass, and that pass's padded size (pairs x (longest source + longest target), in
-# pieces): the budget bounds the recorded arrays, which grow with the square of the lengths (docs/scan.md, Speed).
-DEFAULT_BATCH_SIZE = 16
+# Pairs scored together, and their padded size (pairs x (longest source + longest target), in pieces): the budget
+# bounds the recorded arrays, which grow with the square of the lengths. 32: 0.24-0.26x a traced translation a pair
+# on one thread here, 16: about 0.3x (docs/scan.md, Speed).
+DEFAULT_BATCH_SIZE = 32
 DEFAULT_BATCH_TOKENS = 4096
 DIGITS = 6  # decimals of every number written: the same line from any machine that computes the same floats
 

@@ -43,12 +43,14 @@ class Norm(NamedTuple):
 
 class Masks(NamedTuple):
     """What a decoder layer's attention blocks add to their scores, made once per call for every layer:
-    the masks (broadcastable to (B, T, Tk), True = may attend; None = nothing masked) and the self-attention's
-    position bias ((1, H, T, Tk), T5's relative bias; None = none)."""
+    the masks (broadcastable to (B, T, Tk), True = may attend; None = nothing masked), the self-attention's
+    position bias ((1, H, T, Tk), T5's relative bias; None = none) and the positions that are not padding ((B, T);
+    None = all: the feed-forward runs on these alone)."""
 
     self_mask: Tensor | None
     cross_mask: Tensor | None
     self_bias: Tensor | None = None
+    real: Tensor | None = None
 
 
 def normalize(x: Tensor, norm: Norm) -> Tensor:
@@ -342,4 +344,4 @@ def decoder_layer(
         zeros=zeros,
     )
     x = _leave(x, y, w.cross_norm, pre, dropout, recorder, sites.out, offset)
-    return _layer_output(_ffn_sublayer(x, w.ffn, w.ffn_norm, pre, dropout), recorder, w.out_site, offset)
+    return _layer_output(_ffn_sublayer(x, w.ffn, w.ffn_norm, pre, dropout, masks.real), recorder, w.out_site, offset)

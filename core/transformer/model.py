@@ -275,7 +275,8 @@ class Transformer(nn.Module):
             if plan is not None:  # an incremental decoding step: the same layers, without module overhead
                 state.length = n_key
                 return run_layers(plan, x, memory, state, Masks(None, cross_mask, bias), recorder)  # (B, 1, V)
-        masks = Masks(self_mask, cross_mask, bias)
+        real = tgt_keep if options.padding_mask and tgt_keep is not None and not bool(tgt_keep.all()) else None
+        masks = Masks(self_mask, cross_mask, bias, real)
         for i, layer in enumerate(self.decoder_layers):
             x = layer(x, memory, masks, call, state.layers[i] if state is not None else None, offset)
         if state is not None:
