@@ -187,3 +187,20 @@ def test_a_beam_in_a_sampling_link_is_named() -> None:
     at = run({"page": "steps", "temperature": "1", "beam": "4"})
     assert "`beam=4` is not used while sampling" in link_warning(at)
     assert at.session_state["beam"] == 1 and at.radio(key="decoding").value == "sample"
+
+
+def test_the_whole_text_line_is_sampled_as_the_page_is(tiny_checkpoint: Path) -> None:
+    """Several sentences while sampling: the whole text's line draws each sentence with the page's settings."""
+    bundle = core.load(tiny_checkpoint, device="cpu")
+    first, second = SENTENCE, "The cat sleeps on the warm chair."
+    sampling = Sampling(temperature=1.5, top_k=8, top_p=0.95, seed=4)
+    drawn = [bundle.translate(s, sampling=sampling, truncate=True).text for s in (first, second)]
+    greedy = [bundle.translate(s, truncate=True).text for s in (first, second)]
+    assert drawn != greedy  # a random tiny model: the draws are not the greedy outputs
+    at = run({**LINK, "text": f"{first} {second}"})
+    line = next(c.value for c in at.caption if c.value.startswith("Whole text, sentence by sentence"))
+    assert line.startswith("Whole text, sentence by sentence, each sampled (temperature 1.5, seed 4): ")
+    assert line.endswith(" ".join(md(t) or "∅" for t in drawn))
+    at = run({"page": "steps", "text": f"{first} {second}"})
+    line = next(c.value for c in at.caption if c.value.startswith("Whole text, sentence by sentence"))
+    assert line == "Whole text, sentence by sentence: " + " ".join(md(t) or "∅" for t in greedy)

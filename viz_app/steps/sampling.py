@@ -82,6 +82,14 @@ def decoding_radio(on_change: Callable[[], None]) -> runs.SamplingKey | None:
     c4.number_input(
         "Seed", min_value=0, max_value=params.MAX_SEED, step=1, key="seed", help="The same seed draws the same."
     )
+    return current()
+
+
+def current() -> runs.SamplingKey | None:
+    """The sampling settings the session state holds (after ``settle``), or None when not sampling."""
+    ss = st.session_state
+    if ss.get("temperature") is None:
+        return None
     top_k, top_p = ss.get("top_k"), ss.get("top_p")
     return (
         float(ss["temperature"]),

@@ -242,7 +242,7 @@ def _beam_tree_section(out: core.Translation, fixed: bool) -> None:
 
 url.clamp("beam", BEAMS)
 sampling.settle()
-out = sentence_bar.sentence_bar()
+out = sentence_bar.sentence_bar(sampling=sampling.current())  # the whole text's line sampled as the page is
 drawing = sampling.decoding_radio(on_change=_back)  # the sampling settings, or None
 if out is not None and drawing is not None:
     out = sampling.sampled(out, drawing)  # the translation shown is the sampled one

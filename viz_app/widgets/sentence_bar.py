@@ -17,9 +17,12 @@ def _example_picked() -> None:
         st.session_state["text"] = choice
 
 
-def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> core.Translation | None:
+def sentence_bar(
+    label: str = "Sentence to translate", *, qkv: bool = False, sampling: runs.SamplingKey | None = None
+) -> core.Translation | None:
     """Text input (Enter translates) with example sentences; returns the cached translation (with q/k/v
-    when ``qkv``) or None. While a saved trace is replayed: its source sentence, and the trace."""
+    when ``qkv``) or None. While a saved trace is replayed: its source sentence, and the trace. ``sampling``: the
+    page samples with these settings (the Steps page), so the whole text's line is sampled too."""
     saved = trace_replay.replay()
     if saved is not None:
         st.markdown(f"**{label} (from the saved trace):** {md(saved.source_text) or '—'}")
@@ -40,7 +43,7 @@ def sentence_bar(label: str = "Sentence to translate", *, qkv: bool = False) -> 
         "…or pick an example", examples, index=None, key="example", on_change=_example_picked, placeholder="Examples"
     )
     _target_code(bundle)
-    _sentence_picker()
+    _sentence_picker(sampling)
     out = selection.current(qkv=qkv)
     if out is not None:
         errors.show_notices(out)
@@ -68,9 +71,10 @@ def _target_code(bundle: core.Bundle) -> None:
     )
 
 
-def _sentence_picker() -> None:
+def _sentence_picker(sampling: runs.SamplingKey | None) -> None:
     """When the text has several sentences: say so, let the person pick the one to look inside, and show the
-    whole text's translation (each sentence translated on its own, as production translators do)."""
+    whole text's translation (each sentence translated on its own, as production translators do; sampled with
+    ``sampling`` when given, as the page shows the picked one)."""
     found = selection.sentences()
     total = len(split_sentences(str(st.session_state.get("text", ""))))
     url.clamp("sentence", list(range(len(found))))  # a link's ?sentence= beyond the text is named
@@ -93,6 +97,12 @@ def _sentence_picker() -> None:
         return
     path, key = checkpoints.ckpt_path(), runs.options_key(selection.options())
     beam = int(st.session_state.get("beam", 1))
-    parts = errors.guarded(lambda: [runs.translate(path, selection.with_target_code(s), key, beam).text for s in found])
+    texts = [selection.with_target_code(s) for s in found]
+    if sampling is None:
+        parts = errors.guarded(lambda: [runs.translate(path, text, key, beam).text for text in texts])
+        how = ""
+    else:
+        parts = errors.guarded(lambda: [runs.sample(path, text, key, sampling).text for text in texts])
+        how = f", each sampled (temperature {sampling[0]:g}, seed {sampling[3]})"
     if parts:
-        st.caption("Whole text, sentence by sentence: " + " ".join(md(p) or "∅" for p in parts))
+        st.caption(f"Whole text, sentence by sentence{how}: " + " ".join(md(p) or "∅" for p in parts))
