@@ -1,6 +1,6 @@
 """How fast the corpus scan goes, here and on Ray, and what the contributions cost beside a plain translation.
 
-    python -m benchmarks.scan_speed [--pairs 120] [--checkpoint distilled-en-pt] [--sentences 32] [--rounds 3]
+    python -m benchmarks.scan_speed [--pairs 120] [--checkpoint distilled-en-pt] [--sentences 32] [--rounds 3] [--heldout 64]
 
 On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portuguese, the first rows of
 ``benchmarks.hallucination``'s table), for the checkpoint:
@@ -25,7 +25,9 @@ On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portugu
    greedy, ``intra_threads`` = the thread count); and the forward work of the scan of the given translations as
    one batch alone (``forward_alone``: what is left without the decomposition and the records). Per pair = a
    contender's time over the sentences; the ratio is the median over rounds of its time over the same round's
-   traced translations (``timing.paired_ratio``).
+   traced translations (``timing.paired_ratio``);
+4. the same ratio on ``--heldout`` held-out pairs no choice of the scan's was tuned on (``heldout_costs``), at the
+   default batch size and at 16.
 
 Writes ``benchmarks/scan_speed.md``.
 """
@@ -174,6 +176,49 @@ def batched_costs(checkpoint: Path, n: int, rounds: int) -> tuple[dict[tuple[int
     return keyed, note, same, language
 
 
+HELDOUT_FROM = 100  # rows of ``teacher_table`` used by nothing else here (section 1 reads the first ``--pairs``)
+
+
+def heldout_costs(checkpoint: Path, n: int, rounds: int) -> tuple[dict[str, Stat], int, int]:
+    """Section 4's stats: ``n`` held-out pairs no choice of the scan's was tuned on (rows ``HELDOUT_FROM`` on of the
+    Ding test table of section 1, the teacher's Portuguese given), ``Bundle.translate`` (traced) of their sources
+    against the scan at batch size 32 and 16 (the default token budget), one torch thread, interleaved rounds; and
+    the sources' and translations' pieces."""
+    bundle = core.load(checkpoint, device="cpu")
+    rows = teacher_table(HELDOUT_FROM + n, 0)[HELDOUT_FROM:]
+    sources = [en for en, _, _ in rows]
+    pairs = [Pair(i + 1, en, pt) for i, (en, pt, _) in enumerate(rows)]
+    model, settings = model_id(checkpoint), ScanSettings()
+    torch.set_num_threads(1)
+    works: dict[str, Callable[[], object]] = {"translate": lambda: [bundle.translate(s) for s in sources]}
+    for size in (32, 16):
+        works[f"scan {size}"] = functools.partial(score_pairs, bundle, pairs, settings, model, batch_size=size)
+    pieces = (
+        sum(len(bundle.encode_source(s)[0]) for s in sources),
+        sum(len(bundle.encode_target(pt)) for _, pt, _ in rows),
+    )
+    return interleaved(works, rounds=rounds, warmup=1), *pieces
+
+
+def heldout_lines(stats: dict[str, Stat], src_pieces: int, tgt_pieces: int, n: int) -> list[str]:
+    """Section 4 of the report."""
+    unit = stats["translate"]
+    cells = [
+        f"batch size {size}: {Stat(tuple(t / n for t in stats[f'scan {size}'].samples)).ms} a pair, "
+        f"**{paired_ratio(stats[f'scan {size}'], unit):.2f}×**"
+        for size in (32, 16)
+    ]
+    return [
+        "",
+        f"## On held-out pairs ({n} Ding test sentences, rows {HELDOUT_FROM}–{HELDOUT_FROM + n - 1} of section 1's "
+        f"table, the teacher's Portuguese given; {src_pieces} source and {tgt_pieces} target pieces)",
+        "",
+        f"One torch thread, the default token budget, {len(unit.samples)} interleaved rounds kept: `Bundle.translate` "
+        f"(traced) {Stat(tuple(t / n for t in unit.samples)).ms} a sentence; the scan at {'; at '.join(cells)} a "
+        "traced translation.",
+    ]
+
+
 def batched_lines(stats: dict[tuple[int, str], Stat], note: str, same: int, language: str, n: int, rounds: int
                   ) -> list[str]:  # fmt: skip
     """Section 3 of the report: the table of per-pair costs, ratios and pairs/s."""
@@ -229,7 +274,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=120)
     parser.add_argument("--checkpoint", default="distilled-en-pt")
     parser.add_argument("--sentences", type=int, default=32, help="section 3: built-in sentences per round")
-    parser.add_argument("--rounds", type=int, default=3, help="section 3: interleaved rounds kept")
+    parser.add_argument("--rounds", type=int, default=3, help="sections 3 and 4: interleaved rounds kept")
+    parser.add_argument("--heldout", type=int, default=64, help="section 4: held-out pairs")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "scan_speed.md")
     args = parser.parse_args()
     import ray  # the optional extra (make test installs it); only this benchmark's Ray rows need it
@@ -241,6 +287,7 @@ def main() -> None:
     torch.set_num_threads(1)
     costs = per_pair_costs(checkpoint, pairs)
     batched = batched_costs(checkpoint, args.sentences, args.rounds)
+    heldout = heldout_costs(checkpoint, args.heldout, args.rounds)
     work = Path(tempfile.mkdtemp(prefix="scan-speed-"))
     pairs_file = work / "pairs.tsv"
     pairs_file.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
@@ -269,7 +316,7 @@ def main() -> None:
         "# Scan speed",
         "",
         f"Made by `python -m benchmarks.scan_speed --pairs {args.pairs} --checkpoint {args.checkpoint} "
-        f"--sentences {args.sentences} --rounds {args.rounds}` on "
+        f"--sentences {args.sentences} --rounds {args.rounds} --heldout {args.heldout}` on "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {os.cpu_count()} CPUs ({platform.machine()}), "
         f"torch {torch.__version__}, Ray {ray.__version__}, load average {load:.1f} at the start (a shared machine: "
         "compare rows of this one run only). The method is in the script's docstring.",
@@ -295,6 +342,7 @@ def main() -> None:
             f"| {'yes' if same else 'no'} |"
         )
     lines += batched_lines(*batched, args.sentences, args.rounds)
+    lines += heldout_lines(*heldout, args.heldout)
     text = "\n".join(lines) + "\n"
     args.out.write_text(text, encoding="utf-8")
     print(text)

@@ -336,8 +336,7 @@ def _bare(piece: str) -> str:
 
 def contrast_explained(a: Attribution, chosen: str, other: str) -> str:
     """What a contrastive attribution explains, with its pieces: 'log p(gato) − log p(cão)' or 'p(gato) − p(cão)'."""
-    y, c = md(_bare(chosen)), md(_bare(other))
-    return f"log p({y}) − log p({c})" if a.contrast_kind == "logit_diff" else f"p({y}) − p({c})"
+    return a.explained_with(md(_bare(chosen)), md(_bare(other)))
 
 
 def contrast_note(a: Attribution, chosen: str, other: str, src: Sequence[str], prefix: Sequence[str]) -> str:

@@ -100,9 +100,15 @@ class Attribution:
     @property
     def explained(self) -> str:
         """The function f the attributions explain, in words."""
+        return self.explained_with("y_t", "c", minus="-")
+
+    def explained_with(self, chosen: str, other: str, *, minus: str = "−") -> str:
+        """``explained`` with the pieces named: 'log p(gato) − log p(cão)' (``chosen`` for y_t, ``other`` for c)."""
         if self.contrast_id is None:
-            return "log p(y_t)"
-        return "log p(y_t) - log p(c)" if self.contrast_kind == "logit_diff" else "p(y_t) - p(c)"
+            return f"log p({chosen})"
+        if self.contrast_kind == "logit_diff":
+            return f"log p({chosen}) {minus} log p({other})"
+        return f"p({chosen}) {minus} p({other})"
 
     @property
     def difference(self) -> float | None:

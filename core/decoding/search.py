@@ -157,6 +157,17 @@ def step_probs(
     return apply_bans(probs, cfg, tokens, 0.0, vocab, src)
 
 
+def step_logprobs(
+    cfg: ModelConfig, logits: Tensor, tokens: Tensor, vocab: Tensor | None, blocked: Tensor | None, src: Tensor
+) -> Tensor:
+    """Beam search's scores of the next id (N, V|S) from one step's logits (N, V|S), ``tokens`` (N, t) the decoder
+    inputs so far: the log-softmax, the suppressed columns at -inf, the repetition penalty on the log-probabilities
+    (as transformers' beam search), then the bans at -inf."""
+    token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))
+    token_logp = penalise(cfg, token_logp, tokens, vocab)
+    return apply_bans(token_logp, cfg, tokens, float("-inf"), vocab, src)
+
+
 def apply_bans(
     scores: Tensor, config: ModelConfig, tokens: Tensor, fill: float, vocab: Tensor | None, source: Tensor | None
 ) -> Tensor:
@@ -318,9 +329,7 @@ def beam_search(
             logits = model.decode(tokens[:, -1:], mem, keep, step_call, state=state)[:, -1]
         else:
             logits = model.decode(tokens, mem, keep, step_call)[:, -1]  # (beams, V|S)
-        token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))  # (beams, V|S)
-        token_logp = penalise(cfg, token_logp, tokens, vocab)  # on the log-probabilities, as generate's beam search
-        token_logp = apply_bans(token_logp, cfg, tokens, float("-inf"), vocab, src)
+        token_logp = step_logprobs(cfg, logits, tokens, vocab, blocked, src)  # (beams, V|S)
         forced = forced_id(cfg, first, step, max_len)
         if forced is not None:  # only the forced id, at log-probability 0
             column, _ = columns_of(torch.tensor([forced], device=src.device), vocab)
