@@ -1,6 +1,7 @@
 """How fast the corpus scan goes, here and on Ray, and what the contributions cost beside a plain translation.
 
-    python -m benchmarks.scan_speed [--pairs 120] [--checkpoint distilled-en-pt] [--sentences 32] [--rounds 3] [--heldout 64]
+    python -m benchmarks.scan_speed [--pairs 120] [--checkpoint distilled-en-pt] [--sentences 32] [--rounds 3]
+                                    [--heldout 64]
 
 On ``--pairs`` real pairs (held-out Ding test English with the teacher's Portuguese, the first rows of
 ``benchmarks.hallucination``'s table), for the checkpoint:
