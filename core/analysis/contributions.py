@@ -295,7 +295,8 @@ def batch_source_shares(
     it only as cross-attention's source columns times it: their row sums, and so the sources' total at every layer,
     are the same with the identity in its place. The encoder runs unrecorded and its blocks, most of the
     decomposition's work in a model of 6 encoder and 2 decoder layers, are not decomposed; nor is the first decoder
-    layer's self-attention (``_decoder_shares``). Tested against ``contributions`` within 1e-6."""
+    layer's self-attention (``_decoder_shares``), so each reconstruction error covers the decoder's other blocks.
+    Tested against ``contributions`` within 1e-6."""
     options, flags, runs, logprobs = _batched(bundle, rows, options, forced, _decoder_shares, encoder=False)
     piece = bundle.tokenizer.piece
     found = []
@@ -353,7 +354,8 @@ CHUNK_SLACK = 512
 # (B, Tq, K, D) vectors (one row alone: float64, the reference; the composition through the layers is float64 in
 # both). ``alti`` sums the L1 difference without cancellation, so float32 adds no error of its own that shows: a
 # row's shares move by about 1e-7 between batches of other rows in either precision (the forward pass's float32
-# rounding), and a resumed scan writes the uninterrupted one's bytes (tests/core/analysis/test_scan.py).
+# rounding), and the same batches give the same bytes: a resumed scan re-scores its first batch whole
+# (``scan.from_batch``; tests/core/analysis/test_scan_batch.py).
 BATCH_DTYPE = torch.float32
 
 
@@ -427,9 +429,10 @@ def _decoder_shares(bundle: Bundle, trace: Trace, lengths: list[tuple[int, int]]
     """Each row's source share of every output token (T_i,) and largest reconstruction error, from the decoder's
     blocks alone (``_alti_blocks``) composed for all the rows at once with the identity for the encoder
     (``batch_source_shares``): a padded source column holds 0, and padded query rows are set to 0 (no real row
-    reads them). The first layer's self-attention is not decomposed: it moves only the prefix's columns of the
-    first layer's rows, whose source columns (cross-attention's alone) are all that later layers read of them;
-    the identity stands in for it, keeping each row's sum at 1."""
+    reads them). The first layer's self-attention is not decomposed: it sets only the prefix columns of the first
+    layer's rows, and later layers' source columns read earlier rows' source columns, and their prefix columns only
+    through the rows' sums, which stay 1; the identity stands in for it. The composed prefix columns are therefore
+    not ALTI+'s (only the sources' total is returned), and the error covers the blocks decomposed."""
     found, errors = _alti_blocks(bundle, trace, lengths, encoder=False, skip_self=(0,))
     Tt = max(t for _, t in lengths)
     padded = (torch.arange(Tt) >= torch.tensor([t for _, t in lengths])[:, None])[..., None]  # (B, Tt, 1)

@@ -50,9 +50,10 @@ LARGE_ROWS_MAX = 256  # ... up to this many: 32000 x 256 on 1 thread, 256 rows 6
 # the halves run at once, one on a second thread (the kernel itself keeps to one): a step of a large model streams
 # its big matrices (NLLB-600M's 256k-row output layer, its FFNs) on both cores, as F.linear does in float32.
 SPLIT = 1 << 22
-# ... and up to this many elements also whole, for torch on 1 thread: the halves one after the other would be joined
-# by a copy of the whole output (a corpus scan's vocabulary projection, 297 positions x 32000: 6 ms of 160 here).
-# Twice the packed bytes of such a matrix (32000 x 256: 16 MiB more), not of a larger one.
+# ... and the output projection, up to this many elements, also whole, for torch on 1 thread: the halves one after
+# the other would be joined by a copy of every logit (a corpus scan's vocabulary projection, 297 positions x 32000:
+# 6 ms of 160 here). Twice the packed bytes of that one matrix (32000 x 256: 16 MiB more), not of a larger one
+# (NLLB-600M's 256k x 1024) nor of the feed-forward matrices.
 WHOLE_MAX = 1 << 24
 
 
@@ -201,7 +202,7 @@ class FastWeights:
     def __init__(self, model: FastModel, *, kernel: bool = True) -> None:
         self.kernel = kernel and kernel_available()
         self._packed: dict[int, tuple[Packed, ...]] = {}  # id(weight) -> the whole matrix packed, or its two halves
-        self._whole: dict[int, Packed] = {}  # id(weight) -> a matrix kept in halves, packed whole too (``WHOLE_MAX``)
+        self._whole: dict[int, Packed] = {}  # id(weight) -> the output projection kept in halves, packed whole too
         self._column_major: dict[int, Tensor] = {}  # id(weight) -> the same values, strides (1, out)
         # (weight, its version when copied; None for copies made here and inference tensors, which cannot be
         # written in place): holding them keeps the ids above theirs
@@ -209,6 +210,7 @@ class FastWeights:
         self.fused_qkv: dict[int, tuple[Tensor, Tensor | None]] = {}  # decoder layer -> fused Q/K/V (3D, D)
         self.fused_ssru: dict[int, tuple[Tensor, Tensor | None]] = {}  # decoder layer -> SSRU's [W; W_f] (2D, D)
         per_step = {id(m) for part in (model.decoder_layers, model.output) for m in part.modules()}
+        self._output = id(model.output.weight)  # the one matrix also packed whole when split (``WHOLE_MAX``)
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, even when made inside inference mode
             for module in model.modules():
                 if isinstance(module, nn.Linear):
@@ -251,7 +253,7 @@ class FastWeights:
             parts.append(Packed(packed, weight.new_zeros(stop - start), rows, start, stop))
         if parts and len(parts) == len(cuts) - 1:
             self._packed[id(weight)] = tuple(parts)
-            if len(parts) == 2 and weight.numel() <= WHOLE_MAX:
+            if len(parts) == 2 and id(weight) == self._output and weight.numel() <= WHOLE_MAX:
                 whole = _pack(weight, scale)
                 assert whole is not None and scale is not None  # its halves were packed
                 self._whole[id(weight)] = Packed(whole, weight.new_zeros(out), scale, 0, out)

@@ -249,9 +249,10 @@ def _ffn_sublayer(
     x: Tensor, w: FFNWeights, norm: Norm, pre: bool, dropout: float, real: Tensor | None = None
 ) -> Tensor:
     """The stream after the feed-forward sub-layer. ``real`` (B, T) bool: the positions that are not padding, the
-    only ones it runs on (it acts on each position alone; a padded one keeps its stream, which no real position
-    reads); None: every position."""
-    if real is not None:
+    only ones it runs on with gradients off (it acts on each position alone; a padded one keeps its stream, which no
+    real position reads; training and attribution run every position, as before, their random draws unchanged);
+    None: every position."""
+    if real is not None and not torch.is_grad_enabled():
         out = x.clone()
         out[real] = _ffn_sublayer(x[real], w, norm, pre, dropout)  # (N, D): the real positions, packed
         return out
@@ -284,7 +285,7 @@ def encoder_layer(
     y = self_attention(w.self_attn, y, Masks(mask, None, bias), site=sites.block, recorder=recorder, dropout=dropout)
     x = _leave(x, y, w.self_norm, pre, dropout, recorder, sites.out, 0)
     # with a padding mask (B, 1, Ts) the feed-forward, three quarters of a layer's multiplications, runs on the
-    # real positions alone
+    # real positions alone (gradients off: ``_ffn_sublayer``)
     real = mask[:, 0] if mask is not None and mask.dim() == 3 and mask.shape[1] == 1 else None
     return _layer_output(_ffn_sublayer(x, w.ffn, w.ffn_norm, pre, dropout, real), recorder, w.out_site, 0)
 

@@ -275,7 +275,9 @@ class Transformer(nn.Module):
             if plan is not None:  # an incremental decoding step: the same layers, without module overhead
                 state.length = n_key
                 return run_layers(plan, x, memory, state, Masks(None, cross_mask, bias), recorder)  # (B, 1, V)
-        real = tgt_keep if options.padding_mask and tgt_keep is not None and not bool(tgt_keep.all()) else None
+        real = None  # the real query positions, (B, T): the feed-forward runs on them alone
+        if options.padding_mask and tgt_keep is not None and not bool(tgt_keep[:, -T:].all()):
+            real = tgt_keep[:, -T:]  # tgt_keep (B, offset + T) covers the cached keys too
         masks = Masks(self_mask, cross_mask, bias, real)
         for i, layer in enumerate(self.decoder_layers):
             x = layer(x, memory, masks, call, state.layers[i] if state is not None else None, offset)

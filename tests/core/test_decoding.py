@@ -114,7 +114,8 @@ def test_traced_decoding_with_padding_still_equals_teacher_forcing():
     n = len(result.steps)
     inc = rec.freeze()
     rec2 = Recorder(m)
-    m(src, result.tokens[:, :n], call=Call(options=OPTS, recorder=rec2), src_keep=keep)
+    with torch.no_grad():  # inference, as decoding ran (padded positions skip the feed-forward)
+        m(src, result.tokens[:, :n], call=Call(options=OPTS, recorder=rec2), src_keep=keep)
     tf = rec2.freeze()
     for item in (0, 1):
         _compare_traces(inc.select(item), tf.select(item), qkv=False)

@@ -11,6 +11,8 @@ from conftest import tiny_config
 from core import InferenceOptions, ModelConfig, Recorder, Transformer
 from core.recording.call import Call
 from core.sites import layer_input_site
+from core.transformer.attention import binder
+from core.transformer.blocks import _ffn_sublayer
 from core.transformer.positional import sinusoidal_table
 
 DEFAULTS = InferenceOptions()
@@ -301,3 +303,21 @@ def test_ssru_decoder_records_gates_and_no_self_attention():
     tgt2 = tgt.clone()
     tgt2[:, 3] = 5
     torch.testing.assert_close(m(src, tgt2)[:, :3], logits[:, :3], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_feed_forward_runs_on_the_real_positions_alone_with_gradients_off(norm):
+    """A padded batch's feed-forward: with gradients off only the real positions go through it (the same values
+    there; a padded position keeps its stream); with gradients on every position does, as in training."""
+    torch.manual_seed(1)
+    w = Transformer(tiny_config(norm=norm)).eval().encoder_layers[0].weights(binder(torch.nn.functional.linear))
+    x = torch.randn(2, 5, 16)
+    real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    with torch.no_grad():
+        every = _ffn_sublayer(x, w.ffn, w.ffn_norm, w.pre, 0.0)
+        packed = _ffn_sublayer(x, w.ffn, w.ffn_norm, w.pre, 0.0, real)
+    torch.testing.assert_close(packed[real], every[real], rtol=1e-6, atol=1e-6)
+    assert torch.equal(packed[~real], x[~real]) and not torch.allclose(every[~real], x[~real])
+    with torch.enable_grad():
+        trained = _ffn_sublayer(x.requires_grad_(), w.ffn, w.ffn_norm, w.pre, 0.0, real)
+    torch.testing.assert_close(trained.detach(), every)

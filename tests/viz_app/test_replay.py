@@ -13,6 +13,8 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 import core
+from core.decoding.sampling import Sampling
+from core.sites import draw_site
 
 APP = Path(__file__).resolve().parents[2] / "viz_app" / "app.py"
 TIMEOUT = 90
@@ -98,9 +100,6 @@ def test_a_shortlist_trace_replays_the_steps_page(tmp_path: Path, tiny_checkpoin
 
 def test_a_sampled_trace_replays_its_draws_on_the_steps_page(tmp_path: Path, tiny_checkpoint: Path) -> None:
     """The draw chart reads what decoding recorded while it drew, with the trace's own settings (not the link's)."""
-    from core.decoding.sampling import Sampling
-    from core.sites import draw_site
-
     out = core.load(tiny_checkpoint, device="cpu").translate(
         "The cat sleeps.", sampling=Sampling(temperature=1.3, top_k=6, seed=5)
     )

@@ -102,30 +102,31 @@ import functools, os, signal, sys
 from core.analysis.scan import scan
 from core.analysis.scan_ray import ray_records
 
-def killed_after_two(n):
-    if n == 2:
+def killed_after_three(n):
+    if n == 3:
         os.kill(os.getpid(), signal.SIGKILL)
 
 checkpoint, pairs, out, address = sys.argv[1:]
 runner = functools.partial(ray_records, address=address, workers=2, batch_size=2)
-scan(checkpoint, pairs, out, runner=runner, progress=False, on_record=killed_after_two)
+scan(checkpoint, pairs, out, runner=runner, progress=False, on_record=killed_after_three)
 """
 
 
 def test_a_ray_scan_whose_driver_was_killed_goes_on_on_ray(
     ray_instance, tiny_checkpoint, pairs, local_scan, tmp_path
 ) -> None:
-    # a driver of its own, on this file's Ray instance, SIGKILLed after its second line: its actors, holding both
-    # of the instance's CPUs, must go with it, or the scan that goes on could not start its own
+    # a driver of its own, on this file's Ray instance, SIGKILLed after its third line, inside its second batch of
+    # two: its actors, holding both of the instance's CPUs, must go with it, or the scan that goes on could not
+    # start its own; that scan scores the batch holding line 4 whole again and writes from line 4 on
     on_ray = tmp_path / "ray.jsonl"
     address = ray_instance.get_runtime_context().gcs_address
     args = [sys.executable, "-c", DRIVER, str(tiny_checkpoint), str(pairs), str(on_ray), address]
     driver = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert driver.returncode == -signal.SIGKILL, driver.stderr
-    assert on_ray.read_bytes().splitlines() == local_scan.splitlines()[:2]
+    assert on_ray.read_bytes().splitlines() == local_scan.splitlines()[:3]
     runner = functools.partial(ray_records, address="auto", workers=2, batch_size=2)
     summary = scan(tiny_checkpoint, pairs, on_ray, runner=runner, progress=False)
-    assert (summary.resumed, summary.written, summary.errors) == (2, len(PAIRS) - 2, 1)
+    assert (summary.resumed, summary.written, summary.errors) == (3, len(PAIRS) - 3, 1)
     assert on_ray.read_bytes() == local_scan
 
 
