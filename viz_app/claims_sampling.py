@@ -19,6 +19,12 @@ def _cut_named(top_k: int | None, top_p: float | None) -> str:
     return ", ".join(([f"top-k {top_k}"] if top_k is not None else []) + ([f"top-p {top_p:g}"] if top_p else []))
 
 
+def settings(temperature: float, top_k: int | None, top_p: float | None, seed: int) -> str:
+    """How pieces were drawn, in words: 'temperature 1.3, top-p 0.9, seed 3'."""
+    named = _cut_named(top_k, top_p)
+    return f"temperature {temperature:g}{', ' + named if named else ''}, seed {seed}"
+
+
 def draw_claim(
     *,
     temperature: float,

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 import core
 from core.decoding.sampling import Sampling, reshaped
-from viz_app.claims_sampling import draw_claim
+from viz_app.claims_sampling import draw_claim, settings
 from viz_app.figures import sampling as figure
 from viz_app.steps.draws import step_draws, trace_draws
 from viz_app.widgets.markup import md
@@ -199,8 +199,16 @@ def test_the_whole_text_line_is_sampled_as_the_page_is(tiny_checkpoint: Path) ->
     assert drawn != greedy  # a random tiny model: the draws are not the greedy outputs
     at = run({**LINK, "text": f"{first} {second}"})
     line = next(c.value for c in at.caption if c.value.startswith("Whole text, sentence by sentence"))
-    assert line.startswith("Whole text, sentence by sentence, each sampled (temperature 1.5, seed 4): ")
+    assert line.startswith(
+        "Whole text, sentence by sentence, each sampled (temperature 1.5, top-k 8, top-p 0.95, seed 4): "
+    )
     assert line.endswith(" ".join(md(t) or "∅" for t in drawn))
     at = run({"page": "steps", "text": f"{first} {second}"})
     line = next(c.value for c in at.caption if c.value.startswith("Whole text, sentence by sentence"))
     assert line == "Whole text, sentence by sentence: " + " ".join(md(t) or "∅" for t in greedy)
+
+
+def test_the_settings_in_words() -> None:
+    assert settings(1.3, None, 0.9, 3) == "temperature 1.3, top-p 0.9, seed 3"
+    assert settings(0.7, 5, None, 0) == "temperature 0.7, top-k 5, seed 0"
+    assert settings(1.0, None, None, 2) == "temperature 1, seed 2"

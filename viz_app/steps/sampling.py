@@ -148,9 +148,7 @@ def draw_section(shown: core.Translation, step: int, sampling: runs.SamplingKey)
 
 def settings_note(sampling: runs.SamplingKey) -> None:
     """Under the sampled translation: how it was drawn, and that the link replays it."""
-    temperature, top_k, top_p, seed = sampling
-    cut = "".join(([f", top-k {top_k}"] if top_k is not None else []) + ([f", top-p {top_p:g}"] if top_p else []))
     st.caption(
-        f"Sampled: each piece drawn at temperature {temperature:g}{cut}, seed {seed}. The same settings and seed "
-        "(this page's link carries them) draw the same translation. The steps below walk through the draws."
+        f"Sampled: each piece drawn at {claims_sampling.settings(*sampling)}. The same settings and seed (this "
+        "page's link carries them) draw the same translation. The steps below walk through the draws."
     )

@@ -7,6 +7,7 @@ import streamlit as st
 import core
 from core.text.language import check_language
 from core.text.segment import split_sentences
+from viz_app import claims_sampling
 from viz_app.session import checkpoints, errors, runs, selection, trace_replay, url
 from viz_app.widgets.markup import md
 
@@ -103,6 +104,6 @@ def _sentence_picker(sampling: runs.SamplingKey | None) -> None:
         how = ""
     else:
         parts = errors.guarded(lambda: [runs.sample(path, text, key, sampling).text for text in texts])
-        how = f", each sampled (temperature {sampling[0]:g}, seed {sampling[3]})"
+        how = f", each sampled ({claims_sampling.settings(*sampling)})"
     if parts:
         st.caption(f"Whole text, sentence by sentence{how}: " + " ".join(md(p) or "∅" for p in parts))
