@@ -4,6 +4,7 @@ probability, the settings are checked, and beam search refuses it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 import core
 from core.decoding.sampling import Sampling, reshaped
 from core.errors import InputError
-from core.sites import draw_site, output_site
+from core.sites import DrawArray, draw_site, output_site
 
 TEXT = "the cat sleeps on the mat"
 
@@ -88,19 +89,28 @@ def test_the_recorded_draw_is_the_distribution_drawn_from(bundle: core.Bundle, s
     full = torch.zeros(probs.shape).scatter_(-1, torch.tensor(ids), torch.tensor(probs))  # (T, V) by id
     shaped = reshaped(full, sampling).numpy()
     warm = reshaped(full, Sampling(temperature=sampling.temperature)).numpy()
-    taken = np.asarray(out.output_ids)
-    top = trace[output_site("top_ids")]  # (T, k)
-    rows = np.arange(len(taken))
-    np.testing.assert_allclose(trace[draw_site("top_probs")], np.take_along_axis(shaped, top, -1), atol=1e-5)
-    np.testing.assert_allclose(trace[draw_site("prob")], shaped[rows, taken], atol=1e-5)
-    assert (trace[draw_site("prob")] > 0).all()  # every drawn piece was in the draw
-    np.testing.assert_array_equal(trace[draw_site("kept")], (shaped > 0).sum(-1))
+    # a step whose top-p edge lies within rounding of a piece could keep one piece more or less in either pass:
+    # compared where moving p by 1e-6 either way keeps the same pieces (here, every step; elsewhere most)
+    edge = [replace(sampling, top_p=min(1.0, sampling.top_p + d)) for d in (-1e-6, 1e-6)] if sampling.top_p else []
+    steady = np.all([(reshaped(full, s).numpy() > 0) == (shaped > 0) for s in edge], axis=(0, 2)) if edge else None
+    at = np.arange(len(out.output_ids)) if steady is None else np.flatnonzero(steady)
+    assert len(at) >= 0.75 * len(out.output_ids)
+    taken = np.asarray(out.output_ids)[at]
+    top = trace[output_site("top_ids")][at]  # (T, k)
+    shaped, warm, everything = shaped[at], warm[at], full.numpy()[at]
+    rows = np.arange(len(at))
+
+    def recorded(what: DrawArray) -> np.ndarray:
+        return trace[draw_site(what)][at]
+
+    np.testing.assert_allclose(recorded("top_probs"), np.take_along_axis(shaped, top, -1), atol=1e-5)
+    np.testing.assert_allclose(recorded("prob"), shaped[rows, taken], atol=1e-5)
+    assert (recorded("prob") > 0).all()  # every drawn piece was in the draw
+    np.testing.assert_array_equal(recorded("kept"), (shaped > 0).sum(-1))
     removed = (warm > 0) & (shaped == 0)
-    np.testing.assert_array_equal(trace[draw_site("cut")], removed.sum(-1))
-    np.testing.assert_array_equal(trace[draw_site("top_cut")], np.take_along_axis(removed, top, -1))
-    np.testing.assert_array_equal(
-        trace[draw_site("rank")], (full.numpy() > full.numpy()[rows, taken][:, None]).sum(-1) + 1
-    )
+    np.testing.assert_array_equal(recorded("cut"), removed.sum(-1))
+    np.testing.assert_array_equal(recorded("top_cut"), np.take_along_axis(removed, top, -1))
+    np.testing.assert_array_equal(recorded("rank"), (everything > everything[rows, taken][:, None]).sum(-1) + 1)
     if sampling.top_k is not None:
-        assert (trace[draw_site("kept")] <= sampling.top_k).all()
+        assert (recorded("kept") <= sampling.top_k).all()
     assert draw_site("prob") not in bundle.translate(TEXT).trace  # greedy decoding draws nothing
