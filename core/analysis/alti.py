@@ -69,12 +69,10 @@ def value_vectors(values: Tensor, out_weight: Tensor) -> Tensor:
     return torch.einsum("...hke,hed->...hkd", values, w_o)
 
 
-def with_residual(vectors: Tensor, residual: Tensor, cross: bool) -> Tensor:
-    """vectors (Tq, Tk, D) and the residual stream (Tq, D): self-attention adds x_i to token i's own vector
-    (Tq == Tk), in ``vectors`` itself (the callers pass a tensor they just made); cross-attention appends it as one
-    more vector -> (Tq, Tk + 1, D)."""
-    if cross:
-        return torch.cat([vectors, residual.unsqueeze(-2)], dim=-2)
+def with_residual(vectors: Tensor, residual: Tensor) -> Tensor:
+    """Self-attention's vectors (Tq, Tk, D) with the residual stream (Tq, D) added to token i's own vector
+    (Tq == Tk), in ``vectors`` itself (the callers pass a tensor they just made); cross-attention's residual is one
+    more vector instead (``attention_block``)."""
     if vectors.shape[-3] != vectors.shape[-2]:
         raise ValueError(f"self-attention needs as many queries as keys, got {tuple(vectors.shape[-3:-1])}")
     vectors.diagonal(dim1=-3, dim2=-2).add_(residual.transpose(-1, -2))  # (..., D, Tq): token i's own vector
@@ -151,7 +149,7 @@ def attention_block(
     if cross:
         keys[Tk] = residual  # one more key
     else:
-        with_residual(vectors, residual, cross=False)
+        with_residual(vectors, residual)
     return Block(vectors, constant)
 
 
@@ -170,7 +168,7 @@ def ssru_block(inputs: Tensor, gates: Tensor, w: Tensor, residual: Tensor, norm:
         carry[t, t] = 1.0 - f[t]
     parts = carry * xw[None]  # (T, T, D): c_t = parts[t].sum(0)
     active = (parts.sum(1) > 0).to(parts)  # (T, D): the ReLU's pattern
-    vectors = with_residual(parts * active[:, None], residual, cross=False)
+    vectors = with_residual(parts * active[:, None], residual)
     constant = torch.zeros_like(residual)
     return Block(vectors, constant) if norm is None else fold_norm(norm, vectors, constant)
 
