@@ -251,6 +251,8 @@ class Bundle:
         rows = self._run(sources, call, given)
         texts = [self._text(ids) for ids in rows]
         batch = {"texts": [s.text for s in sources], "outputs": texts} if len(sources) > 1 else {}
+        if call.sampling is not None:  # how the pieces were drawn (``translate``, ``translate_batch``)
+            meta = {**meta, "sampling": asdict(call.sampling)}
         trace = call.recorder.freeze(
             self.tokenizer.piece,
             meta={"model": self.name, **batch, **self._rows(call.vocab), **self._rules(), **self._limit(call), **meta},
@@ -328,9 +330,7 @@ class Bundle:
         forced = [] if prefix is None else check_prefix(prefix, self.config, max_len, self.tokenizer.piece)
         how = {"max_len": max_len, "beam_size": beam_size, "prefix": tuple(forced), "sampling": sampling}
         call = self._call(options, [source], record, **how)
-        meta = {"forced_prefix": len(forced)} if forced else {}
-        drawn = {"sampling": asdict(sampling)} if sampling is not None else {}  # how the pieces were drawn
-        return self._translations([source], call, None, **meta, **drawn)[0]
+        return self._translations([source], call, None, **({"forced_prefix": len(forced)} if forced else {}))[0]
 
     @torch.inference_mode()
     def beam_tree(

@@ -114,3 +114,10 @@ def test_the_recorded_draw_is_the_distribution_drawn_from(bundle: core.Bundle, s
     if sampling.top_k is not None:
         assert (recorded("kept") <= sampling.top_k).all()
     assert draw_site("prob") not in bundle.translate(TEXT).trace  # greedy decoding draws nothing
+
+
+def test_a_sampled_batch_says_how_it_was_drawn(bundle: core.Bundle) -> None:
+    sampling = Sampling(temperature=1.2, top_p=0.9, seed=6)
+    for out in bundle.translate_batch([TEXT, "the dog runs"], sampling=sampling):
+        assert out.trace.meta["sampling"] == {"temperature": 1.2, "top_k": None, "top_p": 0.9, "seed": 6}
+    assert "sampling" not in bundle.translate_batch([TEXT, "the dog runs"])[0].trace.meta

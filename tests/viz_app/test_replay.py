@@ -98,27 +98,32 @@ def test_a_shortlist_trace_replays_the_steps_page(tmp_path: Path, tiny_checkpoin
     assert any(c.value.startswith(f"Shortlist only: each step scored {rows} of the model's {V:,}") for c in at.caption)
 
 
-def test_a_sampled_trace_replays_its_draws_on_the_steps_page(tmp_path: Path, tiny_checkpoint: Path) -> None:
-    """The draw chart reads what decoding recorded while it drew, with the trace's own settings (not the link's)."""
+@pytest.mark.parametrize("link", [{"temperature": "0.5", "seed": "1"}, {}])
+def test_a_sampled_trace_replays_its_draws_on_the_steps_page(
+    tmp_path: Path, tiny_checkpoint: Path, link: dict[str, str]
+) -> None:
+    """The draw chart and the note read what decoding recorded while it drew, with the trace's own settings: not
+    the link's other ones, and also when the link does not sample."""
     out = core.load(tiny_checkpoint, device="cpu").translate(
         "The cat sleeps.", sampling=Sampling(temperature=1.3, top_k=6, seed=5)
     )
     path = out.trace.save(tmp_path / "sampled.npz")
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.query_params.update({"temperature": "0.5", "seed": "1"})
+    at.query_params.update(link)
     at.session_state["_replay"] = core.Translation(core.Trace.load(path))
     at.switch_page("views/steps.py")
     at.run(timeout=TIMEOUT)
     assert not at.exception and not at.error, [e.value for e in at.error]
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     draw = next(c for c in charts if c["layout"]["title"]["text"].startswith("The draw at step 1"))
-    assert "temperature 1.3, seed 5" in draw["layout"]["title"]["text"]
+    assert draw["layout"]["title"]["text"].endswith("temperature 1.3, top-k 6, seed 5")
     shaped = out.trace[draw_site("top_probs")][0]
     assert draw["data"][1]["x"][: len(shaped)] == pytest.approx(shaped.tolist(), abs=1e-4)
     said = "\n".join(c.value for c in at.caption)
     assert (
         "At temperature 1.3 the drawn piece" in said and f"kept {int(out.trace[draw_site('kept')][0]):,} pieces" in said
     )
+    assert "Sampled: each piece drawn at temperature 1.3, top-k 6, seed 5." in said and "temperature 0.5" not in said
 
 
 def _open(data: bytes) -> None:  # runs inside AppTest.from_function

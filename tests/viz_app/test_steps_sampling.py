@@ -133,7 +133,7 @@ def test_a_sampling_link_replays_cores_sampled_translation(tiny_checkpoint: Path
         assert f"#### {md(want.text)}" in texts(at)
         assert at.radio(key="decoding").value == "sample" and at.slider(key="temperature").value == 1.5
         assert at.number_input(key="top_k").value == 8 and at.number_input(key="seed").value == 4
-        assert "The draw at step 2 — as trained, temperature 1.5, seed 4" in chart_titles(at)
+        assert "The draw at step 2 — as trained, temperature 1.5, top-k 8, top-p 0.95, seed 4" in chart_titles(at)
         assert {k: at.query_params[k] for k in ("temperature", "top_k", "top_p", "seed")} == {
             "temperature": "1.5",
             "top_k": "8",

@@ -109,22 +109,25 @@ def sampled(out: core.Translation, sampling: runs.SamplingKey) -> core.Translati
     return errors.guarded(lambda: runs.sample(path, text, key, sampling))
 
 
+def drawn_with(out: core.Translation) -> runs.SamplingKey | None:
+    """The settings ``out``'s pieces were drawn with, as its trace records them (its ``meta['sampling']`` beside the
+    ``output.draw.*`` sites), or None when it was not sampled: what the page says of a run is the run's own, a
+    replayed trace's too, whatever the page's widgets hold."""
+    how = out.trace.meta.get("sampling")
+    if not how or draw_site("prob") not in out.trace:
+        return None
+    return (float(how["temperature"]), how["top_k"], how["top_p"], int(how["seed"]))
+
+
 def draw_section(shown: core.Translation, step: int, sampling: runs.SamplingKey) -> None:
     """At ``step``: the model's distribution and the one the piece was drawn from, and what the draw did, as
-    decoding recorded them in ``shown``'s trace with the settings it drew with (its ``meta['sampling']``; the
-    page's ``sampling`` where the trace does not say)."""
-    if draw_site("prob") not in shown.trace:  # a replayed trace that was not sampled
-        st.caption("This translation was not sampled: its trace holds no draw.")
-        return
+    decoding recorded them in ``shown``'s trace, drawn with ``sampling`` (``drawn_with(shown)``)."""
     found = trace_draws(shown.trace)
     if step >= len(found):
         return
     d = found[step]
-    how = shown.trace.meta.get("sampling")
-    temperature, top_k, top_p, seed = (
-        sampling if not how else (how[f] for f in ("temperature", "top_k", "top_p", "seed"))
-    )
-    note = f"{selection.options_note(shown.options)}, temperature {temperature:g}, seed {seed}"
+    temperature, top_k, top_p, _ = sampling
+    note = f"{selection.options_note(shown.options)}, {claims_sampling.settings(*sampling)}"
     fig = figure.draw_bars(
         d.pieces, d.before, d.after, d.drawn, d.cut_pieces, title=style.titled(f"The draw at step {step + 1}", note)
     )

@@ -246,6 +246,7 @@ out = sentence_bar.sentence_bar(sampling=sampling.current())  # the whole text's
 drawing = sampling.decoding_radio(on_change=_back)  # the sampling settings, or None
 if out is not None and drawing is not None:
     out = sampling.sampled(out, drawing)  # the translation shown is the sampled one
+drew = None if out is None else sampling.drawn_with(out)  # how its pieces were drawn, from its trace (None: taken)
 if out is not None and not out.steps:
     st.info("This trace holds no decoding steps (it was not made by translating).", icon=":material/info:")
 elif out is not None:
@@ -267,8 +268,8 @@ elif out is not None:
         header.rules_note(alt)
     else:
         header.translation_header(out)
-        if drawing is not None:
-            sampling.settings_note(drawing)
+        if drew is not None:
+            sampling.settings_note(drew)
         if out.beam_size > 1:
             st.caption(
                 "Beam search kept several candidate translations alive and returned the best one; the steps "
@@ -310,15 +311,15 @@ elif out is not None:
             f"({style.share(dict(s.top_k).get(mine, 0.0))})"
         )
     else:
-        how = "" if drawing is None else ", **drawn**"
+        how = "" if drew is None else ", **drawn**"
         st.markdown(f"→ next piece{how}: **`{style.token_text(s.token)}`** with probability **{s.prob:.1%}**")
     for said in claims_rules.step_notes(shown.trace, step, lambda i: style.token_text(shown.trace.piece(i))):
         st.info(said, icon=":material/rule:")  # what a generation rule of the model's folder did at this step
-    explain_sources.step_share(shown, step, forced=alt is not None or drawing is not None)
-    if drawing is None:
+    explain_sources.step_share(shown, step, forced=alt is not None or drew is not None)
+    if drew is None:
         _what_if_picker(shown, own, step, branch)
     else:
-        sampling.draw_section(shown, step, drawing)
+        sampling.draw_section(shown, step, drew)
 
     note = selection.options_note(shown.options, shown.beam_size)
     if branch is not None:
