@@ -79,7 +79,8 @@ def pooling(
 
 
 def normalised(m: np.ndarray) -> np.ndarray:
-    """Each target word's row (last two axes: target, source words) divided by its sum (all-zero rows stay 0)."""
+    """Each row (last axis) divided by its sum, all-zero rows staying 0: a target word's row over the source words,
+    a layer's rows of value zeroing (the authors' ContextMixingASR)."""
     total = m.sum(-1, keepdims=True)
     return np.divide(m, total, out=np.zeros_like(m, dtype=np.float64), where=total > 0)
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .alignment import normalised
 from .heads import LABEL_RULES, STATS, HeadStatistics
-from .value_zeroing import normalise_rows
 
 STABLE = 0.5  # a set label that holds on fewer than this share of the sentences is marked unsteady
 SPREAD_STATS = (*STATS, "alti")
@@ -111,7 +111,7 @@ def sentence_means(stats: HeadStatistics) -> dict[str, dict[str, np.ndarray]]:
 def alti_agreement(cross_maps: Sequence[np.ndarray], source_matrix: np.ndarray) -> np.ndarray:
     """(L, H) Pearson correlation of each cross head's map [(H, T, S) per layer] with ALTI+'s source contributions
     (T, S), each row rescaled to sum to 1; NaN where either is constant."""
-    alti = normalise_rows(source_matrix)
+    alti = normalised(source_matrix)
     b = alti.ravel() - alti.mean()
     maps = np.stack(cross_maps).astype(np.float64)  # (L, H, T, S)
     a = maps.reshape(*maps.shape[:2], -1)

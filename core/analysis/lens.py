@@ -141,6 +141,11 @@ def lens_of(bundle: Bundle, run: Translation, *, given: bool = False, top: int =
     translation's, not the model's own."""
     if layer_site("decoder", 0) not in run.trace:
         raise InputError("the logit lens reads each decoder layer's output: record the run with activations=True")
+    if not run.options.causal_mask:  # a trace keeps one pass's streams; each step recomputed its own prefix
+        raise InputError(
+            "the logit lens needs the causal mask on: without it each decoding step saw only the words before it, "
+            "and one recorded pass (which sees them all) cannot show what each step's layers held"
+        )
     out_ids = list(run.output_ids)
     trace, model, cfg = run.trace, bundle.model, bundle.config
     param = next(model.parameters())

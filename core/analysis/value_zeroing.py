@@ -46,6 +46,7 @@ from ..recording.recorder import Recorder
 from ..recording.trace import Trace
 from ..sites import AttentionKind, analysis_site, attention_site, layer_input_site, memory_site, output_site
 from ..transformer.blocks import Masks
+from .alignment import normalised
 from .alti import compose_encoder as compose_alti
 from .attribution import spearman
 
@@ -125,10 +126,15 @@ class ValueZeroing:
             notes=tuple(details["notes"]),
         )
 
-    def attention_agreement(self) -> dict[AttentionKind, np.ndarray]:
-        """kind -> (L, Tq) Spearman rho between each value-zeroing row and the same row of the heads' mean
+    def attention_agreement(self, kind: AttentionKind) -> np.ndarray:
+        """(L, Tq) Spearman rho between each value-zeroing row of ``kind`` and the same row of the heads' mean
         attention, over the keys the query may attend (NaN with fewer than two, or a constant row)."""
-        return {k: rank_agreement(self.layers[k], self.attention[k], self.keys[k]) for k in self.layers}
+        return rank_agreement(self.layers[kind], self.attention[kind], self.keys[kind])
+
+
+def mean_agreement(rho: np.ndarray) -> float | None:
+    """The mean of ``rank_agreement``'s rows that have a value (None when none has)."""
+    return float(np.nanmean(rho)) if np.isfinite(rho).any() else None
 
 
 def rank_agreement(scores: np.ndarray, reference: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
@@ -143,12 +149,6 @@ def rank_agreement(scores: np.ndarray, reference: np.ndarray, keep: np.ndarray |
         if k.sum() >= 2:
             out[index] = spearman(a[index][k], b[index][k])  # the lab's one Spearman (attribution's)
     return out
-
-
-def normalise_rows(a: np.ndarray) -> np.ndarray:
-    """Each row (last axis) divided by its sum; a row of zeros stays zeros (the authors' ContextMixingASR)."""
-    total = a.sum(-1, keepdims=True)
-    return np.divide(a, total, out=np.zeros_like(a, dtype=np.float64), where=total > 0)
 
 
 def compose_encoder(layers: np.ndarray) -> np.ndarray:
@@ -167,7 +167,7 @@ def compose_decoder(
     through_encoder = np.hstack([encoder, np.zeros((S, T))])  # (S, S + T): the memory over the inputs
     for layer in range(L):
         own = np.zeros((T, T)) if self_attn is None else self_attn[layer]
-        mixed = normalise_rows(np.concatenate([cross[layer], own], axis=-1))  # (T, S + T), rows sum to 1
+        mixed = normalised(np.concatenate([cross[layer], own], axis=-1))  # (T, S + T), rows sum to 1
         state = mixed[:, :S] @ through_encoder + mixed[:, S:] @ state
     return state[:, :S], state[:, S:]
 
@@ -236,14 +236,14 @@ def value_zeroing(
             for kind, d in _zeroed(bundle, options, x, layer, decoder(layer), widths).items():
                 distances[kind].append(d)
     raw = {kind: np.stack(d) * keys[kind] for kind, d in distances.items()}  # a key the query cannot see: 0
-    encoder_composed = compose_encoder(normalise_rows(raw["encoder"]))
+    encoder_composed = compose_encoder(normalised(raw["encoder"]))
     source, target = compose_decoder(raw["cross"], raw.get("decoder"), encoder_composed)
     notes = () if "decoder" in kinds else (SSRU_NOTE,)
     return ValueZeroing(
         source_pieces=tuple(trace.src_tokens),
         target_pieces=tuple(bundle.tokenizer.piece(int(i)) for i in trace[output_site("ids")]),
         prefix_pieces=tuple(trace.tgt_tokens),
-        layers={kind: normalise_rows(d) for kind, d in raw.items()},
+        layers={kind: normalised(d) for kind, d in raw.items()},
         distances=raw,
         encoder=encoder_composed,
         source=source,

@@ -296,7 +296,7 @@ def test_the_value_zeroing_tab_draws_core_s_matrices_and_their_agreement(root: P
     at.selectbox(key="zeroing_layer").set_value(1).run(timeout=TIMEOUT)
     spec = next(s for s in specs(ok(at)) if s["layout"]["title"]["text"].startswith("Value zeroing: cross"))
     np.testing.assert_allclose(array(spec["data"][0]["z"]), found.layers["cross"][1], atol=1e-4)
-    per_layer = [float(np.nanmean(row)) for row in found.attention_agreement()["cross"]]
+    per_layer = [float(np.nanmean(row)) for row in found.attention_agreement("cross")]
     assert claims_explain.zeroing_attention_note("cross-attention", per_layer) in [m.value for m in at.markdown]
 
 

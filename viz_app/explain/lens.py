@@ -6,14 +6,13 @@ from __future__ import annotations
 import streamlit as st
 
 import core
-from core.analysis.lens import LogitLens, lens_of
+from core.analysis.lens import LogitLens
 from viz_app import claims_explain
 from viz_app.explain import analysis_store
 from viz_app.explain.common import how_to_read, needs_model
 from viz_app.figures import lens as figures
 from viz_app.figures import style
 from viz_app.session import checkpoints, errors, runs, selection
-from viz_app.session.server import load_bundle
 from viz_app.widgets import export
 
 
@@ -33,14 +32,10 @@ def tab(out: core.Translation) -> None:
     if found is None:
         if needs_model():
             return
-        path = checkpoints.ckpt_path()
+        path, text = checkpoints.ckpt_path(), selection.sentence()
         key = runs.options_key(out.options.with_changes(shortlist=False))  # the lens reads the whole vocabulary
-        if out.options.shortlist:  # the page's shortlisted translation, fed once more with every layer recorded
-            run = errors.guarded(lambda: runs.rerun(path, selection.sentence(), out.output_ids, key, activations=True))
-        else:  # the translation recorded once more with every layer's stream (cached; the Learn page reads it)
-            run = errors.guarded(lambda: runs.recorded_more(path, selection.sentence(), key, 1))
-        # then the lens itself: one projection of every layer's rows (about a quarter of a traced translation)
-        found = errors.guarded(lambda: lens_of(load_bundle(path), run)) if run is not None else None
+        shortlisted, ids = bool(out.options.shortlist), tuple(out.output_ids)
+        found = errors.guarded(lambda: runs.lens(path, text, key, ids, shortlisted))  # cached: once per translation
         if found is None:
             return
         analysis_store.remember(out, *found.to_arrays())  # the page's export carries it

@@ -4,12 +4,12 @@ attention and ALTI+, with how closely their rankings agree."""
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 import core
+from core.analysis.alignment import normalised
 from core.analysis.contributions import Contributions
-from core.analysis.value_zeroing import ValueZeroing, normalise_rows, rank_agreement, value_zeroing
+from core.analysis.value_zeroing import ValueZeroing, mean_agreement, rank_agreement, value_zeroing
 from viz_app import claims_explain
 from viz_app.cache import cached
 from viz_app.explain import analysis_store
@@ -67,11 +67,11 @@ def tab(out: core.Translation) -> None:
     if alti is not None and alti.source_matrix.shape == found.source.shape:  # the same translation scored by both
         with c2:
             title = style.titled("ALTI+, whole model: output words × source", note)
-            share = normalise_rows(alti.source_matrix)
+            share = normalised(alti.source_matrix)
             fig = attention_maps.head_heatmap(share, rows, found.source_pieces, title=title)
             export.chart(fig, "alti_source", key="zeroing_alti")
         rho = rank_agreement(found.source, alti.source_matrix)
-        st.markdown(claims_explain.zeroing_alti_note(float(np.nanmean(rho)) if np.isfinite(rho).any() else None))
+        st.markdown(claims_explain.zeroing_alti_note(mean_agreement(rho)))
     kinds = list(found.layers)
     url.clamp("zeroing_kind", kinds)
     kind = st.radio(
@@ -93,6 +93,5 @@ def tab(out: core.Translation) -> None:
             found.attention[kind][layer], q_tokens, k_tokens, title=style.titled(f"Mean attention: {where}", note)
         )
         export.chart(fig, "mean_attention_layer", key="zeroing_attention_map")
-    agreement = found.attention_agreement()[kind]  # (L, Tq)
-    per_layer = [float(np.nanmean(row)) if np.isfinite(row).any() else None for row in agreement]
+    per_layer = [mean_agreement(row) for row in found.attention_agreement(kind)]  # each layer's (Tq,) rows
     st.markdown(claims_explain.zeroing_attention_note(params.KINDS[kind], per_layer))

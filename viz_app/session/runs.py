@@ -18,6 +18,7 @@ from core.analysis.contributions import Contributions
 from core.analysis.contributions import contributions as alti_contributions
 from core.analysis.head_spread import HeadSpread
 from core.analysis.heads import HeadStatistics
+from core.analysis.lens import LogitLens, lens_of
 from core.analysis.patching import PatchingResult, activation_patching
 from core.analysis.sentences import builtin_sentences
 from core.analysis.survey import (
@@ -106,6 +107,18 @@ def rerun(
     return load_bundle(path).teacher_forced(
         text, target_ids=out_ids, options=options_from_key(key), truncate=True, record=record
     )
+
+
+@cached("Reading every decoder layer through the output layer (logit lens) …")
+def lens(path: str, text: str, key: OptionsKey, out_ids: tuple[int, ...], shortlisted: bool) -> LogitLens:
+    """The logit lens of the page's translation (``out_ids``; ``key``: its switches over the whole vocabulary): its
+    translation recorded once more with every layer's stream (``recorded_more``, which the Learn page reads too), or
+    a shortlisted one's ids fed again (``rerun``); then one projection of every layer's rows (``lens_of``)."""
+    if shortlisted:
+        run = rerun(path, text, out_ids, key, activations=True)
+    else:
+        run = recorded_more(path, text, key, 1)
+    return lens_of(load_bundle(path), run)
 
 
 @cached("Encoding …")

@@ -89,3 +89,23 @@ def test_the_lens_travels_in_a_trace_and_comes_back(bundle: core.Bundle) -> None
     assert back is not None and back.chosen == lens.chosen and back.top_pieces == lens.top_pieces
     np.testing.assert_allclose(back.chosen_prob, lens.chosen_prob, atol=1e-4)  # the JSON keeps 4 decimals
     assert np.array_equal(back.chosen_rank, lens.chosen_rank) and np.array_equal(back.first_top, lens.first_top)
+
+
+def test_the_causal_mask_off_is_refused_with_its_reason(bundle: core.Bundle) -> None:
+    off = core.InferenceOptions(causal_mask=False)
+    with pytest.raises(InputError, match="needs the causal mask on"):
+        logit_lens(bundle, TEXT, options=off)
+    run = bundle.translate(TEXT, off, record=core.Record(qkv=False, activations=True))
+    with pytest.raises(InputError, match="needs the causal mask on"):
+        lens_of(bundle, run)
+
+
+def test_rules_that_read_the_prefix_are_applied_step_by_step(tmp_path: Path) -> None:
+    """A repetition penalty and a no-repeat rule change each step's distribution by the words before it: the last
+    layer's lens is still decoding's own at every step."""
+    ruled = core.load(build_tiny_checkpoint(tmp_path / "ruled", seed=5, repetition_penalty=1.5, no_repeat_ngram_size=2))
+    out = ruled.translate(TEXT)
+    lens = logit_lens(ruled, TEXT)
+    for step in out.steps:
+        np.testing.assert_allclose(lens.top_probs[-1, step.index], [p for _, p in step.top_k[:5]], atol=1e-5)
+        assert lens.chosen_prob[-1, step.index] == pytest.approx(step.prob, abs=1e-5)

@@ -9,10 +9,11 @@ import torch
 import torch.nn.functional as F
 
 import core
+from core.analysis.alignment import normalised
 from core.analysis.value_zeroing import (
     compose_decoder,
     compose_encoder,
-    normalise_rows,
+    mean_agreement,
     rank_agreement,
     value_zeroing,
 )
@@ -122,7 +123,7 @@ def test_value_zeroing_equals_the_loop_written_out(bundle):
     for kind, distances in expected.items():
         assert distances.max() > 1e-4  # zeroing changed something
         np.testing.assert_allclose(result.distances[kind], distances, rtol=1e-3, atol=2e-6, err_msg=kind)
-        np.testing.assert_allclose(result.layers[kind], normalise_rows(distances), atol=1e-3, err_msg=kind)
+        np.testing.assert_allclose(result.layers[kind], normalised(distances), atol=1e-3, err_msg=kind)
         np.testing.assert_allclose(result.layers[kind].sum(-1), 1.0, atol=1e-9)
     if "decoder" in expected:  # causal: a later token cannot matter
         assert np.all(np.triu(result.distances["decoder"], k=1) == 0)
@@ -154,22 +155,22 @@ def test_options_reach_every_run(tmp_path_factory):
 
 def test_composition_follows_the_authors_rollout():
     rng = np.random.default_rng(0)
-    layers = normalise_rows(rng.random((3, 4, 4)))
+    layers = normalised(rng.random((3, 4, 4)))
     joint = layers[0]  # compute_joint_attention(att_mat, res=False) of hmohebbi/ValueZeroing, written out
     for layer in layers[1:]:
         joint = layer.dot(joint)
     np.testing.assert_allclose(compose_encoder(layers), joint)
     cross, own = rng.random((2, 3, 4)), np.tril(rng.random((2, 3, 3)))
     source, target = compose_decoder(cross, own, joint)
-    first = normalise_rows(np.concatenate([cross[0], own[0]], -1))  # layer 0: sources through the encoder, inputs
-    second = normalise_rows(np.concatenate([cross[1], own[1]], -1))
+    first = normalised(np.concatenate([cross[0], own[0]], -1))  # layer 0: sources through the encoder, inputs
+    second = normalised(np.concatenate([cross[1], own[1]], -1))
     expected_target = second[:, 4:] @ first[:, 4:]
     expected_source = second[:, :4] @ joint + second[:, 4:] @ (first[:, :4] @ joint)
     np.testing.assert_allclose(target, expected_target)
     np.testing.assert_allclose(source, expected_source)
     np.testing.assert_allclose(source.sum(-1) + target.sum(-1), 1.0)
     source, target = compose_decoder(cross, None, joint)  # an SSRU decoder: the last layer's cross rows
-    np.testing.assert_allclose(source, normalise_rows(cross[1]) @ joint)
+    np.testing.assert_allclose(source, normalised(cross[1]) @ joint)
     assert np.all(target == 0)
 
 
@@ -216,3 +217,8 @@ def test_a_block_split_over_several_runs_gives_the_same_scores(tiny_checkpoint, 
     assert len(whole.source_pieces) > 3  # more tokens than a run takes: the loop goes round
     for kind in whole.layers:
         np.testing.assert_allclose(split.distances[kind], whole.distances[kind], atol=1e-6)
+
+
+def test_the_mean_agreement_skips_rows_without_one() -> None:
+    assert mean_agreement(np.array([0.5, np.nan, 1.0])) == pytest.approx(0.75)
+    assert mean_agreement(np.array([np.nan, np.nan])) is None
