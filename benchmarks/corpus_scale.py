@@ -36,7 +36,6 @@ import core
 from core.analysis import corpus_sets
 from core.analysis.corpus_sets import CorpusSet, tsv
 from core.analysis.scan import ScanSettings, scan
-from core.analysis.scan_input import parse_pairs
 from core.analysis.sentences import builtin_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +91,7 @@ def page_times(checkpoint: Path, records: list[dict], rounds: int = 3) -> dict[s
     for _ in range(rounds):
         st.cache_data.clear()  # the page's list of sets
         store._scans.clear()
-        found = store.scan_for(checkpoint, data, chosen.title, lambda: parse_pairs(data))
+        found = store.scan_for(checkpoint, data)
         found.records.extend(dict(r) for r in records)
         at = AppTest.from_file(str(APP), default_timeout=600)
         at.switch_page("views/corpus.py")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.analysis import head_spread
 from core.analysis.head_spread import LabelStability
 from core.analysis.scan_summary import ScanTotals
 
@@ -64,23 +65,24 @@ def opened_note(line: int, own: bool) -> str:
 
 
 def stability_note(stabilities: Sequence[LabelStability], n_sentences: int, *, marked: bool = True) -> str:
-    """What the label-stability table says in one sentence: how many of the set's labels hold on at least half of
-    the sentences taken one at a time, and which do not."""
+    """What the label-stability table says in one sentence: how many of the set's labels hold on at least the share
+    of the sentences taken one at a time that makes a label steady (``head_spread.STABLE``), and which do not."""
     if not stabilities:
         return (
             f"No head has a label over these {n_sentences:,} sentences, so there is no label to check sentence by "
             "sentence."
         )
     unsteady = [x for x in stabilities if not x.steady]
+    bar = "half" if head_spread.STABLE == 0.5 else f"{head_spread.STABLE:.0%}"  # read here: the bar the labels met
     head = f"Of the {_n(len(stabilities), 'label')} the set's averages give, "
     if not unsteady:
-        return head + f"every one holds on at least half of the {n_sentences:,} sentences taken one at a time."
+        return head + f"every one holds on at least {bar} of the {n_sentences:,} sentences taken one at a time."
     names = ", ".join(f"{x.kind} L{x.layer + 1} H{x.head + 1} {x.label} ({x.share:.0%})" for x in unsteady[:5])
     more = f" and {len(unsteady) - 5:,} more" if len(unsteady) > 5 else ""
     verb = "holds" if len(unsteady) == 1 else "hold"
     return (
         head
-        + f"{len(unsteady):,} {verb} on fewer than half of the {n_sentences:,} sentences taken one at a time"
+        + f"{len(unsteady):,} {verb} on fewer than {bar} of the {n_sentences:,} sentences taken one at a time"
         + (" (marked “?” in the maps)" if marked else "")
         + f": {names}{more}."
     )

@@ -16,7 +16,6 @@ from streamlit.testing.v1 import AppTest
 import core
 from core.analysis.corpus_sets import builtin_sets
 from core.analysis.scan import ScanSettings, scan
-from core.analysis.scan_input import parse_pairs
 from core.analysis.scan_summary import totals
 from viz_app import cache, claims_corpus
 from viz_app.corpus import store
@@ -103,7 +102,7 @@ def test_a_stopped_scan_keeps_its_rows_and_goes_on(root: Path) -> None:
     at = builtin(page())
     data = next(s for s in builtin_sets("src", "tgt", REPO / "data" / "ding-split") if s.key == "builtin").data
     # a scan stopped after its first batch, as Cancel leaves it: the records so far, kept by the server
-    found = store.scan_for(root / "tiny", data, "built-in", lambda: parse_pairs(data))
+    found = store.scan_for(root / "tiny", data)
     bundle = core.load(root / "tiny", device="cpu")
 
     class Stop(Exception):
@@ -125,16 +124,21 @@ def test_a_stopped_scan_keeps_its_rows_and_goes_on(root: Path) -> None:
     assert f"{len(found.pairs):,} pairs scanned:" in texts(at)
 
 
-def test_the_heads_are_measured_over_the_scanned_sources(root: Path) -> None:
+def test_the_heads_are_measured_over_the_scanned_sources(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.analysis import head_spread
     from core.analysis.survey import survey_sentences
 
+    monkeypatch.setattr(head_spread, "STABLE", 1.0)  # a label must hold on every sentence: some do not
     at = builtin(page())
     ok(at.button(key="corpus_scan").click().run(timeout=TIMEOUT))
     assert not any(t.startswith("Encoder self-attention: entropy, spread") for t in chart_titles(at))
     ok(at.button(key="corpus_heads").click().run(timeout=TIMEOUT))
     sources = list(dict.fromkeys(at.dataframe[0].value["source"]))
     stats, spread = survey_sentences(core.load(root / "tiny"), sources)
-    assert claims_corpus.stability_note(spread.stability(stats), len(sources)) in texts(at)
+    stabilities = spread.stability(stats)
+    assert any(not x.steady for x in stabilities), "an unsteady label, for the page's wording of them"
+    said = claims_corpus.stability_note(stabilities, len(sources), marked=False)  # this page draws no "?" marks
+    assert said in texts(at) and "on fewer than 100% of the" in said and "marked" not in said
     assert "Encoder self-attention: entropy, spread over the sentences (75th − 25th percentile)" in chart_titles(at)
     at.selectbox(key="corpus_heads_stat").select("eos").run(timeout=TIMEOUT)
     assert "Encoder self-attention: eos, spread over the sentences (75th − 25th percentile)" in chart_titles(ok(at))

@@ -31,6 +31,7 @@ from core.analysis.scan import (
     model_id,
     score_batch,
 )
+from core.analysis.scan_input import parse_pairs
 from core.analysis.scan_summary import ScanTotals, totals
 from core.analysis.survey import survey_sentences
 from viz_app.cache import cached
@@ -46,7 +47,6 @@ class CorpusScan:
     """One input scanned by one model with one setting: its pairs and the records scored so far, in input order."""
 
     key: str
-    label: str  # what was scanned, as the page names it: a built-in set's title or the uploaded file's name
     pairs: list[Pair]
     settings: ScanSettings
     model: str
@@ -93,9 +93,10 @@ def scan_key(data: bytes, model: str, settings: ScanSettings) -> str:
     return f"{digest}|{model}|{settings.options.describe()}"
 
 
-def scan_for(checkpoint: Path, data: bytes, label: str, pairs: Callable[[], list[Pair]]) -> CorpusScan:
-    """The scan of ``data`` by the checkpoint (as trained, at the default threshold), started (no record yet) when
-    there is none."""
+def scan_for(checkpoint: Path, data: bytes) -> CorpusScan:
+    """The scan of ``data`` (a pairs file's bytes, ``parse_pairs``) by the checkpoint (as trained, at the default
+    threshold), started (no record yet) when there is none. Shared by every session that brings the same bytes:
+    what the page calls them (a file's name) stays the page's."""
     mtimes = ((checkpoint / "config.json").stat().st_mtime, (checkpoint / "model.safetensors").stat().st_mtime)
     model = model_of(str(checkpoint), mtimes)
     settings = ScanSettings()
@@ -104,7 +105,7 @@ def scan_for(checkpoint: Path, data: bytes, label: str, pairs: Callable[[], list
     with lock:
         found = scans.get(key)
         if found is None:
-            found = CorpusScan(key, label, pairs(), settings, model)
+            found = CorpusScan(key, parse_pairs(data), settings, model)
             scans[key] = found
             while len(scans) > MAX_SCANS:
                 scans.popitem(last=False)

@@ -299,9 +299,6 @@ SESSION_KEYS: dict[str, str] = {
     **dict.fromkeys(
         (
             "stat_{kind}",
-            "spread_{kind}",
-            "alti_{kind}",
-            "stability",
             "aer_map",
             "align_by",
             "align_method",

@@ -11,7 +11,6 @@ import streamlit as st
 from core.analysis.corpus_sets import CorpusSet, builtin_sets
 from core.analysis.heads import STAT_TITLES, STATS
 from core.analysis.scan import DEFAULT_THRESHOLD
-from core.analysis.scan_input import parse_pairs
 from viz_app import claims_corpus
 from viz_app.cache import peek
 from viz_app.claims import md
@@ -131,7 +130,7 @@ def _progress(scan: store.CorpusScan) -> None:
     st.rerun()
 
 
-def _results(scan: store.CorpusScan, checkpoint: str, threshold: float) -> None:
+def _results(scan: store.CorpusScan, checkpoint: str, threshold: float, label: str) -> None:
     records, counted = scan.at(threshold)  # what is scored now, flagged at this threshold, and its totals
     st.markdown(claims_corpus.scan_summary(counted, len(scan.pairs), threshold))
     problems = [r for r in records if "error" in r]
@@ -176,7 +175,7 @@ def _results(scan: store.CorpusScan, checkpoint: str, threshold: float) -> None:
     scored = [r for r in records if "error" not in r]
     if scored:
         _figures(scored, threshold)
-    _downloads(records, scan.label)
+    _downloads(records, label)
     if scored:
         _heads(scored)
 
@@ -279,7 +278,7 @@ if chosen is not None:
         help="The default was chosen on held-out data (docs/scan.md): it flags at most 1 % of correct pairs. "
         "Changing it flags the rows again; nothing is scanned again.",
     )
-    scan = store.scan_for(path, data, label, lambda: parse_pairs(data))
+    scan = store.scan_for(path, data)
     unreadable = [p for p in scan.pairs if p.error is not None]
     if unreadable and not scan.done:
         st.warning(
@@ -291,4 +290,4 @@ if chosen is not None:
     if not scan.done:
         _progress(scan)
     if scan.records:
-        _results(scan, path.name, float(threshold))
+        _results(scan, path.name, float(threshold), label)
