@@ -1,9 +1,9 @@
-"""How long the Compare page takes for two 20-word sentences (issue 46: it should settle within 2 s here).
+"""How long the Compare page takes for two 22-word sentences (issue 46: it should settle within 2 s here).
 
     python -m benchmarks.compare_page [--checkpoint distilled-en-pt] [--rounds 5]
 
 The page's script in AppTest (the app's own code, no browser), torch on one thread: a minimal pair of two
-20-word sentences opened from a link (run A and run B translated, every head compared, ALTI+ of both, integrated
+22-word sentences opened from a link (run A and run B translated, every head compared, ALTI+ of both, integrated
 gradients of the first piece where they part), each round with the shared cache emptied first (nothing computed
 before), then the same page again with the cache kept (a rerun, e.g. after picking another head). Medians and
 ranges over ``--rounds``. Writes ``benchmarks/compare_page.md``.
@@ -59,7 +59,7 @@ def main() -> None:
     def stat(values: list[float]) -> str:
         return f"{statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f})"
 
-    text = f"""# The Compare page for two 20-word sentences
+    text = f"""# The Compare page for two 22-word sentences
 
 `python -m benchmarks.compare_page --checkpoint {args.checkpoint} --rounds {args.rounds}`, \
 {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()} ({os.cpu_count()} cores, load average \

@@ -76,8 +76,6 @@ def unit_seconds(checkpoint: Path, texts: list[str]) -> float:
 def page_times(checkpoint: Path, records: list[dict], rounds: int = 3) -> dict[str, float]:
     """Median seconds of the Corpus page's first visit and of two reruns, holding ``records`` (a built-in set made
     of their sources, its scan put in the server's store as a finished scan would leave it)."""
-    import os
-
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 

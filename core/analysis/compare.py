@@ -105,7 +105,7 @@ def kind_change(a: Trace, b: Trace, kind: AttentionKind) -> KindChange:
         for layer in range(a.n_layers[kind]):
             ma = np.asarray(a.attention(kind, layer), dtype=np.float64)[:, ri][:, :, ki]  # (H, R, K)
             mb = np.asarray(b.attention(kind, layer), dtype=np.float64)[:, rj][:, :, kj]
-            change[layer] = np.nanmean(total_variation(ma, mb), axis=-1) if len(ri) else np.nan
+            change[layer] = np.nanmean(total_variation(ma, mb), axis=-1)
     return KindChange(
         kind,
         change,
