@@ -203,14 +203,20 @@ def contributions(
     text: str,
     *,
     translation: str | None = None,
+    output_ids: Sequence[int] | None = None,
     options: InferenceOptions | None = None,
     truncate: bool = False,
 ) -> Contributions:
     """ALTI+ contributions of every output token of ``text``'s translation: the model's own greedy translation
-    (``translation=None``) or ``translation`` teacher-forced. ``truncate``: a source beyond the model's limit is cut
-    as ``Bundle.translate`` cuts it (the app does); else InputError, as on unusable text or options."""
+    (``translation=None``), ``translation`` teacher-forced, or the ids ``output_ids`` teacher-forced (eos included:
+    a run's own, as it fed them, whatever its text would tokenize to). ``truncate``: a source beyond the model's
+    limit is cut as ``Bundle.translate`` cuts it (the app does); else InputError, as on unusable text or options."""
     options = bundle.check_options(options)
-    src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options, truncate)
+    if output_ids is not None:  # given ids: one teacher-forced pass, as a given translation's
+        options.whole_vocabulary("contributions")
+        src_ids, out_ids, per_step = bundle.encode_source(text, truncate=truncate)[0], list(output_ids), False
+    else:
+        src_ids, out_ids, per_step = scored_ids(bundle, text, translation, options, truncate)
     notes = _notes(bundle)
     if per_step:
         passes = [_analyse(bundle, src_ids, out_ids[: t + 1], options) for t in range(len(out_ids))]
@@ -221,7 +227,8 @@ def contributions(
         run = _rows(passes)
     else:
         run = _analyse(bundle, src_ids, out_ids, options)
-    return _result(bundle, run, out_ids, options, forced=translation is not None, notes=notes)
+    forced = translation is not None or output_ids is not None
+    return _result(bundle, run, out_ids, options, forced=forced, notes=notes)
 
 
 def _notes(bundle: Bundle) -> list[str]:

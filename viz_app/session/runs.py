@@ -211,11 +211,17 @@ def attribution(
 
 
 @cached("Tracing each output word back to the source and the prefix (ALTI+) …")
-def contributions(path: str, text: str, key: OptionsKey, translation: str | None = None) -> Contributions:
+def contributions(
+    path: str, text: str, key: OptionsKey, translation: str | None = None, output_ids: tuple[int, ...] | None = None
+) -> Contributions:
     """Cached ALTI+ contributions of the page's greedy translation (``translation`` None) or of a typed translation,
-    teacher-forced, over the whole vocabulary (with the shortlist on, the page's own translation is scored)."""
+    teacher-forced, over the whole vocabulary (with the shortlist on, the page's own translation is scored); or of
+    the ids ``output_ids`` a run was fed (the Compare page's B reading A's translation: not its text read again)."""
+    bundle, options = load_bundle(path), analysis_options(key)
+    if output_ids is not None:
+        return alti_contributions(bundle, text, output_ids=output_ids, options=options, truncate=True)
     scored = _scored(path, text, key, translation)
-    return alti_contributions(load_bundle(path), text, translation=scored, options=analysis_options(key), truncate=True)
+    return alti_contributions(bundle, text, translation=scored, options=options, truncate=True)
 
 
 @cached("Weighing each value by its attention (value-weighted norms) …")

@@ -157,7 +157,8 @@ def _beyond(a: core.Translation, b: RunB) -> None:
     path_b = str(checkpoints.checkpoint_root() / b.checkpoint)
     key_a, key_b = runs.options_key(a.options), runs.options_key(b.out.options)
     ca = errors.guarded(lambda: runs.contributions(path_a, a.source_text, key_a))
-    cb = errors.guarded(lambda: runs.contributions(path_b, b.out.source_text, key_b, a.text if b.forced else None))
+    fed = tuple(b.out.output_ids) if b.forced else None  # A's pieces as B read them
+    cb = errors.guarded(lambda: runs.contributions(path_b, b.out.source_text, key_b, output_ids=fed))
     if ca is None or cb is None:
         return
     c1, c2 = st.columns(2)

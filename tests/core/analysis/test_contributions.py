@@ -410,3 +410,16 @@ def test_contributions_travel_with_an_exported_trace(bundle, tmp_path, suffix):
     assert back.source_share == pytest.approx(c.source_share) and back.options == c.options != out.options
     for name in Contributions.ARRAYS:  # JSON keeps 4 decimals
         np.testing.assert_allclose(getattr(back, name), getattr(c, name), atol=1e-4 if suffix == "json" else 1e-6)
+
+
+def test_given_ids_are_scored_as_fed_not_read_again(bundle):
+    """Ids a run was fed (the Compare page's B reading A's translation): the same as their text given when the text
+    tokenizes to them; ids no text gives back (a piece repeated as decoding may write it) are kept as they are."""
+    ids = bundle.encode_target("the cat sleeps")
+    by_ids = contributions(bundle, TEXT, output_ids=ids)
+    np.testing.assert_allclose(
+        by_ids.matrix, contributions(bundle, TEXT, translation="the cat sleeps").matrix, atol=1e-9
+    )
+    assert by_ids.forced and list(by_ids.target_pieces) == [bundle.tokenizer.piece(i) for i in ids]
+    odd = [*ids[:-1], ids[0], ids[-1]]  # the first piece once more, before eos
+    assert len(contributions(bundle, TEXT, output_ids=odd).target_pieces) == len(odd)
