@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .decoding.generation_rules import bans_on, columns_of
-from .decoding.search import step_logprobs, step_probs, suppressed_columns, vocab_ids
+from .decoding.generation_rules import columns_of
+from .decoding.search import position_scores, step_logprobs, step_probs, suppressed_columns, vocab_ids
 from .recording.call import Call
 from .transformer.model import Transformer
 
@@ -28,16 +28,11 @@ def forced_pass(model: Transformer, src: Tensor, keep: Tensor, rows: Sequence[Se
     width = max(1, *(len(row) for row in rows))
     outputs = [[*row, *[cfg.eos_id] * (width - len(row))] for row in rows]
     ids = torch.tensor(outputs, dtype=torch.long, device=src.device)  # (B, Tt)
-    T = ids.shape[1]
     tgt = torch.tensor([[cfg.bos_id, *row[:-1]] for row in outputs], dtype=torch.long, device=src.device)
     logits = model(src, tgt, call, src_keep=keep)  # (B, Tt, V|S)
     # each position's distribution as its decoding step made it: greedy's, or beam search's log-probabilities
     step = step_logprobs if call.beam_size > 1 else step_probs
-    blocked = suppressed_columns(cfg, vocab, src.device)
-    if cfg.repetition_penalty == 1.0 and not bans_on(cfg):  # no rule reads the prefix: every position at once
-        scores = step(cfg, logits, tgt, vocab, blocked, src)
-    else:
-        scores = torch.stack([step(cfg, logits[:, t], tgt[:, : t + 1], vocab, blocked, src) for t in range(T)], 1)
+    scores = position_scores(step, cfg, logits, tgt, vocab, suppressed_columns(cfg, vocab, src.device), src)
     probs = scores.exp() if step is step_logprobs else scores  # (B, Tt, V|S)
     top_p, top_i = probs.topk(min(call.top_k, probs.shape[-1]), dim=-1)  # (B, Tt, k)
     columns, listed = columns_of(ids, vocab)

@@ -21,8 +21,7 @@ import torch
 
 from ..bundle import Bundle
 from ..config import InferenceOptions, Record
-from ..decoding.generation_rules import bans_on
-from ..decoding.search import step_probs, suppressed_columns
+from ..decoding.search import position_scores, step_probs, suppressed_columns
 from ..errors import InputError
 from ..recording.call import Call
 from ..recording.trace import Trace
@@ -153,20 +152,15 @@ def lens_of(bundle: Bundle, run: Translation, *, given: bool = False, top: int =
     inputs = torch.as_tensor(np.array(trace[ids_site("tgt")]), device=param.device)  # (T,) decoder inputs
     chosen = torch.as_tensor(out_ids, device=param.device)  # (T,)
     blocked = suppressed_columns(cfg, None, param.device)
-    per_step = bans_on(cfg) or cfg.repetition_penalty != 1.0
     n_layers, steps = cfg.n_decoder_layers, len(out_ids)
     streams = [np.array(trace[layer_site("decoder", layer)]) for layer in range(n_layers)]  # L x (T, D)
     stacked = torch.as_tensor(np.concatenate(streams), device=param.device).to(param.dtype)  # (L*T, D)
     fast = Call(fast=bundle.fast)  # the bundle's packed output layer, as decoding projects
     every = model.logits(model.decoder_norm(stacked), fast).float()  # (L*T, V): the output layer read once for all
-    if per_step:  # rules that read the prefix: each row with its own decoder inputs, as decoding made it
-        t_of = [t for _ in range(n_layers) for t in range(steps)]
-        rows = [
-            step_probs(cfg, every[r : r + 1], inputs[None, : t + 1], None, blocked, src) for r, t in enumerate(t_of)
-        ]
-        probs = torch.cat(rows)  # (L*T, V)
-    else:  # softmax and the suppressed ids only: every row at once
-        probs = step_probs(cfg, every, inputs.repeat(n_layers)[:, None], None, blocked, src)  # (L*T, V)
+    # each layer's row at each step scored as decoding scored that step, after its own decoder inputs
+    by_layer = every.view(n_layers, steps, -1)  # (L, T, V)
+    probs = position_scores(step_probs, cfg, by_layer, inputs.expand(n_layers, -1), None, blocked, src)  # (L, T, V)
+    probs = probs.reshape(n_layers * steps, -1)  # (L*T, V)
     p, ids = probs.topk(top, dim=-1)  # (L*T, top)
     picked = probs.gather(-1, chosen.repeat(n_layers)[:, None])[:, 0]  # (L*T,)
     rank = (probs > picked[:, None]).sum(-1) + 1  # (L*T,)

@@ -7,7 +7,7 @@ valid (earlier positions would see later ones), so each step recomputes the whol
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -166,6 +166,24 @@ def step_logprobs(
     token_logp = fill_columns(torch.log_softmax(logits.float(), dim=-1), blocked, float("-inf"))
     token_logp = penalise(cfg, token_logp, tokens, vocab)
     return apply_bans(token_logp, cfg, tokens, float("-inf"), vocab, src)
+
+
+def position_scores(
+    step: Callable[..., Tensor],
+    cfg: ModelConfig,
+    logits: Tensor,
+    tokens: Tensor,
+    vocab: Tensor | None,
+    blocked: Tensor | None,
+    src: Tensor,
+) -> Tensor:
+    """``step`` (``step_probs`` or ``step_logprobs``) at every position of a pass at once: logits (N, T, V|S),
+    ``tokens`` (N, T) the decoder inputs; position t as its decoding step scored it, after inputs 0..t. When no rule
+    reads the prefix (no repetition penalty, no bans) every position is scored in one call. (N, T, V|S)."""
+    if cfg.repetition_penalty == 1.0 and not bans_on(cfg):
+        return step(cfg, logits, tokens, vocab, blocked, src)
+    T = tokens.shape[1]
+    return torch.stack([step(cfg, logits[:, t], tokens[:, : t + 1], vocab, blocked, src) for t in range(T)], dim=1)
 
 
 def apply_bans(
