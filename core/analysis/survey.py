@@ -7,11 +7,11 @@ kept on disk in a user cache (``$LAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attenti
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,9 +24,9 @@ from ..errors import LabError
 from ..recording.call import Call
 from ..recording.recorder import Recorder
 from ..results import Translation
-from ..sites import attention_array
+from ..sites import attention_array, ids_site
 from .alignment import AlignmentScores, GoldPair, read_gold, score_heads
-from .contributions import batch_contributions
+from .contributions import Contributions, batch_contributions
 from .head_spread import HeadSpread, alti_agreement, sentence_means, spread
 from .heads import HeadStatistics, sentence_statistics, total
 from .sentences import builtin_sentences
@@ -49,14 +49,13 @@ def cache_dir() -> Path:
 
 
 def set_statistics(bundle: Bundle, sentences: list[str]) -> HeadStatistics:
-    """Statistics summed over the greedy translations of ``sentences`` (as trained)."""
-    return total(stats for _, stats in _translated(bundle, sentences))
+    """Statistics summed over the greedy translations of ``sentences`` (as trained), one translation at a time."""
+    return total(sentence_statistics(_translated(bundle, s).trace) for s in sentences)
 
 
-def _translated(bundle: Bundle, sentences: list[str]) -> list[tuple[Translation, HeadStatistics]]:
-    """Each sentence's greedy translation (as trained, without q/k/v) and its head statistics."""
-    outs = [bundle.translate(s, truncate=True, record=Record(qkv=False)) for s in sentences]
-    return [(out, sentence_statistics(out.trace)) for out in outs]
+def _translated(bundle: Bundle, sentence: str) -> Translation:
+    """A sentence's greedy translation as the survey measures it (as trained, without q/k/v)."""
+    return bundle.translate(sentence, truncate=True, record=Record(qkv=False))
 
 
 SPREAD_BATCH = 16  # sentences per batched ALTI+ pass of ``survey_sentences``
@@ -66,21 +65,23 @@ def survey_sentences(bundle: Bundle, sentences: list[str]) -> tuple[HeadStatisti
     """``set_statistics`` and each sentence's own means (``HeadSpread``) from one greedy translation each, with
     every cross head's agreement with ALTI+ on each sentence (batched ``batch_contributions`` of the same
     translations; left out, NaN, for a model or sentence ALTI+ cannot score here)."""
-    pairs = _translated(bundle, sentences)
-    outs, stats = [out for out, _ in pairs], [x for _, x in pairs]
+    outs = [_translated(bundle, s) for s in sentences]
+    stats = [sentence_statistics(out.trace) for out in outs]
     means = [sentence_means(x) for x in stats]
     if all("cross" in out.trace.kinds for out in outs):
-        try:
-            rows = [(bundle.encode_source(s)[0], list(out.output_ids)) for s, out in zip(sentences, outs, strict=True)]
-            found = []
-            for i in range(0, len(rows), SPREAD_BATCH):
-                chunk = rows[i : i + SPREAD_BATCH]
+        # the ids each translation read and wrote (its source as truncated), scored a batch at a time: a batch
+        # ALTI+ cannot score leaves its own sentences out, not the others
+        rows = [([int(i) for i in out.trace[ids_site("src")]], list(out.output_ids)) for out in outs]
+        found: list[Contributions | None] = []
+        for i in range(0, len(rows), SPREAD_BATCH):
+            chunk = rows[i : i + SPREAD_BATCH]
+            try:
                 found += batch_contributions(bundle, chunk, forced=[False] * len(chunk))
-        except LabError:
-            found = []
-        for mean, out, result in zip(means, outs, found, strict=False):
-            maps = [out.trace.attention("cross", layer) for layer in range(out.trace.n_layers["cross"])]
-            if maps[0].shape[-2:] == result.source_matrix.shape:
+            except LabError:
+                found += [None] * len(chunk)
+        for mean, out, result in zip(means, outs, found, strict=True):
+            if result is not None:
+                maps = [out.trace.attention("cross", layer) for layer in range(out.trace.n_layers["cross"])]
                 mean["cross"]["alti"] = alti_agreement(maps, result.source_matrix)
     return total(stats), spread(means)
 
@@ -106,12 +107,7 @@ def builtin_spread(bundle: Bundle) -> tuple[HeadStatistics, HeadSpread, str]:
             pass  # a damaged cache entry: measured again
     stats, spread_ = survey_sentences(bundle, sentences)
     _write_json(_cache_file(bundle, len(sentences)), {"language": language, "stats": stats.to_dict()})
-    with contextlib.suppress(OSError):  # a read-only home only means the figures are not kept
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")  # a name of its own: sessions measure at once
-        os.close(fd)
-        spread_.save(Path(tmp))
-        os.replace(tmp, path)
+    _write_atomically(path, spread_.save, suffix=".tmp.npz")
     return stats, spread_, language
 
 
@@ -142,15 +138,25 @@ def builtin_statistics(bundle: Bundle, *, use_cache: bool = True) -> tuple[HeadS
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write a cache entry atomically; a read-only home only means the figures are not kept."""
+    """Write a JSON cache entry atomically (``_write_atomically``)."""
+    _write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data), encoding="utf-8"), suffix=".tmp")
+
+
+def _write_atomically(path: Path, write: Callable[[Path], object], *, suffix: str) -> None:
+    """A cache entry written by ``write`` into a file of its own beside ``path`` (sessions measure at once), then
+    moved into place; a read-only home only means the figures are not kept, and a half-written file is removed."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
+        fd, name = tempfile.mkstemp(dir=path.parent, suffix=suffix)
+        os.close(fd)
+    except OSError:
+        return
+    tmp = Path(name)
+    try:
+        write(tmp)
         os.replace(tmp, path)
     except OSError:
-        pass
+        tmp.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- gold alignments

@@ -96,3 +96,21 @@ def test_the_built_in_spread_is_kept_on_disk(bundle: core.Bundle, tmp_path: Path
     assert survey.cached_builtin_statistics(bundle) is not None  # the labels the other pages read are kept too
     spread.save(tmp_path / "x.npz")
     assert HeadSpread.load(tmp_path / "x.npz").n_sentences == 4
+
+
+def test_a_batch_alti_cannot_score_leaves_out_its_own_sentences_only(bundle: core.Bundle, monkeypatch) -> None:
+    from core.errors import LabError
+
+    real, calls = survey.batch_contributions, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise LabError("this batch cannot be scored")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(survey, "SPREAD_BATCH", 2)
+    monkeypatch.setattr(survey, "batch_contributions", second_fails)
+    _, spread = survey.survey_sentences(bundle, SENTENCES[:6])
+    alti = spread.values["cross"]["alti"]  # (6, L, H)
+    assert np.isnan(alti[2:4]).all() and np.isfinite(alti[[0, 1, 4, 5]]).all()
