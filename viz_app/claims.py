@@ -30,9 +30,15 @@ def first_upper(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def counted(n: int, noun: str) -> str:
-    """'1 output piece', '3 output pieces': a count with its noun in the number the count takes."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 output piece', '3 output pieces', '1,000 pairs': a count (thousands separated) with its noun in the number
+    the count takes (``plural`` where it is not the noun and an s)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def bare(piece: str) -> str:
+    """A piece without its word-start mark ('▁gato' -> 'gato'); a piece that is only the mark stays as it is."""
+    return piece.replace("▁", "") or piece
 
 
 def quote(word: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from core.analysis.compare import Comparison, KindChange
-from viz_app.claims import first_changed_word, first_upper, md, quote
+from viz_app.claims import bare, first_changed_word, first_upper, md, quote
 
 # a head whose matched rows moved less than this (total variation) is said not to have changed: the student's encoder,
 # a float16 copy of its teacher's, moves the teacher's encoder attention by at most 4.5e-4 to 4.8e-4 (three sentences,
@@ -67,7 +67,7 @@ def unmatched_note(change: KindChange, name: str) -> str | None:
 
 
 def _pieces(pieces: Sequence[str]) -> str:
-    shown = ", ".join(quote(p.replace("▁", "") or " ") for p in pieces[:6])
+    shown = ", ".join(quote(bare(p)) for p in pieces[:6])
     return shown + (f" and {len(pieces) - 6} more" if len(pieces) > 6 else "")
 
 
@@ -98,6 +98,6 @@ def share_note(a: float, b: float) -> str:
 def attribution_note(piece_a: str, top_a: str, piece_b: str, top_b: str) -> str:
     """Which source piece the first differing output piece of each run is most attributed to."""
     return (
-        f"A's {quote(piece_a.replace('▁', ''))} owes most to the source piece {quote(top_a.replace('▁', ''))}; "
-        f"B's {quote(piece_b.replace('▁', ''))} to {quote(top_b.replace('▁', ''))} (integrated gradients)."
+        f"A's {quote(bare(piece_a))} owes most to the source piece {quote(bare(top_a))}; "
+        f"B's {quote(bare(piece_b))} to {quote(bare(top_b))} (integrated gradients)."
     )

@@ -13,11 +13,7 @@ from collections.abc import Sequence
 from core.analysis import head_spread
 from core.analysis.head_spread import LabelStability
 from core.analysis.scan_summary import ScanTotals
-
-
-def _n(n: int, noun: str, plural: str | None = None) -> str:
-    """'1 pair', '1,000 pairs' (thousands separated)."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+from viz_app.claims import counted
 
 
 def scan_summary(t: ScanTotals, total: int, threshold: float) -> str:
@@ -25,12 +21,12 @@ def scan_summary(t: ScanTotals, total: int, threshold: float) -> str:
     words; chrF 41.2 against 1,000 references; 2 lines not scored.' — ``t`` counted from the records so far,
     ``total`` the pairs of the input (more than ``t.lines`` while the scan is stopped part-way)."""
     head = (
-        f"{_n(t.lines, 'pair')} scanned"
+        f"{counted(t.lines, 'pair')} scanned"
         if t.lines == total
-        else f"Stopped after {t.lines:,} of {_n(total, 'pair')} (these figures count those {t.lines:,})"
+        else f"Stopped after {t.lines:,} of {counted(total, 'pair')} (these figures count those {t.lines:,})"
     )
     if t.scored == 0:
-        return f"{head}: none could be scored ({_n(t.errors, 'line')} with a problem, listed below)."
+        return f"{head}: none could be scored ({counted(t.errors, 'line')} with a problem, listed below)."
     parts = [f"{t.flagged:,} flagged (mean source share below {threshold:g})"]
     parts.append(
         "none in the wrong language" if t.wrong_language == 0 else f"{t.wrong_language:,} in the wrong language"
@@ -38,9 +34,9 @@ def scan_summary(t: ScanTotals, total: int, threshold: float) -> str:
     parts.append("none with invented words" if t.with_invented == 0 else f"{t.with_invented:,} with invented words")
     text = f"{head}: " + ", ".join(parts)
     if t.chrf is not None:
-        text += f"; chrF {t.chrf:.1f} against {_n(t.with_reference, 'reference')}"
+        text += f"; chrF {t.chrf:.1f} against {counted(t.with_reference, 'reference')}"
     if t.errors:
-        text += f"; {_n(t.errors, 'line')} not scored (listed below)"
+        text += f"; {counted(t.errors, 'line')} not scored (listed below)"
     return text + "."
 
 
@@ -74,7 +70,7 @@ def stability_note(stabilities: Sequence[LabelStability], n_sentences: int, *, m
         )
     unsteady = [x for x in stabilities if not x.steady]
     bar = "half" if head_spread.STABLE == 0.5 else f"{head_spread.STABLE:.0%}"  # read here: the bar the labels met
-    head = f"Of the {_n(len(stabilities), 'label')} the set's averages give, "
+    head = f"Of the {counted(len(stabilities), 'label')} the set's averages give, "
     if not unsteady:
         return head + f"every one holds on at least {bar} of the {n_sentences:,} sentences taken one at a time."
     names = ", ".join(f"{x.kind} L{x.layer + 1} H{x.head + 1} {x.label} ({x.share:.0%})" for x in unsteady[:5])

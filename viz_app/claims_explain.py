@@ -13,7 +13,7 @@ import numpy as np
 
 from core.analysis.attribution import Attribution
 from core.analysis.rollout import Concentration
-from viz_app.claims import counted, md, quote
+from viz_app.claims import bare, counted, md, quote
 
 IG_TOLERANCE = 0.05  # attributions that miss f(input) - f(baseline) by more than this share are not to be trusted
 TINY_DIFFERENCE = 0.05  # nats: removing the tokens changes log p by less than this — next to nothing to share out
@@ -295,7 +295,7 @@ def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int, posit
         )
     if position is not None and 0 <= position < len(chosen):
         f = int(first_top[position])
-        piece = quote(chosen[position].replace("▁", ""))
+        piece = quote(bare(chosen[position]))
         text += f" {piece} is the top choice from layer {f + 1} on." if f >= 0 else f" No layer ranks {piece} first."
     return text
 
@@ -330,23 +330,19 @@ def zeroing_attention_note(kind: str, per_layer: Sequence[float | None]) -> str:
 # ---- why this word and not that one? (contrastive attribution) ----
 
 
-def _bare(piece: str) -> str:
-    return piece.replace("▁", "") or piece  # '▁gato' -> 'gato'
-
-
 def contrast_explained(a: Attribution, chosen: str, other: str) -> str:
     """What a contrastive attribution explains, with its pieces: 'log p(gato) − log p(cão)' or 'p(gato) − p(cão)'."""
-    return a.explained_with(md(_bare(chosen)), md(_bare(other)))
+    return a.explained_with(md(bare(chosen)), md(bare(other)))
 
 
 def contrast_note(a: Attribution, chosen: str, other: str, src: Sequence[str], prefix: Sequence[str]) -> str:
     """The piece (source piece or decoder input) that pushed most towards the chosen word, the one that pushed most
     towards the alternative (integrated gradients of the difference), and the difference f(input)."""
     values = np.concatenate([a.source_ig, a.target_ig])
-    where = [f"the source piece {quote(_bare(p))}" for p in src] + [
-        f"the decoder input {quote(_bare(p))}" for p in prefix
+    where = [f"the source piece {quote(bare(p))}" for p in src] + [
+        f"the decoder input {quote(bare(p))}" for p in prefix
     ]
-    y, c = quote(_bare(chosen)), quote(_bare(other))
+    y, c = quote(bare(chosen)), quote(bare(other))
     n = 2 if a.contrast_kind == "logit_diff" else 3  # digits: nats, or a difference of probabilities
     hi, lo = int(np.argmax(values)), int(np.argmin(values))
     up = (

@@ -3,16 +3,12 @@ computed from the step's two distributions (``viz_app/steps/draws.py``), one bra
 
 from __future__ import annotations
 
-from viz_app.claims import quote
+from viz_app.claims import counted, quote
 
 
 def _p(p: float) -> str:
     """A probability as 'p 0.91'; a small one with two significant digits ('0.0031'), never '0.00'."""
     return f"{p:.2f}" if p >= 0.01 or p == 0 else f"{p:.2g}"
-
-
-def _pieces(n: int) -> str:
-    return f"{n:,} piece" if n == 1 else f"{n:,} pieces"
 
 
 def _cut_named(top_k: int | None, top_p: float | None) -> str:
@@ -56,7 +52,7 @@ def draw_claim(
     said += "; it was the model's own top choice" if rank == 1 else f"; the model ranked it {rank}"
     named = _cut_named(top_k, top_p)
     if not named:
-        return f"{said}. No top-k or top-p cut: all {_pieces(kept)} stayed in the draw."
+        return f"{said}. No top-k or top-p cut: all {counted(kept, 'piece')} stayed in the draw."
     if cut == 0:
-        return f"{said}. The cut ({named}) removed nothing here: all {_pieces(kept)} stayed in the draw."
-    return f"{said}. The cut ({named}) kept {_pieces(kept)} and removed {cut:,}."
+        return f"{said}. The cut ({named}) removed nothing here: all {counted(kept, 'piece')} stayed in the draw."
+    return f"{said}. The cut ({named}) kept {counted(kept, 'piece')} and removed {cut:,}."

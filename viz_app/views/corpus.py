@@ -13,7 +13,7 @@ from core.analysis.heads import STAT_TITLES, STATS
 from core.analysis.scan import DEFAULT_THRESHOLD
 from viz_app import claims_corpus
 from viz_app.cache import peek
-from viz_app.claims import md
+from viz_app.claims import counted, md
 from viz_app.corpus import store, table
 from viz_app.figures import corpus as figures
 from viz_app.session import checkpoints, errors, params, selection
@@ -109,7 +109,7 @@ def _progress(scan: store.CorpusScan) -> None:
     if st.session_state.get("_corpus_running") != scan.key:
         verb = "Scan" if not done else "Continue:"
         slot.button(
-            f"{verb} {total - done:,} {'pair' if total - done == 1 else 'pairs'}",
+            f"{verb} {counted(total - done, 'pair')}",
             key="corpus_scan",
             type="primary",
             on_click=_start,
