@@ -271,9 +271,9 @@ def step_share_note(share: float, threshold: float | None) -> str:
     return said + f" Not below the low-share threshold ({threshold:.2f})."
 
 
-def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int, position: int | None = None) -> str:
+def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int) -> str:
     """Where the decoder settles: how many pieces the lens ranks first before the last layer, how many only there,
-    how many at no layer (a forced or tied piece); for ``position`` (0-based) that piece's own layer."""
+    how many at no layer (a forced or tied piece)."""
     settled = [int(f) for f in first_top if f >= 0]
     if not settled:
         return "No layer's lens ranks the translation's pieces first: the model would have written others."
@@ -293,10 +293,6 @@ def lens_note(chosen: Sequence[str], first_top: np.ndarray, n_layers: int, posit
         text += (
             f" {counted(never, 'piece')} {'is' if never == 1 else 'are'} the top choice at no layer (forced or tied)."
         )
-    if position is not None and 0 <= position < len(chosen):
-        f = int(first_top[position])
-        piece = quote(bare(chosen[position]))
-        text += f" {piece} is the top choice from layer {f + 1} on." if f >= 0 else f" No layer ranks {piece} first."
     return text
 
 

@@ -172,10 +172,9 @@ def test_lens_note() -> None:
     assert ce.lens_note(chosen, np.array([1, 0, 1]), 2) == (
         "1 piece of 3 is already the top choice before the last layer (of 2); 2 become it only there."
     )
-    assert ce.lens_note(chosen, np.array([0, 0, 0]), 2, position=1).endswith(
-        "“gato” is the top choice from layer 1 on."
+    assert ce.lens_note(chosen, np.array([-1, 1, -1]), 2).endswith(
+        "2 pieces are the top choice at no layer (forced or tied)."
     )
-    assert ce.lens_note(chosen, np.array([-1, 1, -1]), 2, position=0).endswith("No layer ranks “O” first.")
     assert ce.lens_note(chosen, np.array([-1, -1, -1]), 2).startswith("No layer's lens ranks")
     assert ce.lens_note(chosen, np.array([0, 1, -1]), 2) == (
         "1 piece of 3 is already the top choice before the last layer (of 2); 1 becomes it only there. 1 piece is "

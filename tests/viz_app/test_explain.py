@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from apptest_helpers import chart_titles as titles
-from apptest_helpers import ok, specs
+from apptest_helpers import chart_titles, ok, specs
 from conftest import build_tiny_checkpoint
 from conftest import plotly_array as array
 from streamlit.testing.v1 import AppTest
@@ -39,7 +38,7 @@ def test_importance_maps_ranking_and_the_jump_to_a_head() -> None:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.switch_page("views/explain.py").run(timeout=TIMEOUT)
     ok(at)
-    assert titles(at) == [
+    assert chart_titles(at) == [
         f"{k} — as trained" for k in ("Encoder self-attention", "Decoder masked self-attention", "Cross-attention")
     ]
     table = at.dataframe[0].value
@@ -54,8 +53,8 @@ def test_importance_maps_ranking_and_the_jump_to_a_head() -> None:
     assert at.session_state["layer"] == int(layer[1:]) - 1 and at.session_state["head"] == int(head[1:]) - 1
     assert any(
         t.startswith(f"{'Cross' if kind == 'cross' else kind.capitalize()}") and f"head {head[1:]}" in t
-        for t in titles(at)
-    ), titles(at)  # the Head detail page shows that head
+        for t in chart_titles(at)
+    ), chart_titles(at)  # the Head detail page shows that head
 
 
 def test_a_long_sentence_opens_with_the_estimate_and_measures_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,7 +114,7 @@ def test_rollout_tab_draws_each_output_word_over_the_source() -> None:
     np.testing.assert_allclose(other.sum(-1), 1.0, atol=1e-3)  # rows renormalised over what is drawn
     at.radio(key="explain_fusion").set_value("max").run(timeout=TIMEOUT)
     ok(at)
-    assert "max of heads" in titles(at)[0]
+    assert "max of heads" in chart_titles(at)[0]
 
 
 @pytest.mark.parametrize("tab", ["Attention rollout", "Patching", "Attribution"])
@@ -351,31 +350,24 @@ def replayed(saved, tab: str) -> AppTest:
     return ok(at.run(timeout=TIMEOUT))
 
 
-def test_a_saved_trace_replays_its_logit_lens_without_the_model(root: Path) -> None:
+@pytest.mark.parametrize("tab, title", [("Logit lens", "Logit lens"), ("Value zeroing", "Value zeroing, whole model")])
+def test_a_saved_trace_replays_its_analysis_without_the_model(root: Path, tab: str, title: str) -> None:
     import core
     from core.analysis.lens import logit_lens
-
-    bundle = core.load(root / "tiny")
-    out = bundle.translate("the cat sleeps")
-    lens = logit_lens(bundle, "the cat sleeps")
-    saved = core.Translation(core.Trace.load(out.trace.with_analysis(*lens.to_arrays()).to_json().encode()))
-    at = replayed(saved, "Logit lens")
-    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Logit lens"))
-    np.testing.assert_allclose(array(spec["data"][0]["z"]), np.round(lens.chosen_prob, 4), atol=1e-6)
-    assert not any("close the saved trace" in i.value for i in at.info)
-
-
-def test_a_saved_trace_replays_its_value_zeroing_without_the_model(root: Path) -> None:
-    import core
     from core.analysis.value_zeroing import value_zeroing
 
     bundle = core.load(root / "tiny")
     out = bundle.translate("the cat sleeps")
-    found = value_zeroing(bundle, "the cat sleeps")
+    if tab == "Logit lens":
+        lens = logit_lens(bundle, "the cat sleeps")
+        found, shown, atol = lens, np.round(lens.chosen_prob, 4), 1e-6
+    else:
+        found = value_zeroing(bundle, "the cat sleeps")
+        shown, atol = found.source, 1e-4
     saved = core.Translation(core.Trace.load(out.trace.with_analysis(*found.to_arrays()).to_json().encode()))
-    at = replayed(saved, "Value zeroing")
-    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Value zeroing, whole model"))
-    np.testing.assert_allclose(array(spec["data"][0]["z"]), found.source, atol=1e-4)
+    at = replayed(saved, tab)
+    spec = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith(title))
+    np.testing.assert_allclose(array(spec["data"][0]["z"]), shown, atol=atol)
     assert not any("close the saved trace" in i.value for i in at.info)
 
 
@@ -398,3 +390,23 @@ def test_a_saved_trace_replays_its_contrastive_attribution(root: Path) -> None:
         back, saved.output_tokens[0], saved.trace.piece(other), saved.src_tokens, prefix
     )
     assert note in [m.value for m in at.markdown]
+
+
+def test_the_pages_own_export_replays_its_lens_and_value_zeroing(root: Path) -> None:
+    """What the page remembers for its export (``analysis_store``) after the two tabs ran, saved as the export's
+    JSON and opened again: both tabs draw from it without the model."""
+    import core
+
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update({"page": "explain", "explain_tab": "Logit lens"})
+    ok(at.run(timeout=TIMEOUT))
+    at.session_state["explain_tab"] = "Value zeroing"  # the other tab opened
+    ok(at.run(timeout=TIMEOUT))
+    store = at.session_state["_analysis"]
+    text = at.text_input(key="text").value
+    out = core.load(root / "tiny").translate(text)
+    exported = out.trace.with_analysis(store["arrays"], store["meta"]).to_json()
+    for tab, title in (("Logit lens", "Logit lens"), ("Value zeroing", "Value zeroing, whole model")):
+        again = replayed(core.Translation(core.Trace.load(exported.encode())), tab)
+        assert any(t.startswith(title) for t in chart_titles(again)), (tab, chart_titles(again))
+        assert not any("close the saved trace" in i.value for i in again.info)
