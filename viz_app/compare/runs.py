@@ -25,12 +25,9 @@ class RunB:
 def options_b(a: core.InferenceOptions) -> core.InferenceOptions:
     """A's switches with B's put over them (``pe_b``, ``causal_b``, ``ablate_b``)."""
     ss = st.session_state
-    pe = {
-        "on": dict(positional_encoding=True, encoder_pe=True, decoder_pe=True),
-        "off": dict(positional_encoding=False, encoder_pe=True, decoder_pe=True),
-        "off-encoder": dict(positional_encoding=True, encoder_pe=False, decoder_pe=True),
-        "off-decoder": dict(positional_encoding=True, encoder_pe=True, decoder_pe=False),
-    }.get(str(ss.get("pe_b", "same")), {})
+    choice = str(ss.get("pe_b", "same"))  # params.PE_B
+    side = {"off-encoder": "encoder", "off-decoder": "decoder"}.get(choice, "both")
+    pe = {} if choice not in params.PE_B or choice == "same" else selection.pe_switches(choice == "on", side)
     causal = {"on": True, "off": False}.get(str(ss.get("causal_b", "same")), a.causal_mask)
     ablate_b = ss.get("ablate_b")
     ablate = a.ablate if ablate_b is None else frozenset(params.parse_head_label(x) for x in ablate_b)

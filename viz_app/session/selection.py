@@ -33,15 +33,22 @@ EXAMPLES: dict[str, list[str]] = {
 }
 
 
+def pe_switches(on: bool, side: str) -> dict[str, bool]:
+    """The positional-encoding switches of ``InferenceOptions``: on, or off on ``side`` ('both', 'encoder',
+    'decoder'): the sidebar's choice, and run B's on the Compare page."""
+    return dict(
+        positional_encoding=on or side in ("encoder", "decoder"),
+        encoder_pe=on or side != "encoder",
+        decoder_pe=on or side != "decoder",
+    )
+
+
 def options() -> core.InferenceOptions:
     """The InferenceOptions chosen in the sidebar."""
     ss = st.session_state
     ablate = frozenset(parse_head_label(label) for label in ss.get("ablate", []))
-    pe, side = bool(ss.get("pe", True)), ss.get("pe_side", "both")
     return core.InferenceOptions(
-        positional_encoding=pe or side in ("encoder", "decoder"),
-        encoder_pe=pe or side != "encoder",
-        decoder_pe=pe or side != "decoder",
+        **pe_switches(bool(ss.get("pe", True)), str(ss.get("pe_side", "both"))),
         causal_mask=bool(ss.get("causal", True)),
         padding_mask=bool(ss.get("padding", True)),
         ablate=ablate,
