@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from viz_app.session import checkpoints
+from viz_app.session import checkpoints, params
 from viz_app.widgets.teacher import teacher_name
 
 MINIMAL_PAIRS: dict[str, dict[str, tuple[str, str]]] = {
@@ -41,7 +41,7 @@ MINIMAL_PAIRS: dict[str, dict[str, tuple[str, str]]] = {
         "a number": ("Ich kaufte zwei Äpfel.", "Ich kaufte drei Äpfel."),
     },
 }
-SAME = {"ckpt_b": "", "text_b": "", "pe_b": "same", "causal_b": "same", "ablate_b": None, "forced_b": True}
+B_KEYS = ("ckpt_b", "text_b", "pe_b", "causal_b", "ablate_b", "forced_b")  # run B's values: their defaults mean "as A"
 
 
 def presets(language: str, info: Mapping[str, Any]) -> dict[str, str]:
@@ -63,7 +63,7 @@ def presets(language: str, info: Mapping[str, Any]) -> dict[str, str]:
 def apply(key: str, language: str, info: Mapping[str, Any]) -> None:
     """Set run A's and run B's values for preset ``key`` (a widget callback)."""
     ss = st.session_state
-    ss.update(SAME)
+    ss.update({k: params.PARAMS[k].default for k in B_KEYS})
     if key.startswith("pair:"):
         a, b = MINIMAL_PAIRS[language][key.removeprefix("pair:")]
         ss["text"], ss["sentence"], ss["text_b"] = a, 0, b
@@ -76,4 +76,4 @@ def apply(key: str, language: str, info: Mapping[str, Any]) -> None:
     elif key == "switch:causal":
         ss["causal_b"] = "off"
     elif key == "switch:head":
-        ss["ablate_b"] = ["cross L1 H1"]
+        ss["ablate_b"] = [params.head_label("cross", 0, 0)]
