@@ -16,7 +16,7 @@ from viz_app.cache import peek
 from viz_app.claims import counted, md
 from viz_app.corpus import store, table
 from viz_app.figures import corpus as figures
-from viz_app.session import checkpoints, errors, params, selection
+from viz_app.session import checkpoints, errors, params, selection, url
 from viz_app.widgets import export, heads_over_set
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,8 +71,7 @@ def _input() -> tuple[bytes, str] | None:
     )
     if kind == "builtin":
         sets = {s.key: s for s in _sets(*b.languages)}
-        if st.session_state.get("corpus_set") not in sets:
-            st.session_state["corpus_set"] = next(iter(sets))
+        url.clamp("corpus_set", list(sets))  # another model's set chosen before: this model's first
         chosen = sets[st.selectbox("Set", list(sets), key="corpus_set", format_func=lambda k: sets[k].title)]
         return chosen.data, chosen.title
     file = st.file_uploader(
