@@ -277,7 +277,7 @@ def alignment(path: str) -> AlignmentScores | None:
 def known_labels(path: str, kind: str) -> dict[tuple[int, int], list[str]]:
     """(layer, head) -> labels of ``kind``'s heads, from figures already computed (on disk or in the cache);
     empty until "What does each head do?" has measured this checkpoint. Never computes anything."""
-    found = peek(head_survey, path)
+    found = peek(head_spread, path) or peek(head_survey, path)  # the heads page's own figures first
     if found is None:
         if cached_builtin_statistics(load_bundle(path)) is None:
             return {}
