@@ -63,7 +63,7 @@ def tab(out: core.Translation) -> None:
         kept = Attribution.from_trace(out.trace, t, contrast=True)
         if kept is not None and kept.contrast_id is not None:
             st.markdown("#### … and not which word? (as saved)")
-            _show_contrast(out, kept, t, kept.contrast_id)
+            _show_contrast(out, kept, t)
 
 
 def _computed(out: core.Translation, t: int) -> Attribution | None:
@@ -195,12 +195,13 @@ def _contrast(out: core.Translation, t: int, steps: int) -> None:
     if a is None:
         return
     analysis_store.remember(out, *a.to_arrays())  # the page's export carries it
-    _show_contrast(out, a, t, other)
+    _show_contrast(out, a, t)
 
 
-def _show_contrast(out: core.Translation, a: Attribution, t: int, other: int) -> None:
-    """The contrast's sentence, bars, completeness and verdict."""
-    chosen, piece = out.output_tokens[t], out.trace.piece(other)
+def _show_contrast(out: core.Translation, a: Attribution, t: int) -> None:
+    """The contrast's sentence, bars, completeness and verdict (``a``: a contrastive attribution)."""
+    assert a.contrast_id is not None
+    chosen, piece = out.output_tokens[t], out.trace.piece(a.contrast_id)
     prefix = out.tgt_tokens[: len(a.target_ig)]
     st.markdown(claims_explain.contrast_note(a, chosen, piece, out.src_tokens, prefix))
     both = f"Output word {t + 1}: “{style.token_label(chosen)}” rather than “{style.token_label(piece)}”"
