@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +35,14 @@ def stat_heatmap(
     title: str,
     value_name: str,
     labels: Mapping[tuple[int, int], Sequence[str]] | None = None,
+    unsteady: AbstractSet[tuple[int, int, str]] = frozenset(),
     zmax: float | None = None,
     reverse: bool = False,
 ) -> go.Figure:
     """(layers, heads) values of one statistic, each square carrying its heads' labels (short) and, on hover,
-    the value and the labels in full. NaN (undefined for this kind) is left blank. ``reverse``: low is dark
-    (for error rates)."""
+    the value and the labels in full; a (layer, head, label) in ``unsteady`` (its label holds on too few sentences
+    alone, ``core.analysis.head_spread``) is marked "?". NaN (undefined for this kind) is left blank. ``reverse``:
+    low is dark (for error rates)."""
     n_layers, n_heads = matrix.shape
     z = np.round(matrix.astype(np.float64), DECIMALS)
     labels = labels or {}
@@ -50,12 +53,11 @@ def stat_heatmap(
         hover_row, text_row = [], []
         for h in range(n_heads):
             found = list(labels.get((layer, h), ()))
+            mark = ["?" if (layer, h, x) in unsteady else "" for x in found]
             value = "not defined for this kind" if np.isnan(z[layer, h]) else f"{value_name} {z[layer, h]:.3f}"
-            hover_row.append(f"layer {layer + 1} · head {h + 1}<br>{value}<br>{', '.join(found) or 'no label'}")
-            # a label ending in "?" holds on fewer than half the sentences alone (core.analysis.head_spread)
-            text_row.append(
-                " ".join(SHORT.get(x.removesuffix("?"), x.removesuffix("?")) + "?" * x.endswith("?") for x in found)
-            )
+            named = ", ".join(x + m for x, m in zip(found, mark, strict=True)) or "no label"
+            hover_row.append(f"layer {layer + 1} · head {h + 1}<br>{value}<br>{named}")
+            text_row.append(" ".join(SHORT.get(x, x) + m for x, m in zip(found, mark, strict=True)))
         hover.append(hover_row)
         text.append(text_row)
     fig = go.Figure(

@@ -82,11 +82,9 @@ if out is not None:
         url.clamp("heads_stat", list(STATS))
         stat = st.selectbox("Statistic", list(STATS), key="heads_stat", format_func=lambda s: STAT_TITLES[s])
         stabilities = spread.stability(stats) if spread is not None else []
-        unsteady = {(x.kind, x.layer, x.head, x.label) for x in stabilities if not x.steady}
         labels_by_kind: dict[str, dict[tuple[int, int], list[str]]] = {}
         for x in stats.labels():
-            mark = "?" if (x.kind, x.layer, x.head, x.label) in unsteady else ""
-            labels_by_kind.setdefault(x.kind, {}).setdefault((x.layer, x.head), []).append(x.label + mark)
+            labels_by_kind.setdefault(x.kind, {}).setdefault((x.layer, x.head), []).append(x.label)
         tabs = st.tabs([params.KINDS[k].capitalize() for k in stats.kinds])
         for tab, kind in zip(tabs, stats.kinds, strict=True):
             with tab:
@@ -96,6 +94,7 @@ if out is not None:
                         title=f"{params.KINDS[kind].capitalize()}: {STAT_TITLES[stat]}",
                         value_name=stat,
                         labels=labels_by_kind.get(kind, {}),
+                        unsteady={(x.layer, x.head, x.label) for x in stabilities if x.kind == kind and not x.steady},
                         zmax=1.0 if stat != "distance" else None,
                     ),
                     f"heads-{kind}-{stat}",
