@@ -44,6 +44,10 @@ def test_unmatched_and_counterparts() -> None:
     assert claims_compare.counterpart_note(found, KINDS, "student", "teacher") == (
         "Decoder masked self-attention: only student has it (teacher has none), so it has no counterpart."
     )
+    only_b = Comparison({}, (), ("decoder",))  # the other way round: the names swap
+    assert claims_compare.counterpart_note(only_b, KINDS, "student", "teacher") == (
+        "Decoder masked self-attention: only teacher has it (student has none), so it has no counterpart."
+    )
     both = Comparison({}, ("cross",), ("cross",))
     assert "differ in number" in claims_compare.counterpart_note(both, KINDS, "a", "b")
     assert claims_compare.counterpart_note(Comparison({}, (), ()), KINDS, "a", "b") is None
