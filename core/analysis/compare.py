@@ -100,12 +100,8 @@ def kind_change(a: Trace, b: Trace, kind: AttentionKind) -> KindChange:
     rows, keys = match(qa, qb), match(ka, kb)
     change = np.full((a.n_layers[kind], a.n_heads), np.nan)
     if rows and keys:
-        ri, rj = [i for i, _ in rows], [j for _, j in rows]
-        ki, kj = [i for i, _ in keys], [j for _, j in keys]
         for layer in range(a.n_layers[kind]):
-            ma = np.asarray(a.attention(kind, layer), dtype=np.float64)[:, ri][:, :, ki]  # (H, R, K)
-            mb = np.asarray(b.attention(kind, layer), dtype=np.float64)[:, rj][:, :, kj]
-            change[layer] = np.nanmean(total_variation(ma, mb), axis=-1)
+            change[layer] = np.nanmean(total_variation(*_shared(a, b, kind, layer, rows, keys)), axis=-1)
     return KindChange(
         kind,
         change,
@@ -114,6 +110,33 @@ def kind_change(a: Trace, b: Trace, kind: AttentionKind) -> KindChange:
         (_left(qa, {i for i, _ in rows}), _left(qb, {j for _, j in rows})),
         (_left(ka, {i for i, _ in keys}), _left(kb, {j for _, j in keys})),
     )
+
+
+def _shared(
+    a: Trace,
+    b: Trace,
+    kind: AttentionKind,
+    layer: int,
+    rows: Sequence[tuple[int, int]],
+    keys: Sequence[tuple[int, int]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Layer ``layer``'s maps of ``kind`` in A and in B (H, R, K) over the matched query ``rows`` and ``keys``."""
+    ma = np.asarray(a.attention(kind, layer), dtype=np.float64)[:, [i for i, _ in rows]][:, :, [i for i, _ in keys]]
+    mb = np.asarray(b.attention(kind, layer), dtype=np.float64)[:, [j for _, j in rows]][:, :, [j for _, j in keys]]
+    return ma, mb
+
+
+def shared_maps(
+    a: Trace, b: Trace, kind: AttentionKind, layer: int
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str]] | None:
+    """Layer ``layer``'s maps of ``kind`` in A and in B (H, R, K) over the query and key pieces both runs share
+    (``match``, as ``kind_change`` compares them), and those pieces as A has them; None when no query or no key
+    piece is shared."""
+    (qa, ka), (qb, kb) = kind_tokens(a, kind), kind_tokens(b, kind)
+    rows, keys = match(qa, qb), match(ka, kb)
+    if not (rows and keys):
+        return None
+    return *_shared(a, b, kind, layer, rows, keys), [qa[i] for i, _ in rows], [ka[i] for i, _ in keys]
 
 
 def _left(pieces: Sequence[str], used: set[int]) -> tuple[str, ...]:

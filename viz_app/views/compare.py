@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 import core
-from core.analysis.compare import MEASURE, MEASURE_NOTE, Comparison, compare, match
+from core.analysis.compare import MEASURE, MEASURE_NOTE, Comparison, compare, shared_maps
 from core.analysis.heads import kind_tokens
 from core.inputs import MAX_CHARS
 from viz_app import claims_compare
@@ -137,15 +137,11 @@ def _pair_maps(a: core.Trace, b: core.Trace, kind: core.AttentionKind, layer: in
         export.chart(attention_maps.head_heatmap(ma, qa, ka, title=f"A: {where}"), "compare-a", key="cmp_a")
     with c2:
         export.chart(attention_maps.head_heatmap(mb, qb, kb, title=f"B: {where}"), "compare-b", key="cmp_b")
-    rows, keys = match(qa, qb), match(ka, kb)
-    if rows and keys:
-        sub_a = ma[np.ix_([i for i, _ in rows], [i for i, _ in keys])]
-        sub_b = mb[np.ix_([j for _, j in rows], [j for _, j in keys])]
-        diff = sub_b - sub_a
+    shared = shared_maps(a, b, kind, layer)  # the pieces both share, as the change is measured over them
+    if shared is not None:
+        sub_a, sub_b, queries, keys = shared
         title = f"B − A over the shared pieces: {where}"
-        fig = attention_maps.head_heatmap(
-            diff, [qa[i] for i, _ in rows], [ka[i] for i, _ in keys], title=title, values="difference"
-        )
+        fig = attention_maps.head_heatmap(sub_b[head] - sub_a[head], queries, keys, title=title, values="difference")
         export.chart(fig, "compare-difference", key="cmp_diff")
 
 

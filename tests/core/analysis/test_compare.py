@@ -10,7 +10,7 @@ import pytest
 from conftest import build_tiny_checkpoint
 
 import core
-from core.analysis.compare import compare, match
+from core.analysis.compare import compare, match, shared_maps
 from core.analysis.heads import kind_tokens
 
 
@@ -75,6 +75,16 @@ def test_a_minimal_pair_compares_the_shared_pieces_and_names_the_rest(bundle: co
     for kind, change in found.kinds.items():
         if change.rows and change.keys:
             np.testing.assert_allclose(change.change, brute(a, b, kind), atol=1e-9)
+    # the maps the page draws over the shared pieces: the matched rows and keys of each run's own map
+    sub_a, sub_b, queries, keys = shared_maps(a, b, "encoder", 0)
+    (qa, ka), (qb, kb) = kind_tokens(a, "encoder"), kind_tokens(b, "encoder")
+    rows, cols = match(qa, qb), match(ka, kb)
+    assert queries == [qa[i] for i, _ in rows] == [qb[j] for _, j in rows] and keys == [ka[i] for i, _ in cols]
+    for h in range(a.n_heads):
+        for r, (i, j) in enumerate(rows):
+            for c, (k, m) in enumerate(cols):
+                assert sub_a[h, r, c] == a.attention("encoder", 0)[h, i, k]
+                assert sub_b[h, r, c] == b.attention("encoder", 0)[h, j, m]
 
 
 def test_a_kind_one_model_lacks_is_named(tiny_checkpoint: Path, tmp_path: Path) -> None:
