@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from core.analysis.compare import Comparison, KindChange
-from viz_app.claims import bare, first_changed_word, first_upper, md, quote
+from viz_app.claims import bare, counted, first_changed_word, first_upper, md, quote
 
 # a head whose matched rows moved less than this (total variation) is said not to have changed: the student's encoder,
 # a float16 copy of its teacher's, moves the teacher's encoder attention by at most 4.5e-4 to 4.8e-4 (three sentences,
@@ -85,6 +85,17 @@ def counterpart_note(found: Comparison, names: Mapping[str, str], a_model: str, 
                 f"{first_upper(names[kind])}: only {md(has)} has it ({md(lacks)} has none), so it has no counterpart"
             )
     return "; ".join(parts) + "." if parts else None
+
+
+def ranked_title(changes: Sequence[float]) -> str:
+    """The heading over the table of the heads that changed most (``changes``, most first): said as it is when
+    they changed by less than ``CHANGED``."""
+    n, still = len(changes), sum(c < CHANGED for c in changes)
+    if still == n:
+        return f"{counted(n, 'head')}, none changed (each by less than {CHANGED:g})"
+    if still:
+        return f"The {n} heads that changed most ({still} of them by less than {CHANGED:g})"
+    return f"The {n} heads that changed most"
 
 
 def share_note(a: float, b: float) -> str:

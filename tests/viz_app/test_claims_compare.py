@@ -64,3 +64,9 @@ def test_shares_and_attribution() -> None:
     assert claims_compare.attribution_note("▁cão", "▁dog", "▁homem", "▁man") == (
         "A's “cão” owes most to the source piece “dog”; B's “homem” to “man” (integrated gradients)."
     )
+
+
+def test_the_ranked_heading_says_when_the_heads_did_not_change() -> None:
+    assert claims_compare.ranked_title([0.3, 0.01]) == "The 2 heads that changed most"
+    assert claims_compare.ranked_title([0.3, 0.0004]) == "The 2 heads that changed most (1 of them by less than 0.001)"
+    assert claims_compare.ranked_title([0.0, 0.0]) == "2 heads, none changed (each by less than 0.001)"

@@ -99,7 +99,7 @@ def _heads(found: Comparison, a: core.Translation, b: RunB, a_name: str) -> None
     ranked = found.ranked(TOP)
     if not ranked:
         return
-    st.subheader(f"The {len(ranked)} heads that changed most")
+    st.subheader(claims_compare.ranked_title([v for *_, v in ranked]))
     labels = [params.head_label(kind, layer, head) for kind, layer, head, _ in ranked]
     st.caption("Click a row's left edge, or pick below, to open that head's two maps.")
     st.dataframe(
