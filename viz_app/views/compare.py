@@ -197,8 +197,9 @@ def _exports(found: Comparison, a: core.Translation, b: RunB) -> None:
     c1, c2, c3 = st.columns(3)
     for column, run, out in ((c1, "A", a), (c2, "B", b.out)):  # named as every page's export, after model and text
         name = f"compare-{run}_{checkpoints.export_stem(out)}.json"
-        label, key = f"⬇ Run {run} (JSON)", f"cmp_dl_{run.lower()}"
-        column.download_button(label, data=out.trace.to_json, file_name=name, on_click="ignore", key=key)
+        column.download_button(
+            f"⬇ Run {run} (JSON)", data=out.trace.to_json, file_name=name, on_click="ignore", key=f"cmp_dl_{run}"
+        )
     c3.download_button(
         "⬇ Comparison (CSV)",
         data=lambda: str(table.to_csv(index=False)),  # made when clicked
